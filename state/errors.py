@@ -1,0 +1,167 @@
+"""The one error hierarchy of gtbarrier, shared by ``datasource``, ``sink`` and ``state``.
+
+Every error is either *retriable* (the same call may succeed later: a server was
+unreachable, a request timed out) or *fatal* (retrying cannot help: bad options, a
+lost race, a fenced driver). Callers decide with ``err.retriable``; the
+:class:`state.retry.Retry` object only ever retries retriable errors.
+
+Commit outcomes are kept apart, as pyiceberg does: :class:`CommitFailed` means the
+commit did not happen and may be retried from the start; :class:`CommitStateUnknown`
+means it may or may not have happened, and only recovery (asking the consumer for
+its last bundle) can tell.
+"""
+
+from __future__ import annotations
+
+
+class GtBarrierError(Exception):
+    """Base of every error raised by gtbarrier."""
+
+    retriable: bool = False
+
+
+class RetriableError(GtBarrierError):
+    """The operation may succeed if tried again."""
+
+    retriable = True
+
+
+class FatalError(GtBarrierError):
+    """Retrying the same operation cannot succeed."""
+
+    retriable = False
+
+
+# --- configuration -----------------------------------------------------------------
+
+
+class ConfigError(FatalError, ValueError):
+    """An option is unknown, malformed, missing or in conflict with another.
+
+    Raised before any data moves. The message names the option, the value given and
+    what was expected.
+    """
+
+    def __init__(self, option: str, value: object, expected: str, *, where: str = "") -> None:
+        self.option = option
+        self.value = value
+        self.expected = expected
+        prefix = f"{where}: " if where else ""
+        shown = "<missing>" if value is None else repr(value)
+        super().__init__(f"{prefix}option '{option}' = {shown} is invalid: expected {expected}")
+
+
+class UnknownOptionError(ConfigError):
+    """Options that the component does not know."""
+
+    def __init__(self, options: list[str], known: list[str], *, where: str = "") -> None:
+        self.options = sorted(options)
+        names = ", ".join(repr(o) for o in self.options)
+        prefix = f"{where}: " if where else ""
+        GtBarrierError.__init__(
+            self,
+            f"{prefix}unknown option(s) {names}; known options are: {', '.join(sorted(known))}",
+        )
+        self.option = self.options[0]
+        self.value = None
+        self.expected = "a known option"
+
+
+# --- state stores ------------------------------------------------------------------
+
+
+class StateError(GtBarrierError):
+    """A state store operation failed."""
+
+
+class StoreConfigError(StateError, ConfigError):
+    """The store URI or one of its options is wrong (fatal)."""
+
+    def __init__(self, option: str, value: object, expected: str, *, where: str = "") -> None:
+        ConfigError.__init__(self, option, value, expected, where=where)
+
+
+class KeyNotFound(StateError, FatalError, KeyError):
+    """``get`` of a key that does not exist."""
+
+    def __init__(self, uri: str, key: str) -> None:
+        self.uri = uri
+        self.key = key
+        Exception.__init__(self, f"{uri}: key '{key}' does not exist")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class KeyExists(StateError, FatalError):
+    """``create`` lost: the key already exists (someone else created it first)."""
+
+    def __init__(self, uri: str, key: str) -> None:
+        self.uri = uri
+        self.key = key
+        super().__init__(f"{uri}: key '{key}' already exists (create-if-absent lost the race)")
+
+
+class ConcurrentModification(StateError, FatalError):
+    """``compare_and_swap`` lost: the key's version is not the one expected."""
+
+    def __init__(self, uri: str, key: str, expected: str | None, actual: str | None = None) -> None:
+        self.uri = uri
+        self.key = key
+        self.expected_version = expected
+        self.actual_version = actual
+        seen = f", found {actual!r}" if actual is not None else ""
+        super().__init__(
+            f"{uri}: key '{key}' was modified concurrently: expected version {expected!r}{seen}"
+        )
+
+
+class StoreUnavailable(StateError, RetriableError):
+    """The store could not be reached or answered with a transient error (retriable)."""
+
+    def __init__(self, uri: str, key: str | None, cause: str) -> None:
+        self.uri = uri
+        self.key = key
+        where = f" key '{key}'" if key else ""
+        super().__init__(f"{uri}:{where} store unavailable: {cause}")
+
+
+# --- protocol outcomes -------------------------------------------------------------
+
+
+class CommitFailed(FatalError):
+    """The commit did not happen; nothing was delivered or recorded."""
+
+
+class CommitStateUnknown(GtBarrierError):
+    """The commit may or may not have taken effect; resolve by asking the consumer.
+
+    Retriable in the sense that a restart of the query resolves it through the
+    barrier's in-flight record.
+    """
+
+    retriable = True
+
+
+class PipelineFenced(FatalError):
+    """Another driver owns this pipeline; this one must stop (a zombie)."""
+
+
+class EpochLogConflict(FatalError):
+    """The epoch log disagrees with the offsets Spark asked about (a different input)."""
+
+
+class DataLossError(FatalError):
+    """Offsets that a batch needs are gone from Kafka (retention, deleted topic)."""
+
+
+class SourceUnavailable(RetriableError):
+    """The Kafka cluster could not be reached or did not answer in time."""
+
+
+class DeliveryFailed(RetriableError):
+    """The consumer did not acknowledge a bundle within the retries allowed."""
+
+
+class CoordinationError(GtBarrierError):
+    """ZooKeeper or snapshot coordination failed."""

@@ -1,0 +1,87 @@
+"""Where each protocol record lives under ``<state.uri>/<pipeline.id>/``.
+
+One function per record, so that the source, the sink and the coordinator can never
+disagree on a key. Numbers are zero-padded so that listing order is numeric order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from state.errors import ConfigError
+
+_PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_PAD = 12
+
+
+def validate_pipeline_id(pipeline_id: str | None, *, where: str = "") -> str:
+    if pipeline_id is None or not _PIPELINE_ID.match(pipeline_id):
+        raise ConfigError(
+            "pipeline.id",
+            pipeline_id,
+            "1-200 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
+            where=where,
+        )
+    return pipeline_id
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    pipeline_id: str
+
+    @property
+    def root(self) -> str:
+        return self.pipeline_id
+
+    # --- source ---------------------------------------------------------------
+    @property
+    def source_start(self) -> str:
+        """The resolved starting frontier, written once (create-if-absent)."""
+        return f"{self.root}/source/start.json"
+
+    @property
+    def epochs_prefix(self) -> str:
+        return f"{self.root}/epochs/"
+
+    def epoch(self, k: int) -> str:
+        """Epoch ``k``: ``{"epoch": k, "start": {...}, "end": {...}}``, first writer wins."""
+        return f"{self.epochs_prefix}{k:0{_PAD}d}.json"
+
+    def batch(self, query_id: str, batch_id: int) -> str:
+        """Which epoch Spark's batch ``batch_id`` of query ``query_id`` read."""
+        return f"{self.root}/batches/{query_id}/{batch_id:0{_PAD}d}.json"
+
+    def batches_prefix(self, query_id: str | None = None) -> str:
+        return f"{self.root}/batches/" + (f"{query_id}/" if query_id else "")
+
+    # --- barrier --------------------------------------------------------------
+    @property
+    def barrier_state(self) -> str:
+        """``{"gt_last": k | -1, "inflight": {...} | null, "owner": {...}}``, every change a CAS."""
+        return f"{self.root}/barrier/state.json"
+
+    def staging(self, query_id: str, batch_id: int) -> str:
+        return f"{self.root}/staging/{query_id}/{batch_id:0{_PAD}d}/"
+
+    @property
+    def staging_prefix(self) -> str:
+        return f"{self.root}/staging/"
+
+    # --- coordinator ----------------------------------------------------------
+    @property
+    def snapshots_prefix(self) -> str:
+        return f"{self.root}/snapshots/"
+
+    def snapshot(self, snapshot_id: int) -> str:
+        return f"{self.snapshots_prefix}{snapshot_id:0{_PAD}d}/"
+
+    @property
+    def snapshot_blobs_prefix(self) -> str:
+        """Content-addressed checkpoint files shared by snapshots (incremental uploads)."""
+        return f"{self.root}/snapshot-blobs/"
+
+    @property
+    def resume_point(self) -> str:
+        """The resume point when no ZooKeeper is configured."""
+        return f"{self.root}/resume.json"

@@ -1,0 +1,200 @@
+"""The state store contract and its factory.
+
+A store is a flat map from ``/``-separated keys to bytes, rooted at a URI:
+``memory://name``, ``file:///abs/path`` or ``s3://bucket/prefix``. Every value carries
+an opaque *version* (an ETag on S3, a content token on files) that changes on every
+write. Two operations are conditional and are what makes two drivers safe:
+
+* :meth:`StateStore.create` writes only if the key is absent (S3 ``If-None-Match: *``);
+* :meth:`StateStore.compare_and_swap` writes only if the key still has the version the
+  caller read (S3 ``If-Match``).
+
+Stores hold configuration only until first use; clients (boto3) are created lazily and
+are dropped when a store is pickled, so a :class:`StoreConfig` or even a store may
+travel to executors. Executors open their own store with :func:`open_store`.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from state.errors import KeyNotFound, StoreConfigError
+from state.options import Options
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A stored value and the version it had when read."""
+
+    data: bytes
+    version: str
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Explicit S3 settings; ``None`` means "use the standard AWS configuration chain"."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    path_style: bool | None = None
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where state lives: a URI plus optional S3 settings. Small and picklable."""
+
+    uri: str
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    SCHEMES = ("memory", "file", "s3")
+    OPTIONS = ("s3.endpoint", "s3.region", "s3.accessKeyId", "s3.secretAccessKey", "s3.pathStyle")
+
+    @classmethod
+    def from_options(
+        cls, options: Options | Mapping[str, str], *, uri_option: str = "state.uri",
+        default_uri: str | None = None, s3_prefix: str = "",
+    ) -> StoreConfig:
+        """Parse ``uri_option`` and the ``s3.*`` options (under ``s3_prefix``)."""
+        opts = options if isinstance(options, Options) else Options(options, where="state")
+        uri = opts.string(uri_option, default_uri)
+        if uri is None:
+            raise opts.error(uri_option, "a store URI: memory://name, file:///abs/path or s3://bucket/prefix")
+        validate_uri(uri, option=uri_option, where=opts.where)
+        path_style_raw = opts.raw(s3_prefix + "s3.pathStyle")
+        s3 = S3Settings(
+            endpoint=opts.string(s3_prefix + "s3.endpoint"),
+            region=opts.string(s3_prefix + "s3.region"),
+            access_key_id=opts.string(s3_prefix + "s3.accessKeyId"),
+            secret_access_key=opts.string(s3_prefix + "s3.secretAccessKey"),
+            path_style=None if path_style_raw is None else opts.boolean(s3_prefix + "s3.pathStyle", False),
+        )
+        return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
+
+
+def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> None:
+    """Raise :class:`StoreConfigError` unless ``uri`` names a supported store."""
+    parsed = urlparse(uri)
+    expected = "memory://name, file:///absolute/path or s3://bucket[/prefix]"
+    if parsed.scheme not in StoreConfig.SCHEMES:
+        raise StoreConfigError(option, uri, expected, where=where)
+    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
+        raise StoreConfigError(option, uri, "file:///absolute/path (three slashes)", where=where)
+    if parsed.scheme == "s3" and not parsed.netloc:
+        raise StoreConfigError(option, uri, "s3://bucket[/prefix] with a bucket name", where=where)
+
+
+def check_key(uri: str, key: str) -> str:
+    """Keys are relative, ``/``-separated, without empty, ``.`` or ``..`` segments."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise StoreConfigError("key", key, f"a relative key without empty/./.. segments (store {uri})")
+    return key
+
+
+class StateStore(ABC):
+    """Get, put, conditional create, compare-and-swap, list and delete over one URI."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+
+    @property
+    def uri(self) -> str:
+        return self.config.uri
+
+    @abstractmethod
+    def get(self, key: str) -> Versioned:
+        """The value and its version; :class:`KeyNotFound` if absent."""
+
+    def get_or_none(self, key: str) -> Versioned | None:
+        try:
+            return self.get(key)
+        except KeyNotFound:
+            return None
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Write unconditionally (atomically: readers see the old or the new value); the new version."""
+
+    @abstractmethod
+    def create(self, key: str, data: bytes) -> str:
+        """Write only if ``key`` is absent; :class:`KeyExists` otherwise. The new version."""
+
+    @abstractmethod
+    def compare_and_swap(self, key: str, data: bytes, expected_version: str) -> str:
+        """Write only if ``key`` still has ``expected_version``.
+
+        :class:`ConcurrentModification` if it has another version or is absent.
+        """
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys that start with ``prefix``, sorted."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; absent keys are not an error."""
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under ``prefix``; the number removed."""
+        keys = self.list(prefix)
+        for k in keys:
+            self.delete(k)
+        return len(keys)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients; the store may be used again (clients are re-created)."""
+
+    # JSON conveniences: all protocol records are small JSON documents with sorted keys.
+
+    def get_json(self, key: str) -> tuple[Any, str]:
+        v = self.get(key)
+        return v.json(), v.version
+
+    def get_json_or_none(self, key: str) -> tuple[Any, str] | None:
+        v = self.get_or_none(key)
+        return None if v is None else (v.json(), v.version)
+
+    def put_json(self, key: str, value: Any) -> str:
+        return self.put(key, dumps(value))
+
+    def create_json(self, key: str, value: Any) -> str:
+        return self.create(key, dumps(value))
+
+    def compare_and_swap_json(self, key: str, value: Any, expected_version: str) -> str:
+        return self.compare_and_swap(key, dumps(value), expected_version)
+
+
+def dumps(value: Any) -> bytes:
+    """Canonical JSON: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def open_store(config: StoreConfig | str) -> StateStore:
+    """The store for ``config`` (or a bare URI using the AWS configuration chain)."""
+    if isinstance(config, str):
+        validate_uri(config)
+        config = StoreConfig(uri=config)
+    scheme = urlparse(config.uri).scheme
+    if scheme == "memory":
+        from state.memory_store import MemoryStore
+
+        return MemoryStore(config)
+    if scheme == "file":
+        from state.file_store import FileStore
+
+        return FileStore(config)
+    if scheme == "s3":
+        from state.s3_store import S3Store
+
+        return S3Store(config)
+    raise StoreConfigError("state.uri", config.uri, "memory://, file:// or s3://")
