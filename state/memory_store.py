@@ -23,6 +23,15 @@ class MemoryStore(StateStore):
         with _LOCK:
             self._data = _SPACES.setdefault(config.uri, {})
 
+    def __getstate__(self) -> dict[str, object]:
+        # The contents belong to the process-wide space, not to this instance.
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        config = state["config"]
+        assert isinstance(config, StoreConfig)
+        self.__init__(config)  # type: ignore[misc]
+
     def get(self, key: str) -> Versioned:
         check_key(self.uri, key)
         with _LOCK:
