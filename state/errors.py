@@ -126,6 +126,15 @@ class StoreUnavailable(StateError, RetriableError):
         super().__init__(f"{uri}:{where} store unavailable: {cause}")
 
 
+class StoreWriteUnknown(StoreUnavailable):
+    """A conditional write may or may not have taken effect (retriable).
+
+    The request was sent, the connection failed before the answer arrived, and the
+    store stayed unreachable for the rest of the retry deadline. Re-read the key
+    before deciding what to do; never assume either outcome.
+    """
+
+
 # --- protocol outcomes -------------------------------------------------------------
 
 

@@ -18,8 +18,9 @@ class Retry:
     The delay before attempt ``n`` (``n >= 1``) is ``min(max_delay, base_delay * 2**(n-1))``
     scaled by a random factor in ``[1 - jitter, 1]``. The call is never retried after
     ``deadline`` seconds have passed since the first attempt, nor more than
-    ``max_attempts`` times in all; then the last error propagates unchanged. Only errors for which ``is_retriable`` is true are
-    retried: everything else (a failed precondition, a bad option) propagates at once.
+    ``max_attempts`` times in all; then the last error propagates unchanged. Only errors
+    for which ``is_retriable`` is true are retried: everything else (a failed
+    precondition, a bad option) propagates at once.
 
     ``sleep`` and ``clock`` are injectable so unit tests run without waiting.
     """
@@ -56,4 +57,4 @@ class Retry:
     def delay(self, attempt: int) -> float:
         """The pause after failed attempt ``attempt`` (1-based)."""
         raw = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return raw * (1.0 - self.jitter * self.rng())
+        return float(raw * (1.0 - self.jitter * self.rng()))

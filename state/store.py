@@ -47,6 +47,9 @@ class S3Settings:
     access_key_id: str | None = None
     secret_access_key: str | None = field(default=None, repr=False)
     path_style: bool | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    retry_deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,10 @@ class StoreConfig:
     s3: S3Settings = field(default_factory=S3Settings)
 
     SCHEMES = ("memory", "file", "s3")
-    OPTIONS = ("s3.endpoint", "s3.region", "s3.accessKeyId", "s3.secretAccessKey", "s3.pathStyle")
+    OPTIONS = (
+        "s3.endpoint", "s3.region", "s3.accessKeyId", "s3.secretAccessKey", "s3.pathStyle",
+        "s3.connectTimeout", "s3.readTimeout", "s3.retryDeadline",
+    )
 
     @classmethod
     def from_options(
@@ -76,9 +82,21 @@ class StoreConfig:
             region=opts.string(s3_prefix + "s3.region"),
             access_key_id=opts.string(s3_prefix + "s3.accessKeyId"),
             secret_access_key=opts.string(s3_prefix + "s3.secretAccessKey"),
-            path_style=None if path_style_raw is None else opts.boolean(s3_prefix + "s3.pathStyle", False),
+            path_style=(
+                None if path_style_raw is None else opts.boolean(s3_prefix + "s3.pathStyle", False)
+            ),
+            connect_timeout=_positive(opts, s3_prefix + "s3.connectTimeout"),
+            read_timeout=_positive(opts, s3_prefix + "s3.readTimeout"),
+            retry_deadline=_positive(opts, s3_prefix + "s3.retryDeadline"),
         )
         return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
+
+
+def _positive(opts: Options, name: str) -> float | None:
+    seconds = opts.duration(name, None)
+    if seconds is not None and seconds <= 0:
+        raise opts.error(name, "a positive duration such as '500ms', '5s', '2m'")
+    return seconds
 
 
 def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> None:
@@ -87,7 +105,9 @@ def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> Non
     expected = "memory://name, file:///absolute/path or s3://bucket[/prefix]"
     if parsed.scheme not in StoreConfig.SCHEMES:
         raise StoreConfigError(option, uri, expected, where=where)
-    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
+    if parsed.scheme == "file" and (
+        parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")
+    ):
         raise StoreConfigError(option, uri, "file:///absolute/path (three slashes)", where=where)
     if parsed.scheme == "s3" and not parsed.netloc:
         raise StoreConfigError(option, uri, "s3://bucket[/prefix] with a bucket name", where=where)
@@ -97,7 +117,9 @@ def check_key(uri: str, key: str) -> str:
     """Keys are relative, ``/``-separated, without empty, ``.`` or ``..`` segments."""
     parts = key.split("/")
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise StoreConfigError("key", key, f"a relative key without empty/./.. segments (store {uri})")
+        raise StoreConfigError(
+            "key", key, f"a relative key without empty/./.. segments (store {uri})"
+        )
     return key
 
 
@@ -123,7 +145,10 @@ class StateStore(ABC):
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> str:
-        """Write unconditionally (atomically: readers see the old or the new value); the new version."""
+        """Write unconditionally and atomically (readers see the old or the new value).
+
+        Returns the new version.
+        """
 
     @abstractmethod
     def create(self, key: str, data: bytes) -> str:

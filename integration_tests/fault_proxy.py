@@ -1,0 +1,230 @@
+"""A loopback TCP proxy that injects network faults between a client and a server.
+
+Point a client at ``proxy.endpoint`` instead of the server; every connection is
+forwarded to ``target`` unless a fault is armed. Faults are decided per *connection*
+when it is accepted:
+
+* ``RESET``: read the first bytes of the request, then reset the connection
+  (``SO_LINGER`` 0). Nothing reaches the server.
+* ``DROP_RESPONSE``: forward the request, wait for the server's final response (an
+  interim ``100 Continue`` is passed on, so the client sends its body), then reset
+  the client connection: the server *has* acted, the client cannot know it.
+* ``DELAY``: forward both ways, but hold each chunk of the response for ``delay`` s.
+* ``BLACKHOLE``: accept and read, never answer (the client runs into its read timeout).
+
+``inject(kind, count=n)`` faults the next ``n`` connections; ``always(kind)`` every new
+connection until ``clear()``. Arming a fault closes the idle pass-through connections
+that HTTP clients keep in their pools, so the next request opens a new connection and
+meets the fault. ``stats()`` counts accepted and faulted connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import selectors
+import socket
+import struct
+import threading
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+
+from integration_tests.ports import LOOPBACK
+
+_CHUNK = 65536
+_TICK = 0.05
+
+
+class Fault(enum.Enum):
+    PASS = "pass"
+    RESET = "reset"
+    DROP_RESPONSE = "drop-response"
+    DELAY = "delay"
+    BLACKHOLE = "blackhole"
+
+
+@dataclass(frozen=True)
+class _Armed:
+    kind: Fault
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProxyStats:
+    accepted: int
+    faulted: int
+    by_kind: dict[str, int]
+
+
+class FaultProxy:
+    """See the module docstring. Use as a context manager or call ``start``/``stop``."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((LOOPBACK, 0))
+        self._listener.listen(64)
+        self._listener.settimeout(_TICK)
+        self.port = int(self._listener.getsockname()[1])
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._queue: deque[_Armed] = deque()
+        self._always: _Armed | None = None
+        self._active: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._accepted = 0
+        self._faulted: dict[str, int] = {}
+        self._acceptor = threading.Thread(target=self._accept_loop, name="fault-proxy", daemon=True)
+
+    # --- control -------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        self._acceptor.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._acceptor.join(timeout=10)
+        self.drop_all()
+        for t in list(self._threads):
+            t.join(timeout=10)
+        self._listener.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def inject(self, kind: Fault, count: int = 1, *, delay: float = 0.0) -> None:
+        """Fault the next ``count`` connections with ``kind``."""
+        with self._lock:
+            self._queue.extend(_Armed(kind, delay) for _ in range(count))
+        self.drop_all()
+
+    def always(self, kind: Fault, *, delay: float = 0.0) -> None:
+        """Fault every new connection with ``kind`` until :meth:`clear`."""
+        with self._lock:
+            self._always = _Armed(kind, delay)
+        self.drop_all()
+
+    def clear(self) -> None:
+        """Disarm every fault; new connections pass through."""
+        with self._lock:
+            self._queue.clear()
+            self._always = None
+        self.drop_all()
+
+    def pending(self) -> int:
+        """Armed one-shot faults not yet used."""
+        with self._lock:
+            return len(self._queue)
+
+    def drop_all(self) -> None:
+        """Close every open client connection (pooled keep-alive ones included)."""
+        with self._lock:
+            socks = list(self._active)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def stats(self) -> ProxyStats:
+        with self._lock:
+            return ProxyStats(self._accepted, sum(self._faulted.values()), dict(self._faulted))
+
+    # --- forwarding ----------------------------------------------------------------
+
+    def _next(self) -> _Armed:
+        with self._lock:
+            self._accepted += 1
+            armed = self._queue.popleft() if self._queue else self._always
+            armed = armed or _Armed(Fault.PASS)
+            if armed.kind is not Fault.PASS:
+                self._faulted[armed.kind.value] = self._faulted.get(armed.kind.value, 0) + 1
+            return armed
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                raise
+            armed = self._next()
+            t = threading.Thread(target=self._serve, args=(client, armed), daemon=True)
+            with self._lock:
+                self._active.add(client)
+                self._threads = [x for x in self._threads if x.is_alive()] + [t]
+            t.start()
+
+    def _serve(self, client: socket.socket, armed: _Armed) -> None:
+        upstream: socket.socket | None = None
+        try:
+            client.settimeout(_TICK)
+            if armed.kind is Fault.RESET:
+                self._read_some(client)
+                _reset(client)
+                return
+            if armed.kind is Fault.BLACKHOLE:
+                while not self._stop.is_set() and self._read_some(client) is not None:
+                    pass
+                return
+            upstream = socket.create_connection(self.target, timeout=5)
+            self._pump(client, upstream, armed)
+        except OSError:
+            return  # either side went away: that is the proxy's whole job
+        finally:
+            with self._lock:
+                self._active.discard(client)
+            for s in (client, upstream):
+                if s is not None:
+                    with contextlib.suppress(OSError):
+                        s.close()
+
+    def _read_some(self, sock: socket.socket) -> bytes | None:
+        """The next bytes from ``sock`` (waiting while the proxy runs); None at EOF."""
+        while not self._stop.is_set():
+            try:
+                data = sock.recv(_CHUNK)
+            except TimeoutError:
+                continue
+            return data or None
+        return None
+
+    def _pump(self, client: socket.socket, upstream: socket.socket, armed: _Armed) -> None:
+        client.setblocking(True)
+        upstream.setblocking(True)
+        with selectors.DefaultSelector() as sel:
+            sel.register(client, selectors.EVENT_READ)
+            sel.register(upstream, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                for key, _ in sel.select(_TICK):
+                    src = key.fileobj
+                    assert isinstance(src, socket.socket)
+                    data = src.recv(_CHUNK)
+                    if not data:
+                        return
+                    if src is client:
+                        upstream.sendall(data)
+                        continue
+                    if armed.kind is Fault.DROP_RESPONSE and not data.startswith(b"HTTP/1.1 100"):
+                        _reset(client)  # the server has answered: the request took effect
+                        return
+                    if armed.kind is Fault.DELAY and self._stop.wait(armed.delay):
+                        return
+                    client.sendall(data)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a TCP RST instead of an orderly FIN."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()

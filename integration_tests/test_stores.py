@@ -1,0 +1,349 @@
+"""The state stores against real servers and real processes.
+
+* The shared contract (``tests/store_contract.py``) against moto's S3 server, with the
+  two-writer races of ``create`` and ``compare_and_swap`` over many rounds.
+* ``file://`` races between separate processes.
+* S3 faults: a loopback proxy that resets connections, drops responses after the
+  server acted, delays or swallows them; and the moto server killed by pid mid-use.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration_tests.fault_proxy import Fault, FaultProxy
+from integration_tests.fixtures.s3 import S3Bucket, S3Server
+from state.errors import (
+    ConcurrentModification,
+    KeyExists,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreWriteUnknown,
+)
+from state.retry import Retry
+from state.s3_store import S3Store
+from state.store import StateStore, StoreConfig, open_store
+from tests.store_contract import StoreContract, process_race_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+RACE_ROUNDS = 200
+
+
+class TestS3StoreContract(StoreContract):
+    """The one store contract, over HTTP against moto's S3 server."""
+
+    REWRITE_CHANGES_VERSION = False  # the ETag is the MD5 of the body
+    RACE_ROUNDS = RACE_ROUNDS
+
+    @pytest.fixture
+    def store(self, s3: S3Bucket) -> StateStore:
+        return s3.store("state/contract")
+
+    @pytest.fixture
+    def other_store(self, s3: S3Bucket) -> StateStore:
+        return s3.store("state/contract")
+
+
+# --- file:// across processes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["create", "cas"])
+def test_file_store_race_between_processes(tmp_path: Path, op: str) -> None:
+    """Two processes race RACE_ROUNDS times; exactly one wins every round."""
+    config = StoreConfig(f"file://{tmp_path}/state")
+    store = open_store(config)
+    if op == "cas":
+        store.put("prace/cas", b"start")
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=process_race_worker, args=(config, me),
+            kwargs={"rounds": RACE_ROUNDS, "op": op, "barrier": barrier, "results": results},
+        )
+        for me in (0, 1)
+    ]
+    for p in procs:
+        p.start()
+    wins: dict[int, list[int]] = {r: [] for r in range(RACE_ROUNDS)}
+    done = 0
+    try:
+        while done < 2:
+            me, r, won = results.get(timeout=60)
+            if r < 0:
+                done += 1
+            elif won:
+                wins[r].append(me)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    assert [p.exitcode for p in procs] == [0, 0]
+    bad = {r: w for r, w in wins.items() if len(w) != 1}
+    assert not bad, f"rounds without exactly one winner: {bad}"
+    both_won = {w[0] for w in wins.values()}
+    assert both_won == {0, 1}, "one process won every round: the race was not a race"
+    if op == "create":
+        for r, w in wins.items():
+            assert store.get(f"prace/create/{r:05d}").data == f"writer {w[0]}".encode()
+    else:
+        last = RACE_ROUNDS - 1
+        assert store.get("prace/cas").data == f"{last} by {wins[last][0]}".encode()
+
+
+# --- S3 configuration -----------------------------------------------------------------
+
+
+def test_missing_bucket_is_a_config_error_naming_it(s3: S3Bucket) -> None:
+    store = S3Store(StoreConfig("s3://gtb-no-such-bucket/x", s3.server.settings()))
+    with pytest.raises(StoreConfigError) as info:
+        store.put("k", b"x")
+    text = str(info.value)
+    assert "'gtb-no-such-bucket'" in text and "state.uri" in text and s3.endpoint in text
+
+
+def test_standard_aws_chain_from_the_environment(
+    s3: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare URI works with only AWS_* variables (as a Spark executor would have)."""
+    s3.store("env").put("k", b"written with explicit settings")
+    bare = open_store(s3.uri("env"))  # endpoint, keys, region from the fixture's AWS_* env
+    assert isinstance(bare, S3Store)
+    assert bare.get("k").data == b"written with explicit settings"
+    assert bare.endpoint == s3.endpoint
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the service-agnostic variable
+    generic = open_store(s3.uri("env"))
+    assert generic.get("k").data == b"written with explicit settings"
+
+
+def test_explicit_settings_win_over_the_environment(
+    s3: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens there
+    store = open_store(s3.config("explicit"))
+    store.put("k", b"x")
+    assert store.get("k").data == b"x"
+
+
+def test_pickled_store_drops_its_client(s3: S3Bucket) -> None:
+    store = s3.store("pickle")
+    store.put("k", b"x")
+    assert store._s3 is not None
+    state = store.__getstate__()
+    assert "_s3" not in state and "_lock" not in state
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone._s3 is None
+    assert clone.get("k").data == b"x"
+
+
+def test_store_at_bucket_root(s3: S3Bucket) -> None:
+    store = s3.store("")
+    store.put("a/b", b"1")
+    store.put("c", b"2")
+    assert store.list() == ["a/b", "c"]
+    assert sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=s3.bucket)["Contents"]) == [
+        "a/b", "c",
+    ]
+
+
+# --- S3 faults ------------------------------------------------------------------------
+
+
+class Sleeps:
+    """A sleep that records its delays (and really sleeps, the proxy is real)."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        time.sleep(seconds)
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    host, port = s3_server.endpoint.removeprefix("http://").rsplit(":", 1)
+    with FaultProxy(host, int(port)) as p:
+        yield p
+
+
+def proxied(
+    s3: S3Bucket, proxy: FaultProxy, *, deadline: float = 3.0, read_timeout: float = 1.0
+) -> tuple[S3Store, Sleeps]:
+    sleeps = Sleeps()
+    retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=deadline,
+                  sleep=sleeps)
+    store = s3.store("faults", retry=retry, endpoint=proxy.endpoint, read_timeout=read_timeout,
+                     connect_timeout=1.0)
+    return store, sleeps
+
+
+def test_store_survives_transient_connection_resets(s3: S3Bucket, proxy: FaultProxy) -> None:
+    store, sleeps = proxied(s3, proxy)
+    v = store.put("k", b"1")
+    ops: list[tuple[str, Any]] = [
+        ("get", lambda: store.get("k")),
+        ("put", lambda: store.put("k", b"2")),
+        ("create", lambda: store.create("new", b"n")),
+        ("cas", lambda: store.compare_and_swap("k", b"3", store.get("k").version)),
+        ("list", store.list),
+        ("delete", lambda: store.delete("new")),
+    ]
+    for name, op in ops:
+        before = proxy.stats().faulted
+        proxy.inject(Fault.RESET, count=2)
+        op()
+        assert proxy.pending() == 0, name
+        assert proxy.stats().faulted - before == 2, name
+    assert store.get("k").data == b"3"
+    assert store.get("k").version != v
+    assert store.list() == ["k"]
+    assert len(sleeps.delays) >= 12  # two retries per operation
+
+
+def test_slow_responses_within_the_read_timeout_succeed(s3: S3Bucket, proxy: FaultProxy) -> None:
+    store, sleeps = proxied(s3, proxy, read_timeout=2.0)
+    proxy.always(Fault.DELAY, delay=0.3)
+    start = time.monotonic()
+    v = store.create("slow", b"x")
+    assert store.get("slow").version == v
+    assert time.monotonic() - start >= 0.6
+    assert sleeps.delays == []  # nothing was retried
+
+
+@pytest.mark.parametrize("op", ["create", "cas"])
+def test_lost_response_to_a_conditional_write_is_resolved(
+    s3: S3Bucket, proxy: FaultProxy, op: str
+) -> None:
+    """The server applied the write but the client never heard: the store finds out it won."""
+    store, sleeps = proxied(s3, proxy)
+    expected = store.put("k", b"old") if op == "cas" else None
+    proxy.inject(Fault.DROP_RESPONSE)
+    if op == "create":
+        version = store.create("c", b"mine")
+        key = "c"
+    else:
+        assert expected is not None
+        version = store.compare_and_swap("k", b"mine", expected)
+        key = "k"
+    assert proxy.stats().by_kind == {"drop-response": 1}
+    assert sleeps.delays, "the first attempt's answer was lost, so there was a retry"
+    got = store.get(key)
+    assert got.data == b"mine" and got.version == version
+
+
+def test_lost_response_then_another_writer_is_reported_as_lost(
+    s3: S3Bucket, proxy: FaultProxy
+) -> None:
+    """Our create was applied, the answer lost, and another writer replaced the value
+    before we could look: the store must not claim the key holds our write."""
+    store, _ = proxied(s3, proxy)
+    other = s3.store("faults")
+    proxy.inject(Fault.DROP_RESPONSE)
+
+    real_put = store.client.put_object
+    calls = {"n": 0}
+
+    def put_then_interfere(**kw: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the retry: meanwhile someone else took over the key
+            other.compare_and_swap("c", b"theirs", other.get("c").version)
+        return real_put(**kw)
+
+    store.client.put_object = put_then_interfere  # type: ignore[method-assign]
+    with pytest.raises(KeyExists) as info:
+        store.create("c", b"mine")
+    assert "never took effect, or another writer has replaced it" in "".join(
+        info.value.__notes__
+    )
+    assert other.get("c").data == b"theirs"
+
+
+def test_persistent_resets_give_store_unavailable_within_the_deadline(
+    s3: S3Bucket, proxy: FaultProxy
+) -> None:
+    store, _ = proxied(s3, proxy, deadline=1.5)
+    store.put("k", b"x")
+    proxy.always(Fault.RESET)
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        store.get("k")
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.5 + 1.0
+    text = str(info.value)
+    assert store.uri in text and "'k'" in text and proxy.endpoint in text
+    assert info.value.retriable
+    assert not isinstance(info.value, StoreWriteUnknown)
+    proxy.clear()
+    assert store.get("k").data == b"x"
+
+
+def test_unanswered_conditional_write_is_reported_as_unknown(
+    s3: S3Bucket, proxy: FaultProxy
+) -> None:
+    store, _ = proxied(s3, proxy, deadline=1.5, read_timeout=0.4)
+    v = store.put("k", b"x")
+    proxy.always(Fault.BLACKHOLE)
+    start = time.monotonic()
+    with pytest.raises(StoreWriteUnknown) as info:
+        store.compare_and_swap("k", b"y", v)
+    assert time.monotonic() - start < 1.5 + 0.4 + 1.0
+    assert "may or may not have taken effect" in str(info.value)
+    assert "'k'" in str(info.value)
+    proxy.clear()
+    assert store.get("k").data == b"x"  # the blackhole never forwarded it
+
+
+def test_killed_server_gives_store_unavailable_then_recovers(
+    s3: S3Bucket, s3_server: S3Server
+) -> None:
+    retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=2.0)
+    store = s3.store("kill", retry=retry, connect_timeout=1.0, read_timeout=2.0)
+    store.put("k", b"before")
+    old_pid = s3_server.pid
+    s3_server.stop()  # SIGKILL by pid
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        store.get("k")
+    assert time.monotonic() - start < 2.0 + 1.0
+    assert s3.endpoint in str(info.value)
+    with pytest.raises(StoreUnavailable):
+        store.create("k2", b"x")  # connection refused: never sent, so not "unknown"
+    s3_server.start()
+    assert s3_server.pid != old_pid
+    s3.ensure_bucket()  # moto keeps everything in memory: the restart is empty
+    assert store.get_or_none("k") is None
+    store.create("k", b"after")  # the same store object reconnects
+    assert store.get("k").data == b"after"
+
+
+def test_paused_server_gives_store_unavailable_and_keeps_data(
+    s3: S3Bucket, s3_server: S3Server
+) -> None:
+    retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=1.0)
+    store = s3.store("pause", retry=retry, connect_timeout=0.5, read_timeout=0.5)
+    v = store.put("k", b"kept")
+    s3_server.pause()
+    try:
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            store.get("k")
+        assert time.monotonic() - start < 1.0 + 0.5 + 1.0
+    finally:
+        s3_server.resume()
+    assert store.get("k").version == v
+    with pytest.raises(ConcurrentModification):
+        store.compare_and_swap("k", b"x", "\"stale\"")

@@ -1,0 +1,428 @@
+"""``s3://bucket/prefix``: a store on S3 or any S3-compatible server (boto3).
+
+Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
+
+* ``create`` is a ``PutObject`` with ``If-None-Match: *`` and ``compare_and_swap`` a
+  ``PutObject`` with ``If-Match: <etag>``: the server decides, so two writers on any
+  number of machines can never both win. ``412 Precondition Failed`` and
+  ``409 ConditionalRequestConflict`` become :class:`KeyExists` /
+  :class:`ConcurrentModification` and are never retried.
+* S3's ETag of a simple upload is the MD5 of the body, so a rewrite of identical
+  bytes keeps the version: on S3, compare-and-swap succeeds exactly when the object
+  still holds the bytes the caller read.
+* Configuration: explicit :class:`~state.store.S3Settings` win; anything left unset
+  comes from the standard AWS chain (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``,
+  ``AWS_ACCESS_KEY_ID``..., ``AWS_PROFILE``, ``~/.aws/config``). Path-style addressing
+  is the default whenever a custom endpoint is configured (MinIO, moto, Ceph...).
+* Retries: botocore's own retries are switched off; every call runs under one
+  :class:`~state.retry.Retry` (bounded, jittered, with a deadline) that retries
+  throttling (429/503 SlowDown), 5xx, connection failures and timeouts. When it gives
+  up it raises :class:`StoreUnavailable` naming the URI, the key and the cause.
+* Unknown outcomes: if a conditional write's connection fails after the request was
+  sent, the write may have happened. The retry then gets ``412`` for our *own* write.
+  Every write carries a random token in its metadata (``x-amz-meta-gtb-write``); on a
+  412/409 after such an ambiguous attempt the store reads the object's metadata: our
+  token means we won (the new ETag is returned); another token means the key holds
+  someone else's write now, and the loss is reported (our write either never happened
+  or was already superseded by a writer who read it). If the store stays unreachable,
+  :class:`StoreWriteUnknown` (a :class:`StoreUnavailable`) says the outcome is unknown.
+
+The boto3 client is created on first use and dropped when the store is pickled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import boto3
+import botocore.exceptions as bce
+import urllib3.exceptions
+from botocore.config import Config as BotoConfig
+
+from state.errors import (
+    ConcurrentModification,
+    GtBarrierError,
+    KeyExists,
+    KeyNotFound,
+    StateError,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreWriteUnknown,
+)
+from state.retry import Retry
+from state.store import StateStore, StoreConfig, Versioned, check_key, validate_uri
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 20.0
+DEFAULT_RETRY_DEADLINE = 30.0
+DEFAULT_MAX_ATTEMPTS = 10
+TOKEN_METADATA = "gtb-write"
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_THROTTLING = {
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+    "TooManyRequestsException", "ServiceUnavailable", "RequestThrottled",
+}
+_TRANSIENT = {"InternalError", "RequestTimeout", "OperationAborted", "BadGateway"}
+_PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict"}
+_AUTH = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+         "InvalidToken", "AllAccessDisabled", "AuthorizationHeaderMalformed"}
+
+# Failures where the request never reached the server: a write cannot have happened.
+_UNSENT = (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError)
+# Failures of the transport, after which the outcome of a write is unknown.
+_TRANSPORT = (
+    bce.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
+    bce.ConnectionError,
+    bce.IncompleteReadError,
+    urllib3.exceptions.HTTPError,
+    ConnectionError,
+    TimeoutError,
+)
+
+
+class S3Store(StateStore):
+    """A :class:`~state.store.StateStore` on S3; see the module docstring.
+
+    ``retry`` replaces the default policy (tests inject one with a short deadline and
+    a recording sleep); it is not pickled.
+    """
+
+    def __init__(self, config: StoreConfig, *, retry: Retry | None = None) -> None:
+        super().__init__(config)
+        validate_uri(config.uri)
+        parsed = urlparse(config.uri)
+        if parsed.scheme != "s3":
+            raise StoreConfigError("state.uri", config.uri, "an s3://bucket[/prefix] URI")
+        self.bucket = parsed.netloc
+        if not _BUCKET.match(self.bucket) or ".." in self.bucket:
+            raise StoreConfigError(
+                "state.uri", config.uri,
+                "s3://bucket[/prefix] with a valid bucket name (3-63 characters of a-z, 0-9, "
+                f"'.', '-'), not {self.bucket!r}",
+            )
+        self.prefix = parsed.path.strip("/")
+        s3 = config.s3
+        if (s3.access_key_id is None) != (s3.secret_access_key is None):
+            missing = "s3.secretAccessKey" if s3.secret_access_key is None else "s3.accessKeyId"
+            raise StoreConfigError(
+                missing, None, "both s3.accessKeyId and s3.secretAccessKey, or neither"
+            )
+        self.connect_timeout = s3.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+        self.read_timeout = s3.read_timeout or DEFAULT_READ_TIMEOUT
+        self._custom_retry = retry
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._s3: S3Client | None = None
+        self.retry = self._custom_retry or Retry(
+            max_attempts=DEFAULT_MAX_ATTEMPTS,
+            base_delay=0.1,
+            max_delay=2.0,
+            deadline=self.config.s3.retry_deadline or DEFAULT_RETRY_DEADLINE,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_lock", "_s3", "retry", "_custom_retry"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._custom_retry = None
+        self._init_runtime()
+
+    # --- client --------------------------------------------------------------------
+
+    @property
+    def client(self) -> S3Client:
+        """The boto3 client, created on first use (thread-safe)."""
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = self._make_client()
+            return self._s3
+
+    def _make_client(self) -> S3Client:
+        s3 = self.config.s3
+        endpoint = s3.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+            "AWS_ENDPOINT_URL"
+        )
+        path_style = s3.path_style if s3.path_style is not None else bool(endpoint)
+        config = BotoConfig(
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            retries={"total_max_attempts": 1, "mode": "standard"},  # ours is the one policy
+            s3={"addressing_style": "path" if path_style else "auto"},
+            # S3-compatible servers differ in their support of the newer checksums.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            max_pool_connections=16,
+        )
+        session = boto3.session.Session()
+        return session.client(
+            "s3",
+            endpoint_url=s3.endpoint,  # None: the AWS chain (AWS_ENDPOINT_URL_S3...) decides
+            region_name=s3.region,
+            aws_access_key_id=s3.access_key_id,
+            aws_secret_access_key=s3.secret_access_key,
+            config=config,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._s3 = self._s3, None
+        if client is not None:
+            client.close()
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.client.meta.endpoint_url)
+
+    # --- operations ----------------------------------------------------------------
+
+    def get(self, key: str) -> Versioned:
+        name = self._object(key)
+
+        def attempt() -> Versioned:
+            try:
+                resp = self.client.get_object(Bucket=self.bucket, Key=name)
+                data = resp["Body"].read()
+            except Exception as err:
+                if _code(err) in ("NoSuchKey", "404"):
+                    raise KeyNotFound(self.uri, key) from None
+                raise self._translate(err, key) from err
+            return Versioned(data, resp["ETag"])
+
+        return self.retry(attempt)
+
+    def put(self, key: str, data: bytes) -> str:
+        name = self._object(key)
+        token = uuid.uuid4().hex
+
+        def attempt() -> str:
+            try:
+                resp = self.client.put_object(
+                    Bucket=self.bucket, Key=name, Body=data, Metadata={TOKEN_METADATA: token}
+                )
+            except Exception as err:
+                raise self._translate(err, key) from err
+            return resp["ETag"]
+
+        return self.retry(attempt)  # an unconditional put is safe to repeat
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._conditional_put(key, data, None)
+
+    def compare_and_swap(self, key: str, data: bytes, expected_version: str) -> str:
+        return self._conditional_put(key, data, expected_version)
+
+    def list(self, prefix: str = "") -> list[str]:
+        full = self._object_prefix(prefix)
+        cut = len(self._object_prefix(""))
+
+        def attempt() -> list[str]:
+            keys: list[str] = []
+            try:
+                pages = self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=full
+                )
+                for page in pages:
+                    keys.extend(obj["Key"][cut:] for obj in page.get("Contents", []))
+            except Exception as err:
+                raise self._translate(err, prefix or "<all keys>") from err
+            return sorted(keys)
+
+        return self.retry(attempt)
+
+    def delete(self, key: str) -> None:
+        name = self._object(key)
+
+        def attempt() -> None:
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=name)
+            except Exception as err:
+                if _code(err) in ("NoSuchKey", "404"):
+                    return
+                raise self._translate(err, key) from err
+
+        self.retry(attempt)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under ``prefix`` in batches of 1000; the number removed."""
+        keys = self.list(prefix)
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+
+            def attempt(batch: list[str] = batch) -> None:
+                try:
+                    resp = self.client.delete_objects(
+                        Bucket=self.bucket,
+                        Delete={
+                            "Objects": [{"Key": self._object(k)} for k in batch], "Quiet": True
+                        },
+                    )
+                except Exception as err:
+                    raise self._translate(err, prefix) from err
+                failed = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+                if failed:
+                    first = failed[0]
+                    raise StateError(
+                        f"{self.uri}: deleting {len(failed)} key(s) under '{prefix}' failed, "
+                        f"e.g. '{first.get('Key')}': {first.get('Code')} {first.get('Message')}"
+                    )
+
+            self.retry(attempt)
+        return len(keys)
+
+    # --- conditional writes --------------------------------------------------------
+
+    def _conditional_put(self, key: str, data: bytes, expected: str | None) -> str:
+        """``create`` (``expected`` None) or compare-and-swap; see "Unknown outcomes"."""
+        name = self._object(key)
+        token = uuid.uuid4().hex
+        ambiguous = False  # an earlier attempt may have written
+
+        def lost(actual: str | None, note: str = "") -> GtBarrierError:
+            err: GtBarrierError = (
+                KeyExists(self.uri, key)
+                if expected is None
+                else ConcurrentModification(self.uri, key, expected, actual)
+            )
+            if note:
+                err.add_note(note)
+            return err
+
+        def resolve(first: Exception) -> str:
+            """After a 412/409/404 that followed an ambiguous attempt: did we win?"""
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=name)
+            except Exception as err:
+                if _code(err) in ("NoSuchKey", "404"):
+                    raise lost(None, _SUPERSEDED) from first
+                raise self._translate(err, key) from err
+            if head.get("Metadata", {}).get(TOKEN_METADATA) == token:
+                return head["ETag"]  # our earlier attempt did write
+            raise lost(head["ETag"], _SUPERSEDED) from first
+
+        def attempt() -> str:
+            nonlocal ambiguous
+            meta = {TOKEN_METADATA: token}
+            try:
+                if expected is None:
+                    resp = self.client.put_object(
+                        Bucket=self.bucket, Key=name, Body=data, Metadata=meta, IfNoneMatch="*"
+                    )
+                else:
+                    resp = self.client.put_object(
+                        Bucket=self.bucket, Key=name, Body=data, Metadata=meta, IfMatch=expected
+                    )
+            except Exception as err:
+                code = _code(err)
+                if code in _PRECONDITION or _status(err) == 412 or (
+                    expected is not None and code in ("NoSuchKey", "404")
+                ):
+                    if ambiguous:
+                        return resolve(err)
+                    raise lost(None) from None
+                translated = self._translate(err, key)
+                if translated.retriable and _may_have_written(err):
+                    ambiguous = True
+                raise translated from err
+            return resp["ETag"]
+
+        try:
+            return self.retry(attempt)
+        except StoreUnavailable as err:
+            if not ambiguous:
+                raise
+            unknown = StoreWriteUnknown(
+                self.uri, key,
+                f"{'create' if expected is None else 'compare-and-swap'} may or may not have "
+                f"taken effect: the connection failed after the request was sent, then {err}",
+            )
+            raise unknown from err
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _object(self, key: str) -> str:
+        check_key(self.uri, key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _object_prefix(self, prefix: str) -> str:
+        return f"{self.prefix}/{prefix}" if self.prefix else prefix
+
+    def _translate(self, err: Exception, key: str) -> GtBarrierError:
+        """Map a boto3/transport error to the hierarchy (retriable ones are retried)."""
+        code = _code(err)
+        status = _status(err)
+        if code == "NoSuchBucket":
+            return StoreConfigError(
+                "state.uri", self.uri,
+                f"a bucket that exists: bucket '{self.bucket}' was not found at {self._where()}",
+            )
+        if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
+            return StoreConfigError(
+                "s3.accessKeyId", None,
+                f"credentials for {self.uri}: set s3.accessKeyId and s3.secretAccessKey or the "
+                "AWS configuration chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)",
+            )
+        if isinstance(err, bce.ParamValidationError):
+            return StoreConfigError("key", key, f"a key S3 accepts (store {self.uri}): {err}")
+        if isinstance(err, _UNSENT + _TRANSPORT):
+            return StoreUnavailable(
+                self.uri, key, f"{type(err).__name__} talking to {self._where()}: {err}"
+            )
+        if isinstance(err, bce.ClientError):
+            message = err.response.get("Error", {}).get("Message", "")
+            cause = f"{code} (HTTP {status}) from {self._where()}: {message}".rstrip(": ")
+            if code in _THROTTLING or code in _TRANSIENT or status == 429 or (
+                status is not None and status >= 500
+            ):
+                return StoreUnavailable(self.uri, key, cause)
+            if code in _AUTH:
+                return StateError(f"{self.uri}: key '{key}': access refused: {cause}")
+            return StateError(f"{self.uri}: key '{key}': {cause}")
+        if isinstance(err, GtBarrierError):
+            return err
+        return StateError(f"{self.uri}: key '{key}': {type(err).__name__}: {err}")
+
+    def _where(self) -> str:
+        s3 = self._s3
+        return str(s3.meta.endpoint_url) if s3 is not None else "the S3 endpoint"
+
+
+_SUPERSEDED = (
+    "an earlier attempt of this write failed after it was sent; the key does not hold "
+    "that write now (it never took effect, or another writer has replaced it since)"
+)
+
+
+def _code(err: Exception) -> str | None:
+    if isinstance(err, bce.ClientError):
+        return str(err.response.get("Error", {}).get("Code", "")) or None
+    return None
+
+
+def _status(err: Exception) -> int | None:
+    if isinstance(err, bce.ClientError):
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return int(status) if status is not None else None
+    return None
+
+
+def _may_have_written(err: Exception) -> bool:
+    """False only when the request certainly never took effect."""
+    if isinstance(err, _UNSENT):
+        return False
+    code = _code(err)
+    return not (code in _THROTTLING or _status(err) in (429, 503))
