@@ -160,6 +160,11 @@ class EpochLogConflict(FatalError):
     """The epoch log disagrees with the offsets Spark asked about (a different input)."""
 
 
+class MalformedOffset(FatalError, ValueError):
+    """An offset that Spark handed back is not in the source's format (e.g. a checkpoint
+    written by another source)."""
+
+
 class DataLossError(FatalError):
     """Offsets that a batch needs are gone from Kafka (retention, deleted topic)."""
 

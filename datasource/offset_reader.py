@@ -1,0 +1,316 @@
+"""The driver's view of the Kafka cluster: partitions, earliest and latest offsets.
+
+Mirrors Spark's ``KafkaOffsetReader``. One kafka-python consumer (no group, nothing
+committed) is created lazily on first use and kept for the life of the driver-side reader.
+Every call is retried ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs``
+apart, and bounded by ``kafkaConsumer.pollTimeoutMs`` in all; an unreachable cluster raises
+:class:`SourceUnavailable` naming the bootstrap servers.
+
+Latest offsets are cached for ``fetchOffset.refreshIntervalMs``: Spark calls
+``latestOffset`` every few milliseconds while a query is idle, and an idle query must not
+hammer the broker. :attr:`OffsetReader.requests` counts the calls made to the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from datasource.offsets import Frontier, TopicPartitionKey
+from datasource.options import KafkaSourceOptions
+from state.errors import SourceUnavailable
+from state.retry import Retry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def is_retriable_kafka_error(err: BaseException) -> bool:
+    """Connection problems and the errors Kafka itself marks retriable."""
+    import kafka.errors as kerr
+
+    if isinstance(err, kerr.KafkaError):
+        return bool(getattr(err, "retriable", False)) or isinstance(
+            err,
+            kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NoBrokersAvailable,
+        )
+    return isinstance(err, OSError)
+
+
+def kafka_call(options: KafkaSourceOptions, what: str, fn: Callable[[], T], *, retry: Retry) -> T:
+    """Run ``fn``; retriable Kafka failures become :class:`SourceUnavailable` (and are retried)."""
+
+    def attempt() -> T:
+        try:
+            return fn()
+        except Exception as err:
+            if is_retriable_kafka_error(err):
+                raise SourceUnavailable(
+                    f"Kafka at {options.bootstrap_servers} is unavailable: {what} failed: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
+            err.add_note(f"gtkafka: {what} on Kafka at {options.bootstrap_servers}")
+            raise
+
+    return retry(attempt)
+
+
+def driver_retry(options: KafkaSourceOptions) -> Retry:
+    """``fetchOffset.numRetries`` retries, ``retryIntervalMs`` apart, within the poll timeout."""
+    interval = options.fetch_offset_retry_interval_ms / 1000.0
+    return Retry(
+        max_attempts=options.fetch_offset_num_retries + 1,
+        base_delay=interval,
+        max_delay=interval,
+        jitter=0.0,
+        deadline=options.poll_timeout_ms / 1000.0,
+    )
+
+
+def attempt_timeout_ms(options: KafkaSourceOptions) -> int:
+    """One attempt's share of the poll timeout, so that all attempts fit within it."""
+    return max(1_000, options.poll_timeout_ms // (options.fetch_offset_num_retries + 1))
+
+
+@dataclass
+class _CachedLatest:
+    at: float
+    partitions: dict[str, set[int]]
+    latest: Frontier
+
+
+class OffsetReader:
+    """Partitions and offsets of the subscribed topics; one instance per driver-side reader."""
+
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        *,
+        consumer_factory: Callable[..., Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.requests: Counter[str] = Counter()
+        self._factory = consumer_factory
+        self._clock = clock
+        self._consumer: Any = None
+        self._cache: _CachedLatest | None = None
+        # (ListOffsets answer, corrected end) per partition, to skip the fetch probe
+        # while a partition's ListOffsets answer does not change.
+        self._ends: dict[TopicPartitionKey, tuple[int, int]] = {}
+        self._retry = driver_retry(options)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            timeout = attempt_timeout_ms(self.options)
+            overrides = {
+                k: v
+                for k, v in {
+                    "request_timeout_ms": timeout,
+                    "bootstrap_timeout_ms": timeout,
+                    "fetch_max_wait_ms": min(100, timeout // 2),
+                    "max_poll_records": 100_000,
+                }.items()
+                if k not in self.options.kafka
+            }
+            config = self.options.consumer_config(**overrides)
+            factory = self._factory
+            if factory is None:
+                from kafka import KafkaConsumer
+
+                factory = KafkaConsumer
+            self.requests["connect"] += 1
+            self._consumer = self._call("connect", lambda: factory(**config))
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        return kafka_call(self.options, what, fn, retry=self._retry)
+
+    # --- partitions ------------------------------------------------------------------
+
+    def topic_partitions(self) -> dict[str, set[int]]:
+        """Existing topics of the subscription and their partitions (one Metadata request).
+
+        Subscribed or assigned topics that do not exist are absent from the answer; the
+        caller decides whether that is an error (at start) or data loss (later).
+        """
+        consumer = self._client()
+        sub = self.options.subscription
+
+        def fetch() -> dict[str, set[int]]:
+            self.requests["metadata"] += 1
+            topics = consumer.topics()  # always a fresh Metadata request
+            found: dict[str, set[int]] = {}
+            for topic in sorted(topics):
+                if not sub.matches(topic):
+                    continue
+                parts = set(consumer.partitions_for_topic(topic) or ())
+                if sub.kind == "assign":
+                    parts &= set(dict(sub.assignment)[topic])
+                if parts:
+                    found[topic] = parts
+            return found
+
+        return self._call("fetching topic metadata", fetch)
+
+    # --- offsets ---------------------------------------------------------------------
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
+        """The log start offset of each partition (ListOffsets "earliest")."""
+        wanted = sorted(tps)
+        if not wanted:
+            return {}
+        consumer = self._client()
+        from kafka import TopicPartition
+
+        def fetch() -> Frontier:
+            self.requests["list_offsets"] += 1
+            answer = consumer.beginning_offsets(
+                [TopicPartition(t, p) for t, p in wanted],
+                timeout_ms=attempt_timeout_ms(self.options),
+            )
+            return {(tp.topic, tp.partition): int(off) for tp, off in answer.items()}
+
+        return self._call("ListOffsets(earliest)", fetch)
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
+        """The end of each partition (the offset the next record will get), uncached."""
+        wanted = sorted(tps)
+        if not wanted:
+            return {}
+        consumer = self._client()
+        from kafka import TopicPartition
+
+        def fetch() -> Frontier:
+            self.requests["list_offsets"] += 1
+            answer = consumer.end_offsets(
+                [TopicPartition(t, p) for t, p in wanted],
+                timeout_ms=attempt_timeout_ms(self.options),
+            )
+            return {(tp.topic, tp.partition): int(off) for tp, off in answer.items()}
+
+        listed = self._call("ListOffsets(latest)", fetch)
+        return self._correct_ends(listed)
+
+    def latest_cached(self, *, fresh: bool = False) -> tuple[dict[str, set[int]], Frontier]:
+        """Partitions and latest offsets, refreshed at most every ``refreshIntervalMs``."""
+        now = self._clock()
+        interval = self.options.fetch_offset_refresh_interval_ms / 1000.0
+        cache = self._cache
+        if fresh or cache is None or now - cache.at >= interval:
+            partitions = self.topic_partitions()
+            latest = self.latest((t, p) for t, ps in partitions.items() for p in ps)
+            cache = self._cache = _CachedLatest(self._clock(), partitions, latest)
+        return cache.partitions, dict(cache.latest)
+
+    def _correct_ends(self, listed: Mapping[TopicPartitionKey, int]) -> Frontier:
+        """Work around the Tansu broker's wrong ListOffsets "latest".
+
+        Tansu answers the base offset of the partition's *last record batch* plus one,
+        not the last offset plus one (Apache Kafka answers the latter). A fetch's high
+        watermark is right on both, so the end of a partition is the largest of the
+        ListOffsets answer, the high watermark and the last offset + 1 of a fetch from
+        ``listed - 1`` (which returns the last batch on Tansu and the last record on
+        Kafka). The fetch is only made when a partition's ListOffsets answer changed.
+        """
+        ends: Frontier = {}
+        probe: dict[TopicPartitionKey, int] = {}
+        for tp, listed_end in listed.items():
+            known = self._ends.get(tp)
+            if listed_end <= 0:
+                ends[tp] = listed_end
+            elif known is not None and known[0] == listed_end:
+                ends[tp] = known[1]
+            else:
+                probe[tp] = listed_end
+        if probe:
+            probed = self._call("fetching high watermarks", lambda: self._probe(probe))
+            for tp, listed_end in probe.items():
+                end = max(listed_end, probed.get(tp, listed_end))
+                self._ends[tp] = (listed_end, end)
+                ends[tp] = end
+        return ends
+
+    def _probe(self, listed: Mapping[TopicPartitionKey, int]) -> Frontier:
+        import kafka.errors as kerr
+        from kafka import TopicPartition
+
+        consumer = self._client()
+        tps = {tp: TopicPartition(*tp) for tp in listed}
+        consumer.assign(list(tps.values()))
+        for tp, listed_end in listed.items():
+            consumer.seek(tps[tp], listed_end - 1)
+        found: Frontier = {}
+        pending = set(listed)
+        deadline = self._clock() + attempt_timeout_ms(self.options) / 1000.0
+        self.requests["fetch"] += 1
+        try:
+            while pending:
+                remaining_ms = int((deadline - self._clock()) * 1000)
+                if remaining_ms <= 0:
+                    break
+                try:
+                    batch = consumer.poll(timeout_ms=min(remaining_ms, 200))
+                except kerr.OffsetOutOfRangeError as err:
+                    # ``listed - 1`` is gone (retention raced us): the listed end stands.
+                    for ktp in err.args[0] if err.args and isinstance(err.args[0], dict) else {}:
+                        key = (ktp.topic, ktp.partition)
+                        pending.discard(key)
+                        consumer.pause(ktp)
+                    continue
+                for ktp, records in batch.items():
+                    key = (ktp.topic, ktp.partition)
+                    if key not in pending:
+                        continue
+                    last = records[-1].offset + 1 if records else 0
+                    found[key] = max(last, consumer.highwater(ktp) or 0)
+                    pending.discard(key)
+                    consumer.pause(ktp)
+            for key in pending:
+                # No records came back (e.g. the last batch is a transaction marker):
+                # the high watermark of an empty fetch, if one arrived, still counts.
+                hw = consumer.highwater(tps[key])
+                if hw is not None:
+                    found[key] = hw
+        finally:
+            consumer.assign([])
+        return found
+
+    def offsets_for_times(
+        self, stamps: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The first offset with a timestamp >= the given one, or ``None`` if there is none."""
+        if not stamps:
+            return {}
+        consumer = self._client()
+        from kafka import TopicPartition
+
+        def fetch() -> dict[TopicPartitionKey, int | None]:
+            self.requests["list_offsets"] += 1
+            answer = consumer.offsets_for_times(
+                {TopicPartition(t, p): ts for (t, p), ts in stamps.items()},
+                timeout_ms=attempt_timeout_ms(self.options),
+            )
+            result: dict[TopicPartitionKey, int | None] = {}
+            for t, p in stamps:
+                hit = answer.get(TopicPartition(t, p))
+                # Tansu answers offset 0 with timestamp -1 where Kafka answers "none".
+                if hit is None or hit.offset is None or hit.offset < 0 or hit.timestamp < 0:
+                    result[(t, p)] = None
+                else:
+                    result[(t, p)] = int(hit.offset)
+            return result
+
+        return self._call("ListOffsets(timestamp)", fetch)

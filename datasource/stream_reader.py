@@ -1,0 +1,336 @@
+"""The streaming reader of ``gtkafka``: offsets, the epoch log, admission control.
+
+Spark creates this object in a long-lived Python process on the driver (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``), and again, pickled, for the executors'
+``read``. It therefore holds only options until a driver hook first needs the broker or
+the store; both clients are created lazily and dropped on pickling.
+
+``latestOffset(start, limit)`` consults the epoch log first: a recorded epoch for
+``start`` is returned unchanged, whatever the read limit is now, so every replay (with or
+without Spark's checkpoint) sees the same epochs and hence the same ``gt``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from datasource.batch_record import BatchContext
+from datasource.epoch_log import EpochLog
+from datasource.group_commit import commit_to_group
+from datasource.offset_reader import OffsetReader
+from datasource.offset_specs import resolve, subscribed_partitions
+from datasource.offsets import (
+    Frontier,
+    SourceOffset,
+    TopicPartitionKey,
+    backlog,
+    frontier_json,
+    ranges_between,
+    rate_limit,
+    split_ranges,
+)
+from datasource.options import WHERE, KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.schema import arrow_schema
+from state.errors import ConfigError, DataLossError
+from state.layout import PipelineLayout
+from state.store import open_store
+
+log = logging.getLogger(__name__)
+
+
+class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Replayable micro-batch reads of Kafka with a durable epoch log."""
+
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        schema: StructType,
+        *,
+        offset_reader: OffsetReader | None = None,
+        epoch_log: EpochLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        options.require_streaming()
+        assert options.pipeline_id is not None and options.store is not None
+        self.options = options
+        self.schema = schema
+        self.layout = PipelineLayout(options.pipeline_id)
+        self._offsets = offset_reader
+        self._log = epoch_log
+        self._clock = clock
+        self._target: Frontier | None = None
+        self._last_trigger: float | None = None
+        self.lost_events = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_offsets"] = None
+        state["_log"] = None
+        state["_clock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._clock = time.monotonic
+
+    # --- lazily created clients ------------------------------------------------------
+
+    @property
+    def offset_reader(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.options)
+        return self._offsets
+
+    @property
+    def epoch_log(self) -> EpochLog:
+        if self._log is None:
+            assert self.options.store is not None
+            self._log = EpochLog(open_store(self.options.store), self.layout)
+        return self._log
+
+    # --- Spark hooks (driver) --------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The persisted start, or the start resolved now and persisted (first writer wins)."""
+        persisted = self.epoch_log.start()
+        if persisted is None:
+            found = self.offset_reader.topic_partitions()
+            tps = subscribed_partitions(self.options, found)
+            frontier = resolve(
+                self.options.streaming_starting,
+                tps,
+                self.offset_reader,
+                role="start",
+                strategy=self.options.starting_by_timestamp_strategy,
+            )
+            persisted = self.epoch_log.create_start(SourceOffset(0, frontier))
+        self._check_compatible(persisted)
+        return persisted.to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the frontier to stop at: the latest offsets now (freshly fetched)."""
+        _, latest = self.offset_reader.latest_cached(fresh=True)
+        self._target = latest
+        log.info("gtkafka: Trigger.AvailableNow reads up to %s", frontier_json(latest))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = SourceOffset.from_json(start)
+        recorded = self.epoch_log.recorded_end(begin)
+        if recorded is not None:
+            self._last_trigger = self._clock()
+            return recorded.to_json()
+        end = self._next_end(begin, limit)
+        if end is None:
+            return begin.to_json()
+        winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
+        self._last_trigger = self._clock()
+        return winner.to_json()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The broker's latest offsets as last fetched (no new request); no epoch yet."""
+        if self._offsets is None:
+            return None
+        _, latest = self.offset_reader.latest_cached()
+        return {"offsets": frontier_json(latest)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The ranges of the epoch, split as the options say; a marker if all are empty.
+
+        A pure function of ``(start, end, options)``, so a replay reads the same splits.
+        """
+        return plan_partitions(
+            self.options, SourceOffset.from_json(start), SourceOffset.from_json(end)
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaInputPartition)
+        return read_partition(
+            self.options,
+            partition,
+            arrow_schema(self.schema),
+            context=BatchContext.current(),
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Publish progress to ``commitOffsetsToGroup`` (monitoring only, never recovery)."""
+        if self.options.commit_offsets_to_group is not None:
+            commit_to_group(
+                self.options,
+                self.options.commit_offsets_to_group,
+                SourceOffset.from_json(end).offsets,
+            )
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+
+    # --- the next end frontier -------------------------------------------------------
+
+    def _next_end(self, start: SourceOffset, limit: ReadLimit) -> Frontier | None:
+        """The end of the epoch starting at ``start``, or ``None`` if there is nothing to read."""
+        begin = dict(start.offsets)
+        self._check_subscribed(begin)
+        _, latest = self.offset_reader.latest_cached()
+        candidate: Frontier = {}
+        changed = False
+
+        gone = sorted(tp for tp in begin if tp not in latest)
+        if gone:
+            self._data_loss(
+                f"partition(s) {_tps(gone)} no longer exist on Kafka at "
+                f"{self.options.bootstrap_servers} (topic or partition deleted); "
+                f"the epoch starting at {start} cannot read them"
+            )
+            changed = True  # with failOnDataLoss=false they are dropped from the frontier
+
+        shrunk = sorted(tp for tp in begin if tp in latest and latest[tp] < begin[tp])
+        restart: Frontier = {}
+        if shrunk:
+            self._data_loss(
+                "offsets went backwards for "
+                + ", ".join(
+                    f"{t}-{p} (from {begin[(t, p)]} to {latest[(t, p)]})" for t, p in shrunk
+                )
+                + " (topic recreated or truncated); records may have been missed"
+            )
+            restart = self.offset_reader.earliest(shrunk)
+            changed = True
+
+        for tp, off in latest.items():
+            if tp in restart:
+                candidate[tp] = restart[tp]  # the next epoch starts at the new log start
+            elif self._target is not None:
+                if tp in self._target:
+                    candidate[tp] = max(begin.get(tp, 0), min(off, self._target[tp]))
+                elif tp in begin:
+                    candidate[tp] = begin[tp]
+            else:
+                candidate[tp] = off
+
+        growing = {tp: off for tp, off in candidate.items() if tp not in restart}
+        available = backlog(begin, growing)
+        if available == 0 and not changed:
+            return None
+
+        waiting_for_rows = (
+            isinstance(limit, ReadMinRows)
+            and self._target is None
+            and available < limit.min_rows
+            and not changed
+        )
+        if waiting_for_rows:
+            waited = self._clock() - self._since_last_trigger()
+            if waited < self.options.max_trigger_delay_s:
+                return None
+        max_rows = None
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif isinstance(limit, ReadMinRows):
+            max_rows = self.options.max_offsets_per_trigger
+        if max_rows is not None and available > 0:
+            limited = rate_limit(begin, growing, max_rows)
+            candidate.update(limited)
+
+        self._check_retention(begin, candidate)
+        return candidate
+
+    def _since_last_trigger(self) -> float:
+        if self._last_trigger is None:
+            self._last_trigger = self._clock()
+        return self._last_trigger
+
+    def _check_retention(self, begin: Frontier, end: Frontier) -> None:
+        """Ranges that start below their partition's log start lost records to retention."""
+        reading = [(r.topic, r.partition) for r in ranges_between(begin, end)]
+        if not reading:
+            return
+        earliest = self.offset_reader.earliest(reading)
+        lost = sorted(tp for tp in reading if begin.get(tp, 0) < earliest[tp])
+        if lost:
+            self._data_loss(
+                "records were deleted before they were read: "
+                + ", ".join(
+                    f"{t}-{p} starts at {earliest[(t, p)]}, the epoch at {begin.get((t, p), 0)}"
+                    for t, p in lost
+                )
+            )
+
+    def _data_loss(self, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"gtkafka: {message}. Set failOnDataLoss=false to skip lost data with a warning."
+            )
+        self.lost_events += 1
+        log.warning("gtkafka: %s; continuing (failOnDataLoss=false)", message)
+
+    def _check_subscribed(self, frontier: Frontier) -> None:
+        sub = self.options.subscription
+        foreign = sorted({t for t, _ in frontier if not sub.matches(t)})
+        if foreign:
+            raise ConfigError(
+                sub.kind,
+                sub.describe().split("=", 1)[1],
+                f"a subscription that includes the topics this query already reads ("
+                f"{', '.join(foreign)} are in its offsets but not subscribed); use a new "
+                "pipeline.id and checkpoint to change the subscription",
+                where=WHERE,
+            )
+
+    def _check_compatible(self, start: SourceOffset) -> None:
+        """The persisted start must belong to the same topics as the options name."""
+        sub = self.options.subscription
+        recorded = {t for t, _ in start.offsets}
+        self._check_subscribed(dict(start.offsets))
+        named = set(sub.named_topics())
+        if sub.kind != "subscribePattern" and named - recorded:
+            raise ConfigError(
+                sub.kind,
+                sub.describe().split("=", 1)[1],
+                f"the topics of pipeline {self.layout.pipeline_id!r}, whose start is recorded "
+                f"at {self.options.store.uri if self.options.store else ''}/"
+                f"{self.layout.source_start} "
+                f"for topics {sorted(recorded)}; use a new pipeline.id to change the subscription",
+                where=WHERE,
+            )
+
+
+def plan_partitions(
+    options: KafkaSourceOptions, start: SourceOffset, end: SourceOffset
+) -> list[InputPartition]:
+    if start.same_as(end):
+        return []
+    ranges = split_ranges(
+        ranges_between(start.offsets, end.offsets),
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+    )
+    parts: list[InputPartition] = [KafkaInputPartition(start.epoch, r) for r in ranges]
+    if not parts and start.epoch != end.epoch:
+        parts.append(KafkaInputPartition(start.epoch, None))
+    return parts
+
+
+def _tps(tps: list[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in tps)
