@@ -61,6 +61,13 @@ class PipelineLayout:
         """``{"gt_last": k | -1, "inflight": {...} | null, "owner": {...}}``, every change a CAS."""
         return f"{self.root}/barrier/state.json"
 
+    def barrier_run(self, run_id: str) -> str:
+        """A driver run that claimed the barrier once (created at the claim, never changed).
+
+        A run whose marker exists but which is no longer the owner was superseded: fenced.
+        """
+        return f"{self.root}/barrier/runs/{run_id}.json"
+
     def staging(self, query_id: str, batch_id: int) -> str:
         return f"{self.root}/staging/{query_id}/{batch_id:0{_PAD}d}/"
 
@@ -85,3 +92,24 @@ class PipelineLayout:
     def resume_point(self) -> str:
         """The resume point when no ZooKeeper is configured."""
         return f"{self.root}/resume.json"
+
+    @property
+    def driver(self) -> str:
+        """``{"token": n, "owner": {...}}``: every driver that takes the pipeline bumps
+        ``token`` (compare-and-swap); the sink fences commits with a lower token."""
+        return f"{self.root}/coordinator/driver.json"
+
+    # --- ZooKeeper (paths in the ensemble, not store keys) -----------------------
+    @property
+    def zookeeper_root(self) -> str:
+        return f"/gtbarrier/{self.pipeline_id}"
+
+    @property
+    def zookeeper_resume(self) -> str:
+        """The resume point: ``{"epoch", "frontier", "batch_id", "created_at", "manifest", ...}``."""
+        return f"{self.zookeeper_root}/resume"
+
+    @property
+    def zookeeper_driver_lock(self) -> str:
+        """The lock (kazoo ``Lock`` recipe) held by the one driver of the pipeline."""
+        return f"{self.zookeeper_root}/driver"

@@ -1,0 +1,526 @@
+"""The barrier protocol, run by ``commit``/``abort`` on the driver.
+
+Spark runs ``commit(messages, batchId)`` in a fresh Python process each micro-batch, so
+everything the barrier knows is in the state store, in one record
+(``<pipeline>/barrier/state.json``, docs/PROTOCOL.md)::
+
+    {"gt_last": 6, "inflight": {...bundle 7...} | null,
+     "owner": {"run_id", "query_id", "generation", "since", "token"}}
+
+Every change of that record is a compare-and-swap on the version that was read; a lost
+CAS is never retried blindly (it means another driver took the pipeline over).
+
+``commit`` of batch ``b``:
+
+1. The bundle's global time is the epoch ``k`` the batch read, from the batch record the
+   source's read tasks wrote (``batches/<queryId>/<b>``). No record: a no-data batch.
+2. Ownership (zombie fencing, like a Kafka producer epoch): the first commit of a driver
+   run claims the pipeline by bumping ``owner.generation``; a run that was superseded is
+   fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
+   than the recorded one is fenced too.
+3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
+   ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again.
+4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
+5. Otherwise bundle ``k`` is recorded in flight, delivered (retrying the *same* bundle),
+   then ``GT_last`` advances to ``k`` and the in-flight record is cleared, in one CAS.
+
+``delivery=at-least-once`` skips the in-flight record and ``last_bundle()``: a crash between
+delivery and the ``GT_last`` CAS delivers the bundle again on replay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sink.bundle import BarrierCommitMessage, Bundle
+from sink.consumers.base import Ack, Consumer
+from sink.faults import FaultInjector
+from sink.options import SinkOptions
+from sink.staging import Staging, part_run_id
+from state.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConcurrentModification,
+    DeliveryFailed,
+    FatalError,
+    GtBarrierError,
+    KeyExists,
+    PipelineFenced,
+    StateError,
+    StoreUnavailable,
+)
+from state.layout import PipelineLayout
+from state.retry import Retry
+from state.store import StateStore
+
+RUN_ID = re.compile(r"runId\s*=\s*([0-9A-Za-z-]+)")
+METRICS_ENV = "GTBARRIER_METRICS"
+
+
+def run_id_from_description(description: str | None) -> str | None:
+    """The streaming run id in Spark's job description (``"... runId = <uuid> ..."``)."""
+    if not description:
+        return None
+    m = RUN_ID.search(description)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The driver run that may advance the barrier."""
+
+    run_id: str
+    query_id: str
+    generation: int
+    since: float
+    token: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "query_id": self.query_id,
+            "generation": self.generation,
+            "since": self.since,
+            "token": self.token,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Owner:
+        return cls(
+            run_id=str(d["run_id"]),
+            query_id=str(d.get("query_id", "")),
+            generation=int(d.get("generation", 0)),
+            since=float(d.get("since", 0.0)),
+            token=None if d.get("token") is None else int(d["token"]),
+        )
+
+
+@dataclass(frozen=True)
+class BarrierState:
+    gt_last: int = -1
+    inflight: dict[str, Any] | None = None
+    owner: Owner | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gt_last": self.gt_last,
+            "inflight": self.inflight,
+            "owner": None if self.owner is None else self.owner.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BarrierState:
+        owner = d.get("owner")
+        return cls(
+            gt_last=int(d.get("gt_last", -1)),
+            inflight=d.get("inflight"),
+            owner=None if owner is None else Owner.from_json(owner),
+        )
+
+
+@dataclass
+class CommitOutcome:
+    """What a commit did (for logs, tests and the benchmark's metrics)."""
+
+    batch_id: int
+    epoch: int | None
+    action: str  # delivered | dropped | empty | no-data
+    rows: int = 0
+    recovered: int | None = None
+    driver_bytes: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Barrier:
+    """The protocol for one pipeline; created per commit/abort in the commit process."""
+
+    def __init__(
+        self,
+        options: SinkOptions,
+        store: StateStore,
+        consumer: Consumer,
+        staging: Staging,
+        faults: FaultInjector | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.options = options
+        self.store = store
+        self.consumer = consumer
+        self.staging = staging
+        self.faults = faults if faults is not None else FaultInjector(options.fault)
+        self.layout = PipelineLayout(options.pipeline_id)
+        self.clock = clock
+        self.sleep = sleep
+        self.store_retry = Retry(max_attempts=6, base_delay=0.1, deadline=30.0, sleep=sleep)
+
+    # --- Spark's hooks --------------------------------------------------------------
+
+    def commit(
+        self, messages: Sequence[BarrierCommitMessage | None], batch_id: int
+    ) -> CommitOutcome:
+        started = time.perf_counter()
+        if any(m is None for m in messages):
+            raise CommitFailed(
+                f"barrier: commit of batch {batch_id} got a failed task's message (None)"
+            )
+        msgs = [m for m in messages if m is not None]
+        rows = sum(m.rows for m in msgs)
+        if not msgs:
+            return CommitOutcome(batch_id, None, "empty")
+        query_id, run_id = _identity(msgs, batch_id)
+        outcome = self._commit(msgs, batch_id, query_id, run_id, rows)
+        outcome.timings["total"] = time.perf_counter() - started
+        _record_metrics(self.options, outcome)
+        return outcome
+
+    def abort(self, messages: Sequence[BarrierCommitMessage | None], batch_id: int) -> None:
+        """Delete what the failed batch staged, except parts an in-flight record references."""
+        msgs = [m for m in messages if m is not None]
+        state, _ = self._load()
+        keep = _inflight_parts(state)
+        for m in msgs:
+            if m.part is not None and m.part.location not in keep:
+                self.staging.delete(m.part.location)
+        if msgs:
+            query_id, run_id = _identity(msgs, batch_id)
+            self._clean_batch_dir(query_id, batch_id, run_id, state)
+
+    # --- the protocol ---------------------------------------------------------------
+
+    def _commit(
+        self,
+        msgs: list[BarrierCommitMessage],
+        batch_id: int,
+        query_id: str,
+        run_id: str | None,
+        rows: int,
+    ) -> CommitOutcome:
+        t = time.perf_counter
+        timings: dict[str, float] = {}
+        t0 = t()
+        epoch = self._epoch_of(query_id, batch_id)
+        if epoch is None:
+            if rows:
+                raise FatalError(
+                    f"barrier: batch {batch_id} of query {query_id} read no source epoch (a "
+                    f"no-data micro-batch) but produced {rows} row(s), whose content is not "
+                    "replay-stable; set spark.sql.streaming.noDataMicroBatches.enabled=false "
+                    "(datasource.register_all(spark) does)"
+                )
+            return CommitOutcome(batch_id, None, "no-data")
+        state, version = self._load()
+        timings["read_state"] = t() - t0
+
+        state, version = self._claim(state, version, run_id or f"query-{query_id}", query_id)
+        me = state.owner
+        outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
+
+        if state.inflight is not None:
+            t1 = t()
+            state, version, outcome.recovered = self._resolve_inflight(state, version, me)
+            timings["recover"] = t() - t1
+
+        if epoch <= state.gt_last or rows == 0:
+            outcome.action = "dropped" if epoch <= state.gt_last else "empty"
+            for m in msgs:
+                if m.part is not None:
+                    self.staging.delete(m.part.location)
+            self._clean_batch_dir(query_id, batch_id, run_id, state)
+            return outcome
+
+        bundle = Bundle.from_messages(self.options.pipeline_id, epoch, batch_id, msgs)
+        if self.options.exactly_once:
+            self.faults.at("before_inflight", epoch)
+            t1 = t()
+            state, version = self._cas(
+                state, replace(state, inflight=bundle.to_record()), version, me,
+                f"record bundle {epoch} in flight",
+            )
+            timings["cas_inflight"] = t() - t1
+            self.faults.at("after_inflight", epoch)
+        t1 = t()
+        ack = self._deliver(bundle, redelivery=False)
+        timings["deliver"] = t() - t1
+        outcome.driver_bytes = ack.driver_bytes
+        self.faults.at("after_ack", epoch)
+        t1 = t()
+        state, version = self._cas(
+            state, replace(state, gt_last=epoch, inflight=None), version, me,
+            f"advance GT_last to {epoch}",
+        )
+        timings["cas_gt_last"] = t() - t1
+        t1 = t()
+        self._delete_parts(bundle)
+        self._clean_batch_dir(query_id, batch_id, run_id, state)
+        timings["cleanup"] = t() - t1
+        self.faults.at("after_gt_last", epoch)
+        return outcome
+
+    def _epoch_of(self, query_id: str, batch_id: int) -> int | None:
+        hit = self.store_retry(
+            lambda: self.store.get_json_or_none(self.layout.batch(query_id, batch_id))
+        )
+        if hit is None:
+            return None
+        rec = hit[0]
+        same_query = rec.get("query_id", query_id) == query_id
+        if int(rec.get("batch_id", batch_id)) != batch_id or not same_query:
+            raise StateError(
+                f"barrier: batch record {self.layout.batch(query_id, batch_id)} names another "
+                f"batch: {rec}"
+            )
+        return int(rec["epoch"])
+
+    def _load(self) -> tuple[BarrierState, str | None]:
+        hit = self.store_retry(lambda: self.store.get_json_or_none(self.layout.barrier_state))
+        if hit is None:
+            return BarrierState(), None
+        return BarrierState.from_json(hit[0]), hit[1]
+
+    def _claim(
+        self, state: BarrierState, version: str | None, run_id: str, query_id: str
+    ) -> tuple[BarrierState, str]:
+        """Make this run the owner, or raise :class:`PipelineFenced` if it was superseded."""
+        token = self.options.fencing_token
+        owner = state.owner
+        if (
+            owner is not None
+            and token is not None
+            and owner.token is not None
+            and token < owner.token
+        ):
+            raise self._fenced(owner, run_id, f"its fencing.token {token} < {owner.token}")
+        if owner is not None and owner.run_id == run_id and (token is None or token == owner.token):
+            assert version is not None
+            return state, version
+        marker = self.layout.barrier_run(run_id)
+        if (
+            owner is not None
+            and owner.run_id != run_id
+            and self.store_retry(lambda: self.store.get_or_none(marker)) is not None
+        ):
+            raise self._fenced(owner, run_id, "a newer run took the pipeline over")
+        if owner is None or owner.run_id != run_id:
+            try:
+                self.store.create_json(
+                    marker, {"run_id": run_id, "query_id": query_id, "since": self.clock()}
+                )
+            except KeyExists:
+                raise self._fenced(owner, run_id, "this run was superseded") from None
+        new_owner = Owner(
+            run_id=run_id,
+            query_id=query_id,
+            generation=(owner.generation + 1) if owner else 1,
+            since=self.clock(),
+            token=token if token is not None else (owner.token if owner else None),
+        )
+        claimed = replace(state, owner=new_owner)
+        if version is None:
+            try:
+                new_version = self.store.create_json(self.layout.barrier_state, claimed.to_json())
+            except KeyExists:
+                current, _ = self._load()
+                raise self._fenced(current.owner, run_id, "another run claimed it first") from None
+            return claimed, new_version
+        return self._cas(state, claimed, version, new_owner, "claim the pipeline", claiming=True)
+
+    def _resolve_inflight(
+        self, state: BarrierState, version: str, me: Owner | None
+    ) -> tuple[BarrierState, str, int]:
+        assert state.inflight is not None
+        bundle = Bundle.from_record(self.options.pipeline_id, state.inflight)
+        delivered = False
+        if self.options.exactly_once:
+            last = self.consumer.last_bundle()
+            if last is not None and last.bundle_id > bundle.bundle_id:
+                raise StateError(
+                    f"barrier: {self.consumer.describe()} reports bundle {last.bundle_id} but the "
+                    f"barrier state ({self.store.uri}/{self.layout.barrier_state}) has bundle "
+                    f"{bundle.bundle_id} in flight: the consumer is shared with another pipeline "
+                    "or the state was reset"
+                )
+            delivered = last is not None and last.bundle_id == bundle.bundle_id
+        if not delivered:
+            self._deliver(bundle, redelivery=True)
+        state, version = self._cas(
+            state,
+            replace(state, gt_last=max(state.gt_last, bundle.epoch), inflight=None),
+            version,
+            me,
+            f"acknowledge in-flight bundle {bundle.epoch}",
+        )
+        self._delete_parts(bundle)
+        return state, version, bundle.bundle_id
+
+    def _deliver(self, bundle: Bundle, *, redelivery: bool) -> Ack:
+        """Deliver ``bundle``, retrying the same bundle; raise once the retries are spent."""
+        attempts = [0]
+
+        def attempt() -> Ack:
+            again = redelivery or attempts[0] > 0
+            attempts[0] += 1
+            self.faults.at("deliver_error", bundle.bundle_id)
+            try:
+                return self.consumer.deliver(bundle, redelivery=again)
+            except GtBarrierError:
+                raise
+            except Exception as err:
+                raise DeliveryFailed(
+                    f"{self.consumer.describe()}: delivery of bundle {bundle.bundle_id} failed: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
+
+        retry = Retry(
+            max_attempts=self.options.max_retries + 1,
+            base_delay=self.options.retry_backoff,
+            max_delay=max(self.options.retry_backoff, 30.0),
+            deadline=float("inf"),
+            jitter=0.2,
+            sleep=self.sleep,
+        )
+        try:
+            return retry(attempt)
+        except (DeliveryFailed, CommitStateUnknown) as err:
+            inflight = " It stays recorded in flight; restarting the query resolves it." if (
+                self.options.exactly_once
+            ) else ""
+            err.add_note(
+                f"barrier: bundle {bundle.bundle_id} (batch {bundle.batch_id}, "
+                f"{bundle.rows} rows) was not acknowledged after {attempts[0]} "
+                f"attempt(s).{inflight}"
+            )
+            raise
+
+    def _cas(
+        self,
+        old: BarrierState,
+        new: BarrierState,
+        version: str,
+        me: Owner | None,
+        what: str,
+        *,
+        claiming: bool = False,
+    ) -> tuple[BarrierState, str]:
+        """Compare-and-swap the barrier state; a lost race raises, never retried blindly.
+
+        Only an *unanswered* CAS is tried again (with the same expected version, which is
+        safe: if the first one landed the second loses, and the stored content tells).
+        """
+        key = self.layout.barrier_state
+        data = new.to_json()
+        unanswered = [False]
+
+        def swap() -> str:
+            try:
+                return self.store.compare_and_swap_json(key, data, version)
+            except StoreUnavailable:
+                unanswered[0] = True
+                raise
+
+        try:
+            return new, self.store_retry(swap)
+        except ConcurrentModification:
+            current = self.store_retry(lambda: self.store.get_json_or_none(key))
+            if unanswered[0] and current is not None and current[0] == data:
+                return new, current[1]
+            now = BarrierState.from_json(current[0]) if current else BarrierState()
+            if now.owner is not None and (me is None or now.owner.run_id != me.run_id or claiming):
+                raise self._fenced(
+                    now.owner, me.run_id if me else "?", f"it lost the race to {what}"
+                ) from None
+            raise CommitFailed(
+                f"barrier: {self.store.uri}/{key} changed while this driver tried to {what}; "
+                "not retried"
+            ) from None
+        except StoreUnavailable as err:
+            raise CommitStateUnknown(
+                f"barrier: could not {what}: {err}; restarting the query resolves it"
+            ) from err
+
+    def _fenced(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
+        if owner is None:
+            return PipelineFenced(
+                f"barrier: pipeline {self.options.pipeline_id!r}: this driver (run {run_id}) "
+                f"is fenced: {why}"
+            )
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(owner.since))
+        return PipelineFenced(
+            f"barrier: pipeline {self.options.pipeline_id!r} is owned by run {owner.run_id} "
+            f"(query {owner.query_id}, generation {owner.generation}) since {since}; this "
+            f"driver (run {run_id}) is a zombie and stops ({why})"
+        )
+
+    # --- staging cleanup --------------------------------------------------------------
+
+    def _delete_parts(self, bundle: Bundle) -> None:
+        for part in bundle.parts:
+            self.staging.delete(part.location)
+
+    def _clean_batch_dir(
+        self, query_id: str, batch_id: int, run_id: str | None, state: BarrierState
+    ) -> None:
+        """Delete the batch's leftover parts that can never be delivered.
+
+        Those of this run (failed task attempts) and those of runs that were superseded
+        (their driver died); never parts an in-flight record references, nor parts of a
+        run that has not claimed the pipeline yet (a driver that may be starting up).
+        """
+        keep = _inflight_parts(state)
+        owner = state.owner.run_id if state.owner else None
+        superseded: dict[str, bool] = {}
+        for location in self.staging.list(self.staging.batch_prefix(query_id, batch_id)):
+            if location in keep:
+                continue
+            rid = part_run_id(location)
+            if rid is None:
+                continue
+            if rid != (run_id or "unknown"):
+                if rid == owner:
+                    continue
+                if rid not in superseded:
+                    marker = self.store.get_or_none(self.layout.barrier_run(rid))
+                    superseded[rid] = marker is not None
+                if not superseded[rid]:
+                    continue
+            self.staging.delete(location)
+
+
+def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str, str | None]:
+    ids = {(m.query_id, m.run_id) for m in msgs}
+    if len(ids) != 1:
+        raise CommitFailed(f"barrier: batch {batch_id}'s tasks disagree on query/run: {ids}")
+    query_id, run_id = ids.pop()
+    return query_id, run_id
+
+
+def _inflight_parts(state: BarrierState) -> set[str]:
+    return set(state.inflight.get("parts", [])) if state.inflight else set()
+
+
+def _record_metrics(options: SinkOptions, outcome: CommitOutcome) -> None:
+    """Append one JSON line per commit to ``$GTBARRIER_METRICS`` if set (benchmarks)."""
+    path = os.environ.get(METRICS_ENV)
+    if not path:
+        return
+    rec = {
+        "pipeline_id": options.pipeline_id,
+        "delivery": options.delivery,
+        "consumer": options.consumer,
+        "batch_id": outcome.batch_id,
+        "epoch": outcome.epoch,
+        "action": outcome.action,
+        "rows": outcome.rows,
+        "recovered": outcome.recovered,
+        "driver_bytes": outcome.driver_bytes,
+        "timings": outcome.timings,
+    }
+    with open(path, "a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")

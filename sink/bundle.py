@@ -1,0 +1,182 @@
+"""A write task's report (:class:`BarrierCommitMessage`) and what commit delivers (:class:`Bundle`).
+
+A bundle is the output of one micro-batch: its id and its global time are the source epoch
+``k`` the batch read. It is made of the Parquet parts the batch's successful write tasks
+staged, listed in delivery order. When the input has a ``gt`` column every part is sorted
+by ``gt``; if the parts' ``gt`` ranges are disjoint (each task read its own Kafka range),
+concatenating them in the listed order is ``gt`` order (``ordered``), otherwise delivery
+merges them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from sink.gt import GtTuple, gt_from_dict, gt_to_dict, sort_by_gt
+
+if TYPE_CHECKING:
+    from sink.staging import Staging
+
+
+@dataclass(frozen=True)
+class StagedPart:
+    """One Parquet part staged by a write task; ``location`` is a key of its staging area."""
+
+    location: str
+    rows: int
+    size: int
+    min_gt: GtTuple | None = None
+    max_gt: GtTuple | None = None
+
+
+@dataclass(frozen=True)
+class BarrierCommitMessage(WriterCommitMessage):
+    """The result of one write task: small and picklable (no rows, only where they are)."""
+
+    query_id: str
+    batch_id: int
+    run_id: str | None
+    partition: int
+    task_attempt: int
+    has_gt: bool
+    part: StagedPart | None = None
+    dropped_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.part is None else self.part.rows
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One batch's output as the barrier delivers it: id and global time are the epoch."""
+
+    pipeline_id: str
+    epoch: int
+    query_id: str
+    batch_id: int
+    parts: tuple[StagedPart, ...]
+    has_gt: bool
+    ordered: bool
+    run_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def bundle_id(self) -> int:
+        return self.epoch
+
+    @property
+    def gt(self) -> int:
+        return self.epoch
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+    @property
+    def max_gt(self) -> GtTuple | None:
+        highs = [p.max_gt for p in self.parts if p.max_gt is not None]
+        return max(highs) if highs else None
+
+    @classmethod
+    def from_messages(
+        cls, pipeline_id: str, epoch: int, batch_id: int, messages: Sequence[BarrierCommitMessage]
+    ) -> Bundle:
+        parts = [m.part for m in messages if m.part is not None and m.part.rows > 0]
+        has_gt = any(m.has_gt for m in messages)
+        ordered = True
+        if has_gt:
+            parts.sort(key=lambda p: (p.min_gt or (), p.location))
+            for prev, nxt in itertools.pairwise(parts):
+                if prev.max_gt is None or nxt.min_gt is None or not prev.max_gt < nxt.min_gt:
+                    ordered = False
+        else:
+            parts.sort(key=lambda p: p.location)
+        first = messages[0] if messages else None
+        return cls(
+            pipeline_id=pipeline_id,
+            epoch=epoch,
+            query_id=first.query_id if first else "",
+            batch_id=batch_id,
+            parts=tuple(parts),
+            has_gt=has_gt,
+            ordered=ordered or len(parts) <= 1,
+            run_id=first.run_id if first else None,
+        )
+
+    # --- the in-flight record (docs/PROTOCOL.md) --------------------------------------
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "bundle_id": self.bundle_id,
+            "epoch": self.epoch,
+            "query_id": self.query_id,
+            "batch_id": self.batch_id,
+            "run_id": self.run_id,
+            "parts": [p.location for p in self.parts],
+            "part_info": [_part_info(p) for p in self.parts],
+            "rows": self.rows,
+            "has_gt": self.has_gt,
+            "ordered": self.ordered,
+            "max_gt": None if self.max_gt is None else gt_to_dict(self.max_gt),
+        }
+
+    @classmethod
+    def from_record(cls, pipeline_id: str, rec: dict[str, Any]) -> Bundle:
+        infos = rec.get("part_info") or [{"rows": 0, "size": 0} for _ in rec["parts"]]
+        parts = tuple(
+            StagedPart(
+                location=loc,
+                rows=int(info["rows"]),
+                size=int(info["size"]),
+                min_gt=gt_from_dict(info["min_gt"]) if info.get("min_gt") else None,
+                max_gt=gt_from_dict(info["max_gt"]) if info.get("max_gt") else None,
+            )
+            for loc, info in zip(rec["parts"], infos, strict=True)
+        )
+        return cls(
+            pipeline_id=pipeline_id,
+            epoch=int(rec["epoch"]),
+            query_id=str(rec["query_id"]),
+            batch_id=int(rec["batch_id"]),
+            parts=parts,
+            has_gt=bool(rec.get("has_gt", False)),
+            ordered=bool(rec.get("ordered", True)),
+            run_id=rec.get("run_id"),
+        )
+
+    # --- reading the rows back ----------------------------------------------------------
+
+    def tables(self, staging: Staging) -> Iterator[pa.Table]:
+        """The bundle's rows as tables, in delivery (``gt``) order."""
+        if self.ordered:
+            for part in self.parts:
+                yield staging.read_part(part.location)
+            return
+        merged = pa.concat_tables([staging.read_part(p.location) for p in self.parts])
+        yield sort_by_gt(merged) if self.has_gt else merged
+
+    def read_all(self, staging: Staging) -> pa.Table:
+        tables = list(self.tables(staging))
+        if not tables:
+            raise ValueError(f"bundle {self.bundle_id} has no parts")
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _part_info(p: StagedPart) -> dict[str, Any]:
+    return {
+        "rows": p.rows,
+        "size": p.size,
+        "min_gt": None if p.min_gt is None else gt_to_dict(p.min_gt),
+        "max_gt": None if p.max_gt is None else gt_to_dict(p.max_gt),
+    }

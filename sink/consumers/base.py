@@ -1,0 +1,67 @@
+"""The consumer contract: ``deliver(bundle) -> Ack`` and ``last_bundle()``.
+
+A consumer stores a bundle's items together with the bundle's id, atomically, so that
+``last_bundle()`` tells the barrier, after a crash, whether the in-flight bundle arrived.
+Delivering the same bundle id again must never duplicate items (``redelivery=True`` says
+that an earlier attempt may have delivered part or all of it).
+
+Errors: a consumer raises :class:`~state.errors.DeliveryFailed` when the bundle was
+certainly not stored, :class:`~state.errors.CommitStateUnknown` when it may have been (a
+timeout after sending); anything else is treated as a failed attempt.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from sink.bundle import Bundle
+from sink.faults import FaultInjector
+from sink.staging import Staging
+
+POINTER = "_last_bundle.json"
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The consumer's acknowledgement of a bundle."""
+
+    bundle_id: int
+    rows: int
+    driver_bytes: int = 0
+    """Item bytes that passed through the driver process to deliver the bundle."""
+
+
+@dataclass(frozen=True)
+class LastBundle:
+    """The last bundle a consumer stored completely: its id and global time."""
+
+    bundle_id: int
+    gt: int
+
+
+class Consumer(ABC):
+    """One delivery target. Created in the commit process; never pickled."""
+
+    name: str = "consumer"
+
+    def __init__(self, staging: Staging, faults: FaultInjector) -> None:
+        self.staging = staging
+        self.faults = faults
+
+    @abstractmethod
+    def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        """Store the bundle (idempotently on its id) and return the acknowledgement."""
+
+    @abstractmethod
+    def last_bundle(self) -> LastBundle | None:
+        """The last bundle stored completely, or None if the consumer has none."""
+
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Fail fast with a clear error if the consumer cannot be written (called at start)."""
+
+    def describe(self) -> str:
+        return self.name
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients."""

@@ -1,0 +1,44 @@
+"""``BarrierSink``: the ``barrier`` data source (a streaming sink only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from sink.gt import check_spark_schema
+from sink.options import SinkOptions
+from sink.writer import BarrierStreamWriter
+from state.errors import ConfigError
+
+
+class BarrierSink(DataSource):
+    """Exactly-once delivery of a streaming query's output, bundle by bundle, in gt order.
+
+    Options are parsed once here, when Spark instantiates the source to plan the query's
+    first micro-batch; a bad option stops the query before any task runs.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.sink_options = SinkOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrier"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> BarrierStreamWriter:
+        has_gt = check_spark_schema(schema)
+        if self.sink_options.consumer == "file":
+            from sink.consumers.file import check_writable
+
+            assert self.sink_options.consumer_path is not None
+            check_writable(self.sink_options.consumer_path)
+        return BarrierStreamWriter(self.sink_options, has_gt)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        raise ConfigError(
+            "format", "barrier", "writeStream: the barrier sink delivers streaming micro-batches",
+            where="barrier",
+        )

@@ -1,0 +1,214 @@
+"""Where write tasks stage Parquet parts until the barrier delivers them.
+
+* :class:`StoreStaging` - in the state store under
+  ``<pipeline>/staging/<queryId>/<batchId>/`` (``PipelineLayout.staging``); used by the
+  kafka and http consumers, whose delivery reads the parts on the driver.
+* :class:`FileStaging` / :class:`S3Staging` - under the consumer's own hidden prefix
+  ``<consumer.path>/_staging/<queryId>/<batchId>/``, so that delivery only *promotes* a
+  part (a rename, a server-side copy): no item bytes pass through the driver.
+
+A part's name carries the Spark partition, the task attempt id and the driver run id
+(``p00003-t17-r<runId>.parquet``): attempts never overwrite each other, and cleanup can
+tell the parts of this run from those of another driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from state.errors import StoreUnavailable
+from state.layout import PipelineLayout
+from state.store import StateStore
+
+HIDDEN_STAGING = "_staging"
+_PART = re.compile(r"p(\d+)-t(\d+)-r([A-Za-z0-9-]+)\.parquet$")
+
+
+def part_name(partition: int, task_attempt: int, run_id: str | None) -> str:
+    return f"p{partition:05d}-t{task_attempt}-r{run_id or 'unknown'}.parquet"
+
+
+def part_run_id(location: str) -> str | None:
+    """The run id encoded in a part's name (None if it is not a part)."""
+    m = _PART.search(location)
+    return m.group(3) if m else None
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+class Staging(ABC):
+    """Staged parts of the batches of one pipeline: write, read, list, delete."""
+
+    @abstractmethod
+    def batch_prefix(self, query_id: str, batch_id: int) -> str:
+        """The prefix under which the batch's parts live (ends with ``/``)."""
+
+    def part_location(
+        self, query_id: str, batch_id: int, partition: int, task_attempt: int, run_id: str | None
+    ) -> str:
+        return self.batch_prefix(query_id, batch_id) + part_name(partition, task_attempt, run_id)
+
+    @abstractmethod
+    def write_part(self, location: str, table: pa.Table) -> int:
+        """Write ``table`` as a Parquet part at ``location``; its size in bytes."""
+
+    @abstractmethod
+    def read_part(self, location: str) -> pa.Table: ...
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]: ...
+
+    @abstractmethod
+    def delete(self, location: str) -> None:
+        """Remove a part; absent parts are not an error."""
+
+
+class StoreStaging(Staging):
+    def __init__(self, store: StateStore, layout: PipelineLayout) -> None:
+        self.store = store
+        self.layout = layout
+
+    def batch_prefix(self, query_id: str, batch_id: int) -> str:
+        return self.layout.staging(query_id, batch_id)
+
+    def write_part(self, location: str, table: pa.Table) -> int:
+        data = parquet_bytes(table)
+        self.store.put(location, data)
+        return len(data)
+
+    def read_part(self, location: str) -> pa.Table:
+        return pq.read_table(pa.BufferReader(self.store.get(location).data))
+
+    def list(self, prefix: str) -> list[str]:
+        return self.store.list(prefix)
+
+    def delete(self, location: str) -> None:
+        self.store.delete(location)
+
+
+class FileStaging(Staging):
+    """Parts under ``<root>/_staging/`` of the file consumer's directory."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def batch_prefix(self, query_id: str, batch_id: int) -> str:
+        return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
+
+    def path(self, location: str) -> str:
+        return os.path.join(self.root, location)
+
+    def write_part(self, location: str, table: pa.Table) -> int:
+        final = self.path(location)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return os.path.getsize(final)
+
+    def read_part(self, location: str) -> pa.Table:
+        return pq.read_table(self.path(location))
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.path(prefix)
+        directory = base if prefix.endswith("/") else os.path.dirname(base)
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(directory):
+            for name in files:
+                if name.startswith("."):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), self.root)
+                if rel.startswith(prefix):
+                    out.append(rel)
+        return sorted(out)
+
+    def delete(self, location: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(location))
+
+
+class S3Staging(Staging):
+    """Parts under ``<prefix>/_staging/`` of the s3 consumer's bucket."""
+
+    def __init__(self, client_factory: Any, bucket: str, prefix: str) -> None:
+        self._client_factory = client_factory
+        self._client: Any = None
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def key(self, location: str) -> str:
+        return f"{self.prefix}/{location}" if self.prefix else location
+
+    def batch_prefix(self, query_id: str, batch_id: int) -> str:
+        return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
+
+    def write_part(self, location: str, table: pa.Table) -> int:
+        data = parquet_bytes(table)
+        self._call("put_object", location, Bucket=self.bucket, Key=self.key(location), Body=data)
+        return len(data)
+
+    def read_part(self, location: str) -> pa.Table:
+        resp = self._call("get_object", location, Bucket=self.bucket, Key=self.key(location))
+        return pq.read_table(io.BytesIO(resp["Body"].read()))
+
+    def list(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        token: str | None = None
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.key(prefix)}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("list_objects_v2", prefix, **kwargs)
+            out.extend(obj["Key"][strip:] for obj in resp.get("Contents", []))
+            if not resp.get("IsTruncated"):
+                return sorted(out)
+            token = resp["NextContinuationToken"]
+
+    def delete(self, location: str) -> None:
+        self._call("delete_object", location, Bucket=self.bucket, Key=self.key(location))
+
+    def _call(self, op: str, location: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, op)(**kwargs)
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            if code in ("SlowDown", "InternalError", "ServiceUnavailable", "503", "500"):
+                raise StoreUnavailable(f"s3://{self.bucket}", self.key(location), str(err)) from err
+            raise
+        except BotoCoreError as err:
+            raise StoreUnavailable(f"s3://{self.bucket}", self.key(location), str(err)) from err

@@ -1,0 +1,173 @@
+"""The barrier's stream writer: ``write`` on executors, ``commit``/``abort`` on the driver.
+
+Spark 4.3 creates the writer for every micro-batch, pickles it to the executors for
+``write()`` and creates it once more in a short-lived driver process for ``commit`` or
+``abort``: the instance that commits never wrote, so the protocol lives in the state store
+(:mod:`sink.barrier`). Clients (stores, producers, HTTP pools) are opened inside these
+calls and never pickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter
+
+from sink.barrier import Barrier, BarrierState, CommitOutcome, run_id_from_description
+from sink.bundle import BarrierCommitMessage, StagedPart
+from sink.consumers import open_consumer, open_staging
+from sink.faults import FaultInjector
+from sink.gt import check_arrow_schema, drop_delivered, gt_bounds, sort_by_gt
+from sink.options import SinkOptions
+from state.errors import GtBarrierError
+from state.layout import PipelineLayout
+from state.store import StateStore, open_store
+
+
+class TaskInfo:
+    """What a write task knows about itself, from Spark's ``TaskContext``."""
+
+    def __init__(
+        self,
+        query_id: str,
+        batch_id: int,
+        run_id: str | None,
+        *,
+        partition: int,
+        task_attempt: int,
+        attempt_number: int,
+    ) -> None:
+        self.query_id = query_id
+        self.batch_id = batch_id
+        self.run_id = run_id
+        self.partition = partition
+        self.task_attempt = task_attempt
+        self.attempt_number = attempt_number
+
+    @classmethod
+    def current(cls) -> TaskInfo:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise GtBarrierError("barrier: write() must run in a Spark task")
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        if not query_id or batch is None:
+            raise GtBarrierError(
+                "barrier: the task has no streaming query/batch id (the barrier sink is for "
+                "writeStream micro-batch queries)"
+            )
+        return cls(
+            query_id=query_id,
+            batch_id=int(batch),
+            run_id=run_id_from_description(ctx.getLocalProperty("spark.job.description")),
+            partition=ctx.partitionId(),
+            task_attempt=ctx.taskAttemptId(),
+            attempt_number=ctx.attemptNumber(),
+        )
+
+
+class BarrierStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions, has_gt: bool) -> None:
+        self.options = options
+        self.has_gt = has_gt
+
+    # --- executors --------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BarrierCommitMessage:
+        return self.write_task(iterator, TaskInfo.current())
+
+    def write_task(
+        self, iterator: Iterator[pa.RecordBatch], task: TaskInfo
+    ) -> BarrierCommitMessage:
+        """Drop replayed rows, stage the rest as one Parquet part sorted by ``gt``."""
+        faults = FaultInjector(self.options.fault)
+        store = open_store(self.options.store)
+        try:
+            gt_last = self._gt_last(store) if self.has_gt else -1
+            kept: list[pa.RecordBatch] = []
+            dropped = 0
+            schema: pa.Schema | None = None
+            for batch in iterator:
+                if schema is None:
+                    schema = batch.schema
+                    check_arrow_schema(schema)
+                filtered = drop_delivered(batch, gt_last) if self.has_gt else batch
+                dropped += batch.num_rows - filtered.num_rows
+                if filtered.num_rows:
+                    kept.append(filtered)
+            part: StagedPart | None = None
+            if kept:
+                table = pa.Table.from_batches(kept)
+                bounds = None
+                if self.has_gt:
+                    table = sort_by_gt(table)
+                    bounds = gt_bounds(table)
+                staging = open_staging(self.options, store)
+                location = staging.part_location(
+                    task.query_id, task.batch_id, task.partition, task.task_attempt, task.run_id
+                )
+                size = staging.write_part(location, table)
+                part = StagedPart(
+                    location=location,
+                    rows=table.num_rows,
+                    size=size,
+                    min_gt=bounds[0] if bounds else None,
+                    max_gt=bounds[1] if bounds else None,
+                )
+            if task.attempt_number == 0:
+                faults.at("write_fail", task.batch_id)
+            return BarrierCommitMessage(
+                query_id=task.query_id,
+                batch_id=task.batch_id,
+                run_id=task.run_id,
+                partition=task.partition,
+                task_attempt=task.task_attempt,
+                has_gt=self.has_gt,
+                part=part,
+                dropped_rows=dropped,
+            )
+        finally:
+            store.close()
+
+    def _gt_last(self, store: StateStore) -> int:
+        hit = store.get_json_or_none(PipelineLayout(self.options.pipeline_id).barrier_state)
+        return -1 if hit is None else BarrierState.from_json(hit[0]).gt_last
+
+    # --- driver -----------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[Any], batchId: int) -> None:
+        self.commit_batch(messages, batchId)
+
+    def commit_batch(self, messages: Sequence[Any], batchId: int) -> CommitOutcome:
+        with self._barrier() as barrier:
+            return barrier.commit(messages, batchId)
+
+    def abort(self, messages: Sequence[Any], batchId: int) -> None:
+        with self._barrier() as barrier:
+            barrier.abort(messages, batchId)
+
+    def _barrier(self) -> _OpenBarrier:
+        return _OpenBarrier(self.options)
+
+
+class _OpenBarrier:
+    """A :class:`Barrier` with its store and consumer, closed on exit."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def __enter__(self) -> Barrier:
+        faults = FaultInjector(self.options.fault)
+        self.store = open_store(self.options.store)
+        self.consumer = open_consumer(self.options, self.store, faults)
+        return Barrier(self.options, self.store, self.consumer, self.consumer.staging, faults)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            self.store.close()

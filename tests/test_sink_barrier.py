@@ -1,0 +1,353 @@
+"""The barrier protocol (sink.barrier) against memory:// and a fake consumer: pure logic."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sink.barrier import Barrier, BarrierState, run_id_from_description
+from sink.consumers.base import LastBundle
+from sink.faults import FaultInjector, InjectedFault
+from state.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    DeliveryFailed,
+    FatalError,
+    PipelineFenced,
+    StateError,
+    StoreUnavailable,
+)
+from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
+
+pytestmark = pytest.mark.unit
+
+
+def values(table: pa.Table | None) -> list[bytes]:
+    assert table is not None
+    return [v.as_py() for v in table.column("value")]
+
+
+def test_delivers_a_bundle_in_gt_order_and_advances_gt_last() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    m1 = p.write(0, [gt_batch(1, 1, [5, 6])], partition=0)
+    m0 = p.write(0, [gt_batch(1, 0, [9]), gt_batch(1, 0, [7, 8])], partition=1)
+    outcome = p.barrier().commit([m1, m0], 0)
+
+    assert outcome.action == "delivered" and outcome.rows == 5 and outcome.epoch == 1
+    [(bundle_id, table, redelivery)] = p.consumer.delivered
+    assert bundle_id == 1 and not redelivery
+    # partition 0 of the topic sorts before partition 1; offsets ascend within each part
+    assert values(table) == [b"0:7", b"0:8", b"0:9", b"1:5", b"1:6"]
+    state = p.state()
+    assert state["gt_last"] == 1 and state["inflight"] is None
+    assert state["owner"]["run_id"] == "run-a" and state["owner"]["generation"] == 1
+    assert p.staged() == []
+
+
+def test_overlapping_parts_are_merged_in_gt_order() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=2)
+    a = p.write(0, [gt_batch(2, 0, [1, 3, 5])], partition=0)
+    b = p.write(0, [gt_batch(2, 0, [2, 4])], partition=1)  # e.g. after a repartition()
+    p.barrier().commit([a, b], 0)
+    assert values(p.consumer.delivered[0][1]) == [b"0:1", b"0:2", b"0:3", b"0:4", b"0:5"]
+
+
+def test_bundle_at_or_below_gt_last_is_dropped_and_its_parts_deleted() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0)
+    # the same epoch replayed under another batch id (a new checkpoint), rows not filtered
+    p.record_batch(7, epoch=1)
+    m = p.write(7, [gt_batch(1, 0, [0, 1])], has_gt=False)  # has_gt=False: nothing dropped early
+    assert m.part is not None and p.staged() == [m.part.location]
+    outcome = p.barrier().commit([m], 7)
+    assert outcome.action == "dropped"
+    assert len(p.consumer.delivered) == 1
+    assert p.staged() == []
+    assert p.state()["gt_last"] == 1
+
+
+def test_write_drops_rows_at_or_below_gt_last() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=3)
+    p.barrier().commit([p.write(0, [gt_batch(3, 0, [0])])], 0)
+    mixed = pa.concat_batches([gt_batch(2, 0, [1]), gt_batch(3, 0, [2]), gt_batch(4, 0, [3])])
+    m = p.write(1, [mixed])
+    assert m.dropped_rows == 2 and m.rows == 1
+    assert m.part is not None and m.part.min_gt == (4, "t", 0, 3)
+
+
+def test_in_flight_bundle_acknowledged_by_consumer_is_not_delivered_again() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0, 1])])
+    inflight = p.state()["inflight"]
+    assert inflight["bundle_id"] == 1 and inflight["rows"] == 2
+    # the consumer did get it (the crash was between its store and the ack)
+    p.consumer.last = LastBundle(1, 1)
+    p.record_batch(1, epoch=2)
+    outcome = p.barrier().commit([p.write(1, [gt_batch(2, 0, [2])])], 1)
+    assert outcome.recovered == 1
+    assert [d[0] for d in p.consumer.delivered] == [2]  # 1 not sent again
+    state = p.state()
+    assert state["gt_last"] == 2 and state["inflight"] is None
+    assert p.staged() == []
+
+
+def test_in_flight_bundle_unknown_to_consumer_is_delivered_again() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0, 1])])
+    # restart on the same checkpoint: Spark replays batch 0 (same epoch) with a new run
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0)
+    assert outcome.recovered == 1 and outcome.action == "dropped"
+    [(bundle_id, table, redelivery)] = p.consumer.delivered
+    assert bundle_id == 1 and redelivery and values(table) == [b"0:0", b"0:1"]
+    state = p.state()
+    assert state["gt_last"] == 1 and state["inflight"] is None
+    assert state["owner"]["run_id"] == "run-b" and state["owner"]["generation"] == 2
+    assert p.staged() == []
+
+
+def test_consumer_ahead_of_barrier_is_an_error() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0])])
+    p.consumer.last = LastBundle(5, 5)
+    p.record_batch(1, epoch=2)
+    with pytest.raises(StateError, match="reports bundle 5 but the barrier state"):
+        p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+
+
+def test_at_least_once_redelivers_without_asking_the_consumer() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0])])
+    p.consumer.last = LastBundle(1, 1)
+    alo = Pipeline(sink_options(**{"delivery": "at-least-once"}))
+    alo.store, alo.staging, alo.consumer, alo.query_id = p.store, p.staging, p.consumer, p.query_id
+    alo.layout = p.layout
+    alo.options = sink_options(**{"delivery": "at-least-once", "state.uri": p.options.store.uri})
+    alo.record_batch(1, epoch=2)
+    alo.barrier().commit([alo.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert [(d[0], d[2]) for d in p.consumer.delivered] == [(1, True), (2, False)]
+
+
+def test_at_least_once_records_no_in_flight_bundle() -> None:
+    p = Pipeline(sink_options(delivery="at-least-once"))
+    seen: list[object] = []
+    p.consumer.on_deliver = lambda b: seen.append(p.state()["inflight"] if _has_state(p) else None)
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    assert seen == [None]
+    assert p.state()["gt_last"] == 1
+
+
+def test_exactly_once_records_the_bundle_before_delivering_it() -> None:
+    p = Pipeline()
+    seen: list[dict[str, object]] = []
+    p.consumer.on_deliver = lambda b: seen.append(p.state()["inflight"])
+    p.record_batch(0, epoch=4)
+    m = p.write(0, [gt_batch(4, 0, [0, 1, 2])])
+    p.barrier().commit([m], 0)
+    assert seen[0]["bundle_id"] == 4 and seen[0]["parts"] == [m.part.location]  # type: ignore[union-attr]
+
+
+def test_no_data_batch_with_rows_is_refused() -> None:
+    p = Pipeline()
+    m = p.write(3, [plain_batch(["a"], [1])], has_gt=False)
+    with pytest.raises(FatalError, match=r"noDataMicroBatches\.enabled=false"):
+        p.barrier().commit([m], 3)
+    assert p.consumer.calls == 0
+
+
+def test_no_data_batch_without_rows_and_empty_data_batch_deliver_nothing() -> None:
+    p = Pipeline()
+    assert p.barrier().commit([p.write(0, [], has_gt=False)], 0).action == "no-data"
+    p.record_batch(1, epoch=1)
+    outcome = p.barrier().commit([p.write(1, [gt_batch(1, 0, [])])], 1)
+    assert outcome.action == "empty" and p.consumer.calls == 0
+    assert p.state()["gt_last"] == -1  # an empty bundle does not advance GT_last
+
+
+def test_aggregated_output_without_gt_gets_the_batch_epoch() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=9)
+    m = p.write(0, [plain_batch(["a", "b"], [2, 1])], has_gt=False)
+    outcome = p.barrier().commit([m], 0)
+    assert outcome.epoch == 9 and p.consumer.delivered[0][0] == 9
+    assert p.state()["gt_last"] == 9
+
+
+def test_delivery_retries_the_same_bundle() -> None:
+    p = Pipeline(sink_options(**{"delivery.maxRetries": "3", "delivery.retryBackoffMs": "100"}))
+    p.consumer.fail_times = 2
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    assert p.consumer.calls == 3 and len(p.consumer.delivered) == 1
+    assert len(p.sleeps) == 2 and all(0.08 <= s <= 0.2 for s in p.sleeps[:1])
+    assert p.state()["gt_last"] == 1
+
+
+def test_delivery_failure_raises_and_keeps_the_bundle_in_flight() -> None:
+    p = Pipeline(sink_options(**{"delivery.maxRetries": "2"}))
+    p.consumer.fail_times = 10
+    p.record_batch(0, epoch=1)
+    m = p.write(0, [gt_batch(1, 0, [0])])
+    with pytest.raises(DeliveryFailed) as info:
+        p.barrier().commit([m], 0)
+    assert "consumer down" in str(info.value)
+    assert any("stays recorded in flight" in n for n in info.value.__notes__)
+    assert p.consumer.calls == 3
+    assert p.state()["inflight"]["bundle_id"] == 1
+    # abort keeps the parts the in-flight record references
+    p.barrier().abort([m], 0)
+    assert m.part is not None and p.staged() == [m.part.location]
+
+
+def test_abort_deletes_what_the_failed_batch_staged() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    ok = p.write(0, [gt_batch(1, 0, [0])], partition=0)
+    failed_attempt = p.write(0, [gt_batch(1, 1, [0])], partition=1)
+    assert len(p.staged()) == 2
+    p.barrier().abort([ok, None], 0)
+    assert p.staged() == []
+    assert failed_attempt.part is not None
+
+
+def test_parts_of_failed_task_attempts_are_never_delivered() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.write(0, [gt_batch(1, 0, [0, 1])], partition=0, attempt_number=0)  # attempt that failed
+    retried = p.write(0, [gt_batch(1, 0, [0, 1])], partition=0, attempt_number=1)
+    p.barrier().commit([retried], 0)
+    assert values(p.consumer.delivered[0][1]) == [b"0:0", b"0:1"]
+    assert p.staged() == []  # the failed attempt's orphan was cleaned up
+
+
+def test_a_new_run_takes_over_and_the_old_one_is_fenced() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])], run_id="run-b")], 1)
+    assert p.state()["owner"]["run_id"] == "run-b" and p.state()["owner"]["generation"] == 2
+    p.record_batch(2, epoch=3)
+    zombie = p.write(2, [gt_batch(3, 0, [2])], run_id="run-a")
+    zombie_text = r"owned by run run-b .* this driver \(run run-a\) is a zombie"
+    with pytest.raises(PipelineFenced, match=zombie_text):
+        p.barrier().commit([zombie], 2)
+    assert p.state()["gt_last"] == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
+
+
+def test_fencing_token_lower_than_recorded_is_fenced() -> None:
+    p = Pipeline(sink_options(**{"fencing.token": "5"}))
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    assert p.state()["owner"]["token"] == 5
+    old = sink_options(**{"fencing.token": "4", "state.uri": p.options.store.uri})
+    p.options = old
+    p.record_batch(1, epoch=2)
+    with pytest.raises(PipelineFenced, match=r"fencing\.token 4 < 5"):
+        p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])], run_id="run-new")], 1)
+
+
+def test_lost_compare_and_swap_is_not_retried() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+
+    def another_driver_takes_over(_bundle: object) -> None:
+        s, v = p.store.get_json(p.layout.barrier_state)
+        s["owner"] = dict(s["owner"], run_id="run-z", generation=9)
+        p.store.compare_and_swap_json(p.layout.barrier_state, s, v)
+
+    p.consumer.on_deliver = another_driver_takes_over
+    p.record_batch(1, epoch=2)
+    with pytest.raises(PipelineFenced, match="owned by run run-z"):
+        p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert p.state()["gt_last"] == 1  # not advanced by the zombie
+
+
+def test_unanswered_cas_that_landed_counts_as_done() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    real_cas = p.store.compare_and_swap
+    calls = {"n": 0}
+
+    def flaky_cas(key: str, data: bytes, expected: str) -> str:
+        calls["n"] += 1
+        version = real_cas(key, data, expected)
+        if calls["n"] == 2:  # the gt_last CAS lands but the answer is lost
+            raise StoreUnavailable(p.store.uri, key, "timeout")
+        return version
+
+    p.store.compare_and_swap = flaky_cas  # type: ignore[method-assign]
+    outcome = p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    assert outcome.action == "delivered" and p.state()["gt_last"] == 1
+
+
+def test_store_outage_during_cas_is_commit_state_unknown() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+
+    def down(key: str, data: bytes, expected: str) -> str:
+        raise StoreUnavailable(p.store.uri, key, "connection refused")
+
+    p.store.compare_and_swap = down  # type: ignore[method-assign]
+    p.record_batch(1, epoch=2)
+    b = p.barrier()
+    b.store_retry = b.store_retry.__class__(max_attempts=2, sleep=lambda s: None)
+    with pytest.raises(CommitStateUnknown, match="could not record bundle 2 in flight"):
+        b.commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert p.consumer.calls == 1  # nothing delivered before the in-flight record
+
+
+def test_tasks_that_disagree_on_the_run_fail_the_commit() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    a = p.write(0, [gt_batch(1, 0, [0])], partition=0, run_id="r1")
+    b = p.write(0, [gt_batch(1, 1, [0])], partition=1, run_id="r2")
+    with pytest.raises(CommitFailed, match="disagree"):
+        p.barrier().commit([a, b], 0)
+
+
+def test_run_id_from_job_description() -> None:
+    desc = "\nid = 3f1a\nrunId = e758ef5c-fb49-48f7-9ffa-047b319037c4\nbatch = 2"
+    assert run_id_from_description(desc) == "e758ef5c-fb49-48f7-9ffa-047b319037c4"
+    assert run_id_from_description(None) is None
+    assert run_id_from_description("my job") is None
+
+
+def test_state_record_round_trip() -> None:
+    d = {"gt_last": 3, "inflight": None, "owner": {"run_id": "r", "query_id": "q",
+                                                     "generation": 2, "since": 1.5, "token": None}}
+    assert BarrierState.from_json(d).to_json() == d
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def _has_state(p: Pipeline) -> bool:
+    return p.store.get_or_none(p.layout.barrier_state) is not None
+
+
+def _crash_after_inflight(p: Pipeline, batch_id: int, batches: list[pa.RecordBatch]) -> None:
+    """Run a commit that 'dies' right after recording its bundle in flight."""
+
+    class Crash(FaultInjector):
+        def at(self, step: str, n: int | None) -> None:
+            if step == "after_inflight":
+                raise InjectedFault("crash")
+
+    barrier: Barrier = p.barrier(faults=Crash(""))
+    barrier.commit([p.write(batch_id, batches)], batch_id)
