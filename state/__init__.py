@@ -1,4 +1,7 @@
-"""Durable state for gtbarrier: stores (memory, file, S3), the key layout, errors, retries."""
+"""Durable state for gtbarrier: stores (memory, file, S3), the key layout, errors, retries,
+and the snapshot coordinator (``state.SnapshotCoordinator``, imported lazily)."""
+
+from typing import TYPE_CHECKING, Any
 
 from state.errors import (
     CommitFailed,
@@ -16,6 +19,19 @@ from state.layout import PipelineLayout, validate_pipeline_id
 from state.retry import Retry
 from state.store import S3Settings, StateStore, StoreConfig, Versioned, open_store
 
+if TYPE_CHECKING:
+    from state.coordinator import SnapshotCoordinator
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the coordinator imports pyspark and kazoo, which executors never need.
+    if name == "SnapshotCoordinator":
+        from state.coordinator import SnapshotCoordinator
+
+        return SnapshotCoordinator
+    raise AttributeError(f"module 'state' has no attribute {name!r}")
+
+
 __all__ = [
     "CommitFailed",
     "CommitStateUnknown",
@@ -27,6 +43,7 @@ __all__ = [
     "PipelineLayout",
     "Retry",
     "S3Settings",
+    "SnapshotCoordinator",
     "StateError",
     "StateStore",
     "StoreConfig",

@@ -179,3 +179,26 @@ class DeliveryFailed(RetriableError):
 
 class CoordinationError(GtBarrierError):
     """ZooKeeper or snapshot coordination failed."""
+
+
+# --- snapshot coordination ---------------------------------------------------------
+
+
+class ZooKeeperUnavailable(CoordinationError, RetriableError):
+    """ZooKeeper could not be reached, or the session is suspended (retriable)."""
+
+
+class DriverLockHeld(PipelineFenced, CoordinationError):
+    """Another driver holds this pipeline's driver lock; this one may not run it."""
+
+
+class SnapshotIncomplete(CoordinationError, RetriableError):
+    """A checkpoint file vanished while a snapshot copied it; the next batch is tried."""
+
+
+class SnapshotCorrupted(CoordinationError, FatalError):
+    """A snapshot's manifest or one of its files does not match its recorded checksum."""
+
+
+class ResetAttemptsExhausted(CoordinationError, FatalError):
+    """A supervised query failed more consecutive times than it is allowed to."""

@@ -106,7 +106,7 @@ class PipelineLayout:
 
     @property
     def zookeeper_resume(self) -> str:
-        """The resume point: ``{"epoch", "frontier", "batch_id", "created_at", "manifest", ...}``."""
+        """The resume point ``{"epoch", "frontier", "batch_id", "manifest", ...}``."""
         return f"{self.zookeeper_root}/resume"
 
     @property

@@ -1,0 +1,525 @@
+"""Snapshots of a Spark checkpoint in the state store: copy, manifest, verify, restore, prune.
+
+A snapshot of batch ``N`` is the set of checkpoint files that a restart after batch
+``N`` needs, copied to the store as content-addressed blobs
+(``<pipeline>/snapshot-blobs/<sha256>``) plus a manifest
+(``<pipeline>/snapshots/<id>/manifest.json``) listing each file's relative path, size
+and SHA-256. A file already uploaded by an earlier snapshot is referenced, not uploaded
+again, so a snapshot costs the files written since the previous one.
+
+Which files (Spark 4.3 checkpoint layout; see :func:`checkpoint_files`):
+
+* ``metadata`` (the query id) and ``sources/`` (each source's initial metadata);
+* ``offsets/<k>`` and ``commits/<k>`` for ``k <= N``: on restart Spark reads the last
+  two offset entries and the last commit, so every retained entry up to ``N`` is copied
+  (they are tiny and never change);
+* ``state/<operator>/<partition>/``: store version ``v`` is the state *after* batch
+  ``v - 1``, so the restart after batch ``N`` loads version ``N + 1``. The
+  HDFS-backed store rebuilds it from the newest ``<v>.snapshot`` at or below it plus the
+  ``<v>.delta`` files after it; the RocksDB store from ``<v>.zip`` (or
+  ``<v>_<uuid>.zip``, checkpoint format 2), the ``SSTs/`` files it references and,
+  with changelog checkpointing, ``<v>.changelog`` files. Every such file with a version
+  ``<= N + 1`` is copied (all are immutable once written; later versions belong to
+  batches after ``N`` and are left out, so a restart rewrites them). ``SSTs/`` and
+  ``logs/`` files have unique names and are copied as present. Operator metadata and
+  state schema files keyed by batch id (``_metadata/v2/<k>``,
+  ``_stateSchema/.../<k>_<uuid>``) are copied for ``k <= N``; unversioned ones
+  (``_metadata/metadata``, ``_metadata/schema``) always.
+* Hidden files (Hadoop ``.crc`` checksums, ``.tmp`` files of writes in progress) are
+  skipped: the checksum files are derived data, and the manifest's SHA-256 replaces them.
+
+Spark may delete old files while a copy runs (``minBatchesToRetain``, state store
+maintenance). The listing is taken again once; if a file the batch needs is still
+missing, :class:`SnapshotIncomplete` is raised and the coordinator tries the next batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from state.errors import KeyExists, SnapshotCorrupted, SnapshotIncomplete
+from state.layout import PipelineLayout
+from state.store import StateStore, dumps
+
+log = logging.getLogger("gtbarrier.coordinator")
+
+MANIFEST_FORMAT = 1
+_STATE_VERSIONED = re.compile(r"^(\d+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
+_BATCH_KEYED = re.compile(r"^(\d+)(?:_.*)?$")
+_CHUNK = 1 << 20
+
+
+# --- which files -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    path: str  # relative, "/"-separated
+    size: int
+    mtime_ns: int
+
+
+def wanted(relpath: str, batch_id: int) -> bool:
+    """Whether a restart after ``batch_id`` needs the checkpoint file ``relpath``."""
+    parts = relpath.split("/")
+    name = parts[-1]
+    if any(p.startswith(".") for p in parts) or name.endswith((".tmp", ".crc")):
+        return False
+    top = parts[0]
+    if top in ("offsets", "commits") and len(parts) == 2:
+        return not name.isdigit() or int(name) <= batch_id
+    if top == "state":
+        m = _STATE_VERSIONED.match(name)
+        if m and "SSTs" not in parts:
+            return int(m.group(1)) <= batch_id + 1
+        if any(p in ("v2", "_stateSchema") for p in parts[:-1]):
+            k = _BATCH_KEYED.match(name)
+            return k is None or int(k.group(1)) <= batch_id
+    return True
+
+
+def checkpoint_files(checkpoint: Path, batch_id: int) -> list[CheckpointFile]:
+    """The files of ``checkpoint`` that a restart after ``batch_id`` needs, sorted by path.
+
+    Raises :class:`SnapshotIncomplete` if ``commits/<batch_id>`` or ``offsets/<batch_id>``
+    is missing (the batch is not committed, or Spark already deleted it).
+    """
+    found: list[CheckpointFile] = []
+    for root, dirs, files in os.walk(checkpoint):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            full = Path(root) / name
+            rel = full.relative_to(checkpoint).as_posix()
+            if not wanted(rel, batch_id):
+                continue
+            try:
+                st = full.stat()
+            except FileNotFoundError:
+                continue  # deleted by Spark between listing and stat: not needed by a recent batch
+            found.append(CheckpointFile(rel, st.st_size, st.st_mtime_ns))
+    present = {f.path for f in found}
+    for needed in (f"offsets/{batch_id}", f"commits/{batch_id}"):
+        if needed not in present:
+            raise SnapshotIncomplete(
+                f"checkpoint {checkpoint} has no {needed}: batch {batch_id} is not committed "
+                "or its files were already removed"
+            )
+    return sorted(found, key=lambda f: f.path)
+
+
+# --- manifest ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    path: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one snapshot holds. Serialised canonically; its SHA-256 goes in the resume point."""
+
+    pipeline_id: str
+    snapshot_id: int
+    generation: int
+    token: int
+    batch_id: int
+    epoch: int
+    frontier: Any
+    query_id: str | None
+    created_at: float
+    files: tuple[ManifestEntry, ...]
+    uploaded_files: int = 0
+    uploaded_bytes: int = 0
+    copy_seconds: float = 0.0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "bytes": self.total_bytes,
+            "copy_seconds": round(self.copy_seconds, 3),
+            "created_at": self.created_at,
+            "epoch": self.epoch,
+            "files": [f.to_json() for f in self.files],
+            "format": MANIFEST_FORMAT,
+            "frontier": self.frontier,
+            "generation": self.generation,
+            "pipeline_id": self.pipeline_id,
+            "query_id": self.query_id,
+            "snapshot_id": self.snapshot_id,
+            "token": self.token,
+            "uploaded_bytes": self.uploaded_bytes,
+            "uploaded_files": self.uploaded_files,
+        }
+
+    def to_bytes(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str) -> Manifest:
+        try:
+            raw = json.loads(data)
+            if raw.get("format") != MANIFEST_FORMAT:
+                raise ValueError(f"unknown manifest format {raw.get('format')!r}")
+            return cls(
+                pipeline_id=str(raw["pipeline_id"]),
+                snapshot_id=int(raw["snapshot_id"]),
+                generation=int(raw["generation"]),
+                token=int(raw["token"]),
+                batch_id=int(raw["batch_id"]),
+                epoch=int(raw["epoch"]),
+                frontier=raw.get("frontier"),
+                query_id=raw.get("query_id"),
+                created_at=float(raw["created_at"]),
+                files=tuple(
+                    ManifestEntry(str(f["path"]), int(f["size"]), str(f["sha256"]))
+                    for f in raw["files"]
+                ),
+                uploaded_files=int(raw.get("uploaded_files", 0)),
+                uploaded_bytes=int(raw.get("uploaded_bytes", 0)),
+                copy_seconds=float(raw.get("copy_seconds", 0.0)),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise SnapshotCorrupted(f"snapshot manifest {where} is malformed: {err}") from err
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- writing -----------------------------------------------------------------------
+
+
+@dataclass
+class SnapshotWriter:
+    """Uploads checkpoint files as content-addressed blobs and writes manifests.
+
+    Keeps, across snapshots, which blobs the store holds and the SHA-256 of each
+    (path, size, mtime) it has read, so an unchanged file is neither uploaded nor read
+    again. Uploads run on ``parallelism`` threads; every uploaded blob is read back
+    and checked before the manifest is written.
+    """
+
+    store: StateStore
+    layout: PipelineLayout
+    parallelism: int = 4
+    _known_blobs: set[str] | None = None
+    _hashes: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def blob_key(self, sha: str) -> str:
+        return f"{self.layout.snapshot_blobs_prefix}{sha}"
+
+    def known_blobs(self) -> set[str]:
+        if self._known_blobs is None:
+            prefix = self.layout.snapshot_blobs_prefix
+            self._known_blobs = {k[len(prefix) :] for k in self.store.list(prefix)}
+        return self._known_blobs
+
+    def forget_blobs(self, shas: Iterable[str]) -> None:
+        with self._lock:
+            known = self.known_blobs()
+            for s in shas:
+                known.discard(s)
+
+    def next_snapshot_id(self) -> int:
+        prefix = self.layout.snapshots_prefix
+        ids = [
+            int(k[len(prefix) :].split("/", 1)[0])
+            for k in self.store.list(prefix)
+            if k[len(prefix) :].split("/", 1)[0].isdigit()
+        ]
+        return max(ids, default=0) + 1
+
+    def _hash_file(self, checkpoint: Path, f: CheckpointFile) -> tuple[str, bytes | None]:
+        """(sha256, the bytes if they were read) of one checkpoint file."""
+        key = (f.path, f.size, f.mtime_ns)
+        with self._lock:
+            cached = self._hashes.get(key)
+        if cached is not None:
+            return cached, None
+        data = _read(checkpoint / f.path)
+        sha = sha256_hex(data)
+        with self._lock:
+            self._hashes[key] = sha
+        return sha, data
+
+    def _upload(self, checkpoint: Path, f: CheckpointFile) -> tuple[ManifestEntry, int]:
+        """The manifest entry of ``f``; bytes uploaded (0 if the blob was already stored)."""
+        sha, data = self._hash_file(checkpoint, f)
+        with self._lock:
+            present = sha in self.known_blobs()
+        if present:
+            return ManifestEntry(f.path, f.size, sha), 0
+        if data is None:
+            data = _read(checkpoint / f.path)
+            if sha256_hex(data) != sha:  # the cache is keyed by mtime: a rewrite is caught here
+                raise SnapshotIncomplete(f"checkpoint file {f.path} changed while being copied")
+        key = self.blob_key(sha)
+        # KeyExists: uploaded by an earlier, abandoned snapshot; the content is the same.
+        with contextlib.suppress(KeyExists):
+            self.store.create(key, data)
+        back = self.store.get(key).data
+        if sha256_hex(back) != sha:
+            raise SnapshotCorrupted(f"blob {self.store.uri}/{key} read back with another checksum")
+        with self._lock:
+            self.known_blobs().add(sha)
+        return ManifestEntry(f.path, len(data), sha), len(data)
+
+    def write(
+        self,
+        checkpoint: Path,
+        *,
+        batch_id: int,
+        epoch: int,
+        frontier: Any,
+        generation: int,
+        token: int,
+        query_id: str | None,
+        snapshot_id: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> Manifest:
+        """Copy the files batch ``batch_id`` needs and write the manifest (create-if-absent).
+
+        The listing is taken again once if a file vanishes while it is copied; after that
+        :class:`SnapshotIncomplete` propagates.
+        """
+        started = time.monotonic()
+        entries: list[ManifestEntry] = []
+        uploaded = 0
+        uploaded_files = 0
+        for attempt in (1, 2):
+            files = checkpoint_files(checkpoint, batch_id)
+            try:
+                with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
+                    results = list(pool.map(lambda f: self._upload(checkpoint, f), files))
+            except FileNotFoundError as err:
+                if attempt == 2:
+                    raise SnapshotIncomplete(
+                        f"checkpoint file {err.filename} vanished while batch {batch_id} was copied"
+                    ) from err
+                log.info("checkpoint file %s vanished during the copy; listing again", err.filename)
+                continue
+            entries = [e for e, _ in results]
+            uploaded = sum(n for _, n in results)
+            uploaded_files = sum(1 for _, n in results if n)
+            break
+        self._check_present(entries)
+        sid = snapshot_id if snapshot_id is not None else self.next_snapshot_id()
+        while True:
+            manifest = Manifest(
+                pipeline_id=self.layout.pipeline_id,
+                snapshot_id=sid,
+                generation=generation,
+                token=token,
+                batch_id=batch_id,
+                epoch=epoch,
+                frontier=frontier,
+                query_id=query_id,
+                created_at=clock(),
+                files=tuple(entries),
+                uploaded_files=uploaded_files,
+                uploaded_bytes=uploaded,
+                copy_seconds=time.monotonic() - started,
+            )
+            try:
+                self.store.create(self.manifest_key(sid), manifest.to_bytes())
+                return manifest
+            except KeyExists:
+                sid += 1  # an abandoned snapshot (or another driver) used the id
+
+    def manifest_key(self, snapshot_id: int) -> str:
+        return f"{self.layout.snapshot(snapshot_id)}manifest.json"
+
+    def _check_present(self, entries: Sequence[ManifestEntry]) -> None:
+        """Every referenced blob is in the store (one listing), so the snapshot is complete."""
+        prefix = self.layout.snapshot_blobs_prefix
+        stored = {k[len(prefix) :] for k in self.store.list(prefix)}
+        missing = sorted({e.sha256 for e in entries} - stored)
+        if missing:
+            with self._lock:
+                self._known_blobs = stored
+            raise SnapshotIncomplete(
+                f"{len(missing)} blob(s) of the snapshot are missing from "
+                f"{self.store.uri}/{prefix} "
+                f"(e.g. {missing[0]}); they are uploaded again with the next batch"
+            )
+
+
+def _read(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+# --- reading, verifying, restoring ---------------------------------------------------
+
+
+def load_manifest(store: StateStore, key: str, expected_sha256: str | None) -> Manifest:
+    """Read and check a manifest; :class:`SnapshotCorrupted` if absent, altered or malformed."""
+    hit = store.get_or_none(key)
+    if hit is None:
+        raise SnapshotCorrupted(f"snapshot manifest {store.uri}/{key} does not exist")
+    if expected_sha256 is not None and sha256_hex(hit.data) != expected_sha256:
+        raise SnapshotCorrupted(
+            f"snapshot manifest {store.uri}/{key} does not match its recorded SHA-256 "
+            f"{expected_sha256[:12]}... (corrupted or overwritten)"
+        )
+    return Manifest.from_bytes(hit.data, where=f"{store.uri}/{key}")
+
+
+@dataclass(frozen=True)
+class Materialised:
+    files: int
+    bytes: int
+    seconds: float
+
+
+def materialise(
+    store: StateStore,
+    layout: PipelineLayout,
+    manifest: Manifest,
+    target: Path,
+    *,
+    cancelled: Callable[[], bool] = lambda: False,
+    parallelism: int = 4,
+) -> Materialised:
+    """Write the snapshot's files into ``target`` (replacing what is there), verified.
+
+    Files are downloaded into a hidden sibling directory and every one is checked
+    against its size and SHA-256 before the directories are swapped, so ``target``
+    holds either its old content or the complete snapshot. A mismatch raises
+    :class:`SnapshotCorrupted` and leaves ``target`` untouched; so does ``cancelled()``
+    returning true before the swap (a recovery that ran out of time).
+    """
+    started = time.monotonic()
+    target = target.absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.gtbarrier-restore-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    total = 0
+    try:
+
+        def fetch(entry: ManifestEntry) -> int:
+            if cancelled():
+                raise SnapshotIncomplete("recovery cancelled")
+            key = f"{layout.snapshot_blobs_prefix}{entry.sha256}"
+            hit = store.get_or_none(key)
+            if hit is None:
+                raise SnapshotCorrupted(
+                    f"snapshot {manifest.snapshot_id}: blob {store.uri}/{key} "
+                    f"for {entry.path} is missing"
+                )
+            if len(hit.data) != entry.size or sha256_hex(hit.data) != entry.sha256:
+                raise SnapshotCorrupted(
+                    f"snapshot {manifest.snapshot_id}: blob {store.uri}/{key} for {entry.path} "
+                    "does not match its size/SHA-256"
+                )
+            dest = staging / entry.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as fh:
+                fh.write(hit.data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return len(hit.data)
+
+        with ThreadPoolExecutor(max_workers=parallelism) as pool:
+            total = sum(pool.map(fetch, manifest.files))
+        if cancelled():
+            raise SnapshotIncomplete("recovery cancelled before the checkpoint was replaced")
+        replace_dir(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Materialised(len(manifest.files), total, time.monotonic() - started)
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Put directory ``new`` in place of ``target`` (which may not exist) by renames."""
+    old = target.parent / f".{target.name}.gtbarrier-old-{uuid.uuid4().hex[:8]}"
+    if target.exists():
+        os.rename(target, old)
+    os.rename(new, target)
+    _fsync_dir(target.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- retention ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pruned:
+    snapshots: int
+    blobs: int
+
+
+def prune(
+    store: StateStore, layout: PipelineLayout, keep: Sequence[int]
+) -> tuple[Pruned, set[str]]:
+    """Delete snapshots not in ``keep`` and blobs no kept manifest references.
+
+    Returns the counts and the SHA-256s of the deleted blobs. Blobs are deleted only
+    after the manifests that referenced them, and a blob referenced by a kept manifest
+    is never deleted; a kept manifest that cannot be read stops the blob sweep (nothing
+    is deleted that might still be needed).
+    """
+    prefix = layout.snapshots_prefix
+    keep_set = set(keep)
+    ids: set[int] = set()
+    for k in store.list(prefix):
+        head = k[len(prefix) :].split("/", 1)[0]
+        if head.isdigit():
+            ids.add(int(head))
+    dropped = 0
+    for sid in sorted(ids - keep_set):
+        store.delete_prefix(layout.snapshot(sid))
+        dropped += 1
+    referenced: set[str] = set()
+    for sid in keep_set:
+        hit = store.get_or_none(f"{layout.snapshot(sid)}manifest.json")
+        if hit is None:
+            log.warning("kept snapshot %d has no manifest; blobs are not swept this time", sid)
+            return Pruned(dropped, 0), set()
+        try:
+            m = Manifest.from_bytes(hit.data, where=f"{layout.snapshot(sid)}manifest.json")
+        except SnapshotCorrupted as err:
+            log.warning("%s; blobs are not swept this time", err)
+            return Pruned(dropped, 0), set()
+        referenced.update(f.sha256 for f in m.files)
+    blob_prefix = layout.snapshot_blobs_prefix
+    deleted: set[str] = set()
+    for k in store.list(blob_prefix):
+        sha = k[len(blob_prefix) :]
+        if sha not in referenced:
+            store.delete(k)
+            deleted.add(sha)
+    return Pruned(dropped, len(deleted)), deleted

@@ -1,0 +1,337 @@
+"""ZooKeeper for the coordinator (kazoo): the session, the driver lock and the resume point.
+
+* :class:`ZooKeeperSession` owns one ``KazooClient``. Every call has a deadline
+  (kazoo's async API with a timeout), so a ZooKeeper that is down makes calls fail
+  with :class:`ZooKeeperUnavailable` instead of hanging. The session's state is
+  tracked: ``SUSPENDED`` (connection lost, the session and its ephemeral lock node may
+  still be alive) and ``LOST`` (the session expired: the lock is gone and another
+  driver may already own the pipeline). Callbacks run on a thread of their own, never
+  on kazoo's event thread.
+* :class:`DriverLock` is kazoo's ``Lock`` recipe on ``/gtbarrier/<pipeline>/driver``.
+  ``acquire(wait=None)`` fails fast with :class:`DriverLockHeld` naming the holder;
+  ``acquire(wait=seconds)`` waits that long (e.g. for a crashed driver's session to
+  expire).
+* :class:`ZooKeeperResumePoints` keeps the resume point in ``/gtbarrier/<pipeline>/resume``
+  and compare-and-swaps it on the znode version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.lock import Lock
+from kazoo.retry import KazooRetry
+
+from state.errors import (
+    ConcurrentModification,
+    CoordinationError,
+    DriverLockHeld,
+    ZooKeeperUnavailable,
+)
+from state.store import dumps
+
+log = logging.getLogger("gtbarrier.coordinator")
+
+# Errors that mean "ZooKeeper did not answer"; the same call may work later.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    ConnectionLoss,
+    ConnectionClosedError,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+)
+
+
+def split_hosts(hosts: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/chroot"`` -> ``("h1:2181,h2:2181", "/chroot")`` (chroot may be "")."""
+    if "/" in hosts:
+        servers, chroot = hosts.split("/", 1)
+        return servers, "/" + chroot.strip("/") if chroot.strip("/") else ""
+    return hosts, ""
+
+
+class ZooKeeperSession:
+    """One kazoo session with bounded calls and state callbacks.
+
+    ``on_lost`` is called (once per loss, on a thread of its own) when the session
+    expires; ``on_connected`` whenever the client is connected again.
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        session_timeout: float = 10.0,
+        call_timeout: float = 10.0,
+    ) -> None:
+        self.hosts = hosts
+        self.servers, self.chroot = split_hosts(hosts)
+        self.session_timeout = session_timeout
+        self.call_timeout = call_timeout
+        self._client: KazooClient | None = None
+        self._state = KazooState.LOST
+        self._lost_generation = 0
+        self._listeners_lost: list[Callable[[], None]] = []
+        self._listeners_connected: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self.connected = threading.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, timeout: float) -> None:
+        """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the servers."""
+        if self._client is not None:
+            return
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            command_retry=None,
+        )
+        try:
+            with warnings.catch_warnings():
+                # kazoo warns if the chroot does not exist yet; it is created just below.
+                warnings.simplefilter("ignore")
+                client.start(timeout=timeout)
+        except KazooTimeoutError:
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper at {self.servers} could not be reached within {timeout:g}s "
+                f"(zookeeper_hosts={self.hosts!r})"
+            ) from None
+        client.add_listener(self._on_state)
+        self._client = client
+        self._state = KazooState.CONNECTED
+        self.connected.set()
+        if self.chroot:
+            self._ensure_chroot(timeout)
+
+    def _ensure_chroot(self, timeout: float) -> None:
+        if self.exists("/"):
+            return
+        # A client without the chroot creates it (a chrooted client cannot create its own root).
+        root = KazooClient(hosts=self.servers, timeout=self.session_timeout)
+        try:
+            root.start(timeout=timeout)
+            root.ensure_path(self.chroot)
+        except KazooTimeoutError:
+            raise ZooKeeperUnavailable(f"ZooKeeper at {self.servers} unreachable") from None
+        finally:
+            root.stop()
+            root.close()
+
+    def stop(self) -> None:
+        """Close the session (its ephemeral nodes, the driver lock among them, vanish)."""
+        client, self._client = self._client, None
+        self.connected.clear()
+        if client is not None:
+            client.remove_listener(self._on_state)
+            client.stop()
+            client.close()
+
+    @property
+    def client(self) -> KazooClient:
+        if self._client is None:
+            raise CoordinationError(f"ZooKeeper session to {self.hosts} is not started")
+        return self._client
+
+    @property
+    def state(self) -> str:
+        """``"CONNECTED"``, ``"SUSPENDED"`` or ``"LOST"``."""
+        return str(self._state)
+
+    @property
+    def lost_generation(self) -> int:
+        """How many times the session was lost; a lock taken before a loss is gone."""
+        return self._lost_generation
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        self._listeners_lost.append(callback)
+
+    def on_connected(self, callback: Callable[[], None]) -> None:
+        self._listeners_connected.append(callback)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's event thread: record and hand the work to another thread.
+        with self._lock:
+            self._state = state
+            if state == KazooState.CONNECTED:
+                self.connected.set()
+                callbacks = list(self._listeners_connected)
+            else:
+                self.connected.clear()
+                callbacks = []
+                if state == KazooState.LOST:
+                    self._lost_generation += 1
+                    callbacks = list(self._listeners_lost)
+        level = logging.INFO if state == KazooState.CONNECTED else logging.WARNING
+        log.log(level, "ZooKeeper %s: session %s", self.hosts, state)
+        for cb in callbacks:
+            threading.Thread(target=cb, name=f"gtbarrier-zk-{state.lower()}", daemon=True).start()
+
+    # --- bounded calls -----------------------------------------------------------------
+
+    def _wait(self, what: str, path: str, async_result: Any) -> Any:
+        try:
+            return async_result.get(timeout=self.call_timeout)
+        except _UNAVAILABLE as err:
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper at {self.hosts}: {what} {path} failed: {type(err).__name__}: {err}"
+            ) from err
+
+    def exists(self, path: str) -> bool:
+        return self._wait("exists", path, self.client.exists_async(path)) is not None
+
+    def get(self, path: str) -> tuple[bytes, int] | None:
+        """The data and znode version, or None if the node does not exist."""
+        try:
+            data, stat = self._wait("get", path, self.client.get_async(path))
+        except NoNodeError:
+            return None
+        return bytes(data), int(stat.version)
+
+    def create(self, path: str, data: bytes) -> int:
+        """Create a node (and parents); version 0. NodeExistsError if present."""
+        self.ensure_path(path.rsplit("/", 1)[0] or "/")
+        self._wait("create", path, self.client.create_async(path, data))
+        return 0
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        stat = self._wait("set", path, self.client.set_async(path, data, version=version))
+        return int(stat.version)
+
+    def ensure_path(self, path: str) -> None:
+        if path in ("", "/"):
+            return
+        with contextlib.suppress(NodeExistsError):
+            self._wait("ensure_path", path, self.client.ensure_path_async(path))
+
+
+def driver_identifier() -> str:
+    """Who holds the lock, for error messages: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class DriverLock:
+    """The one-driver-per-pipeline lock (kazoo ``Lock`` recipe; ephemeral sequential nodes)."""
+
+    def __init__(self, session: ZooKeeperSession, path: str, pipeline_id: str) -> None:
+        self.session = session
+        self.path = path
+        self.pipeline_id = pipeline_id
+        self.identifier = driver_identifier()
+        self._lock: Lock | None = None
+        self._session_generation = -1
+
+    @property
+    def held(self) -> bool:
+        """Held and not invalidated by a session loss since it was taken."""
+        return (
+            self._lock is not None
+            and self._lock.is_acquired
+            and self._session_generation == self.session.lost_generation
+        )
+
+    def acquire(self, wait: float | None) -> None:
+        """Take the lock. ``wait=None``: fail fast with :class:`DriverLockHeld`; else wait
+        up to ``wait`` seconds."""
+        if self.held:
+            return
+        lock = Lock(self.session.client, self.path, self.identifier)
+        try:
+            if wait is None:
+                got = lock.acquire(blocking=False)
+            else:
+                got = lock.acquire(blocking=True, timeout=wait)
+        except KazooTimeoutError:
+            got = False
+        except _UNAVAILABLE as err:
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper at {self.session.hosts}: taking lock {self.path} failed: {err}"
+            ) from err
+        if not got:
+            holders = self._holders(lock)
+            how = "is held" if wait is None else f"was not released within {wait:g}s"
+            raise DriverLockHeld(
+                f"pipeline '{self.pipeline_id}' already has a driver: the lock {self.path} on "
+                f"ZooKeeper {self.session.hosts} {how} (holder: {holders or 'unknown'}). "
+                "Stop that driver, or pass driver_wait='60s' to wait for it (a crashed "
+                "driver's lock is released when its ZooKeeper session times out)."
+            )
+        self._lock = lock
+        self._session_generation = self.session.lost_generation
+        log.info(
+            "pipeline %s: driver lock %s taken by %s", self.pipeline_id, self.path, self.identifier
+        )
+
+    @staticmethod
+    def _holders(lock: Lock) -> str:
+        try:
+            return ", ".join(str(c) for c in lock.contenders()[:1])
+        except KazooException:
+            return ""
+
+    def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except (KazooException, *_UNAVAILABLE) as err:
+            # The node is ephemeral: it goes with the session, which the caller closes next.
+            log.info(
+                "driver lock %s not released explicitly (%s); it ends with the session",
+                self.path,
+                err,
+            )
+
+
+class ZooKeeperResumePoints:
+    """The resume point as JSON in one znode; versions are znode versions."""
+
+    def __init__(self, session: ZooKeeperSession, path: str) -> None:
+        self.session = session
+        self.path = path
+
+    @property
+    def description(self) -> str:
+        return f"ZooKeeper {self.session.hosts} node {self.path}"
+
+    def read(self) -> tuple[dict[str, Any] | None, str | None]:
+        hit = self.session.get(self.path)
+        if hit is None:
+            return None, None
+        data, version = hit
+        return json.loads(data), str(version)
+
+    def write(self, record: dict[str, Any], expected_version: str | None) -> str:
+        data = dumps(record)
+        try:
+            if expected_version is None:
+                return str(self.session.create(self.path, data))
+            return str(self.session.set(self.path, data, int(expected_version)))
+        except (NodeExistsError, BadVersionError, NoNodeError) as err:
+            raise ConcurrentModification(
+                f"zookeeper://{self.session.hosts}", self.path, expected_version
+            ) from err
