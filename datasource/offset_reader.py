@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# The longest a partition's corrected end is trusted while ListOffsets answers the same.
+PROBE_MAX_AGE_S = 30.0
+
 
 def is_retriable_kafka_error(err: BaseException) -> bool:
     """Connection problems and the errors Kafka itself marks retriable."""
@@ -100,9 +103,9 @@ class OffsetReader:
         self._clock = clock
         self._consumer: Any = None
         self._cache: _CachedLatest | None = None
-        # (ListOffsets answer, corrected end) per partition, to skip the fetch probe
-        # while a partition's ListOffsets answer does not change.
-        self._ends: dict[TopicPartitionKey, tuple[int, int]] = {}
+        # (ListOffsets answer, corrected end, when probed) per partition, to skip the
+        # fetch probe while a partition's ListOffsets answer does not change.
+        self._ends: dict[TopicPartitionKey, tuple[int, int, float]] = {}
         self._retry = driver_retry(options)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -223,15 +226,18 @@ class OffsetReader:
         watermark is right on both, so the end of a partition is the largest of the
         ListOffsets answer, the high watermark and the last offset + 1 of a fetch from
         ``listed - 1`` (which returns the last batch on Tansu and the last record on
-        Kafka). The fetch is only made when a partition's ListOffsets answer changed.
+        Kafka). The fetch is made when a partition's ListOffsets answer changed, and at
+        least every :data:`PROBE_MAX_AGE_S` (a topic recreated on Tansu can keep the same
+        ListOffsets answer while its end moves).
         """
+        now = self._clock()
         ends: Frontier = {}
         probe: dict[TopicPartitionKey, int] = {}
         for tp, listed_end in listed.items():
             known = self._ends.get(tp)
             if listed_end <= 0:
                 ends[tp] = listed_end
-            elif known is not None and known[0] == listed_end:
+            elif known is not None and known[0] == listed_end and now - known[2] < PROBE_MAX_AGE_S:
                 ends[tp] = known[1]
             else:
                 probe[tp] = listed_end
@@ -239,7 +245,7 @@ class OffsetReader:
             probed = self._call("fetching high watermarks", lambda: self._probe(probe))
             for tp, listed_end in probe.items():
                 end = max(listed_end, probed.get(tp, listed_end))
-                self._ends[tp] = (listed_end, end)
+                self._ends[tp] = (listed_end, end, now)
                 ends[tp] = end
         return ends
 

@@ -164,9 +164,9 @@ class RangeReader:
                 if records:
                     builder.add(records)
                     next_offset = max(next_offset, records[-1].offset + 1)
-                    if builder.rows >= ARROW_BATCH_ROWS:
-                        self.rows += builder.rows
-                        yield builder.flush()
+                    while builder.rows >= ARROW_BATCH_ROWS:
+                        self.rows += ARROW_BATCH_ROWS
+                        yield builder.flush(ARROW_BATCH_ROWS)
             if builder.rows:
                 self.rows += builder.rows
                 yield builder.flush()
@@ -258,16 +258,18 @@ class ArrowBuilder:
         if self.with_headers:
             self.headers.extend([r.headers or [] for r in records])
 
-    def flush(self) -> Any:
+    def flush(self, limit: int | None = None) -> Any:
+        """A RecordBatch of the first ``limit`` rows collected (all by default)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        n = self.rows
+        n = self.rows if limit is None else min(limit, self.rows)
+        taken = self._take(n)
         schema = self.schema
-        offsets = pa.array(self.offsets, pa.int64())
+        offsets = pa.array(taken.offsets, pa.int64())
         topic = pa.array([self.topic] * n, pa.string())
         partition = pa.array([self.partition] * n, pa.int32())
-        millis = pa.array(self.timestamps, pa.int64())
+        millis = pa.array(taken.timestamps, pa.int64())
         timestamps = pc.multiply(millis, 1000).cast(schema.field("timestamp").type)
         gt_type = schema.field("gt").type
         gt = pa.StructArray.from_arrays(
@@ -275,17 +277,33 @@ class ArrowBuilder:
             fields=[gt_type.field(i) for i in range(gt_type.num_fields)],
         )
         columns = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
+            pa.array(taken.keys, pa.binary()),
+            pa.array(taken.values, pa.binary()),
             topic,
             partition,
             offsets,
             timestamps,
-            pa.array(self.timestamp_types, pa.int32()),
+            pa.array(taken.timestamp_types, pa.int32()),
         ]
         if self.with_headers:
-            columns.append(pa.array(self.headers, schema.field("headers").type))
+            columns.append(pa.array(taken.headers, schema.field("headers").type))
         columns.append(gt)
-        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-        self._reset()
-        return batch
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _take(self, n: int) -> ArrowBuilder:
+        """Move the first ``n`` rows into a new builder (which is returned)."""
+        taken = ArrowBuilder.__new__(ArrowBuilder)
+        if n == self.rows:
+            taken.__dict__.update(self.__dict__)
+            self._reset()
+            return taken
+        taken.keys, self.keys = self.keys[:n], self.keys[n:]
+        taken.values, self.values = self.values[:n], self.values[n:]
+        taken.offsets, self.offsets = self.offsets[:n], self.offsets[n:]
+        taken.timestamps, self.timestamps = self.timestamps[:n], self.timestamps[n:]
+        taken.timestamp_types, self.timestamp_types = (
+            self.timestamp_types[:n],
+            self.timestamp_types[n:],
+        )
+        taken.headers, self.headers = self.headers[:n], self.headers[n:]
+        return taken

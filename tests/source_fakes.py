@@ -1,0 +1,213 @@
+"""An in-memory stand-in for a Kafka cluster and kafka-python's KafkaConsumer.
+
+Just enough of the consumer API for gtkafka's unit tests, with the Tansu ListOffsets
+defect switchable (``tansu=True``: "latest" is the base offset of the last record batch
+plus one) and every call counted in ``FakeBroker.calls``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.structs import OffsetAndTimestamp
+
+
+@dataclass
+class FakePartition:
+    records: dict[int, ConsumerRecord] = field(default_factory=dict)
+    end: int = 0
+    log_start: int = 0
+    batch_bases: list[int] = field(default_factory=list)
+
+
+class FakeBroker:
+    def __init__(self, *, tansu: bool = False, down: bool = False) -> None:
+        self.tansu = tansu
+        self.down = down
+        self.topics: dict[str, dict[int, FakePartition]] = {}
+        self.calls: Counter[str] = Counter()
+        self.committed: dict[str, dict[TopicPartition, int]] = {}
+        self.consumers: list[FakeConsumer] = []
+
+    def create(self, topic: str, partitions: int) -> None:
+        self.topics[topic] = {p: FakePartition() for p in range(partitions)}
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        n: int,
+        *,
+        timestamp: int = 1_000,
+        batch: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Append ``n`` records in batches of ``batch`` (default: one batch)."""
+        part = self.topics[topic][partition]
+        size = batch or n
+        for i in range(n):
+            off = part.end
+            if i % size == 0:
+                part.batch_bases.append(off)
+            part.records[off] = ConsumerRecord(
+                topic,
+                partition,
+                0,
+                off,
+                timestamp + i,
+                0,
+                b"k%d" % off,
+                b"v%d" % off,
+                list(headers or []),
+                None,
+                2,
+                2,
+                0,
+            )
+            part.end += 1
+
+    def skip(self, topic: str, partition: int, n: int) -> None:
+        """Advance the end by ``n`` offsets that hold no records (compaction, markers)."""
+        self.topics[topic][partition].end += n
+
+    def delete_before(self, topic: str, partition: int, offset: int) -> None:
+        part = self.topics[topic][partition]
+        part.log_start = offset
+        for off in [o for o in part.records if o < offset]:
+            del part.records[off]
+
+    def recreate(self, topic: str, partitions: int) -> None:
+        self.create(topic, partitions)
+
+    def listed_end(self, tp: TopicPartition) -> int:
+        part = self.topics[tp.topic][tp.partition]
+        if self.tansu and part.batch_bases:
+            return part.batch_bases[-1] + 1
+        return part.end
+
+
+class FakeConsumer:
+    """The subset of ``kafka.KafkaConsumer`` that gtkafka uses."""
+
+    def __init__(self, broker: FakeBroker, **config: Any) -> None:
+        from kafka import KafkaConsumer
+
+        unknown = set(config) - set(KafkaConsumer.DEFAULT_CONFIG)
+        assert not unknown, unknown
+        broker.calls["connect"] += 1
+        if broker.down:
+            raise kerr.KafkaTimeoutError("Unable to bootstrap from fake")
+        self.broker = broker
+        self.config = config
+        self.assigned: list[TopicPartition] = []
+        self.positions: dict[TopicPartition, int] = {}
+        self.high: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
+        self.closed = False
+        broker.consumers.append(self)
+
+    def _check(self, what: str) -> None:
+        assert not self.closed
+        self.broker.calls[what] += 1
+        if self.broker.down:
+            raise kerr.KafkaConnectionError("111 ECONNREFUSED")
+
+    def _part(self, tp: TopicPartition) -> FakePartition:
+        try:
+            return self.broker.topics[tp.topic][tp.partition]
+        except KeyError:
+            raise kerr.UnknownTopicOrPartitionError(str(tp)) from None
+
+    def topics(self) -> set[str]:
+        self._check("metadata")
+        return set(self.broker.topics)
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(self.broker.topics.get(topic, {}))
+
+    def beginning_offsets(
+        self, tps: list[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        self._check("list_offsets")
+        return {tp: self._part(tp).log_start for tp in tps}
+
+    def end_offsets(
+        self, tps: list[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        self._check("list_offsets")
+        return {tp: self.broker.listed_end(tp) for tp in tps}
+
+    def offsets_for_times(
+        self, stamps: dict[TopicPartition, int], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        self._check("list_offsets")
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in stamps.items():
+            hits = sorted(r for r in self._part(tp).records.values() if r.timestamp >= ts)
+            out[tp] = OffsetAndTimestamp(hits[0].offset, hits[0].timestamp, 0) if hits else None
+        return out
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = list(tps)
+        self.positions = {tp: self.positions.get(tp, 0) for tp in tps}
+        self.paused = set()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        assert tp in self.assigned
+        self.positions[tp] = offset
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.paused.update(tps)
+
+    def position(self, tp: TopicPartition, timeout_ms: int | None = None) -> int:
+        return self.positions[tp]
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.high.get(tp)
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        self._check("fetch")
+        limit = max_records or self.config.get("max_poll_records", 500)
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp in self.assigned:
+            if tp in self.paused:
+                continue
+            part = self._part(tp)
+            pos = self.positions[tp]
+            if pos < part.log_start or (pos > part.end and not self.broker.tansu):
+                raise kerr.OffsetOutOfRangeError({tp: pos})
+            self.high[tp] = part.end
+            got = []
+            off = pos
+            while off < part.end and len(got) < limit:
+                rec = part.records.get(off)
+                if rec is not None:
+                    got.append(rec)
+                off += 1
+            if off != pos:
+                self.positions[tp] = off
+            if got:
+                out[tp] = got
+        return out
+
+    def commit(self, offsets: dict[TopicPartition, Any]) -> None:
+        self._check("commit")
+        group = self.config["group_id"]
+        assert group
+        self.broker.committed.setdefault(group, {}).update(
+            {tp: om.offset for tp, om in offsets.items()}
+        )
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        self.closed = True
+
+
+def factory(broker: FakeBroker) -> Any:
+    return lambda **config: FakeConsumer(broker, **config)

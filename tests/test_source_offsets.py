@@ -1,0 +1,151 @@
+"""Offset arithmetic of gtkafka: JSON form, ranges, rate limiting, splitting."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from datasource.offsets import (
+    OffsetRange,
+    SourceOffset,
+    backlog,
+    cap_frontier,
+    ranges_between,
+    rate_limit,
+    split_ranges,
+)
+from state.errors import MalformedOffset
+
+pytestmark = pytest.mark.unit
+
+
+def test_json_has_sorted_keys_and_round_trips() -> None:
+    off = SourceOffset(3, {("b", 10): 5, ("b", 2): 7, ("a", 0): 1})
+    doc = off.to_json()
+    assert list(doc) == ["epoch", "offsets"]
+    assert list(doc["offsets"]) == ["a", "b"]
+    assert list(doc["offsets"]["b"]) == ["10", "2"]  # text order, as json sort_keys
+    text = json.dumps(doc)
+    assert text == json.dumps(doc, sort_keys=True)
+    again = SourceOffset.from_json(json.loads(text))
+    assert again.same_as(off) and json.dumps(again.to_json()) == text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"orders": {"0": 1}},  # Spark's own Kafka offsets
+        {"epoch": -1, "offsets": {}},
+        {"epoch": "1", "offsets": {}},
+        {"epoch": 1, "offsets": {"t": {"x": 1}}},
+        {"epoch": 1, "offsets": {"t": {"0": -1}}},
+        {"epoch": 1, "offsets": {"t": [1]}},
+        [1],
+    ],
+)
+def test_malformed_offsets(bad: object) -> None:
+    with pytest.raises(MalformedOffset):
+        SourceOffset.from_json(bad)
+
+
+def test_ranges_between_new_and_gone_partitions() -> None:
+    start = {("t", 0): 5, ("t", 1): 9, ("gone", 0): 3}
+    end = {("t", 0): 8, ("t", 1): 9, ("t", 2): 4}
+    assert ranges_between(start, end) == [OffsetRange("t", 0, 5, 8), OffsetRange("t", 2, 0, 4)]
+    assert backlog(start, end) == 7
+    # an end below the start reads nothing
+    assert ranges_between({("t", 0): 9}, {("t", 0): 3}) == []
+
+
+def test_rate_limit_is_proportional_and_exact() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 0}
+    latest = {("t", 0): 600, ("t", 1): 400, ("t", 2): 100}  # backlogs 600, 300, 100
+    end = rate_limit(start, latest, 100)
+    assert end == {("t", 0): 60, ("t", 1): 130, ("t", 2): 10}
+    assert rate_limit(start, latest, 10_000) == latest
+
+
+def test_rate_limit_never_starves_a_partition() -> None:
+    start = {("t", p): 0 for p in range(4)}
+    latest = {("t", 0): 1_000_000, ("t", 1): 1, ("t", 2): 2, ("t", 3): 0}
+    end = rate_limit(start, latest, 10)
+    assert end[("t", 1)] == 1 and end[("t", 2)] >= 1 and end[("t", 3)] == 0
+    assert sum(end.values()) == 10
+    # fewer rows allowed than partitions with data: each still reads one
+    end = rate_limit(start, latest, 1)
+    assert end == {("t", 0): 1, ("t", 1): 1, ("t", 2): 1, ("t", 3): 0}
+
+
+def test_rate_limit_properties_random() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        n = rng.randint(1, 12)
+        start = {("t", p): rng.randint(0, 50) for p in range(n)}
+        latest = {
+            tp: off + rng.choice([0, 1, 2, rng.randint(0, 10_000)]) for tp, off in start.items()
+        }
+        latest[("new", 0)] = rng.randint(0, 30)
+        limit = rng.randint(1, 5_000)
+        end = rate_limit(start, latest, limit)
+        sizes = {(r.topic, r.partition): r.size for r in ranges_between(start, latest)}
+        got = {(r.topic, r.partition): r.size for r in ranges_between(start, end)}
+        total = sum(sizes.values())
+        assert sum(got.values()) == min(total, max(limit, len(sizes)))
+        for tp, size in sizes.items():
+            assert 1 <= got.get(tp, 0) <= size  # none starved, none overshoots
+            if total > limit >= len(sizes):
+                assert abs(got[tp] - limit * size / total) <= 1 + len(sizes)
+        assert rate_limit(start, latest, limit) == end  # deterministic
+        assert set(end) == set(latest)
+
+
+def test_cap_frontier() -> None:
+    assert cap_frontier({("t", 0): 10, ("t", 1): 5, ("n", 0): 3}, {("t", 0): 7, ("t", 1): 9}) == {
+        ("t", 0): 7,
+        ("t", 1): 5,
+    }
+
+
+def test_split_ranges_max_records() -> None:
+    parts = split_ranges([OffsetRange("t", 0, 10, 35)], max_records_per_partition=10)
+    assert parts == [
+        OffsetRange("t", 0, 10, 19),
+        OffsetRange("t", 0, 19, 27),
+        OffsetRange("t", 0, 27, 35),
+    ]
+
+
+def test_split_ranges_min_partitions_in_proportion() -> None:
+    ranges = [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 0, 100), OffsetRange("t", 2, 5, 5)]
+    parts = split_ranges(ranges, min_partitions=10)
+    assert len([p for p in parts if p.partition == 0]) == 9
+    assert len([p for p in parts if p.partition == 1]) == 1
+    assert all(p.size > 0 for p in parts)
+    # enough ranges already: nothing split
+    assert split_ranges(ranges, min_partitions=2) == ranges[:2]
+
+
+def test_split_ranges_properties_random() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        ranges = []
+        for p in range(rng.randint(1, 6)):
+            a = rng.randint(0, 100)
+            ranges.append(OffsetRange("t", p, a, a + rng.randint(0, 500)))
+        min_p = rng.choice([None, rng.randint(1, 40)])
+        max_r = rng.choice([None, rng.randint(1, 200)])
+        parts = split_ranges(ranges, min_partitions=min_p, max_records_per_partition=max_r)
+        assert parts == split_ranges(ranges, min_partitions=min_p, max_records_per_partition=max_r)
+        for r in ranges:
+            mine = [p for p in parts if p.partition == r.partition]
+            covered = [o for p in mine for o in range(p.from_offset, p.until_offset)]
+            assert covered == list(range(r.from_offset, r.until_offset))  # contiguous, exact
+            if max_r is not None:
+                assert all(p.size <= max_r for p in mine)
+            if mine:
+                assert max(p.size for p in mine) - min(p.size for p in mine) <= 1
+        total = sum(r.size for r in ranges)
+        if min_p is not None:
+            assert len(parts) >= min(min_p, total)

@@ -1,0 +1,207 @@
+"""Executor reads of gtkafka against a fake consumer: exact ranges, Arrow, gaps, batch records."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from datasource.batch_record import BatchContext, read_batch_record, write_batch_record
+from datasource.offsets import OffsetRange
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import (
+    ARROW_BATCH_ROWS,
+    KafkaInputPartition,
+    RangeReader,
+    read_partition,
+)
+from datasource.schema import arrow_schema, source_schema
+from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
+from state.layout import PipelineLayout
+from state.memory_store import MemoryStore
+from state.store import StoreConfig
+from tests.source_fakes import FakeBroker, factory
+
+pytestmark = pytest.mark.unit
+
+
+def options(**extra: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": "fake:9092", "subscribe": "t", **extra}
+    )
+
+
+def read(
+    broker: FakeBroker, r: OffsetRange, *, headers: bool = False, epoch: int = 4, **extra: str
+) -> tuple[pa.Table, RangeReader]:
+    opts = options(includeHeaders=str(headers).lower(), **extra)
+    reader = RangeReader(opts, r, consumer_factory=factory(broker))
+    batches = list(reader.batches(epoch, arrow_schema(source_schema(headers))))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert all(c.closed for c in broker.consumers)
+    table = pa.Table.from_batches(batches, schema=arrow_schema(source_schema(headers)))
+    return table, reader
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    b = FakeBroker(tansu=True)
+    b.create("t", 1)
+    return b
+
+
+def test_reads_exactly_the_range_in_arrow(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 100, batch=7, headers=[("h", b"x")])
+    table, _ = read(broker, OffsetRange("t", 0, 10, 60), headers=True)
+    assert table.column("offset").to_pylist() == list(range(10, 60))
+    assert table.column("key").to_pylist()[0] == b"k10"
+    assert table.column("headers").to_pylist()[0] == [{"key": "h", "value": b"x"}]
+    gt = table.column("gt").to_pylist()
+    assert gt[0] == {"epoch": 4, "topic": "t", "partition": 0, "offset": 10}
+    assert set(table.column("topic").to_pylist()) == {"t"}
+    assert table.schema.equals(arrow_schema(source_schema(True)))
+    ts = table.column("timestamp").to_pylist()[0]
+    assert ts.timestamp() == pytest.approx(1.010)  # 1010 ms
+
+
+def test_batches_are_bounded(broker: FakeBroker) -> None:
+    n = ARROW_BATCH_ROWS * 2 + 5
+    broker.produce("t", 0, n)
+    opts = options(**{"kafka.max.poll.records": "3000"})
+    reader = RangeReader(opts, OffsetRange("t", 0, 0, n), consumer_factory=factory(broker))
+    sizes = [b.num_rows for b in reader.batches(0, arrow_schema(source_schema(False)))]
+    assert sizes == [ARROW_BATCH_ROWS, ARROW_BATCH_ROWS, 5]
+
+
+def test_compaction_gaps_are_not_loss(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    broker.skip("t", 0, 3)  # offsets 5..7 hold no records (compacted, markers)
+    broker.produce("t", 0, 5)
+    table, reader = read(broker, OffsetRange("t", 0, 0, 13))
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]
+    assert reader.skipped == 0
+    # a range ending inside a gap terminates too
+    table, _ = read(broker, OffsetRange("t", 0, 3, 7))
+    assert table.column("offset").to_pylist() == [3, 4]
+
+
+def test_retention_loss_fails_or_is_skipped_and_counted(
+    broker: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker.produce("t", 0, 50)
+    broker.delete_before("t", 0, 20)
+    with pytest.raises(DataLossError) as info:
+        read(broker, OffsetRange("t", 0, 10, 30))
+    assert "records [10, 20) of t-0" in str(info.value) and "fake:9092" in str(info.value)
+    with caplog.at_level(logging.WARNING, logger="datasource.partition_reader"):
+        table, reader = read(broker, OffsetRange("t", 0, 10, 30), failOnDataLoss="false")
+    assert table.column("offset").to_pylist() == list(range(20, 30))
+    assert reader.skipped == 10
+    assert "skipped 10 lost record(s)" in caplog.text
+
+
+def test_truncated_partition_is_loss_and_terminates(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 20)
+    with pytest.raises(DataLossError) as info:
+        read(broker, OffsetRange("t", 0, 10, 40))  # Tansu: empty fetch, high watermark 20
+    assert "records [20, 40)" in str(info.value) and "now ends at 20" in str(info.value)
+    table, reader = read(broker, OffsetRange("t", 0, 10, 40), failOnDataLoss="false")
+    assert table.num_rows == 10 and reader.skipped == 20
+    kafka_like = FakeBroker(tansu=False)
+    kafka_like.create("t", 1)
+    kafka_like.produce("t", 0, 5)
+    with pytest.raises(DataLossError):
+        read(kafka_like, OffsetRange("t", 0, 30, 40))  # OffsetOutOfRange past the end
+
+
+def test_unreachable_broker(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    broker.down = True
+    with pytest.raises(SourceUnavailable) as info:
+        read(broker, OffsetRange("t", 0, 0, 5))
+    assert "fake:9092" in str(info.value)
+
+
+def test_no_progress_within_poll_timeout(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    opts = options(**{"kafkaConsumer.pollTimeoutMs": "1000"})
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.3
+        return now[0]
+
+    class Stuck:
+        def __init__(self, **config: Any) -> None:
+            self.closed = False
+
+        def assign(self, tps: Any) -> None: ...
+        def seek(self, tp: Any, off: int) -> None: ...
+        def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, Any]:
+            return {}
+
+        def position(self, tp: Any) -> int:
+            return 0
+
+        def highwater(self, tp: Any) -> None:
+            return None
+
+        def close(self) -> None:
+            self.closed = True
+
+    reader = RangeReader(opts, OffsetRange("t", 0, 0, 5), consumer_factory=Stuck, clock=clock)
+    with pytest.raises(SourceUnavailable) as info:
+        list(reader.batches(0, arrow_schema(source_schema(False))))
+    assert "pollTimeoutMs=1000" in str(info.value)
+
+
+def test_read_partition_writes_the_batch_record_first(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 3)
+    uri = f"memory://br-{uuid.uuid4().hex}"
+    opts = options(**{"pipeline.id": "p", "state.uri": uri})
+    store = MemoryStore(StoreConfig(uri))
+    layout = PipelineLayout("p")
+    ctx = BatchContext("q-1", 7)
+    schema = arrow_schema(source_schema(False))
+    it = read_partition(
+        opts,
+        KafkaInputPartition(5, OffsetRange("t", 0, 0, 3)),
+        schema,
+        context=ctx,
+        consumer_factory=factory(broker),
+    )
+    first = next(it)
+    assert read_batch_record(store, layout, "q-1", 7) == 5
+    assert first.num_rows == 3
+    # a marker partition writes the record and yields nothing; identical records are fine
+    marker = KafkaInputPartition(5, None)
+    assert list(read_partition(opts, marker, schema, context=ctx)) == []
+    assert store.get_json(layout.batch("q-1", 7))[0] == {
+        "batch_id": 7,
+        "epoch": 5,
+        "query_id": "q-1",
+    }
+    with pytest.raises(EpochLogConflict):
+        list(read_partition(opts, KafkaInputPartition(6, None), schema, context=ctx))
+    # no streaming context (a batch read): nothing written
+    list(read_partition(opts, marker, schema, context=None))
+    assert store.list(layout.batches_prefix()) == [layout.batch("q-1", 7)]
+
+
+def test_batch_record_conflict_message() -> None:
+    store = MemoryStore(StoreConfig(f"memory://bc-{uuid.uuid4().hex}"))
+    layout = PipelineLayout("p")
+    write_batch_record(store, layout, BatchContext("q", 1), 3)
+    write_batch_record(store, layout, BatchContext("q", 1), 3)
+    with pytest.raises(EpochLogConflict) as info:
+        write_batch_record(store, layout, BatchContext("q", 1), 4)
+    assert "batch 1 of query q" in str(info.value) and "epoch 4" in str(info.value)
+
+
+def test_input_partition_pickles() -> None:
+    part = KafkaInputPartition(2, OffsetRange("t", 1, 5, 9))
+    assert pickle.loads(pickle.dumps(part)) == part

@@ -1,0 +1,358 @@
+"""The driver side of gtkafka against a fake cluster: start, epoch log, limits, data loss."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from datasource.epoch_log import EpochLog
+from datasource.group_commit import commit_to_group
+from datasource.offset_reader import OffsetReader
+from datasource.offsets import SourceOffset
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition
+from datasource.schema import source_schema
+from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from state.errors import ConfigError, DataLossError, EpochLogConflict, KeyExists, SourceUnavailable
+from state.layout import PipelineLayout
+from state.memory_store import MemoryStore
+from state.retry import Retry
+from state.store import StoreConfig
+from tests.source_fakes import FakeBroker, factory
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    """A reader wired to a fake broker, a memory store and a fake clock."""
+
+    def __init__(self, broker: FakeBroker, uri: str | None = None, **options: str) -> None:
+        self.broker = broker
+        self.uri = uri or f"memory://src-{uuid.uuid4().hex}"
+        raw = {
+            "kafka.bootstrap.servers": "fake:9092",
+            "subscribe": "t",
+            "pipeline.id": "p",
+            "state.uri": self.uri,
+            "startingOffsets": "earliest",
+            "fetchOffset.retryIntervalMs": "0",
+            **options,
+        }
+        self.options = KafkaSourceOptions.parse(raw)
+        self.clock = Clock()
+        self.store = MemoryStore(StoreConfig(self.uri))
+        self.layout = PipelineLayout("p")
+        self.reader = self.new_reader()
+
+    def new_reader(self) -> GlobalTimeKafkaStreamReader:
+        offsets = OffsetReader(
+            self.options, consumer_factory=factory(self.broker), clock=self.clock
+        )
+        return GlobalTimeKafkaStreamReader(
+            self.options,
+            source_schema(False),
+            offset_reader=offsets,
+            epoch_log=EpochLog(self.store, self.layout, retry=Retry(max_attempts=1)),
+            clock=self.clock,
+        )
+
+    def latest(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+        self.clock.now += 10  # past the end-offset cache
+        return self.reader.latestOffset(start, limit or ReadAllAvailable())
+
+
+def offsets(doc: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return dict(SourceOffset.from_json(doc).offsets)
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    b = FakeBroker(tansu=True)
+    b.create("t", 2)
+    return b
+
+
+def test_initial_offset_is_resolved_once_and_persisted(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 100, batch=40)
+    h = Harness(broker, startingOffsets="latest")
+    first = h.reader.initialOffset()
+    # Tansu's ListOffsets says 81 (base of the last batch + 1); the real end is 100.
+    assert first == {"epoch": 0, "offsets": {"t": {"0": 100, "1": 0}}}
+    broker.produce("t", 0, 50)
+    assert h.reader.initialOffset() == first
+    assert h.new_reader().initialOffset() == first  # a restart, or a new checkpoint
+    stored, _ = h.store.get_json(h.layout.source_start)
+    assert stored == first
+
+
+def test_initial_offset_json_and_timestamps(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 10, timestamp=100)
+    broker.produce("t", 1, 10, timestamp=500)
+    h = Harness(broker, startingOffsets='{"t": {"0": 3, "1": -1}}')
+    assert h.reader.initialOffset()["offsets"] == {"t": {"0": 3, "1": 10}}
+    h = Harness(broker, startingTimestamp="105")
+    assert h.reader.initialOffset()["offsets"] == {"t": {"0": 5, "1": 0}}
+    h = Harness(broker, startingTimestamp="10000")
+    with pytest.raises(ConfigError) as info:
+        h.reader.initialOffset()
+    assert info.value.option == "startingTimestamp" and "t-0, t-1" in str(info.value)
+    h = Harness(broker, startingTimestamp="10000", startingOffsetsByTimestampStrategy="latest")
+    assert h.reader.initialOffset()["offsets"] == {"t": {"0": 10, "1": 10}}
+
+
+def test_json_offsets_must_cover_every_partition(broker: FakeBroker) -> None:
+    h = Harness(broker, startingOffsets='{"t": {"0": 3}}')
+    with pytest.raises(ConfigError) as info:
+        h.reader.initialOffset()
+    assert info.value.option == "startingOffsets" and "missing t-1" in str(info.value)
+
+
+def test_unknown_topic_is_named(broker: FakeBroker) -> None:
+    h = Harness(broker, subscribe="t,nope")
+    with pytest.raises(ConfigError) as info:
+        h.reader.initialOffset()
+    assert info.value.option == "subscribe"
+    assert "'nope' does not exist on Kafka at fake:9092" in str(info.value)
+    h = Harness(broker, subscribe=None, assign='{"t": [0, 7]}')  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as info:
+        h.reader.initialOffset()
+    assert "t-7 does not exist" in str(info.value)
+
+
+def test_persisted_start_must_match_subscription(broker: FakeBroker) -> None:
+    broker.create("u", 1)
+    h = Harness(broker)
+    h.reader.initialOffset()
+    other = Harness(broker, h.uri, subscribe="t,u")
+    with pytest.raises(ConfigError) as info:
+        other.reader.initialOffset()
+    assert info.value.option == "subscribe" and "use a new pipeline.id" in str(info.value)
+
+
+def test_unreachable_broker_raises_source_unavailable() -> None:
+    broker = FakeBroker(down=True)
+    h = Harness(broker, **{"fetchOffset.numRetries": "2"})
+    with pytest.raises(SourceUnavailable) as info:
+        h.reader.initialOffset()
+    assert "fake:9092" in str(info.value)
+    assert broker.calls["connect"] == 3  # numRetries + 1 attempts
+
+
+def test_epoch_log_records_and_replays(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 30)
+    broker.produce("t", 1, 10)
+    h = Harness(broker, maxOffsetsPerTrigger="20")
+    start = h.reader.initialOffset()
+    end = h.latest(start, ReadMaxRows(20))
+    assert end["epoch"] == 1 and offsets(end) == {("t", 0): 15, ("t", 1): 5}
+    record, _ = h.store.get_json(h.layout.epoch(0))
+    assert record == {"epoch": 0, "start": start, "end": end}
+    # a replay gets the recorded end whatever the limit is now, and from another reader
+    assert h.latest(start, ReadAllAvailable()) == end
+    assert h.new_reader().latestOffset(start, ReadMaxRows(1)) == end
+    end2 = h.latest(end, ReadAllAvailable())
+    assert end2["epoch"] == 2 and offsets(end2) == {("t", 0): 30, ("t", 1): 10}
+    # nothing new: the start comes back and nothing is recorded
+    assert h.latest(end2) == end2
+    assert h.store.get_or_none(h.layout.epoch(2)) is None
+    parts = h.reader.partitions(end, end2)
+    assert [(p.epoch, str(p.range)) for p in parts] == [(1, "t-0 [15, 30)"), (1, "t-1 [5, 10)")]
+
+
+def test_epoch_log_conflict_names_both_starts(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 10)
+    h = Harness(broker)
+    start = h.reader.initialOffset()
+    h.latest(start)
+    other = SourceOffset(0, {("t", 0): 4, ("t", 1): 0}).to_json()
+    with pytest.raises(EpochLogConflict) as info:
+        h.latest(other)
+    assert "'0': 4" in str(info.value) and "'0': 0" in str(info.value)
+
+
+def test_losing_the_create_race_adopts_the_winner(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 10)
+    h = Harness(broker)
+    start = h.reader.initialOffset()
+    winner = SourceOffset(1, {("t", 0): 3, ("t", 1): 0})
+    real_create = h.store.create
+
+    def racing_create(key: str, data: bytes) -> str:
+        if key == h.layout.epoch(0):  # another driver records epoch 0 first
+            h.store.put_json(key, {"epoch": 0, "start": start, "end": winner.to_json()})
+            raise KeyExists(h.uri, key)
+        return real_create(key, data)
+
+    h.store.create = racing_create  # type: ignore[method-assign]
+    assert h.latest(start) == winner.to_json()
+
+
+def test_idle_query_does_not_hammer_the_broker(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 10, batch=3)
+    h = Harness(broker)
+    start = h.reader.initialOffset()
+    end = h.reader.latestOffset(start, ReadAllAvailable())
+    broker.calls.clear()
+    # Spark polls an idle source every ~10 ms: 6000 calls over 60 simulated seconds.
+    for _ in range(6000):
+        h.clock.now += 0.010
+        assert h.reader.latestOffset(end, ReadAllAvailable()) == end
+    calls = sum(broker.calls.values())
+    # one Metadata and one ListOffsets per 1 s refresh; a fetch only every 30 s
+    assert broker.calls["fetch"] <= 2
+    assert calls <= 2 * 61 + 2, broker.calls
+    assert calls / 60.0 <= 2.1  # requests per second while idle
+
+
+def test_new_data_after_idle_is_seen_within_the_refresh_interval(broker: FakeBroker) -> None:
+    h = Harness(broker, **{"fetchOffset.refreshIntervalMs": "500"})
+    start = h.reader.initialOffset()
+    assert h.reader.latestOffset(start, ReadAllAvailable()) == start
+    broker.produce("t", 1, 5)
+    h.clock.now += 0.2
+    assert h.reader.latestOffset(start, ReadAllAvailable()) == start  # cached
+    h.clock.now += 0.4
+    assert offsets(h.reader.latestOffset(start, ReadAllAvailable()))[("t", 1)] == 5
+
+
+def test_trigger_available_now_stops_at_the_target(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 25)
+    h = Harness(broker, maxOffsetsPerTrigger="10")
+    off = h.reader.initialOffset()
+    h.reader.prepareForTriggerAvailableNow()
+    broker.produce("t", 0, 100)  # after the target: not read
+    broker.create("t2", 1)
+    ends = []
+    for _ in range(10):
+        nxt = h.latest(off, ReadMaxRows(10))
+        if nxt == off:
+            break
+        ends.append(offsets(nxt)[("t", 0)])
+        off = nxt
+    assert ends == [10, 20, 25]
+
+
+def test_min_rows_waits_up_to_max_trigger_delay(broker: FakeBroker) -> None:
+    h = Harness(broker, minOffsetsPerTrigger="10", maxTriggerDelay="30s")
+    start = h.reader.initialOffset()
+    assert h.reader.getDefaultReadLimit() == ReadMinRows(10)
+    assert h.latest(start, ReadMinRows(10)) == start  # starts the delay clock
+    broker.produce("t", 0, 4)
+    assert h.latest(start, ReadMinRows(10)) == start  # 4 < 10, 10 s waited
+    h.clock.now += 25
+    end = h.latest(start, ReadMinRows(10))  # 45 s > 30 s: take what there is
+    assert offsets(end)[("t", 0)] == 4
+    broker.produce("t", 0, 12)
+    assert offsets(h.latest(end, ReadMinRows(10)))[("t", 0)] == 16  # enough rows at once
+
+
+def test_min_rows_with_max_rows_caps_the_batch(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 100)
+    h = Harness(broker, minOffsetsPerTrigger="5", maxOffsetsPerTrigger="30")
+    start = h.reader.initialOffset()
+    assert offsets(h.latest(start, ReadMinRows(5)))[("t", 0)] == 30
+
+
+def test_new_partitions_start_at_zero(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    h = Harness(broker, subscribePattern="t.*", subscribe=None)  # type: ignore[arg-type]
+    start = h.reader.initialOffset()
+    end = h.latest(start)
+    broker.create("t9", 2)
+    broker.produce("t9", 1, 7)
+    end2 = h.latest(end)
+    assert offsets(end2) == {("t", 0): 5, ("t", 1): 0, ("t9", 0): 0, ("t9", 1): 7}
+    parts = h.reader.partitions(end, end2)
+    assert [str(p.range) for p in parts] == ["t9-1 [0, 7)"]
+
+
+def test_deleted_partition_is_data_loss(broker: FakeBroker) -> None:
+    broker.create("u", 1)
+    broker.produce("t", 0, 5)
+    h = Harness(broker, subscribe="t,u")
+    start = h.reader.initialOffset()
+    del broker.topics["u"]
+    broker.produce("t", 0, 5)
+    with pytest.raises(DataLossError) as info:
+        h.latest(start)
+    assert "u-0" in str(info.value) and "failOnDataLoss=false" in str(info.value)
+
+    lenient = Harness(broker, h.uri, subscribe="t,u", failOnDataLoss="false")
+    end = lenient.latest(start)
+    assert offsets(end) == {("t", 0): 10, ("t", 1): 0}
+    assert lenient.reader.lost_events == 1
+
+
+def test_recreated_topic_is_data_loss(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    end = h.latest(h.reader.initialOffset())
+    broker.recreate("t", 2)
+    broker.produce("t", 0, 20)
+    h.clock.now += 30  # Tansu's ListOffsets answers 1 before and after: the probe is aged out
+    with pytest.raises(DataLossError) as info:
+        h.latest(end)
+    assert "t-0 (from 50 to 20)" in str(info.value)
+
+    lenient = Harness(broker, h.uri, failOnDataLoss="false")
+    restart = lenient.latest(end)
+    # the lost range is not read; the next epoch starts at the new log's start
+    assert offsets(restart)[("t", 0)] == 0
+    assert [p.range for p in lenient.reader.partitions(end, restart)] == [None]  # a marker
+    again = lenient.latest(restart)
+    assert offsets(again)[("t", 0)] == 20
+
+
+def test_retention_below_the_start_is_data_loss(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    start = h.reader.initialOffset()
+    broker.delete_before("t", 0, 30)
+    with pytest.raises(DataLossError) as info:
+        h.latest(start)
+    assert "t-0 starts at 30, the epoch at 0" in str(info.value)
+
+
+def test_partitions_marker_and_splits(broker: FakeBroker) -> None:
+    h = Harness(broker, maxRecordsPerPartition="4")
+    a = SourceOffset(3, {("t", 0): 0, ("t", 1): 5}).to_json()
+    b = SourceOffset(4, {("t", 0): 10, ("t", 1): 5}).to_json()
+    parts = h.reader.partitions(a, b)
+    assert all(isinstance(p, KafkaInputPartition) and p.epoch == 3 for p in parts)
+    assert [str(p.range) for p in parts] == ["t-0 [0, 4)", "t-0 [4, 7)", "t-0 [7, 10)"]
+    assert h.reader.partitions(a, b) == parts  # pure
+    assert h.reader.partitions(a, a) == []
+    empty_epoch = SourceOffset(4, {("t", 0): 0, ("t", 1): 5}).to_json()
+    assert h.reader.partitions(a, empty_epoch) == [KafkaInputPartition(3, None)]
+
+
+def test_reader_pickles_without_clients(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    h = Harness(broker)
+    h.latest(h.reader.initialOffset())
+    copy = pickle.loads(pickle.dumps(h.reader))
+    assert copy._offsets is None and copy._log is None
+    assert copy.options == h.options
+
+
+def test_commit_offsets_to_group() -> None:
+    broker = FakeBroker()
+    opts = KafkaSourceOptions.parse({"kafka.bootstrap.servers": "fake:1", "subscribe": "t"})
+    commit_to_group(opts, "lag-group", {("t", 1): 7, ("t", 0): 3}, consumer_factory=factory(broker))
+    assert {(tp.topic, tp.partition): o for tp, o in broker.committed["lag-group"].items()} == {
+        ("t", 0): 3,
+        ("t", 1): 7,
+    }
+    assert all(c.closed for c in broker.consumers)
