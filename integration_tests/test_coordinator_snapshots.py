@@ -23,11 +23,11 @@ pytestmark = [pytest.mark.integration]
 
 
 def _start_counting(spark: Any, checkpoint: Path, name: str) -> Any:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as sf
 
     rows = spark.readStream.format("rate").option("rowsPerSecond", 40).load()
-    counts = rows.groupBy((F.col("value") % 7).alias("k")).agg(
-        F.count("*").alias("n"), F.max("value").alias("mx")
+    counts = rows.groupBy((sf.col("value") % 7).alias("k")).agg(
+        sf.count("*").alias("n"), sf.max("value").alias("mx")
     )
     return (
         counts.writeStream.format("memory")
@@ -72,7 +72,9 @@ def _consistent(spark: Any, name: str) -> tuple[int, int]:
 
 
 @pytest.mark.timeout(240)
-def test_periodic_snapshots_prune_request_and_restore(spark: Any, zk: Any, s3: Any, tmp_path: Path) -> None:
+def test_periodic_snapshots_prune_request_and_restore(
+    spark: Any, zk: Any, s3: Any, tmp_path: Path
+) -> None:
     cp = tmp_path / "cp"
     coord = _coordinator(spark, zk, s3, cp)
     try:
@@ -91,8 +93,11 @@ def test_periodic_snapshots_prune_request_and_restore(spark: Any, zk: Any, s3: A
             (r["snapshot_id"] for r in point["retained"]), reverse=True
         )
         # Pruning: only the retained manifests are left in S3.
-        wait_until(lambda: len(_manifest_keys(s3, "rate-counts")) == 2, timeout=30,
-                   what="old snapshots pruned")
+        wait_until(
+            lambda: len(_manifest_keys(s3, "rate-counts")) == 2,
+            timeout=30,
+            what="old snapshots pruned",
+        )
 
         # Incremental: a later snapshot uploads less than it references.
         last = coord.status()["last_snapshot"]
@@ -125,7 +130,8 @@ def test_periodic_snapshots_prune_request_and_restore(spark: Any, zk: Any, s3: A
         try:
             wait_until(
                 lambda: (q2.lastProgress or {}).get("batchId", -1) >= snap["batch_id"] + 2,
-                timeout=60, what="two batches after the restore",
+                timeout=60,
+                what="two batches after the restore",
             )
             first = q2.recentProgress[0]
             assert first["batchId"] == snap["batch_id"] + 1  # restarted after the snapshot
@@ -138,13 +144,17 @@ def test_periodic_snapshots_prune_request_and_restore(spark: Any, zk: Any, s3: A
 
 
 @pytest.mark.timeout(120)
-def test_manifest_lists_checksums_of_what_spark_needs(spark: Any, zk: Any, s3: Any, tmp_path: Path) -> None:
+def test_manifest_lists_checksums_of_what_spark_needs(
+    spark: Any, zk: Any, s3: Any, tmp_path: Path
+) -> None:
     cp = tmp_path / "cp"
     coord = _coordinator(spark, zk, s3, cp, pipeline_id="rate-manifest", snapshot_period="1h")
     try:
         q = _start_counting(spark, cp, "counts_m")
         coord.watch(q)
-        wait_until(lambda: (q.lastProgress or {}).get("batchId", -1) >= 2, timeout=60, what="batch 2")
+        wait_until(
+            lambda: (q.lastProgress or {}).get("batchId", -1) >= 2, timeout=60, what="batch 2"
+        )
         point = coord.request_snapshot(wait="60s")
         q.stop()
         assert point is not None
