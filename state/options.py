@@ -66,7 +66,9 @@ class Options:
     def error(self, name: str, expected: str) -> ConfigError:
         return ConfigError(name, self.raw(name), expected, where=self.where)
 
-    def string(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    def string(
+        self, name: str, default: str | None = None, *, required: bool = False
+    ) -> str | None:
         value = self.raw(name)
         if value is None or value.strip() == "":
             if required:
