@@ -37,7 +37,7 @@ KILL_STEPS = ("before_inflight", "after_inflight", "after_deliver", "after_ack",
 STEPS = (*KILL_STEPS, "deliver_error", "write_fail")
 
 
-class InjectedFault(GtBarrierError):  # noqa: N818 - a fault, not an error
+class InjectedFault(GtBarrierError):
     """Raised by the ``deliver_error`` and ``write_fail`` faults."""
 
     retriable = False

@@ -15,17 +15,14 @@ tell the parts of this run from those of another driver.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import uuid
 from abc import ABC, abstractmethod
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from state.errors import StoreUnavailable
 from state.layout import PipelineLayout
 from state.store import StateStore
 
@@ -77,11 +74,19 @@ class Staging(ABC):
 
 
 class StoreStaging(Staging):
-    def __init__(self, store: StateStore, layout: PipelineLayout) -> None:
+    """Parts as values of a :class:`~state.store.StateStore`.
+
+    With a ``layout``, under the pipeline's ``staging/`` keys of the state store; without,
+    under ``_staging/`` of the store's root (the s3 consumer's prefix).
+    """
+
+    def __init__(self, store: StateStore, layout: PipelineLayout | None = None) -> None:
         self.store = store
         self.layout = layout
 
     def batch_prefix(self, query_id: str, batch_id: int) -> str:
+        if self.layout is None:
+            return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
         return self.layout.staging(query_id, batch_id)
 
     def write_part(self, location: str, table: pa.Table) -> int:
@@ -146,69 +151,3 @@ class FileStaging(Staging):
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(location))
-
-
-class S3Staging(Staging):
-    """Parts under ``<prefix>/_staging/`` of the s3 consumer's bucket."""
-
-    def __init__(self, client_factory: Any, bucket: str, prefix: str) -> None:
-        self._client_factory = client_factory
-        self._client: Any = None
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        return state
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = self._client_factory()
-        return self._client
-
-    def key(self, location: str) -> str:
-        return f"{self.prefix}/{location}" if self.prefix else location
-
-    def batch_prefix(self, query_id: str, batch_id: int) -> str:
-        return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
-
-    def write_part(self, location: str, table: pa.Table) -> int:
-        data = parquet_bytes(table)
-        self._call("put_object", location, Bucket=self.bucket, Key=self.key(location), Body=data)
-        return len(data)
-
-    def read_part(self, location: str) -> pa.Table:
-        resp = self._call("get_object", location, Bucket=self.bucket, Key=self.key(location))
-        return pq.read_table(io.BytesIO(resp["Body"].read()))
-
-    def list(self, prefix: str) -> list[str]:
-        out: list[str] = []
-        token: str | None = None
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.key(prefix)}
-            if token:
-                kwargs["ContinuationToken"] = token
-            resp = self._call("list_objects_v2", prefix, **kwargs)
-            out.extend(obj["Key"][strip:] for obj in resp.get("Contents", []))
-            if not resp.get("IsTruncated"):
-                return sorted(out)
-            token = resp["NextContinuationToken"]
-
-    def delete(self, location: str) -> None:
-        self._call("delete_object", location, Bucket=self.bucket, Key=self.key(location))
-
-    def _call(self, op: str, location: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return getattr(self.client, op)(**kwargs)
-        except ClientError as err:
-            code = err.response.get("Error", {}).get("Code", "")
-            if code in ("SlowDown", "InternalError", "ServiceUnavailable", "503", "500"):
-                raise StoreUnavailable(f"s3://{self.bucket}", self.key(location), str(err)) from err
-            raise
-        except BotoCoreError as err:
-            raise StoreUnavailable(f"s3://{self.bucket}", self.key(location), str(err)) from err

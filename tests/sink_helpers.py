@@ -112,9 +112,12 @@ class Pipeline:
 
     def record_batch(self, batch_id: int, epoch: int, query_id: str | None = None) -> None:
         q = query_id or self.query_id
-        self.store.create_json(
-            self.layout.batch(q, batch_id), {"batch_id": batch_id, "epoch": epoch, "query_id": q}
-        )
+        rec = {"batch_id": batch_id, "epoch": epoch, "query_id": q}
+        existing = self.store.get_json_or_none(self.layout.batch(q, batch_id))
+        if existing is None:
+            self.store.create_json(self.layout.batch(q, batch_id), rec)
+        else:
+            assert existing[0] == rec, f"batch {batch_id} recorded as {existing[0]}"
 
     def write(
         self,

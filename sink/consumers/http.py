@@ -1,0 +1,140 @@
+"""``consumer=http``: POST each bundle to ``consumer.url``; a 2xx answer is the ack.
+
+Request: ``POST {consumer.url}`` with the bundle's rows in ``gt`` order as an Arrow IPC
+stream (``consumer.format=arrow``, ``application/vnd.apache.arrow.stream``) or JSON lines
+(``jsonl``, ``application/x-ndjson``; binary values base64, timestamps ISO-8601), and the
+headers ``X-Gtbarrier-Pipeline``, ``X-Gtbarrier-Bundle-Id``, ``X-Gtbarrier-Gt``,
+``X-Gtbarrier-Rows``. The receiver must store the items and the bundle id in one
+transaction before answering 2xx, and answer 2xx without storing again when it already
+has that bundle id.
+
+``GET {consumer.url}/last`` answers ``{"bundle_id": 7, "gt": 7}`` (or ``404`` / a null
+``bundle_id`` when it has none). :mod:`sink.receiver` is a reference receiver.
+
+A refused connection or a 4xx/5xx answer means the bundle was not stored
+(:class:`DeliveryFailed`); a timeout or a connection dropped after the request was sent
+means it may have been (:class:`CommitStateUnknown`); the barrier retries the same bundle
+either way and recovery asks ``/last``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import io
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import urllib3
+
+from sink.bundle import Bundle
+from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.faults import FaultInjector
+from sink.staging import Staging
+from state.errors import CommitStateUnknown, DeliveryFailed
+
+if TYPE_CHECKING:
+    from sink.options import SinkOptions
+
+CONTENT_TYPES = {"arrow": "application/vnd.apache.arrow.stream", "jsonl": "application/x-ndjson"}
+
+
+def encode_arrow(tables: Iterator[pa.Table]) -> bytes:
+    out = io.BytesIO()
+    writer: pa.ipc.RecordBatchStreamWriter | None = None
+    for table in tables:
+        if writer is None:
+            writer = pa.ipc.new_stream(out, table.schema)
+        writer.write_table(table)
+    if writer is not None:
+        writer.close()
+    return out.getvalue()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def encode_jsonl(tables: Iterator[pa.Table]) -> bytes:
+    out = io.BytesIO()
+    for table in tables:
+        for row in table.to_pylist():
+            out.write(json.dumps(row, default=_json_default, separators=(",", ":")).encode())
+            out.write(b"\n")
+    return out.getvalue()
+
+
+class HttpConsumer(Consumer):
+    name = "http"
+
+    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+        super().__init__(staging, faults)
+        assert options.url is not None
+        self.url = options.url
+        self.format = options.format
+        self.timeout = urllib3.Timeout(
+            connect=min(5.0, options.ack_timeout), read=options.ack_timeout
+        )
+        self.pool = urllib3.PoolManager(retries=False, timeout=self.timeout)
+
+    def describe(self) -> str:
+        return f"http consumer {self.url}"
+
+    def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        tables = bundle.tables(self.staging)
+        body = encode_arrow(tables) if self.format == "arrow" else encode_jsonl(tables)
+        headers = {
+            "Content-Type": CONTENT_TYPES[self.format],
+            "X-Gtbarrier-Pipeline": bundle.pipeline_id,
+            "X-Gtbarrier-Bundle-Id": str(bundle.bundle_id),
+            "X-Gtbarrier-Gt": str(bundle.gt),
+            "X-Gtbarrier-Rows": str(bundle.rows),
+        }
+        try:
+            resp = self.pool.request("POST", self.url, body=body, headers=headers)
+        except urllib3.exceptions.NewConnectionError as err:
+            raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
+        except urllib3.exceptions.ConnectTimeoutError as err:
+            raise DeliveryFailed(f"{self.describe()}: connect timed out: {err}") from err
+        except urllib3.exceptions.HTTPError as err:
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id} was sent but no answer arrived "
+                f"({type(err).__name__}: {err}); it may have been stored"
+            ) from err
+        self.faults.at("after_deliver", bundle.bundle_id)
+        if not 200 <= resp.status < 300:
+            text = resp.data[:500].decode("utf-8", "replace")
+            raise DeliveryFailed(
+                f"{self.describe()}: bundle {bundle.bundle_id} refused with HTTP {resp.status}: "
+                f"{text}"
+            )
+        return Ack(bundle.bundle_id, bundle.rows, driver_bytes=len(body))
+
+    def last_bundle(self) -> LastBundle | None:
+        url = f"{self.url}/last"
+        try:
+            resp = self.pool.request("GET", url)
+        except urllib3.exceptions.HTTPError as err:
+            raise DeliveryFailed(f"{self.describe()}: GET {url} failed: {err}") from err
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise DeliveryFailed(f"{self.describe()}: GET {url} answered HTTP {resp.status}")
+        rec = json.loads(resp.data)
+        if rec.get("bundle_id") is None:
+            return None
+        return LastBundle(int(rec["bundle_id"]), int(rec.get("gt", rec["bundle_id"])))
+
+    def close(self) -> None:
+        self.pool.clear()

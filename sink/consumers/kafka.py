@@ -1,0 +1,319 @@
+"""``consumer=kafka``: each item becomes a message of ``consumer.topic``.
+
+The sink input is shaped like the input of Spark's Kafka sink: ``value`` (binary or
+string, required), and optionally ``key`` (binary or string), ``headers``
+(``array<struct<key: string, value: binary>>``) and ``partition`` (int). Other columns
+(``gt``, ``topic``, ``offset``...) are not sent; ``consumer.topic`` names the topic.
+
+Every message carries, after the item's own headers::
+
+    gtb.bundle  bundle id (the epoch)         gtb.index  the item's index in the bundle
+    gtb.gt      the bundle's global time      gtb.count  the number of items in the bundle
+
+Items are sent in ``gt`` order with ``acks=all`` and one request in flight per connection,
+so each partition holds a prefix of the bundle's items sent to it even if the driver dies
+in the middle. ``last_bundle()`` reads the tail of every partition of the topic: the newest
+bundle whose items are all there (any older bundle is complete: the barrier never sends a
+bundle before the previous one was acknowledged). Delivering a bundle again first reads
+which of its indices are already in the topic and sends only the missing ones, so a bundle
+interrupted half-way is completed, never repeated.
+
+The end of a partition is the larger of ListOffsets and a fetch's high watermark: the
+Tansu broker answers ListOffsets "latest" with the base offset of the last record batch
+plus one, which is too small whenever that batch holds more than one record.
+
+The output topic should be written only by this sink (messages without ``gtb.*``
+headers are skipped, but the tail scan reads through them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sink.bundle import Bundle
+from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.faults import FaultInjector
+from sink.staging import Staging
+from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
+
+if TYPE_CHECKING:
+    from sink.options import SinkOptions
+
+H_BUNDLE, H_GT, H_INDEX, H_COUNT = "gtb.bundle", "gtb.gt", "gtb.index", "gtb.count"
+SCAN_CHUNK = 2000
+_INT_SETTINGS_SUFFIXES = ("_ms", "_bytes", "_size", "retries", "_count", "_records")
+
+
+@dataclass
+class PartitionTail:
+    """What the end of one partition says about the newest bundle in it."""
+
+    newest: int | None = None
+    count: int = 0
+    indices: set[int] = field(default_factory=set)
+    older: int | None = None
+
+
+def producer_config(options: SinkOptions) -> dict[str, Any]:
+    """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns."""
+    config: dict[str, Any] = {}
+    for name, raw in options.kafka_config.items():
+        key = name.replace(".", "_")
+        config[key] = int(raw) if key.endswith(_INT_SETTINGS_SUFFIXES) and raw.isdigit() else raw
+    config.setdefault("linger_ms", 20)
+    config.setdefault("batch_size", 256 * 1024)
+    config.setdefault("retries", 5)
+    config.setdefault("request_timeout_ms", int(options.ack_timeout * 1000))
+    config.setdefault("max_block_ms", int(options.ack_timeout * 1000))
+    config.setdefault("bootstrap_timeout_ms", int(options.ack_timeout * 1000))
+    config.update(acks="all", max_in_flight_requests_per_connection=1)
+    return config
+
+
+def _header(headers: list[tuple[str, bytes]], name: str) -> int | None:
+    for key, value in headers:
+        if key == name:
+            return int(value)
+    return None
+
+
+class KafkaTopicConsumer(Consumer):
+    name = "kafka"
+
+    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+        super().__init__(staging, faults)
+        assert options.kafka_bootstrap is not None and options.topic is not None
+        self.bootstrap = options.kafka_bootstrap
+        self.topic = options.topic
+        self.ack_timeout = options.ack_timeout
+        self.config = producer_config(options)
+        self._producer: Any = None
+
+    def describe(self) -> str:
+        return f"kafka consumer {self.topic}@{self.bootstrap}"
+
+    # --- delivery -----------------------------------------------------------------------
+
+    def producer(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+            from kafka.errors import KafkaError
+
+            try:
+                self._producer = KafkaProducer(bootstrap_servers=self.bootstrap, **self.config)
+            except KafkaError as err:
+                raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
+        return self._producer
+
+    def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        present: set[int] = set()
+        if redelivery:
+            tail = self._scan()
+            present = tail.get(bundle.bundle_id, set())
+        count = bundle.rows
+        half = count // 2
+        sent = 0
+        failures: list[BaseException] = []
+        lock = threading.Lock()
+
+        def failed(err: BaseException) -> None:
+            with lock:
+                failures.append(err)
+
+        producer = self.producer()
+        index = 0
+        driver_bytes = 0
+        from kafka.errors import KafkaError
+
+        try:
+            for table in bundle.tables(self.staging):
+                for value, key, headers, partition in _messages(table):
+                    if index not in present:
+                        all_headers = [
+                            *headers,
+                            (H_BUNDLE, str(bundle.bundle_id).encode()),
+                            (H_GT, str(bundle.gt).encode()),
+                            (H_INDEX, str(index).encode()),
+                            (H_COUNT, str(count).encode()),
+                        ]
+                        producer.send(
+                            self.topic, value=value, key=key, headers=all_headers,
+                            partition=partition,
+                        ).add_errback(failed)
+                        driver_bytes += len(value) + (len(key) if key else 0)
+                        sent += 1
+                    index += 1
+                    if index == half and self.faults.armed("after_deliver", bundle.bundle_id):
+                        producer.flush(timeout=self.ack_timeout)
+                        self.faults.at("after_deliver", bundle.bundle_id)
+            producer.flush(timeout=self.ack_timeout)
+        except KafkaError as err:
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id}: {sent} of {count - len(present)} "
+                f"message(s) handed to the producer, then {type(err).__name__}: {err}"
+            ) from err
+        if failures:
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id}: {len(failures)} message(s) "
+                f"failed: {failures[0]!r}"
+            )
+        return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
+
+    # --- the tail of the topic ----------------------------------------------------------
+
+    def last_bundle(self) -> LastBundle | None:
+        tails = self._tails()
+        newest = [t.newest for t in tails if t.newest is not None]
+        if not newest:
+            return None
+        top = max(newest)
+        indices: set[int] = set()
+        count = 0
+        for t in tails:
+            if t.newest == top:
+                indices |= t.indices
+                count = t.count
+        if len(indices) >= count:
+            return LastBundle(top, top)
+        older = [b for t in tails for b in (t.newest, t.older) if b is not None and b < top]
+        return LastBundle(max(older), max(older)) if older else None
+
+    def _scan(self) -> dict[int, set[int]]:
+        """``{bundle id: indices present}`` for the newest bundle of each partition."""
+        out: dict[int, set[int]] = {}
+        for t in self._tails():
+            if t.newest is not None:
+                out.setdefault(t.newest, set()).update(t.indices)
+        return out
+
+    def _tails(self) -> list[PartitionTail]:
+        from kafka import KafkaConsumer as KafkaReader
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        try:
+            reader = KafkaReader(
+                bootstrap_servers=self.bootstrap,
+                enable_auto_commit=False,
+                group_id=None,
+                request_timeout_ms=max(int(self.ack_timeout * 1000), 10_000) + 1000,
+                max_partition_fetch_bytes=8 << 20,
+                bootstrap_timeout_ms=int(self.ack_timeout * 1000),
+            )
+        except KafkaError as err:
+            raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
+        try:
+            partitions = reader.partitions_for_topic(self.topic)
+            if not partitions:
+                raise ConfigError(
+                    "consumer.topic", self.topic, f"a topic that exists on {self.bootstrap}",
+                    where="barrier",
+                )
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            reader.assign(tps)
+            begins = reader.beginning_offsets(tps)
+            ends = self._ends(reader, tps)
+            return [self._tail(reader, tp, begins[tp], ends[tp]) for tp in tps]
+        except KafkaError as err:
+            raise DeliveryFailed(f"{self.describe()}: reading the topic's tail: {err}") from err
+        finally:
+            reader.close()
+
+    def _ends(self, reader: Any, tps: list[Any]) -> dict[Any, int]:
+        """Each partition's end: max(ListOffsets, fetch high watermark) (Tansu, see above)."""
+        listed: dict[Any, int] = reader.end_offsets(tps)
+        nonempty = [tp for tp in tps if listed[tp] > 0]
+        for tp in tps:
+            reader.seek(tp, max(0, listed[tp] - 1))
+        deadline = time.monotonic() + max(self.ack_timeout, 10.0)
+        while any(reader.highwater(tp) is None for tp in nonempty):
+            if time.monotonic() > deadline:
+                raise DeliveryFailed(
+                    f"{self.describe()}: no fetch answer (high watermark) within "
+                    f"{self.ack_timeout:.0f}s"
+                )
+            reader.poll(timeout_ms=200)
+        return {tp: max(listed[tp], reader.highwater(tp) or 0) for tp in tps}
+
+    def _tail(self, reader: Any, tp: Any, begin: int, end: int) -> PartitionTail:
+        tail = PartitionTail()
+        stop = end
+        while stop > begin:
+            start = max(begin, stop - SCAN_CHUNK)
+            records = self._read_range(reader, tp, start, stop)
+            for rec in reversed(records):
+                headers = list(rec.headers or [])
+                bundle = _header(headers, H_BUNDLE)
+                if bundle is None:
+                    continue
+                if tail.newest is None:
+                    tail.newest = bundle
+                    tail.count = _header(headers, H_COUNT) or 0
+                if bundle == tail.newest:
+                    index = _header(headers, H_INDEX)
+                    if index is not None:
+                        tail.indices.add(index)
+                elif bundle < tail.newest:
+                    tail.older = bundle
+                    return tail
+            stop = start
+        return tail
+
+    def _read_range(self, reader: Any, tp: Any, start: int, stop: int) -> list[Any]:
+        reader.seek(tp, start)
+        out: list[Any] = []
+        deadline = time.monotonic() + max(self.ack_timeout, 10.0)
+        while reader.position(tp) < stop:
+            if time.monotonic() > deadline:
+                raise DeliveryFailed(
+                    f"{self.describe()}: reading {tp.topic}-{tp.partition} [{start}, {stop}) "
+                    "timed out"
+                )
+            for records in reader.poll(timeout_ms=200).values():
+                out.extend(r for r in records if start <= r.offset < stop)
+        return out
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close(timeout=self.ack_timeout)
+            self._producer = None
+
+
+def _messages(
+    table: pa.Table,
+) -> Iterator[tuple[bytes, bytes | None, list[tuple[str, bytes]], int | None]]:
+    """``(value, key, headers, partition)`` per row, like Spark's Kafka sink reads them."""
+    names = table.column_names
+    if "value" not in names:
+        raise ConfigError(
+            "value", None, "a 'value' column (binary or string) in the sink input for "
+            "consumer=kafka", where="barrier",
+        )
+    n = table.num_rows
+    values = table.column("value").to_pylist()
+    keys = table.column("key").to_pylist() if "key" in names else [None] * n
+    headers = table.column("headers").to_pylist() if "headers" in names else [None] * n
+    parts = table.column("partition").to_pylist() if "partition" in names else [None] * n
+    for value, key, hdrs, partition in zip(values, keys, headers, parts, strict=True):
+        yield (
+            _bytes(value) or b"",
+            _bytes(key),
+            [(h["key"], _bytes(h["value"]) or b"") for h in hdrs or []],
+            partition,
+        )
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    raise ConfigError(
+        "value", type(value).__name__, "binary or string key/value columns", where="barrier"
+    )

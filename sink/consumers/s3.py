@@ -1,0 +1,159 @@
+"""``consumer=s3``: the file consumer's layout under an ``s3://bucket/prefix``.
+
+::
+
+    <prefix>/bundle-000000000007.parquet   the items of bundle 7
+    <prefix>/_last_bundle.json             the pointer, replaced by one PUT (atomic on S3)
+    <prefix>/_staging/...                  parts written by the write tasks (hidden)
+
+Objects go through the state layer's S3 client (:class:`state.s3_store.S3Store`: the same
+``s3.*`` options, retries and error mapping as ``state.uri``). Write tasks upload their
+parts under ``_staging/``; delivery of a single-part bundle is a server-side
+``CopyObject`` to its final name, so no item bytes pass through the driver. A bundle of
+several parts is combined on the driver (its bytes are counted in the ack).
+A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers that
+skip ``_``/``.`` names see only complete bundles.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sink.bundle import Bundle
+from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
+from sink.consumers.file import bundle_file_name
+from sink.faults import FaultInjector
+from sink.gt import sort_by_gt
+from sink.staging import StoreStaging
+from state.errors import ConfigError, StateError, StoreConfigError
+from state.s3_store import S3Store
+from state.store import StoreConfig
+
+if TYPE_CHECKING:
+    from sink.options import SinkOptions
+
+
+class S3PrefixStaging(StoreStaging):
+    """Parts under ``<consumer.path>/_staging/``; store errors name ``consumer.path``."""
+
+    def __init__(self, store: S3Store, consumer_path: str) -> None:
+        super().__init__(store)
+        self.s3 = store
+        self.consumer_path = consumer_path
+
+    def write_part(self, location: str, table: pa.Table) -> int:
+        try:
+            return super().write_part(location, table)
+        except StoreConfigError as err:
+            raise ConfigError(
+                "consumer.path", self.consumer_path, f"a writable S3 prefix: {err}",
+                where="barrier",
+            ) from err
+
+
+def s3_staging(options: SinkOptions) -> S3PrefixStaging:
+    assert options.consumer_path is not None
+    store = S3Store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    return S3PrefixStaging(store, options.consumer_path)
+
+
+class S3Consumer(Consumer):
+    name = "s3"
+
+    def __init__(self, options: SinkOptions, staging: Any, faults: FaultInjector) -> None:
+        assert isinstance(staging, S3PrefixStaging)
+        super().__init__(staging, faults)
+        self.store: S3Store = staging.s3
+        self.path = staging.consumer_path
+
+    def describe(self) -> str:
+        return f"s3 consumer {self.path}"
+
+    def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        name = bundle_file_name(bundle.epoch)
+        driver_bytes = 0
+        if not (redelivery and self._exists(name)):
+            driver_bytes = self._promote(bundle, name, redelivery)
+        self.faults.at("after_deliver", bundle.bundle_id)
+        current = self.last_bundle() if redelivery else None
+        if current is None or current.bundle_id < bundle.bundle_id:
+            pointer = {
+                "bundle_id": bundle.bundle_id,
+                "gt": bundle.gt,
+                "file": name,
+                "rows": bundle.rows,
+                "pipeline_id": bundle.pipeline_id,
+            }
+            self.store.put(POINTER, json.dumps(pointer, sort_keys=True).encode())
+        return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
+
+    def _promote(self, bundle: Bundle, name: str, redelivery: bool) -> int:
+        if len(bundle.parts) == 1:
+            self._copy(bundle.parts[0].location, name, bundle)
+            return 0
+        tables = [self.staging.read_part(p.location) for p in bundle.parts]
+        table = pa.concat_tables(tables)
+        if not bundle.ordered and bundle.has_gt:
+            table = sort_by_gt(table)
+        out = io.BytesIO()
+        pq.write_table(table, out)
+        self.store.put(name, out.getvalue())
+        return bundle.size + out.tell()
+
+    def _copy(self, location: str, name: str, bundle: Bundle) -> None:
+        """Server-side copy of a staged part to its final name (no bytes through here)."""
+        src = self._key(location)
+
+        def attempt() -> None:
+            try:
+                self.store.client.copy_object(
+                    Bucket=self.store.bucket,
+                    Key=self._key(name),
+                    CopySource={"Bucket": self.store.bucket, "Key": src},
+                )
+            except Exception as err:
+                if _code(err) in ("NoSuchKey", "404"):
+                    raise StateError(
+                        f"{self.describe()}: bundle {bundle.bundle_id} is not in {name} and its "
+                        f"staged part {location} is gone; the bundle cannot be delivered"
+                    ) from err
+                raise self.store._translate(err, name) from err
+
+        self.store.retry(attempt)
+
+    def _exists(self, name: str) -> bool:
+        def attempt() -> bool:
+            try:
+                self.store.client.head_object(Bucket=self.store.bucket, Key=self._key(name))
+            except Exception as err:
+                if _code(err) in ("NoSuchKey", "404", "NotFound"):
+                    return False
+                raise self.store._translate(err, name) from err
+            return True
+
+        return self.store.retry(attempt)
+
+    def _key(self, location: str) -> str:
+        return f"{self.store.prefix}/{location}" if self.store.prefix else location
+
+    def last_bundle(self) -> LastBundle | None:
+        hit = self.store.get_json_or_none(POINTER)
+        if hit is None:
+            return None
+        rec = hit[0]
+        return LastBundle(int(rec["bundle_id"]), int(rec["gt"]))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _code(err: Exception) -> str | None:
+    response = getattr(err, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", "")) or None
+    return None
