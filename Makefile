@@ -1,0 +1,68 @@
+# gtbarrier: the commands the README names.
+#
+#   make demo    install everything, then run the demo job
+#   make test    install everything, then lint, type-check and run every test
+#
+# Both start from `setup` (scripts/setup.sh), which is idempotent: it installs Java 17
+# and Debian's zookeeper package if missing, creates .venv if missing and reinstalls
+# the package when pyproject.toml changed.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# What pytest runs, and extra arguments: `make pytest PYTEST_PATHS=tests PYTEST_ARGS="-x"`.
+PYTEST_PATHS ?= tests integration_tests
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test lint typecheck pytest unit integration demo bench counts
+
+help:
+	@echo "make demo       install everything and run the demo job (python -m demo)"
+	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
+	@echo "make setup      install only (idempotent)"
+	@echo "make lint | typecheck | unit | integration | bench | counts"
+
+setup:
+	@./scripts/setup.sh
+
+test: setup lint typecheck pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+# Every test under tests/ and integration_tests/, all markers; prints pytest's summary
+# and the wall time, and exits with pytest's exit code (5, "no tests ran", is a failure).
+pytest: setup
+	@start=$$(date +%s); \
+	$(PY) -m pytest $(PYTEST_PATHS) --durations=15 $(PYTEST_ARGS); rc=$$?; \
+	echo "[make test] pytest exit code $$rc, wall time $$(( $$(date +%s) - start ))s"; \
+	exit $$rc
+
+unit: setup
+	$(PY) -m pytest tests integration_tests -m unit $(PYTEST_ARGS)
+
+integration: setup
+	$(PY) -m pytest integration_tests -m integration $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m demo
+
+bench: setup
+	@if [ -f benchmarks/__main__.py ]; then \
+		$(PY) -m benchmarks; \
+	else \
+		echo "make bench: no benchmarks yet (benchmarks/__main__.py does not exist)"; \
+		exit 1; \
+	fi
+
+# How many tests each marker selects (collection only, nothing runs).
+counts: setup
+	@for m in unit integration notebook slow; do \
+		n=$$($(PY) -m pytest tests integration_tests --collect-only -q -m $$m 2>/dev/null \
+			| grep -cE '::'); \
+		echo "$$m: $$n"; \
+	done; \
+	echo "all: $$($(PY) -m pytest tests integration_tests --collect-only -q 2>/dev/null | grep -cE '::')"
