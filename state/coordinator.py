@@ -147,7 +147,7 @@ class SnapshotCoordinator:
                 where=where,
             )
         opts = Options({"state_uri": state_uri, **dict(state_options or {})}, where=where)
-        opts.check_known(["state_uri"], prefixes=["s3."])
+        opts.check_known(["state_uri", *StoreConfig.OPTIONS])
         self.store_config = StoreConfig.from_options(opts, uri_option="state_uri")
         self.checkpoint = _checkpoint_path(checkpoint_location, where)
         if zookeeper_hosts is not None:
@@ -193,10 +193,13 @@ class SnapshotCoordinator:
         self._query_id: str | None = None
         self._listener: SnapshotListener | None = None
         self._latest: CompletedBatch | None = None
-        self._last_done: tuple[str, int] | None = None
+        self._last_done: tuple[str, int] | None = None  # last accepted: (query/run, batch)
+        self._last_tried: tuple[str, int] | None = None  # last attempted
+        self._tried_ticket = 0
         self._retry_next = False
         self._requested = 0
         self._served = 0
+        self._served_error: str | None = None
         self._last_attempt = time.monotonic()
         self._worker: threading.Thread | None = None
         self._stopping = False
@@ -357,7 +360,7 @@ class SnapshotCoordinator:
             self._generation = written.generation
             self._cached_point = written
         with self._cv:
-            self._last_done = None
+            self._last_done = self._last_tried = None
 
     def _describe_zk(self, what: str) -> str:
         if self.zookeeper_hosts is None:
@@ -428,10 +431,11 @@ class SnapshotCoordinator:
                 self._cv.notify_all()
 
     def request_snapshot(self, wait: str | float | None = None) -> dict[str, Any] | None:
-        """Snapshot the next completed batch (or the last one, if not yet snapshotted).
+        """Snapshot the newest completed batch (the next one, if none completed yet).
 
-        With ``wait`` (a duration), block until that snapshot is accepted and return the
-        resume point; :class:`CoordinationError` if it is not accepted in time.
+        If that batch is already snapshotted, its snapshot answers the request. With
+        ``wait`` (a duration), block until the snapshot is accepted and return the resume
+        point; :class:`CoordinationError` if it is abandoned or not accepted in time.
         """
         with self._cv:
             self._requested += 1
@@ -450,6 +454,11 @@ class SnapshotCoordinator:
                         f"{timeout:g}s (last error: {self.last_error})"
                     )
                 self._cv.wait(min(left, 1.0))
+            if self._served_error is not None:
+                raise CoordinationError(
+                    f"requested snapshot of pipeline '{self.pipeline_id}' was abandoned: "
+                    f"{self._served_error}"
+                )
         return self.resume_point()
 
     # --- the snapshot thread -----------------------------------------------------------
@@ -461,23 +470,36 @@ class SnapshotCoordinator:
             or now - self._last_attempt >= self.snapshot_period
         )
 
+    @staticmethod
+    def _newer(b: CompletedBatch, than: tuple[str, int] | None) -> bool:
+        return than is None or than[0] != f"{b.query_id}/{b.run_id}" or b.batch_id > than[1]
+
+    def _serve(self, ticket: int, error: str | None) -> None:
+        """Answer the requests up to ``ticket`` (holding ``_cv``)."""
+        if ticket > self._served:
+            self._served = ticket
+            self._served_error = error
+        self._cv.notify_all()
+
     def _next_batch(self) -> tuple[CompletedBatch, int] | None:
-        """Wait (holding ``_cv``) for a batch to snapshot; None when stopping."""
+        """Wait (holding ``_cv``) for a batch to snapshot; None when stopping.
+
+        A batch is tried once; it is tried again only if a snapshot is requested after
+        that attempt failed (a later batch is preferred whenever one completes).
+        """
         while not self._stopping:
             now = time.monotonic()
             b = self._latest
-            fresh = b is not None and (
-                self._last_done is None
-                or self._last_done[0] != f"{b.query_id}/{b.run_id}"
-                or b.batch_id > self._last_done[1]
-            )
-            if b is not None and fresh and self._query_id == b.query_id and self._due(now):
-                return b, self._requested
-            if b is not None and not fresh and self._requested > self._served:
-                # Nothing completed since the last snapshot: that one answers the request.
-                self._served = self._requested
-                self._cv.notify_all()
-                continue
+            if b is not None and self._query_id == b.query_id:
+                if not self._newer(b, self._last_done) and self._requested > self._served:
+                    # Nothing completed since the last snapshot: that one answers the request.
+                    self._serve(self._requested, None)
+                    continue
+                eligible = self._newer(b, self._last_done) and (
+                    self._newer(b, self._last_tried) or self._requested > self._tried_ticket
+                )
+                if eligible and self._due(now):
+                    return b, self._requested
             wait = max(0.05, self.snapshot_period - (now - self._last_attempt))
             self._cv.wait(min(wait, 1.0))
         return None
@@ -490,14 +512,15 @@ class SnapshotCoordinator:
                     return
                 batch, ticket = picked
                 self._last_attempt = time.monotonic()
+                self._last_tried = (f"{batch.query_id}/{batch.run_id}", batch.batch_id)
+                self._tried_ticket = ticket
                 self._retry_next = False
             try:
                 self._snapshot(batch)
                 with self._cv:
-                    self._last_done = (f"{batch.query_id}/{batch.run_id}", batch.batch_id)
-                    self._served = max(self._served, ticket)
+                    self._last_done = self._last_tried
                     self.last_error = None
-                    self._cv.notify_all()
+                    self._serve(ticket, None)
             except SnapshotIncomplete as err:
                 log.info(
                     "snapshot of batch %d skipped: %s; trying the next batch", batch.batch_id, err
@@ -506,12 +529,16 @@ class SnapshotCoordinator:
                     self.last_error = str(err)
                     self._retry_next = True
             except PipelineFenced as err:
-                log.error("snapshot of batch %d refused: %s", batch.batch_id, err)
+                log.error(
+                    "snapshot of batch %d refused: %s; stopping the query", batch.batch_id, err
+                )
                 with self._cv:
                     self.last_error = str(err)
                     self._stop_error = err
+                    self._token = None
                     self.abandoned += 1
-                    query = self._query
+                    query, self._query, self._query_id = self._query, None, None
+                    self._serve(ticket, str(err))
                 if query is not None:
                     _stop_query(query)
             except Exception as err:  # abandoned: logged, counted, the previous point stays
@@ -525,6 +552,7 @@ class SnapshotCoordinator:
                 with self._cv:
                     self.last_error = f"{type(err).__name__}: {err}"
                     self.abandoned += 1
+                    self._serve(ticket, self.last_error)
 
     def _snapshot(self, batch: CompletedBatch) -> None:
         started_at = time.time()

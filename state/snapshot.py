@@ -35,7 +35,6 @@ missing, :class:`SnapshotIncomplete` is raised and the coordinator tries the nex
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -279,15 +278,17 @@ class SnapshotWriter:
             if sha256_hex(data) != sha:  # the cache is keyed by mtime: a rewrite is caught here
                 raise SnapshotIncomplete(f"checkpoint file {f.path} changed while being copied")
         key = self.blob_key(sha)
-        # KeyExists: uploaded by an earlier, abandoned snapshot; the content is the same.
-        with contextlib.suppress(KeyExists):
+        created = True
+        try:
             self.store.create(key, data)
+        except KeyExists:
+            created = False  # stored by an earlier snapshot or a concurrent upload: same content
         back = self.store.get(key).data
         if sha256_hex(back) != sha:
             raise SnapshotCorrupted(f"blob {self.store.uri}/{key} read back with another checksum")
         with self._lock:
             self.known_blobs().add(sha)
-        return ManifestEntry(f.path, len(data), sha), len(data)
+        return ManifestEntry(f.path, len(data), sha), len(data) if created else 0
 
     def write(
         self,

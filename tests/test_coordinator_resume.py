@@ -1,0 +1,142 @@
+"""The resume point never moves backwards; stale drivers are fenced; fencing tokens grow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from state.errors import ConcurrentModification, PipelineFenced
+from state.fencing import check_token, read_token, take_token
+from state.layout import PipelineLayout
+from state.memory_store import reset_memory_stores
+from state.resume import (
+    ResumePoint,
+    SnapshotRef,
+    StoreResumePoints,
+    advance_resume_point,
+    check_advance,
+    order_key,
+    read_resume_point,
+)
+from state.retry import Retry
+from state.store import StateStore, open_store
+
+pytestmark = pytest.mark.unit
+
+LAYOUT = PipelineLayout("p1")
+
+
+@pytest.fixture
+def store() -> Iterator[StateStore]:
+    yield open_store(f"memory://resume-{uuid.uuid4().hex}")
+    reset_memory_stores()
+
+
+def point(
+    epoch: int, *, generation: int = 0, token: int = 1, batch: int | None = None
+) -> ResumePoint:
+    b = epoch if batch is None else batch
+    ref = SnapshotRef(epoch, f"p1/snapshots/{epoch:012d}/manifest.json", "ab" * 32, epoch, b)
+    return ResumePoint(generation, token, epoch, b, "q", {"epoch": epoch + 1}, 1.0, (ref,))
+
+
+def test_order_and_advance_rules() -> None:
+    assert check_advance(None, point(0))
+    assert check_advance(point(3), point(4))
+    assert not check_advance(point(4), point(4))  # a repeated write: nothing to do
+    assert not check_advance(point(5), point(4))  # never backwards
+    assert check_advance(point(9), ResumePoint.empty(generation=1, token=1, created_at=0.0))
+    assert not check_advance(point(1, generation=2), point(50, generation=1))
+    assert check_advance(point(5, token=1), point(6, token=2))
+    with pytest.raises(PipelineFenced, match="fencing token 3 > ours 2"):
+        check_advance(point(5, token=3), point(6, token=2))
+    assert order_key(ResumePoint.empty(generation=0, token=1, created_at=0)) < order_key(point(0))
+
+
+def test_record_round_trip() -> None:
+    p = point(7, generation=2, token=4)
+    raw = p.to_json()
+    assert raw["epoch"] == 7 and raw["batch_id"] == 7 and raw["manifest"].endswith("manifest.json")
+    assert {"epoch", "frontier", "batch_id", "created_at", "manifest"} <= set(raw)
+    assert ResumePoint.from_json(raw) == p
+    empty = ResumePoint.empty(generation=3, token=1, created_at=2.0)
+    assert empty.snapshot is None and empty.to_json()["manifest"] is None
+    assert ResumePoint.from_json(empty.to_json()) == empty
+
+
+def test_store_backend_never_moves_back(store: StateStore) -> None:
+    backend = StoreResumePoints(store, LAYOUT)
+    assert read_resume_point(backend) == (None, None)
+    assert advance_resume_point(backend, lambda cur: point(3)) == point(3)
+    assert advance_resume_point(backend, lambda cur: point(2)) is None  # late writer
+    assert read_resume_point(backend)[0] == point(3)
+    assert advance_resume_point(backend, lambda cur: point(5)) == point(5)
+    assert store.get_json(LAYOUT.resume_point)[0]["epoch"] == 5
+    with pytest.raises(PipelineFenced):
+        advance_resume_point(backend, lambda cur: point(9, token=0))
+    assert read_resume_point(backend)[0] == point(5)
+
+
+class RacingBackend:
+    """Another writer slips a newer point in between our read and our write, once."""
+
+    def __init__(self, inner: StoreResumePoints, sneak: ResumePoint) -> None:
+        self.inner = inner
+        self.sneak: ResumePoint | None = sneak
+        self.description = "racing"
+
+    def read(self) -> tuple[dict[str, Any] | None, str | None]:
+        return self.inner.read()
+
+    def write(self, record: dict[str, Any], expected_version: str | None) -> str:
+        if self.sneak is not None:
+            _, version = self.inner.read()
+            self.inner.write(self.sneak.to_json(), version)
+            self.sneak = None
+        return self.inner.write(record, expected_version)
+
+
+def test_lost_compare_and_swap_is_reread(store: StateStore) -> None:
+    inner = StoreResumePoints(store, LAYOUT)
+    advance_resume_point(inner, lambda cur: point(1))
+    seen: list[int | None] = []
+
+    def make(cur: ResumePoint | None) -> ResumePoint:
+        seen.append(None if cur is None else cur.epoch)
+        return point(4)
+
+    assert advance_resume_point(RacingBackend(inner, point(2)), make) == point(4)
+    assert seen == [1, 2]  # rebuilt on the newer point after the lost CAS
+    # If the racer wrote a newer point than ours, ours is not written.
+    assert advance_resume_point(RacingBackend(inner, point(8)), lambda cur: point(6)) is None
+    assert read_resume_point(inner)[0] == point(8)
+
+
+def test_cas_conflict_exhausts_retry(store: StateStore) -> None:
+    class AlwaysRacing(RacingBackend):
+        def write(self, record: dict[str, Any], expected_version: str | None) -> str:
+            raise ConcurrentModification("memory://x", "k", expected_version)
+
+    backend = AlwaysRacing(StoreResumePoints(store, LAYOUT), point(0))
+    retry = Retry(
+        max_attempts=3,
+        base_delay=0.0,
+        sleep=lambda s: None,
+        is_retriable=lambda e: isinstance(e, ConcurrentModification),
+    )
+    with pytest.raises(ConcurrentModification):
+        advance_resume_point(backend, lambda cur: point(1), retry=retry)
+
+
+def test_fencing_tokens_grow_and_fence(store: StateStore) -> None:
+    assert read_token(store, LAYOUT) == 0
+    first = take_token(store, LAYOUT, identifier="a")
+    second = take_token(store, LAYOUT, identifier="b")
+    assert (first, second) == (1, 2)
+    assert store.get_json(LAYOUT.driver)[0]["owner"]["id"] == "b"
+    check_token(store, LAYOUT, second)
+    with pytest.raises(PipelineFenced, match="newer driver"):
+        check_token(store, LAYOUT, first)

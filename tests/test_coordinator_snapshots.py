@@ -1,0 +1,253 @@
+"""The coordinator's snapshot thread, driven by fake completed-batch events (memory store)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from state.coordinator import SnapshotCoordinator
+from state.errors import ConfigError, PipelineFenced
+from state.memory_store import reset_memory_stores
+from state.store import dumps
+from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
+
+pytestmark = pytest.mark.unit
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+@pytest.fixture
+def uri() -> Iterator[str]:
+    yield f"memory://coord-{uuid.uuid4().hex}"
+    reset_memory_stores()
+
+
+@pytest.fixture
+def make(uri: str, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoordinator]]:
+    made: list[SnapshotCoordinator] = []
+
+    def factory(**kw: Any) -> SnapshotCoordinator:
+        kw.setdefault("snapshot_period", "1h")
+        kw.setdefault("drain_timeout", "10s")
+        c = SnapshotCoordinator(
+            FakeSpark(),
+            pipeline_id="p1",
+            state_uri=uri,  # type: ignore[arg-type]
+            checkpoint_location=tmp_path / "cp",
+            **kw,
+        )
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        c.close()
+
+
+def test_requested_snapshots_advance_and_prune(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make(retain=2)
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    q = FakeQuery()
+    coord.watch(q)  # type: ignore[arg-type]
+    assert len(coord.spark.streams.listeners) == 1  # type: ignore[union-attr]
+    coord.on_batch_completed(batch(3))
+    time.sleep(0.3)
+    assert coord.accepted == 0  # the period (1h) has not elapsed
+    point = coord.request_snapshot(wait="10s")
+    assert point is not None and point["batch_id"] == 3 and point["epoch"] == 13
+    assert point["frontier"] == {"epoch": 14, "offsets": {"t": {"0": 400}}}
+    assert coord.resume_point() == point
+    for k in (4, 5):
+        add_batch(cp, k)
+        coord.on_batch_completed(batch(k))
+        point = coord.request_snapshot(wait="10s")
+        assert point is not None and point["batch_id"] == k
+    assert [r["batch_id"] for r in point["retained"]] == [5, 4]
+    manifests = [k for k in coord.store.list("p1/snapshots/") if k.endswith("manifest.json")]
+    assert len(manifests) == 2
+    # A request with nothing new since the last snapshot is answered by that snapshot.
+    again = coord.request_snapshot(wait="5s")
+    assert again is not None and again["batch_id"] == 5
+    status = coord.status()
+    assert status["snapshots_accepted"] == 3 and status["last_snapshot"]["batch_id"] == 5
+    assert status["last_snapshot"]["uploaded_bytes"] < status["last_snapshot"]["bytes"]
+    assert status["fencing_token"] == coord.fencing_token == 1
+
+
+def test_period_triggers_snapshots(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make(snapshot_period="100ms")
+    cp = write_checkpoint(tmp_path / "cp", 0)
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    for k in range(1, 4):
+        add_batch(cp, k)
+        coord.on_batch_completed(batch(k))
+        wait_for(lambda k=k: (coord.resume_point() or {}).get("batch_id") == k)
+    assert coord.accepted == 3
+
+
+def test_events_of_other_queries_are_ignored(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make(snapshot_period="50ms")
+    write_checkpoint(tmp_path / "cp", 2)
+    coord.watch(FakeQuery("q-1"))  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(2, query_id="another"))
+    time.sleep(0.4)
+    assert coord.accepted == 0 and coord.resume_point() is None
+
+
+def test_snapshot_waits_for_the_barrier_to_drain(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make()
+    write_checkpoint(tmp_path / "cp", 3)
+    inflight = {"bundle_id": 13, "epoch": 13, "query_id": "q-1", "batch_id": 3}
+    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 12, "inflight": inflight}))
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    coord.request_snapshot()
+    time.sleep(0.5)
+    assert coord.accepted == 0  # bundle 13 is still in flight
+    assert coord.status()["inflight"]["epoch"] == 13
+    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": None}))
+    wait_for(lambda: coord.accepted == 1)
+    assert coord.status()["gt_last"] == 13
+
+
+def test_in_flight_bundle_after_the_epoch_does_not_block(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make()
+    write_checkpoint(tmp_path / "cp", 3)
+    inflight = {"bundle_id": 14, "epoch": 14, "query_id": "q-1", "batch_id": 4}
+    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": inflight}))
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    point = coord.request_snapshot(wait="10s")
+    assert point is not None and point["epoch"] == 13
+
+
+def test_drain_timeout_abandons_and_keeps_the_previous_point(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    coord = make(drain_timeout="400ms")
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    first = coord.request_snapshot(wait="10s")
+    assert first is not None
+    add_batch(cp, 4)
+    inflight = {"bundle_id": 14, "epoch": 14, "query_id": "q-1", "batch_id": 4}
+    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": inflight}))
+    with caplog.at_level("WARNING", logger="gtbarrier.coordinator"):
+        coord.on_batch_completed(batch(4))
+        coord.request_snapshot()
+        wait_for(lambda: coord.abandoned == 1)
+    assert "abandoned" in caplog.text and "epoch 13" in caplog.text
+    assert "in flight" in (coord.status()["last_error"] or "")
+    assert coord.resume_point() == first
+
+
+def test_a_newer_driver_fences_this_one(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    old = make()
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    q = FakeQuery()
+    old.watch(q)  # type: ignore[arg-type]
+    assert old.fencing_token == 1
+    new = make()
+    assert new.fencing_token == 2  # the second driver takes the pipeline
+    add_batch(cp, 4)
+    old.on_batch_completed(batch(4))
+    old.request_snapshot()
+    wait_for(lambda: q.stopped == 1)  # the stale driver stops its query
+    stop = old.take_stop_error()
+    assert isinstance(stop, PipelineFenced) and not stop.retriable
+    assert old.resume_point() is None  # nothing written by the zombie
+
+
+def test_missing_commit_is_retried_with_the_next_batch(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make(drain_timeout="500ms")
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(4))  # commits/4 never appears (e.g. removed)
+    coord.request_snapshot()
+    wait_for(lambda: "not committed" in (coord.last_error or ""))
+    add_batch(cp, 4)
+    add_batch(cp, 5)
+    coord.on_batch_completed(batch(5))
+    wait_for(lambda: (coord.resume_point() or {}).get("batch_id") == 5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"pipeline_id": "bad id!"}, "pipeline_id"),
+        ({"state_uri": "ftp://x"}, "state_uri"),
+        ({"state_uri": ""}, "state_uri"),
+        ({"checkpoint_location": ""}, "checkpoint_location"),
+        ({"checkpoint_location": "hdfs://nn/cp"}, "checkpoint_location"),
+        ({"zookeeper_hosts": "no-port"}, "zookeeper_hosts"),
+        ({"snapshot_period": "soon"}, "snapshot_period"),
+        ({"snapshot_period": "0s"}, "snapshot_period"),
+        ({"retain": 0}, "retain"),
+        ({"drain_timeout": "-1s"}, "drain_timeout"),
+        ({"reset_timeout": "x"}, "reset_timeout"),
+        ({"driver_wait": "forever"}, "driver_wait"),
+        ({"state_options": {"s3.bogus": "1"}}, "s3.bogus"),
+    ],
+)
+def test_arguments_are_validated(kwargs: dict[str, Any], argument: str, tmp_path: Path) -> None:
+    args: dict[str, Any] = {
+        "pipeline_id": "p1",
+        "state_uri": "memory://args",
+        "checkpoint_location": tmp_path / "cp",
+    }
+    args.update(kwargs)
+    with pytest.raises(ConfigError) as info:
+        SnapshotCoordinator(None, **args)
+    assert info.value.option == argument
+    assert argument in str(info.value)
+
+
+def test_durations_and_paths_are_parsed(tmp_path: Path) -> None:
+    c = SnapshotCoordinator(
+        None,
+        "p1",
+        "memory://parse",
+        f"file://{tmp_path}/cp",
+        "127.0.0.1:2181,127.0.0.2:2181/chroot",
+        "500ms",
+        2,
+        "3m",
+        90,
+        driver_wait="1m",
+    )
+    assert (c.snapshot_period, c.drain_timeout, c.reset_timeout, c.driver_wait) == (
+        0.5,
+        180.0,
+        90.0,
+        60.0,
+    )
+    assert c.checkpoint == tmp_path / "cp"
+    assert c.zookeeper_hosts == "127.0.0.1:2181,127.0.0.2:2181/chroot"

@@ -1,0 +1,209 @@
+"""Snapshots in a store: incremental content-addressed upload, manifest checks, restore, prune."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from state.errors import SnapshotCorrupted, SnapshotIncomplete
+from state.layout import PipelineLayout
+from state.memory_store import reset_memory_stores
+from state.snapshot import (
+    Manifest,
+    SnapshotWriter,
+    load_manifest,
+    materialise,
+    prune,
+    sha256_hex,
+)
+from state.store import StateStore, open_store
+from tests.coordinator_fakes import add_batch, write_checkpoint
+
+pytestmark = pytest.mark.unit
+
+LAYOUT = PipelineLayout("p1")
+
+
+@pytest.fixture
+def store() -> Iterator[StateStore]:
+    yield open_store(f"memory://snap-{uuid.uuid4().hex}")
+    reset_memory_stores()
+
+
+def _write(writer: SnapshotWriter, cp: Path, batch_id: int, **kw: Any) -> Manifest:
+    return writer.write(
+        cp,
+        batch_id=batch_id,
+        epoch=batch_id + 10,
+        frontier={"epoch": batch_id + 11},
+        generation=0,
+        token=1,
+        query_id="q-1",
+        **kw,
+    )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_incremental_upload_references_known_blobs(store: StateStore, tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    writer = SnapshotWriter(store, LAYOUT)
+    first = _write(writer, cp, 3)
+    assert first.snapshot_id == 1
+    unique = {f.sha256: f.size for f in first.files}  # equal contents are stored once
+    assert first.uploaded_bytes == sum(unique.values()) > 0
+    assert first.uploaded_files == len(unique) < len(first.files)
+    add_batch(cp, 4)
+    second = _write(writer, cp, 4)
+    assert second.snapshot_id == 2
+    new_files = {"offsets/4", "state/0/0/5.delta", "state/0/1/5.delta"}  # commits/4 == commits/3
+    assert second.uploaded_files == len(new_files)
+    assert second.uploaded_bytes == sum((cp / p).stat().st_size for p in new_files)
+    # Another writer (a restarted coordinator) learns the stored blobs from the store.
+    third = _write(SnapshotWriter(store, LAYOUT), cp, 4)
+    assert third.uploaded_bytes == 0 and third.snapshot_id == 3
+    # Every manifest entry names a blob holding exactly that file.
+    for entry in second.files:
+        blob = store.get(f"p1/snapshot-blobs/{entry.sha256}").data
+        assert blob == (cp / entry.path).read_bytes()
+        assert hashlib.sha256(blob).hexdigest() == entry.sha256
+
+
+def test_manifest_round_trip_and_checksum(store: StateStore, tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 2)
+    writer = SnapshotWriter(store, LAYOUT)
+    m = _write(writer, cp, 2)
+    key = writer.manifest_key(m.snapshot_id)
+    data = store.get(key).data
+    assert data == m.to_bytes()
+    again = load_manifest(store, key, sha256_hex(data))
+    assert again.files == m.files and again.batch_id == 2 and again.epoch == 12
+    store.put(key, data.replace(b'"batch_id":2', b'"batch_id":1'))  # tampered
+    with pytest.raises(SnapshotCorrupted, match="SHA-256"):
+        load_manifest(store, key, sha256_hex(data))
+    store.put(key, b"{not json")
+    with pytest.raises(SnapshotCorrupted, match="malformed"):
+        load_manifest(store, key, None)
+    with pytest.raises(SnapshotCorrupted, match="does not exist"):
+        load_manifest(store, "p1/snapshots/000000000099/manifest.json", None)
+
+
+def test_file_vanishing_mid_copy_relists_then_gives_up(
+    store: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    writer = SnapshotWriter(store, LAYOUT)
+    import state.snapshot as snapshot_mod
+
+    real_read = snapshot_mod._read
+    calls = {"n": 0}
+
+    def flaky_read(path: Path) -> bytes:
+        # Spark's maintenance deletes an old delta between listing and reading, once.
+        if path.name == "1.delta" and calls["n"] == 0:
+            calls["n"] += 1
+            path.unlink()
+            raise FileNotFoundError(2, "No such file", str(path))
+        return real_read(path)
+
+    monkeypatch.setattr(snapshot_mod, "_read", flaky_read)
+    m = _write(writer, cp, 3)  # the second listing no longer has the file
+    assert "state/0/0/1.delta" not in {f.path for f in m.files}
+
+    def always_gone(path: Path) -> bytes:
+        raise FileNotFoundError(2, "No such file", str(path))
+
+    monkeypatch.setattr(snapshot_mod, "_read", always_gone)
+    add_batch(cp, 4)
+    with pytest.raises(SnapshotIncomplete, match="vanished"):
+        _write(SnapshotWriter(store, LAYOUT), cp, 4)
+
+
+def test_materialise_restores_exact_files(store: StateStore, tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    add_batch(cp, 4)
+    m = _write(SnapshotWriter(store, LAYOUT), cp, 3)
+    target = tmp_path / "new-host" / "cp"
+    done = materialise(store, LAYOUT, m, target)
+    restored = _tree(target)
+    assert done.files == len(m.files) == len(restored)
+    assert restored == {f.path: (cp / f.path).read_bytes() for f in m.files}
+    assert "commits/4" not in restored
+    assert [p.name for p in target.parent.iterdir()] == ["cp"]  # no staging left behind
+
+
+def test_materialise_rejects_corrupt_blob_and_keeps_target(
+    store: StateStore, tmp_path: Path
+) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 2)
+    m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
+    victim = next(f for f in m.files if f.path == "offsets/2")
+    store.put(f"p1/snapshot-blobs/{victim.sha256}", b"bit rot")
+    target = write_checkpoint(tmp_path / "old", 0, query_id="old")
+    before = _tree(target)
+    with pytest.raises(SnapshotCorrupted, match="offsets/2"):
+        materialise(store, LAYOUT, m, target)
+    assert _tree(target) == before
+    store.delete(f"p1/snapshot-blobs/{victim.sha256}")
+    with pytest.raises(SnapshotCorrupted, match="missing"):
+        materialise(store, LAYOUT, m, target)
+
+
+def test_materialise_cancelled_leaves_target(store: StateStore, tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 2)
+    m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
+    target = tmp_path / "t"
+    with pytest.raises(SnapshotIncomplete, match="cancelled"):
+        materialise(store, LAYOUT, m, target, cancelled=lambda: True)
+    assert not target.exists()
+
+
+def test_prune_keeps_retained_and_their_blobs(store: StateStore, tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 1)
+    writer = SnapshotWriter(store, LAYOUT)
+    manifests = [_write(writer, cp, 1)]
+    for k in (2, 3):
+        add_batch(cp, k)
+        manifests.append(_write(writer, cp, k))
+    # Spark dropped old files meanwhile: later snapshots no longer reference them.
+    for k in (1, 2):
+        (cp / "offsets" / str(k)).unlink()
+        (cp / "commits" / str(k)).unlink()
+    for k in (4, 5):
+        add_batch(cp, k)
+        manifests.append(_write(writer, cp, k))
+    keep = [manifests[-1].snapshot_id, manifests[-2].snapshot_id]
+    pruned, deleted = prune(store, LAYOUT, keep)
+    assert pruned.snapshots == 3
+    left = {k.split("/")[2] for k in store.list("p1/snapshots/")}
+    assert left == {f"{i:012d}" for i in keep}
+    referenced = {f.sha256 for m in manifests[-2:] for f in m.files}
+    blobs = {k.rsplit("/", 1)[1] for k in store.list("p1/snapshot-blobs/")}
+    assert blobs == referenced
+    assert deleted and not (deleted & referenced)
+    writer.forget_blobs(deleted)
+    # A later snapshot re-uploads a deleted blob if a file needs it again.
+    assert not (deleted & writer.known_blobs())
+
+
+def test_prune_does_not_sweep_blobs_when_a_kept_manifest_is_unreadable(
+    store: StateStore, tmp_path: Path
+) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 1)
+    writer = SnapshotWriter(store, LAYOUT)
+    a = _write(writer, cp, 1)
+    add_batch(cp, 2)
+    b = _write(writer, cp, 2)
+    store.put(writer.manifest_key(b.snapshot_id), b"garbage")
+    before = set(store.list("p1/snapshot-blobs/"))
+    pruned, deleted = prune(store, LAYOUT, [b.snapshot_id])
+    assert pruned.snapshots == 1 and pruned.blobs == 0 and not deleted
+    assert set(store.list("p1/snapshot-blobs/")) == before
+    assert not store.list(f"p1/snapshots/{a.snapshot_id:012d}/")
