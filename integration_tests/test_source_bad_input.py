@@ -1,0 +1,138 @@
+"""gtkafka's errors on bad input, against the real broker and Spark: each names its cause."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration_tests.fixtures.process import wait_until
+from integration_tests.ports import free_port
+from integration_tests.source_support import gtkafka_options, query_error, run_to_end
+
+pytestmark = pytest.mark.integration
+
+
+def load_error(spark: Any, streaming: bool, options: dict[str, str]) -> str:
+    reader = spark.readStream if streaming else spark.read  # a new reader each time
+    with pytest.raises(Exception) as info:
+        reader.format("gtkafka").options(**options).load()
+    return str(info.value)
+
+
+@pytest.mark.timeout(180)
+def test_malformed_and_conflicting_options_fail_at_load(spark: Any) -> None:
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+    for streaming in (True, False):
+        text = load_error(spark, streaming, {**base, "startingOffsets": '{"t": {"0": 5}'})
+        assert "startingOffsets" in text and '{"topic": {"0": 42' in text
+        text = load_error(spark, streaming, {**base, "assign": '{"t": [0]}'})
+        assert "exactly one of 'subscribe', 'subscribePattern', 'assign'" in text
+        text = load_error(spark, streaming, {**base, "kafka.enable.auto.commit": "true"})
+        assert "kafka.enable.auto.commit" in text and "never commits" in text
+        text = load_error(spark, streaming, {**base, "maxOffsetPerTrigger": "5"})
+        assert "unknown option(s) 'maxoffsetpertrigger'" in text.lower()
+
+
+@pytest.mark.timeout(180)
+def test_batch_only_options_fail_a_streaming_query(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    topic = kafka.create_topic()
+    opts = gtkafka_options(
+        kafka.bootstrap, topic, f"file://{tmp_path / 'state'}", endingOffsets="latest"
+    )
+    text = query_error(spark, opts, tmp_path / "c1")
+    assert "endingOffsets" in text and "batch reads only" in text
+    opts = gtkafka_options(kafka.bootstrap, topic, f"file://{tmp_path / 'state'}")
+    del opts["pipeline.id"]
+    assert "pipeline.id" in query_error(spark, opts, tmp_path / "c2")
+
+
+@pytest.mark.timeout(180)
+def test_unknown_topic(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    missing = f"no-such-topic-{free_port()}"
+    opts = gtkafka_options(kafka.bootstrap, missing, f"file://{tmp_path / 'state'}")
+    text = query_error(spark, opts, tmp_path / "checkpoint")
+    assert f"'{missing}' does not exist on Kafka at {kafka.bootstrap}" in text
+    with pytest.raises(Exception) as info:
+        spark.read.format("gtkafka").options(
+            **{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": missing}
+        ).load().count()
+    assert f"'{missing}' does not exist" in str(info.value)
+
+
+@pytest.mark.timeout(180)
+def test_unreachable_broker_fails_within_the_poll_timeout(spark: Any, tmp_path: Path) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    opts = {
+        "kafka.bootstrap.servers": dead,
+        "subscribe": "t",
+        "kafkaConsumer.pollTimeoutMs": "4000",
+        "fetchOffset.numRetries": "1",
+        "fetchOffset.retryIntervalMs": "100",
+    }
+    started = time.monotonic()
+    with pytest.raises(Exception) as info:
+        spark.read.format("gtkafka").options(**opts).load().count()
+    elapsed = time.monotonic() - started
+    assert "SourceUnavailable" in str(info.value) and dead in str(info.value)
+    assert elapsed < 4 + 15  # the poll timeout plus Spark's planning overhead
+    streaming = {**opts, "pipeline.id": "dead", "state.uri": f"file://{tmp_path / 'state'}"}
+    started = time.monotonic()
+    text = query_error(spark, streaming, tmp_path / "checkpoint")
+    assert "SourceUnavailable" in text and dead in text
+    assert time.monotonic() - started < 4 + 30
+
+
+@pytest.mark.timeout(300)
+def test_recreated_topic_is_data_loss_or_skipped(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    """The real "offsets out of range": Tansu has no DeleteRecords, so the topic is deleted
+    and created again with fewer records; the query's offsets are then past its end."""
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [(None, b"old%d" % i, None, i % 2) for i in range(100)], batch_size=50)
+    opts = gtkafka_options(kafka.bootstrap, topic, f"file://{tmp_path / 'state'}")
+    checkpoint = tmp_path / "checkpoint"
+    rows: list[Any] = []
+    run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.select("value").collect()))
+    assert len(rows) == 100
+
+    admin = kafka.admin()
+    try:
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), timeout=30, what=f"{topic} deleted")
+    finally:
+        admin.close()
+    kafka.create_topic(partitions=2, name=topic)
+    kafka.produce(topic, [(None, b"new%d" % i, None, i % 2) for i in range(30)], batch_size=50)
+
+    text = query_error(spark, opts, checkpoint)
+    assert "DataLossError" in text and "offsets went backwards" in text
+    assert f"{topic}-0 (from 50 to 15)" in text and "failOnDataLoss=false" in text
+
+    rows.clear()
+    run_to_end(
+        spark,
+        {**opts, "failOnDataLoss": "false"},
+        checkpoint,
+        lambda df, _: rows.extend(df.select("value").collect()),
+    )
+    assert sorted(r.value for r in rows) == sorted(b"new%d" % i for i in range(30))
+
+
+@pytest.mark.timeout(180)
+def test_batch_range_past_the_end_fails_or_is_skipped(spark: Any, kafka: Any) -> None:
+    topic = kafka.create_topic()
+    kafka.produce_values(topic, [b"v%d" % i for i in range(30)], partition=0)
+    opts = {
+        "kafka.bootstrap.servers": kafka.bootstrap,
+        "subscribe": topic,
+        "startingOffsets": f'{{"{topic}": {{"0": 10}}}}',
+        "endingOffsets": f'{{"{topic}": {{"0": 80}}}}',
+    }
+    with pytest.raises(Exception) as info:
+        spark.read.format("gtkafka").options(**opts).load().count()
+    assert "DataLossError" in str(info.value)
+    assert f"records [30, 80) of {topic}-0" in str(info.value)
+    df = spark.read.format("gtkafka").options(**opts, failOnDataLoss="false").load()
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(range(10, 30))
