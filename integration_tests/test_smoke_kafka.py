@@ -76,3 +76,17 @@ def test_broker_stop_start_on_the_same_port(kafka: KafkaHelper) -> None:
     assert sorted(r.value for r in kafka.consume_all(after)) == sorted(
         b"y%d" % i for i in range(1000)
     )
+
+
+def test_durable_broker_keeps_records_across_a_restart(kafka_durable: KafkaHelper) -> None:
+    topic = kafka_durable.create_topic(partitions=2)
+    kafka_durable.produce_values(topic, [b"d%d" % i for i in range(2000)], batch_size=500)
+    before = kafka_durable.end_offsets(topic)
+    assert sum(before.values()) == 2000
+    broker = kafka_durable.broker
+    broker.stop()
+    broker.start()
+    assert kafka_durable.end_offsets(topic) == before
+    kafka_durable.produce_values(topic, [b"e%d" % i for i in range(100)], partition=0)
+    values = sorted(r.value for r in kafka_durable.consume_all(topic))
+    assert values == sorted([b"d%d" % i for i in range(2000)] + [b"e%d" % i for i in range(100)])
