@@ -59,7 +59,7 @@ def partition_stats(df: Any) -> list[Any]:
         )
         .withColumn("bad_gt", (sf.col("gt.offset") != sf.col("offset")).cast("int"))
     )
-    return (
+    stats: list[Any] = (
         checked.groupBy("partition")
         .agg(
             sf.min("offset").alias("lo"),
@@ -73,6 +73,7 @@ def partition_stats(df: Any) -> list[Any]:
         )
         .collect()
     )
+    return stats
 
 
 def assert_exactly_once(batches: list[list[Any]], n: int) -> None:

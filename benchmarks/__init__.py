@@ -1,0 +1,1 @@
+"""Benchmarks of gtbarrier: commands that print tables with ratios (never timed tests)."""
