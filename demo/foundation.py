@@ -82,13 +82,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         (workdir / "kafka").mkdir(exist_ok=True)
         broker = KafkaBroker(workdir / "kafka")
         stack.callback(broker.stop)
-        broker.start()
+        broker.start_on_free_port()
         s3 = S3Server(workdir / "s3")
         stack.callback(s3.stop)
         s3.start()
         zk = ZooKeeperServer(workdir / "zookeeper")
         stack.callback(zk.stop)
-        zk.start()
+        zk.start_on_free_port()
         say(
             f"servers up in {time.monotonic() - t0:.1f}s: Kafka (Tansu, pid {broker.pid}) at "
             f"{broker.bootstrap}, S3 (moto, pid {s3.pid}) at {s3.endpoint}, ZooKeeper "

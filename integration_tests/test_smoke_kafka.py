@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 
 import pytest
 from kafka import TopicPartition
 
-from integration_tests.fixtures.kafka import KafkaHelper
+from integration_tests.fixtures.kafka import KafkaBroker, KafkaHelper, broker_answers_metadata
+from integration_tests.ports import LOOPBACK
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -90,3 +93,22 @@ def test_durable_broker_keeps_records_across_a_restart(kafka_durable: KafkaHelpe
     kafka_durable.produce_values(topic, [b"e%d" % i for i in range(100)], partition=0)
     values = sorted(r.value for r in kafka_durable.consume_all(topic))
     assert values == sorted([b"d%d" % i for i in range(2000)] + [b"e%d" % i for i in range(100)])
+
+
+def test_first_start_moves_off_a_taken_port(tmp_path: Path) -> None:
+    """Another process may bind the free port before the broker does: the fixture's first
+    start then moves to a new port."""
+    with socket.socket() as squatter:
+        squatter.bind((LOOPBACK, 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        broker = KafkaBroker(tmp_path)
+        broker._use_port(taken)
+        try:
+            broker.start_on_free_port()
+            assert broker.port != taken
+            assert broker_answers_metadata(broker.bootstrap)
+            assert broker.log_path is not None
+            assert "AddrInUse" in broker.log_path.read_text()
+        finally:
+            broker.stop()

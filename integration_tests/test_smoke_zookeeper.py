@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+from pathlib import Path
 
 import pytest
 from kazoo.protocol.states import KazooState
 
 from integration_tests.fixtures.zookeeper import ZkHelper, ZooKeeperServer
+from integration_tests.ports import LOOPBACK
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -61,3 +64,18 @@ def test_expire_session(zk: ZkHelper) -> None:
     assert client.client_id[0] != old_session
     # The expired session's ephemeral node is gone.
     assert client.exists("/ephemeral") is None
+
+
+def test_first_start_moves_off_a_taken_port(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((LOOPBACK, 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        server = ZooKeeperServer(tmp_path)
+        server._use_port(taken)
+        try:
+            server.start_on_free_port()
+            assert server.port != taken
+            assert server.serving()
+        finally:
+            server.stop()
