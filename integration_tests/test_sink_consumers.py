@@ -105,6 +105,33 @@ def test_s3_consumer_redelivery_after_crash_is_idempotent(s3: Any) -> None:
     assert keys == ["out/_last_bundle.json", "out/bundle-000000000001.parquet"]
 
 
+def big_batch(epoch: int, partition: int, n: int, size: int) -> pa.RecordBatch:
+    """``gt_batch`` with incompressible values of ``size`` bytes."""
+    import os
+
+    batch = gt_batch(epoch, partition, range(n))
+    values = pa.array([os.urandom(size) for _ in range(n)], pa.binary())
+    return pa.RecordBatch.from_arrays([values, batch.column(1)], names=["value", "gt"])
+
+
+def test_s3_consumer_stitches_large_parts_server_side(s3: Any) -> None:
+    p = pipeline(consumer="s3", **{"consumer.path": s3.uri("out")}, **s3.options())
+    parts = [[big_batch(1, 0, 1200, 5000)], [big_batch(1, 1, 1100, 5000)]]
+    outcome = commit_epoch(p, 0, 1, parts)
+    assert outcome.rows == 2300
+    assert outcome.driver_bytes == 0  # UploadPartCopy of the bodies + a footer part
+    client = s3.client()
+    obj = client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000001.parquet")
+    table = pq.read_table(pa.BufferReader(obj["Body"].read()))
+    expected = pa.concat_tables(
+        [pa.Table.from_batches(b) for b in parts]
+    )
+    assert table.column("value").equals(expected.column("value"))
+    assert pq.ParquetFile(pa.BufferReader(
+        client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000001.parquet")["Body"].read()
+    )).metadata.num_rows == 2300
+
+
 # --- http ----------------------------------------------------------------------------
 
 

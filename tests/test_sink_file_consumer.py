@@ -68,6 +68,7 @@ def test_several_parts_become_one_file_in_gt_order(tmp_path: Path) -> None:
     ]
     outcome = p.barrier().commit(msgs, 0)
     assert outcome.rows == 5
+    assert outcome.driver_bytes == 0  # stitched: only the parts' footers were read
     assert visible(tmp_path) == [bundle_file_name(3)]
     t = pq.read_table(tmp_path / bundle_file_name(3))
     assert [v.as_py() for v in t.column("value")] == [b"0:5", b"0:6", b"1:7", b"2:0", b"2:1"]

@@ -28,14 +28,27 @@ from sink.bundle import Bundle
 from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
 from sink.consumers.file import bundle_file_name
 from sink.faults import FaultInjector
-from sink.gt import sort_by_gt
+from sink.parquet_concat import (
+    MAGIC,
+    TAIL,
+    NotStitchable,
+    PartLayout,
+    merge_tables,
+    parse_tail,
+    stitched_footer,
+)
 from sink.staging import StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
 from state.s3_store import S3Store
 from state.store import StoreConfig
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
     from sink.options import SinkOptions
+
+MIN_PART_SIZE = 5 * 1024 * 1024
+"""S3's smallest multipart-upload part (all parts but the last)."""
 
 
 class S3PrefixStaging(StoreStaging):
@@ -93,17 +106,79 @@ class S3Consumer(Consumer):
         return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
 
     def _promote(self, bundle: Bundle, name: str, redelivery: bool) -> int:
+        """Make the bundle's object; the item bytes that went through this process."""
         if len(bundle.parts) == 1:
             self._copy(bundle.parts[0].location, name, bundle)
             return 0
+        if bundle.ordered:
+            try:
+                layouts = [self._layout(p.location) for p in bundle.parts]
+                footer = stitched_footer(layouts)
+            except NotStitchable:
+                layouts = []
+            if layouts and all(
+                (lay.body_end if i == 0 else lay.body_len) >= MIN_PART_SIZE
+                for i, lay in enumerate(layouts)
+            ):
+                self._multipart_copy(bundle, name, layouts, footer)
+                return 0
         tables = [self.staging.read_part(p.location) for p in bundle.parts]
-        table = pa.concat_tables(tables)
-        if not bundle.ordered and bundle.has_gt:
-            table = sort_by_gt(table)
         out = io.BytesIO()
-        pq.write_table(table, out)
+        pq.write_table(merge_tables(bundle, tables), out)
         self.store.put(name, out.getvalue())
         return bundle.size + out.tell()
+
+    def _layout(self, location: str) -> PartLayout:
+        """A staged part's footer, by two ranged GETs (no item bytes)."""
+        key = self._key(location)
+
+        def attempt() -> PartLayout:
+            try:
+                head = self.store.client.get_object(
+                    Bucket=self.store.bucket, Key=key, Range=f"bytes=-{TAIL}"
+                )
+                size = int(head["ContentRange"].rsplit("/", 1)[1])
+                length = parse_tail(size, head["Body"].read())
+                start = size - TAIL - length
+                resp = self.store.client.get_object(
+                    Bucket=self.store.bucket, Key=key, Range=f"bytes={start}-{size - TAIL - 1}"
+                )
+                return PartLayout(size, start, resp["Body"].read())
+            except NotStitchable:
+                raise
+            except Exception as err:
+                raise self.store._translate(err, location) from err
+
+        return self.store.retry(attempt)
+
+    def _multipart_copy(
+        self, bundle: Bundle, name: str, layouts: list[PartLayout], footer: bytes
+    ) -> None:
+        """Assemble the stitched object server-side: each part's body by UploadPartCopy,
+        then the new footer as the last (small) part."""
+        client, bucket, key = self.store.client, self.store.bucket, self._key(name)
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        try:
+            done: list[CompletedPartTypeDef] = []
+            for i, (part, lay) in enumerate(zip(bundle.parts, layouts, strict=True)):
+                start = 0 if i == 0 else len(MAGIC)
+                copied = client.upload_part_copy(
+                    Bucket=bucket, Key=key, UploadId=upload, PartNumber=i + 1,
+                    CopySource={"Bucket": bucket, "Key": self._key(part.location)},
+                    CopySourceRange=f"bytes={start}-{lay.body_end - 1}",
+                )
+                done.append({"PartNumber": i + 1, "ETag": copied["CopyPartResult"]["ETag"]})
+            last = len(layouts) + 1
+            uploaded = client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload, PartNumber=last, Body=footer
+            )
+            done.append({"PartNumber": last, "ETag": uploaded["ETag"]})
+            client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done}
+            )
+        except Exception as err:
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+            raise self.store._translate(err, name) from err
 
     def _copy(self, location: str, name: str, bundle: Bundle) -> None:
         """Server-side copy of a staged part to its final name (no bytes through here)."""

@@ -1,0 +1,227 @@
+"""gtkafka -> Spark -> barrier, in the test's own SparkSession: stateless pipelines into every
+consumer (exactly once, in gt order), aggregations against a batch query, bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from integration_tests.sink_helpers import Receiver, read_bundles, receiver  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+QUERY_TIMEOUT = 600.0
+
+
+def source(spark: Any, kafka: Any, topic: str, pipeline: str, state_uri: str, **extra: str) -> Any:
+    opts = {
+        "kafka.bootstrap.servers": kafka.bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "pipeline.id": pipeline,
+        "state.uri": state_uri,
+        **extra,
+    }
+    return spark.readStream.format("gtkafka").options(**opts).load()
+
+
+def run_available_now(df: Any, sink_options: dict[str, str], checkpoint: Path,
+                      output_mode: str = "append") -> Any:
+    query = (
+        df.writeStream.format("barrier")
+        .options(**sink_options)
+        .outputMode(output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finished = query.awaitTermination(QUERY_TIMEOUT)
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise query.exception()
+    assert finished
+    return query
+
+
+def produce_numbered(kafka: Any, topic: str, n: int, partitions: int) -> None:
+    kafka.produce(
+        topic,
+        ((b"k%d" % i, b"%d" % i, None, i % partitions) for i in range(n)),
+        batch_size=5000,
+    )
+
+
+def expected_survivors(n: int, partitions: int) -> set[tuple[int, int]]:
+    """(partition, offset) of records whose number is not a multiple of 3."""
+    out = set()
+    counters = [0] * partitions
+    for i in range(n):
+        p = i % partitions
+        if i % 3:
+            out.add((p, counters[p]))
+        counters[p] += 1
+    return out
+
+
+def check_exactly_once_in_gt_order(table: pa.Table, n: int, partitions: int) -> None:
+    gt = table.column("gt").combine_chunks()
+    keys = list(zip(
+        gt.field("epoch").to_pylist(), gt.field("topic").to_pylist(),
+        gt.field("partition").to_pylist(), gt.field("offset").to_pylist(), strict=True,
+    ))
+    assert keys == sorted(keys), "items are not in gt order"
+    pairs = [(k[2], k[3]) for k in keys]
+    assert len(pairs) == len(set(pairs)), f"{len(pairs) - len(set(pairs))} duplicate item(s)"
+    assert set(pairs) == expected_survivors(n, partitions)
+    values = [int(v) for v in table.column("value").to_pylist()]
+    assert all(v % 3 for v in values)
+
+
+def stateless(df: Any) -> Any:
+    from pyspark.sql import functions as sf
+
+    return df.where(sf.col("value").cast("string").cast("long") % 3 != 0).select(
+        "key", "value", "gt"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_stateless_pipeline_into_file_consumer_small(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    n, partitions = 20_000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    state = f"file://{tmp_path}/state"
+    df = source(spark, kafka, topic, "small", state, maxOffsetsPerTrigger="5000")
+    out = tmp_path / "out"
+    opts = {"pipeline.id": "small", "state.uri": state, "consumer": "file",
+            "consumer.path": str(out)}
+    query = run_available_now(stateless(df), opts, tmp_path / "cp")
+    check_exactly_once_in_gt_order(read_bundles(out), n, partitions)
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(("_", ".")))
+    assert names == [f"bundle-{e:012d}.parquet" for e in range(4)]
+    pointer = json.loads((out / "_last_bundle.json").read_text())
+    assert pointer["bundle_id"] == 3
+    assert len(query.recentProgress) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_stateless_pipeline_one_million_records_into_file_consumer(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    n, partitions = 1_000_000, 4
+    topic = kafka.create_topic(partitions=partitions)
+    t0 = time.monotonic()
+    produce_numbered(kafka, topic, n, partitions)
+    produced = time.monotonic() - t0
+    state = f"file://{tmp_path}/state"
+    df = source(spark, kafka, topic, "million", state, maxOffsetsPerTrigger="250000")
+    out = tmp_path / "out"
+    opts = {"pipeline.id": "million", "state.uri": state, "consumer": "file",
+            "consumer.path": str(out)}
+    t1 = time.monotonic()
+    run_available_now(stateless(df), opts, tmp_path / "cp")
+    ran = time.monotonic() - t1
+    table = read_bundles(out)
+    check_exactly_once_in_gt_order(table, n, partitions)
+    print(f"1M records: produced in {produced:.1f}s, query ran {ran:.1f}s "
+          f"({n / ran:,.0f} records/s), {table.num_rows} delivered")
+
+
+def s3_bundles(s3: Any, prefix: str) -> tuple[list[str], pa.Table]:
+    import pyarrow.parquet as pq
+
+    client = s3.client()
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix)
+    keys = sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+    names = [k for k in keys if not k.rsplit("/", 1)[-1].startswith(("_", "."))]
+    tables = [
+        pq.read_table(pa.BufferReader(client.get_object(Bucket=s3.bucket, Key=k)["Body"].read()))
+        for k in names
+    ]
+    return keys, pa.concat_tables(tables)
+
+
+@pytest.mark.timeout(300)
+def test_stateless_pipeline_into_s3_consumer(
+    spark: Any, kafka: Any, s3: Any, tmp_path: Path
+) -> None:
+    n, partitions = 100_000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    state = s3.uri("state")
+    df = source(spark, kafka, topic, "to-s3", state, maxOffsetsPerTrigger="25000", **s3.options())
+    opts = {"pipeline.id": "to-s3", "state.uri": state, "consumer": "s3",
+            "consumer.path": s3.uri("out"), **s3.options()}
+    run_available_now(stateless(df), opts, tmp_path / "cp")
+    keys, table = s3_bundles(s3, "out/")
+    check_exactly_once_in_gt_order(table, n, partitions)
+    assert "out/_last_bundle.json" in keys
+    assert not [k for k in keys if k.startswith("out/_staging/")]  # promoted and cleaned
+
+
+@pytest.mark.timeout(300)
+def test_stateless_pipeline_into_kafka_consumer(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    from sink.consumers.kafka import H_BUNDLE, H_INDEX
+
+    n, partitions = 100_000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    out_topic = kafka.create_topic(partitions=3)
+    produce_numbered(kafka, topic, n, partitions)
+    state = f"file://{tmp_path}/state"
+    df = source(spark, kafka, topic, "to-kafka", state, maxOffsetsPerTrigger="25000")
+    opts = {"pipeline.id": "to-kafka", "state.uri": state, "consumer": "kafka",
+            "consumer.kafka.bootstrap.servers": kafka.bootstrap, "consumer.topic": out_topic}
+    run_available_now(stateless(df), opts, tmp_path / "cp")
+    items = []
+    for rec in kafka.consume_all(out_topic):
+        h = dict(rec.headers)
+        items.append((int(h[H_BUNDLE]), int(h[H_INDEX]), int(rec.value), rec.key))
+    items.sort()
+    numbers = [v for _, _, v, _ in items]
+    assert len(numbers) == len(set(numbers)), "duplicates in the output topic"
+    assert set(numbers) == {i for i in range(n) if i % 3}
+    # (bundle, index) order is gt order: (partition, offset) = (i % 2, i // 2) ascends
+    order = [(b, i % partitions, i // partitions) for b, _, i, _ in items]
+    assert order == sorted(order)
+    assert all(k == b"k%d" % v for _, _, v, k in items)
+
+
+@pytest.mark.timeout(300)
+def test_stateless_pipeline_into_http_consumer_with_a_dropped_ack(
+    spark: Any, kafka: Any, tmp_path: Path, receiver: Receiver  # noqa: F811
+) -> None:
+    """The receiver stores bundle 1 and drops the connection; the query fails (no retries);
+    restarted, it learns from GET /last that bundle 1 arrived and goes on: exactly once."""
+    from pyspark.errors import StreamingQueryException
+
+    receiver.start("--drop-after-store", "1")
+    n, partitions = 100_000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    state = f"file://{tmp_path}/state"
+    opts = {"pipeline.id": "to-http", "state.uri": state, "consumer": "http",
+            "consumer.url": f"{receiver.url}/orders", "delivery.maxRetries": "0"}
+
+    def df() -> Any:
+        return stateless(
+            source(spark, kafka, topic, "to-http", state, maxOffsetsPerTrigger="25000")
+        )
+
+    with pytest.raises(StreamingQueryException, match="may have been stored"):
+        run_available_now(df(), opts, tmp_path / "cp")
+    assert [b["bundle_id"] for b in receiver.bundles("orders")] == [0, 1]
+    run_available_now(df(), opts, tmp_path / "cp")
+    bundles = receiver.bundles("orders")
+    assert [b["bundle_id"] for b in bundles] == [0, 1, 2, 3]
+    check_exactly_once_in_gt_order(receiver.table("orders"), n, partitions)
