@@ -148,6 +148,10 @@ class RangeReader:
                         next_offset = r.until_offset
                         break
                     if self._clock() - last_progress > poll_timeout:
+                        if not self._partition_exists(consumer):
+                            self._lost(next_offset, r.until_offset, "the partition was deleted")
+                            next_offset = r.until_offset
+                            break
                         raise SourceUnavailable(
                             f"Kafka at {self.options.bootstrap_servers} returned no records of "
                             f"{r} at offset {next_offset} within kafkaConsumer.pollTimeoutMs="
@@ -179,6 +183,16 @@ class RangeReader:
                 r,
                 self.rows,
             )
+
+    def _partition_exists(self, consumer: Any) -> bool:
+        """Whether the range's partition still exists (fresh metadata)."""
+        try:
+            consumer.topics()  # forces a Metadata request
+            return self.range.partition in (consumer.partitions_for_topic(self.range.topic) or ())
+        except Exception as err:
+            if is_retriable_kafka_error(err):
+                return True  # unreachable: report it as such, not as data loss
+            raise
 
     def _gap(self, consumer: Any, expected: int, got: int) -> None:
         """Records ``[expected, got)`` were not returned: lost to retention, or compacted?"""

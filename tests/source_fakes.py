@@ -177,8 +177,8 @@ class FakeConsumer:
         limit = max_records or self.config.get("max_poll_records", 500)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp in self.assigned:
-            if tp in self.paused:
-                continue
+            if tp in self.paused or tp.partition not in self.broker.topics.get(tp.topic, {}):
+                continue  # kafka-python sends no fetch for a partition missing from metadata
             part = self._part(tp)
             pos = self.positions[tp]
             if pos < part.log_start or (pos > part.end and not self.broker.tansu):

@@ -150,6 +150,12 @@ def test_no_progress_within_poll_timeout(broker: FakeBroker) -> None:
         def highwater(self, tp: Any) -> None:
             return None
 
+        def topics(self) -> set[str]:
+            return {"t"}
+
+        def partitions_for_topic(self, topic: str) -> set[int]:
+            return {0}
+
         def close(self) -> None:
             self.closed = True
 
@@ -157,6 +163,24 @@ def test_no_progress_within_poll_timeout(broker: FakeBroker) -> None:
     with pytest.raises(SourceUnavailable) as info:
         list(reader.batches(0, arrow_schema(source_schema(False))))
     assert "pollTimeoutMs=1000" in str(info.value)
+
+
+def test_deleted_partition_is_loss_after_the_poll_timeout(broker: FakeBroker) -> None:
+    broker.produce("t", 0, 5)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.5
+        return now[0]
+
+    opts = options(**{"kafkaConsumer.pollTimeoutMs": "2000"})
+    del broker.topics["t"]
+    reader = RangeReader(
+        opts, OffsetRange("t", 0, 0, 5), consumer_factory=factory(broker), clock=clock
+    )
+    with pytest.raises(DataLossError) as info:
+        list(reader.batches(0, arrow_schema(source_schema(False))))
+    assert "the partition was deleted" in str(info.value)
 
 
 def test_read_partition_writes_the_batch_record_first(broker: FakeBroker) -> None:
