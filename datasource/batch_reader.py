@@ -60,7 +60,11 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
             min_partitions=self.options.min_partitions,
             max_records_per_partition=self.options.max_records_per_partition,
         )
-        return [KafkaInputPartition(BATCH_EPOCH, r) for r in ranges]
+        # Nothing to read: one empty partition (Spark would otherwise plan a bare
+        # InputPartition(None) and hand it to read()).
+        return [KafkaInputPartition(BATCH_EPOCH, r) for r in ranges] or [
+            KafkaInputPartition(BATCH_EPOCH, None)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaInputPartition)

@@ -193,3 +193,11 @@ def test_batch_read_between_offsets(spark: Any, kafka: Any) -> None:
     assert all(r.gt.offset == r.offset and r.gt.partition == r.partition for r in rows)
     # keys were produced round-robin: partition p offset o holds record 2 * o + p
     assert all(r.key == b"k%d" % (2 * r.offset + r.partition) for r in rows)
+    empty = kafka.create_topic(partitions=2)
+    df = (
+        spark.read.format("gtkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", empty)
+        .load()
+    )
+    assert df.count() == 0
