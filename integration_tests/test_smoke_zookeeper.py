@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kazoo.protocol.states import KazooState
 
+from integration_tests.fixtures.process import wait_until
 from integration_tests.fixtures.zookeeper import ZkHelper, ZooKeeperServer
 from integration_tests.ports import LOOPBACK
 
@@ -41,6 +42,7 @@ def test_data_survives_a_server_restart(zk: ZkHelper, zk_server: ZooKeeperServer
     fresh = zk.client()
     assert fresh.get("/durable")[0] == b"before restart"
     # The first client reconnects to the same session on its own.
+    wait_until(lambda: client.connected, timeout=30, what="the first client to reconnect")
     client.set("/durable", b"after restart")
     assert fresh.get("/durable")[0] == b"after restart"
 
