@@ -225,3 +225,107 @@ def test_stateless_pipeline_into_http_consumer_with_a_dropped_ack(
     bundles = receiver.bundles("orders")
     assert [b["bundle_id"] for b in bundles] == [0, 1, 2, 3]
     check_exactly_once_in_gt_order(receiver.table("orders"), n, partitions)
+
+
+# --- stateful queries: the consumer's final content vs a batch query ---------------------
+
+
+def produce_events(kafka: Any, topic: str, rows: list[tuple[int, int]], partitions: int) -> None:
+    """Values ``"<key>,<event second>"``, row i to partition i % partitions."""
+    kafka.produce(
+        topic,
+        ((None, b"%d,%d" % row, None, i % partitions) for i, row in enumerate(rows)),
+        batch_size=1000,
+    )
+
+
+def parse_events(df: Any) -> Any:
+    from pyspark.sql import functions as sf
+
+    parts = sf.split(sf.col("value").cast("string"), ",")
+    return df.select(
+        parts.getItem(0).cast("int").alias("k"),
+        sf.timestamp_seconds(parts.getItem(1).cast("long")).alias("event_time"),
+    )
+
+
+def windowed_counts(df: Any) -> Any:
+    from pyspark.sql import functions as sf
+
+    return (
+        df.groupBy(sf.window("event_time", "10 seconds"), "k")
+        .count()
+        .select(sf.col("window.start").cast("long").alias("start"), "k", "count")
+    )
+
+
+@pytest.mark.timeout(300)
+def test_windowed_aggregation_with_watermark_in_append_mode_equals_batch_query(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    partitions = 2
+    topic = kafka.create_topic(partitions=partitions)
+    events = [(i % 3, i // 10) for i in range(2000)]  # 200 s of event time, 10 events/s
+    produce_events(kafka, topic, [*events, (0, 10_000)], partitions)  # + a watermark push
+    state = f"file://{tmp_path}/state"
+    out = tmp_path / "out"
+    opts = {"pipeline.id": "windows", "state.uri": state, "consumer.path": str(out)}
+
+    def query() -> Any:
+        df = parse_events(source(spark, kafka, topic, "windows", state,
+                                 maxOffsetsPerTrigger="700"))
+        return windowed_counts(df.withWatermark("event_time", "30 seconds"))
+
+    run_available_now(query(), opts, tmp_path / "cp")
+    # no-data batches are off, so windows closed by the last watermark wait for more data
+    kafka.produce(topic, [(None, b"1,10001", None, 0)])
+    run_available_now(query(), opts, tmp_path / "cp")
+
+    got = read_bundles(out).to_pylist()
+    keys = [(r["start"], r["k"]) for r in got]
+    assert len(keys) == len(set(keys)), "a window was delivered twice"
+    batch = windowed_counts(parse_events(
+        spark.read.format("gtkafka")
+        .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}).load()
+    )).where("start < 10000")
+    expected = {(r["start"], r["k"], r["count"]) for r in batch.collect()}
+    assert len(expected) == 20 * 3
+    assert {(r["start"], r["k"], r["count"]) for r in got} == expected
+
+
+@pytest.mark.timeout(300)
+def test_aggregation_in_complete_mode_equals_batch_query_and_update_mode_is_refused(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """PySpark 4.3's Python sinks support append and complete mode only: Spark requires
+    SupportsStreamingUpdateAsAppend for update mode, which its Python write builder lacks.
+    In complete mode every bundle is the whole aggregate and the newest one is the result."""
+    import pyarrow.parquet as pq
+    from pyspark.errors import StreamingQueryException
+
+    partitions = 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_events(kafka, topic, [(i % 7, i) for i in range(3000)], partitions)
+    state = f"file://{tmp_path}/state"
+    out = tmp_path / "out"
+    opts = {"pipeline.id": "complete", "state.uri": state, "consumer.path": str(out)}
+
+    def counts() -> Any:
+        df = source(spark, kafka, topic, "complete", state, maxOffsetsPerTrigger="1000")
+        return parse_events(df).groupBy("k").count()
+
+    with pytest.raises(StreamingQueryException, match="does not support Update mode"):
+        run_available_now(counts(), opts, tmp_path / "cp-update", output_mode="update")
+    assert not out.exists() or not [p for p in out.iterdir() if p.name.startswith("bundle-")]
+
+    run_available_now(counts(), opts, tmp_path / "cp", output_mode="complete")
+    files = sorted(p for p in out.iterdir() if p.name.startswith("bundle-"))
+    assert len(files) == 3  # 3000 records, 1000 per batch: one bundle per batch
+    totals = [sum(r["count"] for r in pq.read_table(f).to_pylist()) for f in files]
+    assert totals == [1000, 2000, 3000]  # each bundle is the aggregate so far
+    final = {r["k"]: r["count"] for r in pq.read_table(files[-1]).to_pylist()}
+    batch = parse_events(
+        spark.read.format("gtkafka")
+        .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}).load()
+    ).groupBy("k").count()
+    assert final == {r["k"]: r["count"] for r in batch.collect()}
