@@ -1,0 +1,178 @@
+"""A driver program for the coordinator's integration tests (run by the ``driver`` fixture).
+
+It runs one or two stateful pipelines ``gtkafka -> Spark -> barrier (file consumer)``,
+each under its own :class:`SnapshotCoordinator`, in one SparkSession:
+
+* ``<prefix>-windowed``: a windowed aggregation (100-second event-time windows over the
+  record number), output mode complete;
+* ``<prefix>-keyed``: ``applyInPandasWithState`` keeping count, sum and max per key,
+  output mode append.
+
+Records are ``key = b"k<i % 13>"``, ``value = b"<i>"``; see :mod:`coordinator_support`
+for the expected results. The program prints one JSON line per event (``recovered``,
+``started``, ``finished``, ``failed``) so a test can follow it, and exits 0 when every
+query finished (``--trigger available-now``), 3 when a query failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from integration_tests.coordinator_support import (
+    KEYED_SCHEMA,
+    KEYED_STATE,
+    keyed_update,
+    windowed_counts,
+)
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}, default=str), flush=True)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--state-uri", required=True)
+    p.add_argument("--zk", default=None)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--pipelines", default="windowed,keyed")
+    p.add_argument("--cp-root", required=True)
+    p.add_argument("--out-root", required=True)
+    p.add_argument("--trigger", choices=("processing", "available-now"), default="processing")
+    p.add_argument("--max-offsets", default="200")
+    p.add_argument("--period", default="2s")
+    p.add_argument("--mode", default="restore")
+    p.add_argument("--driver-wait", default=None)
+    p.add_argument("--session-timeout", default="4s")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    from pyspark.sql import SparkSession
+
+    from datasource import register_all
+    from state import SnapshotCoordinator
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "768m")
+        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "5")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    register_all(spark)
+
+    coords: dict[str, Any] = {}
+    queries: dict[str, Any] = {}
+    for kind in args.pipelines.split(","):
+        pipeline = f"{args.prefix}-{kind}"
+        coord = SnapshotCoordinator(
+            spark,
+            pipeline_id=pipeline,
+            state_uri=args.state_uri,
+            checkpoint_location=Path(args.cp_root) / kind,
+            zookeeper_hosts=args.zk,
+            snapshot_period=args.period,
+            retain=2,
+            drain_timeout="60s",
+            reset_timeout="90s",
+            driver_wait=args.driver_wait,
+            zookeeper_session_timeout=args.session_timeout,
+        )
+        result = coord.recover(args.mode)
+        emit(
+            "recovered",
+            pipeline=pipeline,
+            action=result.action,
+            batch_id=result.batch_id,
+            epoch=result.epoch,
+            skipped=list(result.skipped),
+            token=coord.fencing_token,
+            snapshot=None if result.snapshot is None else result.snapshot.snapshot_id,
+        )
+        df = (
+            spark.readStream.format("gtkafka")
+            .option("kafka.bootstrap.servers", args.bootstrap)
+            .option("subscribe", args.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", args.max_offsets)
+            .option("pipeline.id", pipeline)
+            .option("state.uri", args.state_uri)
+            .load()
+        )
+        if kind == "windowed":
+            out_df, mode = windowed_counts(df), "complete"
+        else:
+            out_df, mode = (
+                df.groupBy("key").applyInPandasWithState(
+                    keyed_update, KEYED_SCHEMA, KEYED_STATE, "append", "NoTimeout"
+                ),
+                "append",
+            )
+        writer = (
+            out_df.writeStream.format("barrier")
+            .option("pipeline.id", pipeline)
+            .option("state.uri", args.state_uri)
+            .option("consumer", "file")
+            .option("consumer.path", str(Path(args.out_root) / kind))
+            .option("fencing.token", str(coord.fencing_token))
+            .option("checkpointLocation", str(Path(args.cp_root) / kind))
+            .outputMode(mode)
+        )
+        if args.trigger == "available-now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime="500 milliseconds")
+        q = writer.start()
+        coord.watch(q)
+        coords[kind], queries[kind] = coord, q
+        emit("started", pipeline=pipeline, query_id=str(q.id))
+
+    failed = threading.Event()
+
+    def wait(kind: str) -> None:
+        q = queries[kind]
+        try:
+            q.awaitTermination()
+        except Exception as err:
+            failed.set()
+            emit("failed", pipeline=f"{args.prefix}-{kind}", error=str(err)[:2000])
+            return
+        progress = q.recentProgress
+        emit(
+            "finished",
+            pipeline=f"{args.prefix}-{kind}",
+            batches=[p["batchId"] for p in progress],
+            stop_error=str(coords[kind].take_stop_error()),
+        )
+
+    threads = [threading.Thread(target=wait, args=(k,)) for k in queries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for coord in coords.values():
+        coord.close()
+    spark.stop()
+    return 3 if failed.is_set() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

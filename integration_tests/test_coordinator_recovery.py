@@ -1,0 +1,132 @@
+"""Recovery end to end: a driver killed, its checkpoint deleted, the pipeline restored from S3.
+
+Real Tansu, moto S3, ZooKeeper and Spark; the drivers are subprocesses
+(``integration_tests/coordinator_driver.py``) killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration_tests.coordinator_support import check_keyed, check_windowed, events, produce
+from integration_tests.fixtures.process import wait_until
+from state.store import StoreConfig, open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DRIVER = Path(__file__).with_name("coordinator_driver.py")
+
+
+def _resume(zkc: Any, pipeline: str) -> dict[str, Any] | None:
+    path = f"/gtbarrier/{pipeline}/resume"
+    if not zkc.exists(path):
+        return None
+    point: dict[str, Any] = json.loads(zkc.get(path)[0])
+    return point
+
+
+def _gt_last(store: Any, pipeline: str) -> int:
+    hit = store.get_json_or_none(f"{pipeline}/barrier/state.json")
+    return -1 if hit is None else int(hit[0]["gt_last"])
+
+
+@pytest.mark.timeout(420)
+def test_killed_driver_restored_from_snapshot_on_a_new_host(
+    kafka: Any, s3: Any, zk: Any, driver: Any, tmp_path: Path
+) -> None:
+    topic = kafka.create_topic(partitions=2)
+    first, total = 8000, 9000
+    produce(kafka, topic, 0, first)
+    state_uri = s3.uri("gtb")
+    store = open_store(StoreConfig(state_uri, s3.config().s3))
+    common = [
+        "--bootstrap",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--state-uri",
+        state_uri,
+        "--zk",
+        zk.hosts,
+        "--prefix",
+        "e2e",
+        "--out-root",
+        str(tmp_path / "out"),
+    ]
+    host_a = tmp_path / "host-a"
+    a = driver.run(
+        DRIVER,
+        *common,
+        "--cp-root",
+        str(host_a),
+        "--trigger",
+        "processing",
+        "--max-offsets",
+        "200",
+        "--period",
+        "15s",
+    )
+    zkc = zk.client()
+
+    def progressed() -> bool:
+        # Each pipeline has a snapshot, and delivered two epochs past it (replay must drop them).
+        for p in ("e2e-windowed", "e2e-keyed"):
+            point = _resume(zkc, p)
+            if point is None or len(point["retained"]) < 2:
+                return False
+            if _gt_last(store, p) < point["epoch"] + 2:
+                return False
+        return True
+
+    wait_until(progressed, timeout=240, what="two snapshots per pipeline and deliveries past them")
+    before = {p: _resume(zkc, p) for p in ("e2e-windowed", "e2e-keyed")}
+    a.kill()
+    a.wait(30)
+    shutil.rmtree(host_a)  # the checkpoint is lost with the host
+
+    # The newest windowed snapshot is corrupted: the previous retained one must be used.
+    windowed = before["e2e-windowed"]
+    assert windowed is not None
+    manifest = windowed["manifest"]
+    store.put(manifest, store.get(manifest).data.replace(b'"format":1', b'"format":1 '))
+    produce(kafka, topic, first, total)
+
+    b = driver.run(
+        DRIVER,
+        *common,
+        "--cp-root",
+        str(tmp_path / "host-b"),
+        "--trigger",
+        "available-now",
+        "--max-offsets",
+        "1000",
+        "--driver-wait",
+        "60s",
+    )
+    code = b.wait(300)
+    out = b.output()
+    assert code == 0, out[-5000:]
+    evs = {(e["event"], e["pipeline"]): e for e in events(out)}
+    rec_w, rec_k = evs[("recovered", "e2e-windowed")], evs[("recovered", "e2e-keyed")]
+    keyed = before["e2e-keyed"]
+    assert keyed is not None
+    assert rec_k["action"] == "materialise" and rec_k["batch_id"] == keyed["batch_id"]
+    assert rec_w["action"] == "materialise" and len(rec_w["skipped"]) == 1
+    assert rec_w["snapshot"] == windowed["retained"][1]["snapshot_id"]
+    assert "trying the previous retained snapshot" in out
+    # The restored queries restarted right after their snapshots' batches.
+    assert evs[("finished", "e2e-keyed")]["batches"][0] == keyed["batch_id"] + 1
+    assert (
+        evs[("finished", "e2e-windowed")]["batches"][0] == windowed["retained"][1]["batch_id"] + 1
+    )
+    assert rec_k["token"] > 1  # a new fencing token for the new driver
+
+    check_windowed(tmp_path / "out" / "windowed", total)
+    check_keyed(tmp_path / "out" / "keyed", total)
+    _ = time
