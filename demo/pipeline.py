@@ -1,0 +1,500 @@
+"""The demo's streaming job: gtkafka -> parse -> enrich -> aggregate -> barrier.
+
+::
+
+    events = spark.readStream.format("gtkafka")...          # orders and payments (JSON)
+    parsed = from_json(value) + watermark on event_time
+    enriched = parsed JOIN categories JOIN exchange rates    # stateless: USD amounts, departments
+    output = union(
+        enriched rows                                         # kind = "event", one per input record
+        revenue per category per 1-minute window              # kind = "category_minute" (watermark)
+        running totals per customer (applyInPandasWithState)  # kind = "customer_total"
+    )
+    output.writeStream.format("barrier")...                  # exactly-once into the consumer
+
+One query, one ``gtkafka`` source, one ``barrier`` sink, append mode. Every output row
+has the columns of :data:`OUTPUT_SCHEMA`; ``kind`` says which of the three it is.
+
+Run as a program (``python -m demo.pipeline JOB.json``) it is the demo's *driver*: it
+starts Spark, asks the :class:`~state.SnapshotCoordinator` to ``recover()`` (which
+materialises a lost checkpoint from the last snapshot in S3), starts the query, lets the
+coordinator snapshot it, and writes what happens as JSON lines to the job's progress
+file (:mod:`demo.progress`) until the job's stop file appears. ``python -m demo`` runs
+it in a subprocess so that it can be killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from demo.catalog import CATEGORIES, CURRENCIES
+from demo.progress import ProgressWriter
+
+EVENT_SCHEMA = (
+    "type STRING, order_id STRING, payment_id STRING, customer_id STRING, category STRING, "
+    "quantity INT, amount BIGINT, currency STRING, method STRING, ts TIMESTAMP"
+)
+
+# Every output row, whatever its kind. Columns a kind does not use are null.
+OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("kind", "string"),  # event | category_minute | customer_total
+    ("event_id", "string"),  # event: the order or payment id
+    ("event_type", "string"),  # event: order | payment
+    ("customer_id", "string"),  # event, customer_total
+    ("category", "string"),  # event (orders), category_minute
+    ("department", "string"),  # event (orders), category_minute
+    ("currency", "string"),  # event
+    ("amount", "bigint"),  # event: minor units of `currency`
+    ("amount_usd_cents", "bigint"),  # event: converted; category_minute: revenue; customer: ordered
+    ("paid_usd_cents", "bigint"),  # customer_total: paid so far
+    ("balance_usd_cents", "bigint"),  # customer_total: ordered - paid
+    ("orders", "bigint"),  # category_minute, customer_total: number of orders
+    ("payments", "bigint"),  # customer_total: number of payments
+    ("event_time", "timestamp"),  # event
+    ("window_start", "timestamp"),  # category_minute
+    ("window_end", "timestamp"),  # category_minute
+    ("src_partition", "int"),  # event: where the record was in Kafka
+    ("src_offset", "bigint"),  # event
+)
+OUTPUT_SCHEMA = ", ".join(f"{name} {dtype}" for name, dtype in OUTPUT_COLUMNS)
+
+CUSTOMER_STATE_SCHEMA = "ordered BIGINT, paid BIGINT, orders BIGINT, payments BIGINT"
+CUSTOMER_OUTPUT_SCHEMA = (
+    "customer_id STRING, ordered BIGINT, paid BIGINT, orders BIGINT, payments BIGINT"
+)
+
+
+@dataclass
+class DemoJob:
+    """Everything a driver needs; written as JSON by ``python -m demo`` for each driver."""
+
+    pipeline_id: str
+    topic: str
+    bootstrap: str
+    state_uri: str
+    s3_options: dict[str, str]
+    zookeeper_hosts: str | None
+    checkpoint: str
+    consumer: str  # file | http
+    consumer_path: str | None = None
+    consumer_url: str | None = None
+    progress_path: str = "progress.jsonl"
+    stop_path: str = "stop"
+    driver: int = 1
+    master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    max_offsets_per_trigger: int = 1000
+    window: str = "1 minute"
+    watermark_delay: str = "5 minutes"
+    snapshot_period: str = "5s"
+    retain: int = 3
+    zookeeper_session_timeout: str = "5s"
+    driver_wait: str = "90s"
+    delivery: str = "exactly-once"
+    use_coordinator: bool = True
+    shuffle_partitions: int = 4
+    output_partitions: int | None = 2
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: Path) -> DemoJob:
+        return cls(**json.loads(path.read_text()))
+
+    def source_options(self) -> dict[str, str]:
+        return {
+            "kafka.bootstrap.servers": self.bootstrap,
+            "subscribe": self.topic,
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": str(self.max_offsets_per_trigger),
+            "pipeline.id": self.pipeline_id,
+            "state.uri": self.state_uri,
+            **self.s3_options,
+        }
+
+    def sink_options(self, fencing_token: int | None) -> dict[str, str]:
+        opts = {
+            "pipeline.id": self.pipeline_id,
+            "state.uri": self.state_uri,
+            "consumer": self.consumer,
+            "delivery": self.delivery,
+            **self.s3_options,
+        }
+        if self.consumer == "http":
+            assert self.consumer_url is not None
+            opts["consumer.url"] = self.consumer_url
+        else:
+            assert self.consumer_path is not None
+            opts["consumer.path"] = self.consumer_path
+        if fencing_token is not None:
+            opts["fencing.token"] = str(fencing_token)
+        return opts
+
+
+# --- the query ------------------------------------------------------------------------
+
+
+def parse_events(raw: Any, watermark_delay: str) -> Any:
+    """gtkafka rows -> typed events with an event-time watermark (heartbeats included)."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+
+    return (
+        raw.select(
+            F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+            F.col("partition").alias("src_partition"),
+            F.col("offset").alias("src_offset"),
+        )
+        .select("e.*", "src_partition", "src_offset")
+        .withColumnRenamed("ts", "event_time")
+        .withWatermark("event_time", watermark_delay)
+    )
+
+
+def reference_tables(spark: Any) -> tuple[Any, Any]:
+    """The static dimension tables the stream is enriched with (small: broadcast joins)."""
+    categories = spark.createDataFrame(
+        [(c.name, c.department) for c in CATEGORIES], "category STRING, department STRING"
+    )
+    rates = spark.createDataFrame(
+        [(c.code, c.usd_micro_cents) for c in CURRENCIES], "currency STRING, usd_micro BIGINT"
+    )
+    return categories, rates
+
+
+def enrich(events: Any, categories: Any, rates: Any) -> Any:
+    """Stateless: drop heartbeats, add the department and the amount in US cents."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+
+    # Spark's optimizer pushes a filter below the watermark unless the filter reads the
+    # event-time column; pushed below, it would hide the heartbeats from the watermark.
+    # One predicate that reads event_time stays above it.
+    business = F.when(F.col("event_time").isNotNull(), F.col("type").isin("order", "payment"))
+    return (
+        events.where(business)
+        .join(F.broadcast(categories), "category", "left")
+        .join(F.broadcast(rates), "currency", "left")
+        .withColumn("amount_usd_cents", F.expr("amount * usd_micro div 1000000"))
+        .withColumn(
+            "event_id",
+            F.when(F.col("type") == "order", F.col("order_id")).otherwise(F.col("payment_id")),
+        )
+    )
+
+
+def _output(df: Any, **columns: Any) -> Any:
+    """``df`` projected to :data:`OUTPUT_COLUMNS`: the given expressions, nulls elsewhere."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+
+    exprs = []
+    for name, dtype in OUTPUT_COLUMNS:
+        expr = columns.pop(name, None)
+        if expr is None:
+            expr = F.lit(None)
+        exprs.append(expr.cast(dtype).alias(name))
+    if columns:
+        raise ValueError(f"not output columns: {sorted(columns)}")
+    return df.select(*exprs)
+
+
+def customer_totals(
+    key: tuple[str], batches: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    """applyInPandasWithState: one customer's running totals, emitted once per micro-batch.
+
+    Totals are sums, so the order of rows within a batch does not matter; the state is
+    what the coordinator's snapshots carry across a lost driver."""
+    ordered, paid, orders, payments = state.get if state.exists else (0, 0, 0, 0)
+    for pdf in batches:
+        is_order = pdf["event_type"] == "order"
+        ordered += int(pdf.loc[is_order, "amount_usd_cents"].sum())
+        paid += int(pdf.loc[~is_order, "amount_usd_cents"].sum())
+        orders += int(is_order.sum())
+        payments += int((~is_order).sum())
+    state.update((ordered, paid, orders, payments))
+    yield pd.DataFrame(
+        {
+            "customer_id": [key[0]],
+            "ordered": [ordered],
+            "paid": [paid],
+            "orders": [orders],
+            "payments": [payments],
+        }
+    )
+
+
+def shop_outputs(events: Any, categories: Any, rates: Any, window: str) -> Any:
+    """The three outputs of the demo, unioned (a streaming DataFrame, append mode)."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    enriched = enrich(events, categories, rates)
+    rows = _output(
+        enriched,
+        kind=F.lit("event"),
+        event_id=F.col("event_id"),
+        event_type=F.col("type"),
+        customer_id=F.col("customer_id"),
+        category=F.col("category"),
+        department=F.col("department"),
+        currency=F.col("currency"),
+        amount=F.col("amount"),
+        amount_usd_cents=F.col("amount_usd_cents"),
+        event_time=F.col("event_time"),
+        src_partition=F.col("src_partition"),
+        src_offset=F.col("src_offset"),
+    )
+    revenue = (
+        enriched.where(F.col("type") == "order")
+        .groupBy(F.window("event_time", window).alias("w"), "category", "department")
+        .agg(F.sum("amount_usd_cents").alias("revenue"), F.count("*").alias("n"))
+    )
+    per_minute = _output(
+        revenue,
+        kind=F.lit("category_minute"),
+        category=F.col("category"),
+        department=F.col("department"),
+        amount_usd_cents=F.col("revenue"),
+        orders=F.col("n"),
+        window_start=F.col("w.start"),
+        window_end=F.col("w.end"),
+    )
+    totals = (
+        enriched.select("customer_id", F.col("type").alias("event_type"), "amount_usd_cents")
+        .groupBy("customer_id")
+        .applyInPandasWithState(
+            customer_totals,
+            CUSTOMER_OUTPUT_SCHEMA,
+            CUSTOMER_STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
+    )
+    per_customer = _output(
+        totals,
+        kind=F.lit("customer_total"),
+        customer_id=F.col("customer_id"),
+        amount_usd_cents=F.col("ordered"),
+        paid_usd_cents=F.col("paid"),
+        balance_usd_cents=F.col("ordered") - F.col("paid"),
+        orders=F.col("orders"),
+        payments=F.col("payments"),
+    )
+    return rows.unionByName(per_minute).unionByName(per_customer)
+
+
+def build_query(spark: Any, job: DemoJob, fencing_token: int | None) -> Any:
+    """Start the demo query (gtkafka -> ... -> barrier) on ``job.checkpoint``."""
+    raw = spark.readStream.format("gtkafka").options(**job.source_options()).load()
+    categories, rates = reference_tables(spark)
+    out = shop_outputs(parse_events(raw, job.watermark_delay), categories, rates, job.window)
+    if job.output_partitions:
+        # Fewer, larger parts per bundle: each write task stages one part.
+        out = out.coalesce(job.output_partitions)
+    return (
+        out.writeStream.format("barrier")
+        .options(**job.sink_options(fencing_token))
+        .outputMode("append")
+        .option("checkpointLocation", job.checkpoint)
+        .queryName(f"demo_{job.pipeline_id.replace('-', '_')}_{job.driver}")
+        .start()
+    )
+
+
+# --- the driver program ---------------------------------------------------------------
+
+
+def spark_session(job: DemoJob, workdir: Path) -> Any:
+    """A SparkSession for ``job.master`` with gtbarrier's data sources registered."""
+    from pyspark.sql import SparkSession
+
+    from datasource import register_all
+
+    repo = str(Path(__file__).resolve().parents[1])
+    builder = (
+        SparkSession.builder.appName(f"gtbarrier-demo-driver-{job.driver}")
+        .master(job.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(job.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(workdir / "spark-local"))
+        .config("spark.sql.warehouse.dir", str(workdir / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={workdir / 'derby'}")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+    )
+    if job.master.startswith("spark://"):
+        # Executors of a standalone cluster import datasource, sink, state and demo (the
+        # applyInPandasWithState function) from the repository; install the package on
+        # every worker instead in a real deployment.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", repo)
+    for key, value in job.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register_all(spark)
+    return spark
+
+
+class _Watcher:
+    """Turns the query's progress, the barrier's GT_last and accepted snapshots into
+    progress events."""
+
+    def __init__(self, out: ProgressWriter, metrics_path: Path) -> None:
+        self.out = out
+        self.metrics_path = metrics_path
+        self.metrics_offset = 0
+        self.seen: set[tuple[str, int]] = set()
+        self.gt_last: int | None = None
+        self.accepted = 0
+
+    def poll(self, query: Any, coord: Any) -> None:
+        from state.listener import completed_batch_from_progress
+
+        for progress in list(query.recentProgress):
+            ident = (str(progress["runId"]), int(progress["batchId"]))
+            if ident in self.seen:
+                continue
+            self.seen.add(ident)
+            batch = completed_batch_from_progress(json.loads(progress.json))
+            self.out.emit(
+                "batch",
+                batch_id=batch.batch_id,
+                epoch=batch.epoch,
+                rows=batch.num_input_rows,
+                duration_ms=batch.duration_ms,
+                offsets=_offsets_total(batch.frontier),
+                watermark=(progress["eventTime"] or {}).get("watermark"),
+                durations=dict(progress["durationMs"] or {}),
+            )
+        self._poll_commits()
+        if coord is not None:
+            status = coord.status()
+            gt_last = status.get("gt_last")
+            if gt_last is not None and (self.gt_last is None or gt_last > self.gt_last):
+                self.gt_last = gt_last
+                self.out.emit("gt_last", gt_last=gt_last)
+            last = status.get("last_snapshot")
+            if status["snapshots_accepted"] > self.accepted and last is not None:
+                self.accepted = status["snapshots_accepted"]
+                self.out.emit("snapshot", **last)
+
+    def _poll_commits(self) -> None:
+        """The barrier's per-commit records (delivered / dropped / empty) since last time."""
+        if not self.metrics_path.exists():
+            return
+        with open(self.metrics_path) as f:
+            f.seek(self.metrics_offset)
+            while line := f.readline():
+                if not line.endswith("\n"):
+                    break
+                self.metrics_offset += len(line)
+                rec = json.loads(line)
+                self.out.emit(
+                    "commit",
+                    batch_id=rec["batch_id"],
+                    epoch=rec["epoch"],
+                    action=rec["action"],
+                    rows=rec["rows"],
+                )
+                if rec["action"] == "delivered" and (
+                    self.gt_last is None or rec["epoch"] > self.gt_last
+                ):
+                    self.gt_last = rec["epoch"]
+                    self.out.emit("gt_last", gt_last=rec["epoch"])
+
+
+def _offsets_total(frontier: Any) -> int:
+    offsets = frontier.get("offsets", {}) if isinstance(frontier, dict) else {}
+    return sum(int(o) for parts in offsets.values() for o in parts.values())
+
+
+def run_driver(job: DemoJob, workdir: Path) -> int:
+    """The driver program: recover, start, watch, report; stop when the stop file appears."""
+    out = ProgressWriter(Path(job.progress_path), driver=job.driver)
+    out.emit("driver_started", pid=os.getpid(), checkpoint=job.checkpoint, master=job.master)
+    metrics = workdir / f"commits-{job.driver}.jsonl"
+    os.environ["GTBARRIER_METRICS"] = str(metrics)  # the sink's commits append here
+    spark = spark_session(job, workdir)
+    out.emit("spark_ready", version=spark.version)
+
+    coord: Any = None
+    token: int | None = None
+    if job.use_coordinator:
+        from state import SnapshotCoordinator
+
+        coord = SnapshotCoordinator(
+            spark,
+            pipeline_id=job.pipeline_id,
+            state_uri=job.state_uri,
+            checkpoint_location=job.checkpoint,
+            zookeeper_hosts=job.zookeeper_hosts,
+            snapshot_period=job.snapshot_period,
+            retain=job.retain,
+            drain_timeout="60s",
+            reset_timeout="120s",
+            state_options=job.s3_options,
+            driver_wait=job.driver_wait,
+            zookeeper_session_timeout=job.zookeeper_session_timeout,
+        )
+        started = time.monotonic()
+        result = coord.recover()
+        out.emit(
+            "recovered",
+            action=result.action,
+            reason=result.reason,
+            batch_id=result.batch_id,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        token = coord.fencing_token
+    query = build_query(spark, job, token)
+    if coord is not None:
+        coord.watch(query)
+    out.emit("query_started", query_id=str(query.id), run_id=str(query.runId))
+
+    watcher = _Watcher(out, metrics)
+    stop = Path(job.stop_path)
+    code = 0
+    try:
+        while True:
+            watcher.poll(query, coord)
+            if not query.isActive:
+                error = query.exception()
+                out.emit("failed", error=str(error)[:2000] if error else "query stopped")
+                code = 1
+                break
+            if stop.exists():
+                break
+            time.sleep(0.25)
+    finally:
+        if query.isActive:
+            query.stop()
+        watcher.poll(query, coord)
+        if coord is not None:
+            coord.close()
+        spark.stop()
+    out.emit("driver_stopped", code=code)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo.pipeline", description=__doc__)
+    parser.add_argument("job", type=Path, help="the job file written by `python -m demo`")
+    args = parser.parse_args(argv)
+    job = DemoJob.load(args.job)
+    return run_driver(job, args.job.parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
