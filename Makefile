@@ -60,9 +60,4 @@ bench: setup
 
 # How many tests each marker selects (collection only, nothing runs).
 counts: setup
-	@for m in unit integration notebook slow; do \
-		n=$$($(PY) -m pytest tests integration_tests --collect-only -q -m $$m 2>/dev/null \
-			| grep -cE '::'); \
-		echo "$$m: $$n"; \
-	done; \
-	echo "all: $$($(PY) -m pytest tests integration_tests --collect-only -q 2>/dev/null | grep -cE '::')"
+	@$(PY) scripts/count_tests.py $(PYTEST_PATHS)
