@@ -219,6 +219,12 @@ def main(argv: list[str] | None = None) -> None:
         help="an existing broker (default: start a Tansu broker)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure each mode this many times, alternating; report the best",
+    )
+    parser.add_argument(
         "--max-offsets-per-trigger",
         type=int,
         default=None,
@@ -241,17 +247,27 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.partitions} partitions in {time.perf_counter() - began:.1f}s "
             f"({args.cores} cores, broker {bootstrap})"
         )
-        results = [plain_consumer(bootstrap, topic, args.partitions, records, args.cores)]
         extra = {}
         if args.max_offsets_per_trigger:
             extra["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
+        runs: dict[str, list[Result]] = {}
         with local_spark(args.cores) as spark:
             gtkafka_stream(spark, bootstrap, warmup, workdir, {})
-            stream = gtkafka_stream(spark, bootstrap, topic, workdir, extra)
-            if stream.records != records:
-                raise RuntimeError(f"gtkafka read {stream.records} records, expected {records}")
-            results.append(stream)
-            results.append(gtkafka_batch(spark, bootstrap, topic, records))
+            for _ in range(args.repeat):
+                for result in (
+                    plain_consumer(bootstrap, topic, args.partitions, records, args.cores),
+                    gtkafka_stream(spark, bootstrap, topic, workdir, extra),
+                    gtkafka_batch(spark, bootstrap, topic, records),
+                ):
+                    if result.records != records:
+                        raise RuntimeError(
+                            f"{result.mode} read {result.records} records, expected {records}"
+                        )
+                    runs.setdefault(result.mode, []).append(result)
+        results = [min(rs, key=lambda r: r.seconds) for rs in runs.values()]
+        if args.repeat > 1:
+            for mode, rs in runs.items():
+                print(f"{mode}: " + ", ".join(f"{r.rate:,.0f}/s" for r in rs))
 
     base = results[0].rate
     print_table(
