@@ -24,12 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from integration_tests.coordinator_support import (
-    KEYED_SCHEMA,
-    KEYED_STATE,
-    keyed_update,
-    windowed_counts,
-)
+from integration_tests.coordinator_support import start_pipeline
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -107,40 +102,19 @@ def main(argv: list[str]) -> int:
             token=coord.fencing_token,
             snapshot=None if result.snapshot is None else result.snapshot.snapshot_id,
         )
-        df = (
-            spark.readStream.format("gtkafka")
-            .option("kafka.bootstrap.servers", args.bootstrap)
-            .option("subscribe", args.topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", args.max_offsets)
-            .option("pipeline.id", pipeline)
-            .option("state.uri", args.state_uri)
-            .load()
+        q = start_pipeline(
+            spark,
+            kind,
+            bootstrap=args.bootstrap,
+            topic=args.topic,
+            pipeline=pipeline,
+            state_uri=args.state_uri,
+            checkpoint=Path(args.cp_root) / kind,
+            sink={"consumer": "file", "consumer.path": str(Path(args.out_root) / kind)},
+            token=coord.fencing_token,
+            max_offsets=int(args.max_offsets),
+            available_now=args.trigger == "available-now",
         )
-        if kind == "windowed":
-            out_df, mode = windowed_counts(df), "complete"
-        else:
-            out_df, mode = (
-                df.groupBy("key").applyInPandasWithState(
-                    keyed_update, KEYED_SCHEMA, KEYED_STATE, "append", "NoTimeout"
-                ),
-                "append",
-            )
-        writer = (
-            out_df.writeStream.format("barrier")
-            .option("pipeline.id", pipeline)
-            .option("state.uri", args.state_uri)
-            .option("consumer", "file")
-            .option("consumer.path", str(Path(args.out_root) / kind))
-            .option("fencing.token", str(coord.fencing_token))
-            .option("checkpointLocation", str(Path(args.cp_root) / kind))
-            .outputMode(mode)
-        )
-        if args.trigger == "available-now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime="500 milliseconds")
-        q = writer.start()
         coord.watch(q)
         coords[kind], queries[kind] = coord, q
         emit("started", pipeline=pipeline, query_id=str(q.id))

@@ -65,6 +65,60 @@ def keyed_update(
     yield pd.DataFrame({"key": [key[0]], "n": [n], "total": [total], "mx": [mx]})
 
 
+def start_pipeline(
+    spark: Any,
+    kind: str,
+    *,
+    bootstrap: str,
+    topic: str,
+    pipeline: str,
+    state_uri: str,
+    checkpoint: Path,
+    sink: dict[str, str],
+    token: int | None = None,
+    max_offsets: int = 200,
+    available_now: bool = True,
+    processing_time: str = "500 milliseconds",
+    store_options: dict[str, str] | None = None,
+) -> Any:
+    """Start the ``kind`` ("windowed" or "keyed") pipeline; ``sink`` holds the consumer options,
+    ``store_options`` the ``s3.*`` options of ``state_uri`` (source and sink)."""
+    df = (
+        spark.readStream.format("gtkafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max_offsets))
+        .option("pipeline.id", pipeline)
+        .option("state.uri", state_uri)
+        .options(**(store_options or {}))
+        .load()
+    )
+    if kind == "windowed":
+        out, mode = windowed_counts(df), "complete"
+    else:
+        out = df.groupBy("key").applyInPandasWithState(
+            keyed_update, KEYED_SCHEMA, KEYED_STATE, "append", "NoTimeout"
+        )
+        mode = "append"
+    writer = (
+        out.writeStream.format("barrier")
+        .option("pipeline.id", pipeline)
+        .option("state.uri", state_uri)
+        .options(**(store_options or {}))
+        .options(**sink)
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode(mode)
+    )
+    if token is not None:
+        writer = writer.option("fencing.token", str(token))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=processing_time)
+    return writer.start()
+
+
 def expected_windowed(n: int) -> dict[int, tuple[int, int]]:
     out: dict[int, tuple[int, int]] = {}
     for i in range(n):
@@ -115,7 +169,19 @@ def check_windowed(directory: Path, n: int) -> None:
 
 
 def check_keyed(directory: Path, n: int) -> None:
-    last, history = final_rows(directory, "key")
+    check_keyed_bundles(bundles(directory), n)
+
+
+def check_keyed_bundles(bundle_rows: list[tuple[int, list[dict[str, Any]]]], n: int) -> None:
+    """The keyed pipeline's bundles, in order, hold the right final state per key."""
+    ids = [b for b, _ in bundle_rows]
+    assert ids == sorted(set(ids)), f"bundles out of order or repeated: {ids}"
+    last: dict[Any, dict[str, Any]] = {}
+    history: dict[Any, list[int]] = {}
+    for _, rows in bundle_rows:
+        for row in rows:
+            last[row["key"]] = row
+            history.setdefault(row["key"], []).append(int(row["n"]))
     got = {bytes(k): (int(r["n"]), int(r["total"]), int(r["mx"])) for k, r in last.items()}
     expected = expected_keyed(n)
     assert got == expected, _diff(got, expected)

@@ -243,7 +243,7 @@ class SnapshotCoordinator:
                         session_timeout=self.zookeeper_session_timeout,
                         call_timeout=min(10.0, self.reset_timeout),
                     )
-                    session.start(timeout=min(self.reset_timeout, 30.0))
+                    session.start(timeout=min(0.8 * self.reset_timeout, 30.0))
                     session.on_lost(self._on_session_lost)
                     self._zk = session
                     self._backend = ZooKeeperResumePoints(session, self.layout.zookeeper_resume)
@@ -743,7 +743,7 @@ class SnapshotCoordinator:
             session = ZooKeeperSession(
                 self.zookeeper_hosts, session_timeout=self.zookeeper_session_timeout
             )
-            session.start(timeout=min(self.reset_timeout, 30.0))
+            session.start(timeout=min(0.8 * self.reset_timeout, 30.0))
             try:
                 point, _ = read_resume_point(
                     ZooKeeperResumePoints(session, self.layout.zookeeper_resume)
