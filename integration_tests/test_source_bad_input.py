@@ -77,12 +77,13 @@ def test_unreachable_broker_fails_within_the_poll_timeout(spark: Any, tmp_path: 
         spark.read.format("gtkafka").options(**opts).load().count()
     elapsed = time.monotonic() - started
     assert "SourceUnavailable" in str(info.value) and dead in str(info.value)
-    assert elapsed < 4 + 15  # the poll timeout plus Spark's planning overhead
+    # the 4 s poll timeout plus Spark's planning overhead (the default timeout is 120 s)
+    assert elapsed < 4 + 30
     streaming = {**opts, "pipeline.id": "dead", "state.uri": f"file://{tmp_path / 'state'}"}
     started = time.monotonic()
     text = query_error(spark, streaming, tmp_path / "checkpoint")
     assert "SourceUnavailable" in text and dead in text
-    assert time.monotonic() - started < 4 + 30
+    assert time.monotonic() - started < 4 + 45
 
 
 @pytest.mark.timeout(300)
