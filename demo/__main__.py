@@ -1,6 +1,8 @@
-"""``python -m demo``: run gtbarrier's demo job."""
+"""``python -m demo``: the demo job (see :mod:`demo.runner`)."""
 
-from demo.foundation import main
+import sys
+
+from demo.runner import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

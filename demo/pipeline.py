@@ -367,14 +367,20 @@ class _Watcher:
             if ident in self.seen:
                 continue
             self.seen.add(ident)
-            batch = completed_batch_from_progress(json.loads(progress.json))
+            raw = json.loads(progress.json)
+            batch = completed_batch_from_progress(raw)
+            end = _offsets_total(batch.frontier)
+            start = _offsets_total(_json(raw["sources"][0].get("startOffset")))
             self.out.emit(
                 "batch",
                 batch_id=batch.batch_id,
                 epoch=batch.epoch,
-                rows=batch.num_input_rows,
+                # Kafka records the batch read (numInputRows counts them once per scan of
+                # the source: the query's three branches scan it three times).
+                rows=end - start,
+                input_rows=batch.num_input_rows,
                 duration_ms=batch.duration_ms,
-                offsets=_offsets_total(batch.frontier),
+                offsets=end,
                 watermark=(progress["eventTime"] or {}).get("watermark"),
                 durations=dict(progress["durationMs"] or {}),
             )
@@ -413,6 +419,10 @@ class _Watcher:
                 ):
                     self.gt_last = rec["epoch"]
                     self.out.emit("gt_last", gt_last=rec["epoch"])
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _offsets_total(frontier: Any) -> int:

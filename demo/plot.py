@@ -35,7 +35,7 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
 
     drivers = sorted({int(e["driver"]) for e in events if e["driver"]})
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(11, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+        2, 1, figsize=(11, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
     title = f"gtbarrier demo: {total_records:,} records, exactly once through a driver crash"
     fig.suptitle(title, fontsize=13)
@@ -96,10 +96,29 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
                     label=f"recovery ({at(resumed) - at(kill):.1f} s)" if ax is top else None,
                 )
 
-    top.set_ylabel("records / s")
-    top.set_ylim(bottom=0)
+    # What the restarted driver did during the recovery, at the bottom of the top panel.
+    steps = {"driver_started": "driver {d} starts", "spark_ready": "Spark up",
+             "recovered": "recover(): {action}", "query_started": "query starts"}
+    marks: list[tuple[float, str]] = []
+    span = max(at(e) for e in events) or 1.0
+    for e in events:
+        label = steps.get(e["event"])
+        if label is None or e["driver"] == 1:
+            continue
+        text = label.format(d=e["driver"], action=e.get("action", ""))
+        if marks and at(e) - marks[-1][0] < 0.015 * span:  # too close to read apart
+            marks[-1] = (marks[-1][0], f"{marks[-1][1]}, {text}")
+        else:
+            marks.append((at(e), text))
+    for x, text in marks:
+        top.axvline(x, color="#7f7f7f", linewidth=0.8, ymax=0.12)
+        top.annotate(text, (x, 0), xytext=(2, 14), textcoords="offset points", rotation=90,
+                     fontsize=7, color="#444444", va="bottom")
+
+    top.set_ylabel("Kafka records / s")
+    top.set_ylim(bottom=0, top=max(top.get_ylim()[1], 1) * 1.05)
     top.grid(alpha=0.3)
-    top.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    _legend_above(top)
 
     gts = sorted(
         ((at(e), int(e["gt_last"])) for e in events if e["event"] == "gt_last"),
@@ -139,13 +158,19 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
     bottom.set_ylabel("epoch")
     bottom.set_xlabel("seconds since the demo started")
     bottom.grid(alpha=0.3)
-    bottom.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    _legend_above(bottom)
 
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _legend_above(ax: Any) -> None:
+    """The legend in a row above the panel, where it hides no data."""
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01, 1, 0.1), mode="expand", ncol=3,
+              fontsize=8, frameon=False, borderaxespad=0)
 
 
 def _monotone_steps(points: Sequence[tuple[float, int]]) -> tuple[list[float], list[int]]:

@@ -8,7 +8,8 @@ Every line has ``t`` (wall-clock seconds), ``driver`` (1, 2, ...; 0 for the runn
 ``spark_ready``     ``version``
 ``recovered``       ``action`` (keep | materialise | fresh), ``reason``, ``batch_id``, ``seconds``
 ``query_started``   ``query_id``, ``run_id``
-``batch``           ``batch_id``, ``epoch``, ``rows``, ``duration_ms``, ``offsets`` (end, summed),
+``batch``           ``batch_id``, ``epoch``, ``rows`` (Kafka records read), ``input_rows``
+                    (Spark's count), ``duration_ms``, ``durations``, ``offsets`` (end, summed),
                     ``watermark``
 ``commit``          ``batch_id``, ``epoch``, ``action`` (delivered | dropped | empty), ``rows``
 ``gt_last``         ``gt_last``: the barrier's last acknowledged epoch moved forward

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import time
 import uuid
@@ -40,7 +41,7 @@ from demo.verify import (
 from integration_tests.fixtures.logs import tail
 from integration_tests.fixtures.process import REPO_ROOT, ManagedProcess, repo_env
 
-SMALL_EVENTS = 6_000
+SMALL_EVENTS = 4_000
 DEFAULT_EVENTS = 240_000
 STREAM = "orders-demo"
 
@@ -579,8 +580,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a test's teardown, `kill`): unwind, so that drivers and servers are stopped.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     runner = Runner(args)
     try:
         return runner.run()
