@@ -330,7 +330,11 @@ class Barrier:
                 current, _ = self._load()
                 raise self._fenced(current.owner, run_id, "another run claimed it first") from None
             return claimed, new_version
-        return self._cas(state, claimed, version, new_owner, "claim the pipeline", claiming=True)
+        claimed, new_version = self._cas(
+            state, claimed, version, new_owner, "claim the pipeline", claiming=True
+        )
+        self._sweep_superseded(claimed)
+        return claimed, new_version
 
     def _resolve_inflight(
         self, state: BarrierState, version: str, me: Owner | None
@@ -463,6 +467,27 @@ class Barrier:
     def _delete_parts(self, bundle: Bundle) -> None:
         for part in bundle.parts:
             self.staging.delete(part.location)
+
+    def _sweep_superseded(self, state: BarrierState) -> None:
+        """After a claim: delete every staged part of a run that was superseded.
+
+        A driver that died leaves the parts of its last batch behind, possibly under a
+        query id that will never run again (a deleted checkpoint). Once a new run owns the
+        pipeline, the old runs can never record a bundle in flight, so their parts go,
+        except those the in-flight record references.
+        """
+        keep = _inflight_parts(state)
+        owner = state.owner.run_id if state.owner else None
+        superseded: dict[str, bool] = {}
+        for location in self.staging.list(self.staging.root_prefix):
+            rid = part_run_id(location)
+            if location in keep or rid is None or rid == owner:
+                continue
+            if rid not in superseded:
+                marker = self.store.get_or_none(self.layout.barrier_run(rid))
+                superseded[rid] = marker is not None
+            if superseded[rid]:
+                self.staging.delete(location)
 
     def _clean_batch_dir(
         self, query_id: str, batch_id: int, run_id: str | None, state: BarrierState

@@ -49,9 +49,14 @@ def parquet_bytes(table: pa.Table) -> bytes:
 class Staging(ABC):
     """Staged parts of the batches of one pipeline: write, read, list, delete."""
 
+    @property
     @abstractmethod
+    def root_prefix(self) -> str:
+        """The prefix under which every staged part lives (ends with ``/``)."""
+
     def batch_prefix(self, query_id: str, batch_id: int) -> str:
         """The prefix under which the batch's parts live (ends with ``/``)."""
+        return f"{self.root_prefix}{query_id}/{batch_id:012d}/"
 
     def part_location(
         self, query_id: str, batch_id: int, partition: int, task_attempt: int, run_id: str | None
@@ -84,9 +89,13 @@ class StoreStaging(Staging):
         self.store = store
         self.layout = layout
 
+    @property
+    def root_prefix(self) -> str:
+        return f"{HIDDEN_STAGING}/" if self.layout is None else self.layout.staging_prefix
+
     def batch_prefix(self, query_id: str, batch_id: int) -> str:
         if self.layout is None:
-            return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
+            return super().batch_prefix(query_id, batch_id)
         return self.layout.staging(query_id, batch_id)
 
     def write_part(self, location: str, table: pa.Table) -> int:
@@ -110,8 +119,9 @@ class FileStaging(Staging):
     def __init__(self, root: str) -> None:
         self.root = root
 
-    def batch_prefix(self, query_id: str, batch_id: int) -> str:
-        return f"{HIDDEN_STAGING}/{query_id}/{batch_id:012d}/"
+    @property
+    def root_prefix(self) -> str:
+        return f"{HIDDEN_STAGING}/"
 
     def path(self, location: str) -> str:
         return os.path.join(self.root, location)
@@ -149,5 +159,15 @@ class FileStaging(Staging):
         return sorted(out)
 
     def delete(self, location: str) -> None:
+        path = self.path(location)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(location))
+            os.unlink(path)
+        # drop the batch's and the query's directories once they are empty
+        staging_root = os.path.join(self.root, HIDDEN_STAGING)
+        directory = os.path.dirname(path)
+        while directory.startswith(staging_root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                break
+            directory = os.path.dirname(directory)

@@ -351,3 +351,18 @@ def _crash_after_inflight(p: Pipeline, batch_id: int, batches: list[pa.RecordBat
 
     barrier: Barrier = p.barrier(faults=Crash(""))
     barrier.commit([p.write(batch_id, batches)], batch_id)
+
+
+def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    # run-a stages batch 1 and dies; another driver that never committed staged parts too
+    left = p.write(1, [gt_batch(2, 0, [1])])
+    starting = p.write(1, [gt_batch(2, 0, [1])], run_id="run-starting")
+    # a new run on a new checkpoint (another query id) claims the pipeline
+    p.query_id, p.run_id = "q-new", "run-b"
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    assert left.part is not None and starting.part is not None
+    assert p.staged() == [starting.part.location]  # only the unclaimed run's part is kept
