@@ -251,7 +251,8 @@ class Runner:
             progress_path=str(self.progress_path),
             master=args.master,
             spark_conf=spark_conf,
-            max_offsets_per_trigger=args.max_offsets_per_trigger or max(500, args.events // 12),
+            max_offsets_per_trigger=args.max_offsets_per_trigger
+            or max(500, args.events // (5 if args.small else 12)),
             snapshot_period=args.snapshot_period,
             use_coordinator=not args.without_coordinator,
             shuffle_partitions=2 if args.small else 4,

@@ -39,7 +39,7 @@ def check_table(out: str, workdir: Path) -> dict[str, str]:
     assert table["stateless results equal"] == "yes"
     assert table["stateful results equal"].startswith("yes ")
     assert table["verdict"] == "PASS"
-    assert int(table["bundles delivered"]) >= 8
+    assert int(table["bundles delivered"]) >= 5
     assert table["recovery"].startswith("recover(): materialise")
     assert float(table["recovery time"].split()[0]) > 0
     # What it did, in the order it did it.
