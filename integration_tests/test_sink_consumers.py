@@ -90,6 +90,22 @@ def test_s3_consumer_promotes_parts_server_side(s3: Any) -> None:
     assert last is not None and last.bundle_id == 2
 
 
+def test_s3_consumer_parts_layout_never_moves_items_through_the_driver(s3: Any) -> None:
+    p = pipeline(consumer="s3", **{"consumer.path": s3.uri("out"),
+                                   "consumer.s3.layout": "parts"}, **s3.options())
+    outcome = commit_epoch(p, 0, 4, [[gt_batch(4, 1, [0])], [gt_batch(4, 0, [5, 6])]])
+    assert outcome.driver_bytes == 0
+    client = s3.client()
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3.bucket)["Contents"])
+    assert keys == ["out/_last_bundle.json", "out/bundle-000000000004-00000.parquet",
+                    "out/bundle-000000000004-00001.parquet"]
+    values = []
+    for key in keys[1:]:
+        body = client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+        values += [v.as_py() for v in pq.read_table(pa.BufferReader(body)).column("value")]
+    assert values == [b"0:5", b"0:6", b"1:0"]  # object names sort in gt order
+
+
 def test_s3_consumer_redelivery_after_crash_is_idempotent(s3: Any) -> None:
     p = pipeline(consumer="s3", **{"consumer.path": s3.uri("out")}, **s3.options())
     consumer(p).faults = CrashAt("after_deliver")

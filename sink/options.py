@@ -39,6 +39,7 @@ KNOWN = (
     "consumer.topic",
     "consumer.url",
     "consumer.format",
+    "consumer.s3.layout",
     "fencing.token",
     "fault.inject",
 )
@@ -51,6 +52,7 @@ _ONLY_FOR: dict[str, tuple[Consumer, ...]] = {
     "consumer.kafka.bootstrap.servers": ("kafka",),
     "consumer.url": ("http",),
     "consumer.format": ("http",),
+    "consumer.s3.layout": ("s3",),
 }
 
 # Producer settings the Kafka consumer owns: they are what makes delivery ordered.
@@ -81,6 +83,7 @@ class SinkOptions:
     kafka_config: dict[str, str] = field(default_factory=dict)
     url: str | None = None
     format: Literal["arrow", "jsonl"] = "arrow"
+    s3_layout: Literal["bundle", "parts"] = "bundle"
     fencing_token: int | None = None
     fault: str | None = None
 
@@ -115,6 +118,7 @@ class SinkOptions:
             topic = opts.required("consumer.topic")
             kafka_config = _kafka_config(opts)
         fmt = opts.choice("consumer.format", ("arrow", "jsonl"), "arrow")
+        s3_layout = opts.choice("consumer.s3.layout", ("bundle", "parts"), "bundle")
         if consumer == "http":
             url = opts.required("consumer.url").rstrip("/")
             parsed = urlparse(url)
@@ -141,6 +145,7 @@ class SinkOptions:
             kafka_config=kafka_config,
             url=url,
             format=fmt,  # type: ignore[arg-type]
+            s3_layout=s3_layout,  # type: ignore[arg-type]
             fencing_token=token,
             fault=fault,
         )

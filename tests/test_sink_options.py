@@ -66,6 +66,7 @@ def test_all_options_case_insensitive() -> None:
         ({"consumer.url": "http://x"}, "consumer.url", "not to be set with consumer=file"),
         ({"consumer.topic": "t"}, "consumer.topic", "not to be set with consumer=file"),
         ({"consumer.format": "jsonl"}, "consumer.format", "not to be set with consumer=file"),
+        ({"consumer.s3.layout": "parts"}, "consumer.s3.layout", "not to be set with consumer=file"),
         ({"consumer.kafka.linger.ms": "5"}, "consumer.kafka.linger.ms", "not to be set"),
         ({"state.uri": "ftp://x"}, "state.uri", "memory://"),
         ({"pipeline.id": "bad id!"}, "pipeline.id", "letters, digits"),

@@ -10,9 +10,17 @@ Objects go through the state layer's S3 client (:class:`state.s3_store.S3Store`:
 ``s3.*`` options, retries and error mapping as ``state.uri``). Write tasks upload their
 parts under ``_staging/``; delivery of a single-part bundle is a server-side
 ``CopyObject`` to its final name, so no item bytes pass through the driver. A bundle of
-several parts is combined on the driver (its bytes are counted in the ack).
-A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers that
-skip ``_``/``.`` names see only complete bundles.
+several parts is stitched server-side when every part is at least 5 MiB (S3's smallest
+multipart part): ``UploadPartCopy`` of each part's body, then the new Parquet footer as
+the last part; smaller parts are combined on the driver (their bytes are counted in the
+ack). A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers
+that skip ``_``/``.`` names see only complete bundles.
+
+``consumer.s3.layout=parts`` trades that atomicity for never moving item bytes through
+the driver: a bundle of several parts becomes the objects ``bundle-<k>-00000.parquet``,
+``bundle-<k>-00001.parquet``... (names still sort in delivery order), each a server-side
+copy; readers that need whole bundles read the objects of bundles up to
+``_last_bundle.json``.
 """
 
 from __future__ import annotations
@@ -51,6 +59,11 @@ MIN_PART_SIZE = 5 * 1024 * 1024
 """S3's smallest multipart-upload part (all parts but the last)."""
 
 
+def part_object_name(epoch: int, index: int) -> str:
+    """With ``consumer.s3.layout=parts``: the ``index``-th object of bundle ``epoch``."""
+    return f"bundle-{epoch:012d}-{index:05d}.parquet"
+
+
 class S3PrefixStaging(StoreStaging):
     """Parts under ``<consumer.path>/_staging/``; store errors name ``consumer.path``."""
 
@@ -83,6 +96,7 @@ class S3Consumer(Consumer):
         super().__init__(staging, faults)
         self.store: S3Store = staging.s3
         self.path = staging.consumer_path
+        self.layout = options.s3_layout
 
     def describe(self) -> str:
         return f"s3 consumer {self.path}"
@@ -90,7 +104,9 @@ class S3Consumer(Consumer):
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
         name = bundle_file_name(bundle.epoch)
         driver_bytes = 0
-        if not (redelivery and self._exists(name)):
+        if self.layout == "parts" and len(bundle.parts) > 1:
+            name = self._promote_parts(bundle, redelivery)
+        elif not (redelivery and self._exists(name)):
             driver_bytes = self._promote(bundle, name, redelivery)
         self.faults.at("after_deliver", bundle.bundle_id)
         current = self.last_bundle() if redelivery else None
@@ -127,6 +143,16 @@ class S3Consumer(Consumer):
         pq.write_table(merge_tables(bundle, tables), out)
         self.store.put(name, out.getvalue())
         return bundle.size + out.tell()
+
+    def _promote_parts(self, bundle: Bundle, redelivery: bool) -> str:
+        """``consumer.s3.layout=parts``: each staged part becomes ``bundle-<k>-<i>.parquet``
+        by a server-side copy, in delivery order; the pointer, written after the last one,
+        is what makes the bundle complete. The name of the first object is returned."""
+        names = [part_object_name(bundle.epoch, i) for i in range(len(bundle.parts))]
+        for part, name in zip(bundle.parts, names, strict=True):
+            if not (redelivery and self._exists(name)):
+                self._copy(part.location, name, bundle)
+        return names[0]
 
     def _layout(self, location: str) -> PartLayout:
         """A staged part's footer, by two ranged GETs (no item bytes)."""

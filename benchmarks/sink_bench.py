@@ -1,0 +1,257 @@
+"""The barrier sink's cost: exactly-once vs at-least-once vs Spark's parquet sink.
+
+    python -m benchmarks.sink_bench                    # 400,000 records of ~100 bytes
+    python -m benchmarks.sink_bench --records 100000   # a quick run
+
+One topic (4 partitions, ~100-byte records) on one broker (a Tansu broker started here,
+or ``--bootstrap``) and one S3 server (moto started here, or ``--s3-endpoint``). The same
+stateless query (gtkafka -> key, value, gt) runs with ``Trigger.AvailableNow`` and
+``maxOffsetsPerTrigger`` into:
+
+* ``barrier`` ``delivery=exactly-once`` and ``delivery=at-least-once``, with the ``file``
+  consumer (state ``file://``) and the ``s3`` consumer (state on S3 too);
+* Spark's own ``parquet`` file sink as a reference (on the local file system for both
+  targets: pyspark ships no S3A connector).
+
+Printed per run: records/s over the query's wall time, the median / p99 of Spark's
+per-batch ``addBatch`` time (write tasks + commit), the median / p99 of the barrier's
+commit (the protocol in the commit process: state reads, CASes, promotion, cleanup, from
+``GTBARRIER_METRICS``) and the item bytes that passed through the driver. Then the
+targets: exactly-once throughput >= 0.95 x at-least-once; exactly-once adds <= 10 ms per
+bundle at the median; zero item bytes through the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import kafka_bootstrap, local_spark, print_table
+from benchmarks.source_bench import fill
+
+MODES = ("exactly-once", "at-least-once", "parquet")
+S3_PARTS = "exactly-once, layout=parts"
+
+
+@dataclass
+class Run:
+    target: str
+    mode: str
+    records: int
+    seconds: float
+    add_batch_ms: list[float]
+    commit_ms: list[float]
+    driver_bytes: int
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@contextmanager
+def s3_endpoint(endpoint: str | None) -> Iterator[Any]:
+    """An :class:`integration_tests.fixtures.s3.S3Server` (moto started here unless given)."""
+    from integration_tests.fixtures.s3 import S3Server
+
+    if endpoint:
+        yield S3Server(None, external_endpoint=endpoint)
+        return
+    with tempfile.TemporaryDirectory(prefix="gtb-bench-s3-") as workdir:
+        server = S3Server(Path(workdir))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def s3_options(server: Any) -> dict[str, str]:
+    return {
+        "s3.endpoint": server.endpoint,
+        "s3.region": server.region,
+        "s3.accessKeyId": server.access_key_id,
+        "s3.secretAccessKey": server.secret_access_key,
+        "s3.pathStyle": "true",
+    }
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every run shares."""
+
+    spark: Any
+    args: argparse.Namespace
+    topic: str
+    workdir: Path
+    bucket: str
+    server: Any
+    metrics: Path
+
+
+def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = None) -> Run:
+    spark, args, workdir, bucket = setup.spark, setup.args, setup.workdir, setup.bucket
+    run = uuid.uuid4().hex[:8]
+    pipeline = f"bench-{target}-{run}"
+    s3 = s3_options(setup.server)
+    if target == "s3":
+        state = f"s3://{bucket}/state-{run}"
+        extra_source = s3
+    else:
+        state = f"file://{workdir}/state-{run}"
+        extra_source = {}
+    df = (
+        spark.readStream.format("gtkafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_used)
+        .option("subscribe", setup.topic)
+        .option("startingOffsets", "earliest")
+        .option("pipeline.id", pipeline)
+        .option("state.uri", state)
+        .option("maxOffsetsPerTrigger", str(per_batch or args.per_batch))
+        .options(**extra_source)
+        .load()
+        .select("key", "value", "gt")
+    )
+    writer = df.writeStream.option("checkpointLocation", str(workdir / f"cp-{run}"))
+    if mode == "parquet":
+        writer = writer.format("parquet").option("path", str(workdir / f"parquet-{run}"))
+    else:
+        delivery = "exactly-once" if mode == S3_PARTS else mode
+        writer = writer.format("barrier").options(
+            **{"pipeline.id": pipeline, "state.uri": state, "delivery": delivery}
+        )
+        if target == "s3":
+            layout = "parts" if mode == S3_PARTS else "bundle"
+            writer = writer.options(
+                consumer="s3", **s3,
+                **{"consumer.path": f"s3://{bucket}/out-{run}", "consumer.s3.layout": layout},
+            )
+        else:
+            out = str(workdir / f"out-{run}")
+            writer = writer.options(consumer="file", **{"consumer.path": out})
+    began = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - began
+    if query.exception() is not None:
+        raise RuntimeError(f"{target}/{mode} query failed: {query.exception()}")
+    progress = query.recentProgress
+    rows = sum(p["numInputRows"] for p in progress)
+    add_batch = [float(p["durationMs"].get("addBatch", 0)) for p in progress if p["numInputRows"]]
+    commits: list[float] = []
+    driver_bytes = 0
+    if mode != "parquet" and setup.metrics.exists():
+        for line in setup.metrics.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["pipeline_id"] == pipeline and rec["action"] == "delivered":
+                commits.append(1000.0 * rec["timings"]["total"])
+                driver_bytes += int(rec["driver_bytes"])
+    return Run(target, mode, rows, seconds, add_batch, commits, driver_bytes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sink_bench", description=__doc__)
+    parser.add_argument("--records", type=int, default=400_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each mode (best kept)")
+    parser.add_argument("--targets", default="file,s3")
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
+    args = parser.parse_args(argv)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+
+    workdir = Path(tempfile.mkdtemp(prefix="gtb-sink-bench-"))
+    metrics = workdir / "commits.jsonl"
+    os.environ["GTBARRIER_METRICS"] = str(metrics)  # before Spark starts: workers inherit it
+    with kafka_bootstrap(args.bootstrap) as bootstrap, s3_endpoint(args.s3_endpoint) as server:
+        args.bootstrap_used = bootstrap
+        bucket = f"gtb-bench-{uuid.uuid4().hex[:8]}"
+        server.client().create_bucket(Bucket=bucket)
+        topic = f"sink-bench-{uuid.uuid4().hex[:8]}"
+        print(f"filling {topic}: {args.records:,} records in {args.partitions} partitions ...")
+        fill(bootstrap, topic, args.partitions, args.records, min(args.partitions, 4))
+        with local_spark(args.cores) as spark:
+            setup = Setup(spark, args, topic, workdir, bucket, server, metrics)
+            # warm-up: the JVM's first streaming job is slow for any sink
+            run_query(setup, "file", "at-least-once", per_batch=args.records)
+            runs: list[Run] = []
+            for target in targets:
+                modes = (*MODES, S3_PARTS) if target == "s3" else MODES
+                for i in range(args.repeat):
+                    order = modes if i % 2 == 0 else tuple(reversed(modes))
+                    for mode in order:
+                        r = run_query(setup, target, mode)
+                        print(f"  {target:4} {mode:26} {r.records:,} records in "
+                              f"{r.seconds:.1f}s ({r.rate:,.0f}/s)")
+                        runs.append(r)
+    report(runs, targets, args)
+
+
+def best(runs: list[Run], target: str, mode: str) -> Run:
+    return max((r for r in runs if r.target == target and r.mode == mode), key=lambda r: r.rate)
+
+
+def report(runs: list[Run], targets: list[str], args: argparse.Namespace) -> None:
+    print()
+    print(f"{args.records:,} records, {args.partitions} partitions, {args.per_batch:,} per "
+          f"batch, local[{args.cores}], best of {args.repeat}")
+    rows = []
+    for target in targets:
+        alo = best(runs, target, "at-least-once")
+        for mode in (*MODES, S3_PARTS) if target == "s3" else MODES:
+            r = best(runs, target, mode)
+            local = " (local fs)" if mode == "parquet" and target == "s3" else ""
+            rows.append([
+                f"{target} {mode}{local}",
+                f"{r.records:,}", f"{r.seconds:.1f}", f"{r.rate:,.0f}",
+                f"{r.rate / alo.rate:.2f}",
+                f"{statistics.median(r.add_batch_ms):.0f}" if r.add_batch_ms else "-",
+                f"{percentile(r.add_batch_ms, 0.99):.0f}" if r.add_batch_ms else "-",
+                f"{statistics.median(r.commit_ms):.1f}" if r.commit_ms else "-",
+                f"{percentile(r.commit_ms, 0.99):.1f}" if r.commit_ms else "-",
+                "-" if mode == "parquet" else f"{r.driver_bytes:,}",
+            ])
+    print_table(
+        ["sink", "records", "wall s", "records/s", "vs ALO", "addBatch p50 ms",
+         "addBatch p99 ms", "commit p50 ms", "commit p99 ms", "driver item bytes"],
+        rows,
+    )
+    print()
+    for target in targets:
+        eo, alo = best(runs, target, "exactly-once"), best(runs, target, "at-least-once")
+        ratio = eo.rate / alo.rate
+        added = statistics.median(eo.commit_ms) - statistics.median(alo.commit_ms)
+        moved = eo.driver_bytes + alo.driver_bytes
+        print(f"{target}: exactly-once / at-least-once throughput = {ratio:.2f} "
+              f"(target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'}); "
+              f"exactly-once adds {added:+.1f} ms per bundle at the median "
+              f"(target <= 10 ms: {'met' if added <= 10 else 'NOT met'}); "
+              f"item bytes through the driver = {moved:,} "
+              f"(target 0: {'met' if moved == 0 else 'NOT met'})")
+        if target == "s3":
+            parts = best(runs, target, S3_PARTS)
+            print(f"s3 with consumer.s3.layout=parts: item bytes through the driver = "
+                  f"{parts.driver_bytes:,}; throughput {parts.rate / alo.rate:.2f} x "
+                  "at-least-once (layout=bundle)")
+
+
+if __name__ == "__main__":
+    main()
