@@ -212,6 +212,15 @@ def gtkafka_batch(spark: Any, bootstrap: str, topic: str, records: int) -> Resul
     )
 
 
+def settle(limit: float, cores: int) -> None:
+    """Wait (at most ``limit`` seconds) until the 1-minute load average is <= ``cores``."""
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] > cores and time.monotonic() < deadline:
+        time.sleep(5)
+    if limit:
+        print(f"(load average {os.getloadavg()[0]:.1f} at the start of a measurement)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -232,6 +241,13 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=1,
         help="measure each mode this many times, alternating; report the best",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="before each measurement, wait up to this many seconds for the 1-minute load "
+        "average to fall to the core count (for shared machines)",
     )
     parser.add_argument(
         "--max-offsets-per-trigger",
@@ -263,11 +279,16 @@ def main(argv: list[str] | None = None) -> None:
         with local_spark(args.cores) as spark:
             gtkafka_stream(spark, bootstrap, warmup, workdir, {})
             for _ in range(args.repeat):
-                for result in (
-                    plain_consumer(bootstrap, topic, args.partitions, records, args.cores),
-                    *gtkafka_stream(spark, bootstrap, topic, workdir, extra),
-                    gtkafka_batch(spark, bootstrap, topic, records),
-                ):
+                measured = []
+                settle(args.settle, args.cores)
+                measured.append(
+                    plain_consumer(bootstrap, topic, args.partitions, records, args.cores)
+                )
+                settle(args.settle, args.cores)
+                measured.extend(gtkafka_stream(spark, bootstrap, topic, workdir, extra))
+                settle(args.settle, args.cores)
+                measured.append(gtkafka_batch(spark, bootstrap, topic, records))
+                for result in measured:
                     if result.records != records:
                         raise RuntimeError(
                             f"{result.mode} read {result.records} records, expected {records}"
