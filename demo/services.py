@@ -40,7 +40,7 @@ class Endpoint:
 
 
 class Services:
-    """Kafka, S3 and ZooKeeper for one demo run."""
+    """Kafka, S3 and ZooKeeper (or the ``parts`` named) for one demo run or notebook."""
 
     def __init__(
         self,
@@ -49,7 +49,12 @@ class Services:
         kafka: str | None = None,
         s3: str | None = None,
         zookeeper: str | None = None,
+        parts: tuple[str, ...] = ("kafka", "s3", "zookeeper"),
     ) -> None:
+        unknown = set(parts) - {"kafka", "s3", "zookeeper"}
+        if unknown:
+            raise ValueError(f"unknown service(s) {sorted(unknown)}: kafka, s3, zookeeper")
+        self.parts = parts
         self.workdir = workdir
         self._want = {
             "kafka": kafka or os.environ.get(ENV_KAFKA, "").strip() or None,
@@ -64,9 +69,12 @@ class Services:
 
     def start(self) -> Services:
         try:
-            self.broker = self._start("Kafka (Tansu)", "kafka", _kafka, lambda b: b.bootstrap)
-            self.s3 = self._start("S3 (moto)", "s3", _s3, lambda s: s.endpoint)
-            self.zk = self._start("ZooKeeper", "zookeeper", _zookeeper, lambda z: z.hosts)
+            if "kafka" in self.parts:
+                self.broker = self._start("Kafka (Tansu)", "kafka", _kafka, lambda b: b.bootstrap)
+            if "s3" in self.parts:
+                self.s3 = self._start("S3 (moto)", "s3", _s3, lambda s: s.endpoint)
+            if "zookeeper" in self.parts:
+                self.zk = self._start("ZooKeeper", "zookeeper", _zookeeper, lambda z: z.hosts)
         except BaseException:
             self.stop()
             raise

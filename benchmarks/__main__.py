@@ -1,0 +1,479 @@
+"""``python -m benchmarks`` (``make bench``): every benchmark, one table of ratios vs targets.
+
+Runs, one after the other, against one Kafka broker and one S3 server (started here, or
+``--bootstrap`` / ``--s3-endpoint``, or ``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT``):
+
+* ``benchmarks.source_bench``: gtkafka vs a plain kafka-python loop (target >= 0.9);
+* ``benchmarks.sink_bench``: barrier exactly-once vs at-least-once vs Spark's parquet
+  sink (throughput >= 0.95, <= 10 ms added per bundle, no item bytes through the driver);
+* ``benchmarks.snapshot_bench``: batch durations with and without snapshots (p99 within
+  1.1x), snapshot sizes, recovery times;
+* ``benchmarks.scaling``: throughput against Kafka partitions (1, 4, 16, 64) and Spark
+  cores.
+
+Each runs in its own process (its own SparkSession) with its output shown as it goes;
+then one table lists every ratio next to its target, and ``results/`` receives
+``benchmarks.json``, ``ratios.png`` and ``scaling.png``. ``--small`` runs everything at a
+reduced size (about 5 minutes; the notebooks use it); the default size takes 10-15
+minutes on 2 cores. The exit code is non-zero if a benchmark failed or its output could
+not be read (a target that is not met is reported, not an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, kafka_bootstrap
+
+SIZES = {
+    # name: (default args, --small args)
+    "source": (["--records", "1000000"], ["--records", "100000"]),
+    "sink": (
+        ["--records", "300000", "--per-batch", "50000"],
+        ["--records", "60000", "--per-batch", "15000"],
+    ),
+    "snapshot": ([], ["--small"]),
+    "scaling": (["--records", "200000"], ["--records", "40000"]),
+}
+ORDER = ("source", "sink", "snapshot", "scaling")
+
+
+@dataclass
+class Ratio:
+    """One line of the final table."""
+
+    benchmark: str
+    measure: str
+    value: float | None
+    target: str
+    met: bool | None
+    unit: str = "x"
+    note: str = ""
+
+    def cells(self) -> list[str]:
+        if self.value is None:
+            shown = "-"
+        elif self.unit == "x":
+            shown = f"{self.value:.2f}"
+        elif self.unit in ("ms", "s"):
+            shown = f"{self.value:,.1f} {self.unit}"
+        else:
+            shown = f"{self.value:,.0f} {self.unit}".strip()
+        verdict = {True: "met", False: "NOT met", None: "-"}[self.met]
+        return [self.benchmark, self.measure, shown, self.target, verdict, self.note]
+
+
+@dataclass
+class Outcome:
+    name: str
+    command: list[str]
+    seconds: float
+    returncode: int
+    output: str
+    ratios: list[Ratio] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+# --- reading each benchmark's output ---------------------------------------------------
+
+
+def table_rows(text: str, first_header: str) -> list[list[str]]:
+    """Rows of the last table printed by ``benchmarks.common.print_table`` whose first
+    header cell is ``first_header`` (cells split on runs of two or more spaces)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(first_header + " ")]
+    if not starts:
+        raise ValueError(f"no table with header {first_header!r} in the output")
+    rows = []
+    for line in lines[starts[-1] + 2 :]:
+        if not line.strip():
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    if not rows:
+        raise ValueError(f"the table {first_header!r} has no rows")
+    return rows
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "").split()[0])
+
+
+def parse_source(text: str) -> tuple[list[Ratio], dict[str, Any]]:
+    rows = {r[0]: r for r in table_rows(text, "mode")}
+    plain = number(rows["plain kafka-python"][4])
+    stream = rows["gtkafka AvailableNow -> noop"]
+    ratios = [
+        Ratio(
+            "source",
+            "gtkafka AvailableNow / plain kafka-python (wall)",
+            number(stream[5]),
+            ">= 0.9",
+            number(stream[5]) >= 0.9,
+        ),
+    ]
+    inside = rows.get("same query, inside its triggers")
+    if inside is not None:
+        ratios.append(
+            Ratio(
+                "source",
+                "  same, inside its triggers",
+                number(inside[5]),
+                ">= 0.9",
+                number(inside[5]) >= 0.9,
+            )
+        )
+    batch = rows.get("gtkafka batch read -> noop")
+    if batch is not None:
+        ratios.append(
+            Ratio("source", "gtkafka batch read / plain kafka-python", number(batch[5]), "-", None)
+        )
+    data = {
+        name: {"records_per_s": number(r[4]), "ratio": number(r[5])} for name, r in rows.items()
+    }
+    data["plain kafka-python"]["records_per_s"] = plain
+    return ratios, data
+
+
+_SINK_LINE = re.compile(
+    r"^(?P<target>\w+): exactly-once / at-least-once throughput = (?P<ratio>[\d.]+) .*?"
+    r"exactly-once adds (?P<added>[+-]?[\d.]+) ms per bundle.*?"
+    r"item bytes through the driver = (?P<bytes>[\d,]+)",
+    re.MULTILINE,
+)
+
+
+def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
+    ratios: list[Ratio] = []
+    data: dict[str, Any] = {}
+    for m in _SINK_LINE.finditer(text):
+        target = m["target"]
+        ratio, added, moved = float(m["ratio"]), float(m["added"]), int(m["bytes"].replace(",", ""))
+        ratios += [
+            Ratio(
+                "sink",
+                f"{target}: exactly-once / at-least-once throughput",
+                ratio,
+                ">= 0.95",
+                ratio >= 0.95,
+            ),
+            Ratio(
+                "sink",
+                f"{target}: added per bundle (median commit)",
+                added,
+                "<= 10 ms",
+                added <= 10,
+                unit="ms",
+            ),
+            Ratio(
+                "sink", f"{target}: item bytes through the driver", moved, "0", moved == 0, unit="B"
+            ),
+        ]
+        data[target] = {"throughput_ratio": ratio, "added_ms": added, "driver_bytes": moved}
+    if not ratios:
+        raise ValueError("no 'exactly-once / at-least-once' summary line in the output")
+    rows = table_rows(text, "sink")
+    data["runs"] = {r[0]: {"records_per_s": number(r[3]), "vs_alo": number(r[4])} for r in rows}
+    parquet = [r for r in rows if "parquet" in r[0]]
+    for r in parquet:
+        ratios.append(Ratio("sink", f"{r[0]} / at-least-once (reference)", number(r[4]), "-", None))
+    return ratios, data
+
+
+_TARGET_LINE = re.compile(
+    r"^(?P<label>.+?)\s*=\s*(?P<value>[+-]?[\d,]*\.?\d+)\s*(?P<unit>x|ms|s|bytes|B)?\s*"
+    r"\(target\s*(?P<target>[^:)]+?)\s*:\s*(?P<met>met|NOT met)\)",
+    re.MULTILINE,
+)
+
+
+def parse_targets(name: str, text: str) -> list[Ratio]:
+    """Generic: every ``<label> = <value> (target <t>: met|NOT met)`` clause."""
+    out = []
+    for m in _TARGET_LINE.finditer(text):
+        unit = m["unit"] or "x"
+        out.append(
+            Ratio(
+                name,
+                m["label"].strip(),
+                number(m["value"]),
+                m["target"].strip(),
+                m["met"] == "met",
+                unit="B" if unit == "bytes" else unit,
+            )
+        )
+    return out
+
+
+def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
+    ratios = parse_targets("snapshot", text)
+    if not ratios:
+        raise ValueError("no '<measure> = <value> (target ...: met)' line in the output")
+    return ratios, {}
+
+
+def parse_scaling(json_path: Path) -> tuple[list[Ratio], dict[str, Any]]:
+    points = json.loads(json_path.read_text())
+    ratios = []
+    for axis in ("partitions", "cores"):
+        chosen = sorted((p for p in points if p["axis"] == axis), key=lambda p: p[axis])
+        if len(chosen) < 2:
+            continue
+        base = chosen[0]["records"] / chosen[0]["triggers_s"]
+        for p in chosen[1:]:
+            rate = p["records"] / p["triggers_s"]
+            ratios.append(
+                Ratio(
+                    "scaling",
+                    f"{p[axis]} {axis} / {chosen[0][axis]} {axis}",
+                    rate / base,
+                    "-",
+                    None,
+                    note=f"{rate:,.0f} records/s in triggers",
+                )
+            )
+    return ratios, {"points": points}
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+def run_module(name: str, module: str, args: Sequence[str], env: dict[str, str]) -> Outcome:
+    command = [sys.executable, "-m", module, *args]
+    print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if not _noise(line):
+            print("  " + line, end="", flush=True)
+    code = proc.wait()
+    return Outcome(name, command, time.monotonic() - began, code, "".join(lines))
+
+
+def _noise(line: str) -> bool:
+    return (
+        " WARN " in line
+        or "log4j" in line
+        or "setLogLevel" in line
+        or line.startswith("Setting default log level")
+    )
+
+
+@contextmanager
+def s3_endpoint(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+        return
+    from benchmarks.sink_bench import s3_endpoint as start_s3
+
+    with start_s3(None) as server:
+        yield str(server.endpoint)
+
+
+def run_all(args: argparse.Namespace) -> list[Outcome]:
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    size = 1 if args.small else 0
+    with ExitStack() as stack:
+        bootstrap = stack.enter_context(kafka_bootstrap(args.bootstrap))
+        endpoint = stack.enter_context(s3_endpoint(args.s3_endpoint))
+        env = dict(os.environ, GTB_KAFKA_BOOTSTRAP=bootstrap, GTB_S3_ENDPOINT=endpoint)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        parsers: dict[str, Callable[[Outcome], tuple[list[Ratio], dict[str, Any]]]] = {
+            "source": lambda o: parse_source(o.output),
+            "sink": lambda o: parse_sink(o.output),
+            "snapshot": lambda o: parse_snapshot(o.output),
+            "scaling": lambda o: parse_scaling(out / "scaling.json"),
+        }
+        for name in ORDER:
+            if name in args.skip:
+                continue
+            extra = list(SIZES[name][size])
+            if name == "scaling":
+                extra += ["--json", str(out / "scaling.json")]
+            module = f"benchmarks.{name}_bench" if name != "scaling" else "benchmarks.scaling"
+            if not (REPO_ROOT / (module.replace(".", "/") + ".py")).is_file():
+                outcomes.append(
+                    Outcome(name, [module], 0.0, -1, "", error=f"{module} does not exist")
+                )
+                continue
+            outcome = run_module(name, module, extra, env)
+            if outcome.returncode != 0:
+                outcome.error = f"exit code {outcome.returncode}"
+            else:
+                try:
+                    outcome.ratios, outcome.data = parsers[name](outcome)
+                except (ValueError, KeyError, IndexError, OSError) as err:
+                    outcome.error = f"could not read its results: {err}"
+            outcomes.append(outcome)
+    return outcomes
+
+
+# --- reporting -------------------------------------------------------------------------
+
+
+def summary_table(outcomes: Sequence[Outcome]) -> list[list[str]]:
+    rows = []
+    for o in outcomes:
+        if o.error is not None:
+            rows.append([o.name, "FAILED: " + o.error, "-", "-", "-", ""])
+            continue
+        rows += [r.cells() for r in o.ratios]
+    return rows
+
+
+def write_results(outcomes: Sequence[Outcome], out: Path, args: argparse.Namespace) -> Path:
+    doc = {
+        "machine": {"cores": os.cpu_count()},
+        "small": bool(args.small),
+        "benchmarks": [
+            {
+                "name": o.name,
+                "command": o.command[1:],
+                "seconds": round(o.seconds, 1),
+                "error": o.error,
+                "ratios": [asdict(r) for r in o.ratios],
+                "data": o.data,
+            }
+            for o in outcomes
+        ],
+    }
+    path = out / "benchmarks.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    ratios = [
+        r
+        for o in outcomes
+        for r in o.ratios
+        if r.unit == "x" and r.value is not None and r.target.startswith(">=")
+    ]
+    if ratios:
+        fig, ax = plt.subplots(figsize=(10, 0.55 * len(ratios) + 1.5))
+        labels = [f"{r.benchmark}: {r.measure.strip()}" for r in ratios]
+        colours = ["#2ca02c" if r.met else "#d62728" for r in ratios]
+        ys = list(range(len(ratios)))[::-1]
+        ax.barh(ys, [r.value or 0 for r in ratios], color=colours)
+        for y, r in zip(ys, ratios, strict=True):
+            target = float(r.target.split()[-1])
+            ax.plot([target, target], [y - 0.4, y + 0.4], color="black", linewidth=2)
+            ax.annotate(
+                f"{r.value:.2f}",
+                (r.value or 0, y),
+                xytext=(3, -3),
+                textcoords="offset points",
+                fontsize=8,
+            )
+        ax.set_yticks(ys, labels, fontsize=8)
+        ax.set_xlabel("ratio (black bar: target)")
+        ax.set_title(f"gtbarrier benchmarks: ratios vs targets ({os.cpu_count()} cores)")
+        fig.tight_layout()
+        path = out / "ratios.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    points = [p for o in outcomes if o.name == "scaling" for p in o.data.get("points", [])]
+    if points:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, axis, label in (
+            (axes[0], "partitions", "Kafka partitions"),
+            (axes[1], "cores", "Spark cores (local[N])"),
+        ):
+            chosen = sorted((p for p in points if p["axis"] == axis), key=lambda p: p[axis])
+            xs = [p[axis] for p in chosen]
+            ax.plot(
+                xs,
+                [p["records"] / p["triggers_s"] for p in chosen],
+                marker="o",
+                label="inside triggers",
+            )
+            ax.plot(xs, [p["records"] / p["wall_s"] for p in chosen], marker="s", label="wall time")
+            if axis == "partitions":
+                ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [str(x) for x in xs])
+            ax.set_xlabel(label)
+            ax.set_ylabel("records/s")
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle("gtkafka -> barrier (file, exactly-once) throughput")
+        fig.tight_layout()
+        path = out / "scaling.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def print_summary(outcomes: Sequence[Outcome]) -> None:
+    from benchmarks.common import print_table
+
+    total = sum(o.seconds for o in outcomes)
+    print(f"\n=== gtbarrier benchmarks: {os.cpu_count()} cores, {total / 60:.1f} min")
+    print_table(["benchmark", "measure", "value", "target", "", "note"], summary_table(outcomes))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--small", action="store_true", help="reduced sizes (a few minutes)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "results",
+        help="where benchmarks.json and the plots go (results/)",
+    )
+    parser.add_argument("--skip", default="", help=f"comma list of {', '.join(ORDER)}")
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
+    args = parser.parse_args(argv)
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = args.skip - set(ORDER)
+    if unknown:
+        parser.error(f"--skip: unknown benchmark(s) {sorted(unknown)}; known: {ORDER}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    outcomes = run_all(args)
+    print_summary(outcomes)
+    path = write_results(outcomes, args.out, args)
+    for written in [path, *plot_results(outcomes, args.out)]:
+        print(f"wrote {written}")
+    failed = [o.name for o in outcomes if o.error is not None]
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""How gtkafka -> barrier throughput grows with Kafka partitions and with Spark cores.
+
+    python -m benchmarks.scaling                          # 400,000 records per point
+    python -m benchmarks.scaling --records 50000 --json out.json
+
+Each point fills a topic with the same number of ~100-byte records (spread over the
+topic's partitions) and runs the stateless pipeline ``gtkafka -> (key, value, gt) ->
+barrier`` (``consumer=file``, ``delivery=exactly-once``, state ``file://``) with
+``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger`` = a quarter of the records, after a
+warm-up query in the same SparkSession. Reported: records/s over the query's wall time
+and inside its triggers (Spark's ``processedRowsPerSecond`` measure, without the query's
+start and stop).
+
+* partitions: 1, 4, 16, 64 on ``local[<all cores>]``;
+* cores: ``local[1]``, ``local[2]``, ... up to the machine's cores, on 8 partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import kafka_bootstrap, local_spark, print_table
+from benchmarks.source_bench import fill
+
+PARTITIONS = (1, 4, 16, 64)
+
+
+@dataclass(frozen=True)
+class Point:
+    axis: str  # "partitions" | "cores"
+    partitions: int
+    cores: int
+    records: int
+    wall_s: float
+    triggers_s: float
+    batches: int
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.wall_s
+
+    @property
+    def trigger_rate(self) -> float:
+        return self.records / self.triggers_s if self.triggers_s else 0.0
+
+
+def run_pipeline(
+    spark: Any, bootstrap: str, topic: str, records: int, workdir: Path
+) -> tuple[float, float, int]:
+    """gtkafka -> barrier over the whole topic; (wall s, in-trigger s, batches)."""
+    run = uuid.uuid4().hex[:8]
+    ids = {"pipeline.id": f"scale-{run}", "state.uri": f"file://{workdir}/state-{run}"}
+    df = (
+        spark.readStream.format("gtkafka")
+        .options(**ids)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max(1, records // 4)))
+        .load()
+    )
+    began = time.perf_counter()
+    query = (
+        df.select("key", "value", "gt")
+        .writeStream.format("barrier")
+        .options(**ids)
+        .option("consumer.path", str(workdir / f"out-{run}"))
+        .option("checkpointLocation", str(workdir / f"cp-{run}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.perf_counter() - began
+    if query.exception() is not None:
+        raise RuntimeError(f"scaling query on {topic} failed: {query.exception()}")
+    progress = query.recentProgress
+    rows = sum(p["numInputRows"] for p in progress)
+    if rows != records:
+        raise RuntimeError(f"scaling query on {topic} read {rows} records, expected {records}")
+    triggers = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000.0
+    return wall, triggers, len(progress)
+
+
+def measure(
+    bootstrap: str,
+    records: int,
+    *,
+    partitions: Sequence[int] = PARTITIONS,
+    cores: Sequence[int] | None = None,
+    workdir: Path,
+) -> list[Point]:
+    """Every point of both axes (topics filled once per partition count)."""
+    all_cores = os.cpu_count() or 1
+    cores = list(cores or range(1, all_cores + 1))
+    topics: dict[int, str] = {}
+
+    def topic_with(n: int) -> str:
+        if n not in topics:
+            name = f"scale-{n}p-{uuid.uuid4().hex[:6]}"
+            fill(bootstrap, name, n, records - records % n, min(n, all_cores))
+            topics[n] = name
+        return topics[n]
+
+    warmup = f"scale-warmup-{uuid.uuid4().hex[:6]}"
+    fill(bootstrap, warmup, 2, 10_000, 1)
+    points: list[Point] = []
+    for c in sorted(set(cores) | {all_cores}):
+        with local_spark(c) as spark:
+            run_pipeline(spark, bootstrap, warmup, 10_000, workdir)
+            axes: list[tuple[str, int]] = []
+            if c in cores:
+                axes.append(("cores", 8))
+            if c == all_cores:
+                axes += [("partitions", p) for p in partitions]
+            for axis, p in axes:
+                topic = topic_with(p)
+                n = records - records % p
+                wall, triggers, batches = run_pipeline(spark, bootstrap, topic, n, workdir)
+                point = Point(axis, p, c, n, wall, triggers, batches)
+                print(
+                    f"  {axis:10} partitions={p:<3} local[{c}]: {n:,} records in {wall:.1f}s "
+                    f"({point.rate:,.0f}/s; {point.trigger_rate:,.0f}/s inside triggers)",
+                    flush=True,
+                )
+                points.append(point)
+    return points
+
+
+def report(points: Sequence[Point]) -> None:
+    for axis, label in (("partitions", "Kafka partitions"), ("cores", "Spark cores")):
+        chosen = sorted(
+            (p for p in points if p.axis == axis), key=lambda p: (p.partitions, p.cores)
+        )
+        if not chosen:
+            continue
+        base = chosen[0]
+        print_table(
+            [
+                label,
+                "local[N]",
+                "records",
+                "wall s",
+                "records/s",
+                "in triggers /s",
+                f"vs {chosen[0].partitions if axis == 'partitions' else chosen[0].cores}",
+            ],
+            [
+                [
+                    str(p.partitions if axis == "partitions" else p.cores),
+                    str(p.cores),
+                    f"{p.records:,}",
+                    f"{p.wall_s:.1f}",
+                    f"{p.rate:,.0f}",
+                    f"{p.trigger_rate:,.0f}",
+                    f"{p.trigger_rate / base.trigger_rate:.2f}",
+                ]
+                for p in chosen
+            ],
+        )
+        print()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
+    parser.add_argument("--records", type=int, default=400_000, help="records per point")
+    parser.add_argument("--partitions", default=",".join(map(str, PARTITIONS)))
+    parser.add_argument("--cores", default=None, help="comma list (default 1..all cores)")
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--json", type=Path, default=None, help="also write the points here")
+    args = parser.parse_args(argv)
+    partitions = [int(p) for p in args.partitions.split(",")]
+    cores = [int(c) for c in args.cores.split(",")] if args.cores else None
+    with (
+        kafka_bootstrap(args.bootstrap) as bootstrap,
+        tempfile.TemporaryDirectory(prefix="gtb-scaling-") as workdir,
+    ):
+        points = measure(
+            bootstrap, args.records, partitions=partitions, cores=cores, workdir=Path(workdir)
+        )
+    report(points)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([asdict(p) for p in points], indent=2))
+
+
+if __name__ == "__main__":
+    main()

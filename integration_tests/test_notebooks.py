@@ -1,0 +1,53 @@
+"""The notebooks run top to bottom (nbclient, a fresh kernel each) against the harness's
+Kafka, S3 and ZooKeeper, at a reduced size, and are committed with their outputs cleared.
+
+Each notebook reads its parameters from the environment (``GTB_KAFKA_BOOTSTRAP``,
+``GTB_S3_ENDPOINT``, ``GTB_ZK_HOSTS``, ``GTB_NOTEBOOK_EVENTS``, ...) and asserts what it
+shows (every record exactly once, no duplicates through the barrier...), so a notebook
+that runs to the end has passed its own checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from integration_tests.fixtures.process import REPO_ROOT
+
+pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+
+
+def execute(name: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Any:
+    path = NOTEBOOKS / name
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    leftovers = [i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not leftovers, f"{name} is committed with outputs in cells {leftovers}; clear them"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
+    client = NotebookClient(nb, timeout=480, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()
+    return nb
+
+
+def text_of(nb: Any) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.append(str(out.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+@pytest.mark.timeout(300)
+def test_01_quickstart(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any) -> None:
+    nb = execute("01_quickstart.ipynb", monkeypatch, {
+        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_NOTEBOOK_EVENTS": "4000"})
+    out = text_of(nb)
+    assert "4000 rows" in out and "_last_bundle.json" in out
+    assert "rows in the consumer" in out
