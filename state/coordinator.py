@@ -715,7 +715,13 @@ class SnapshotCoordinator:
         ).run()
 
     def call_build_query(self, build_query: Callable[..., StreamingQuery]) -> StreamingQuery:
-        """``build_query(coord)`` if it takes an argument, else ``build_query()``."""
+        """``build_query(coord)`` if it takes an argument, else ``build_query()``.
+
+        The session is made the JVM thread's active session first: ``run()`` may be
+        called from any Python thread, and Spark 4.3 looks Python data sources (gtkafka,
+        barrier) up in the active session when a query starts.
+        """
+        self._activate_session()
         try:
             params = inspect.signature(build_query).parameters.values()
             takes_arg = any(
@@ -725,6 +731,12 @@ class SnapshotCoordinator:
         except (TypeError, ValueError):
             takes_arg = False
         return build_query(self) if takes_arg else build_query()
+
+    def _activate_session(self) -> None:
+        jsession = getattr(self.spark, "_jsparkSession", None)
+        jvm = getattr(self.spark, "_jvm", None)
+        if jsession is not None and jvm is not None:
+            jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
     def take_stop_error(self) -> GtBarrierError | None:
         """Why the coordinator stopped the query (session lost: retriable; fenced: fatal),
