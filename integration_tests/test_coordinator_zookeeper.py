@@ -27,7 +27,7 @@ def _gt_last(coord: SnapshotCoordinator) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_zookeeper_down_delivery_continues_and_snapshots_resume(
+def test_zookeeper_down_delivery_continues_and_snapshots_resume(  # noqa: PLR0917
     spark: Any, kafka: Any, s3: Any, zk: Any, zk_server: Any, tmp_path: Path
 ) -> None:
     topic = kafka.create_topic(partitions=2)
@@ -100,7 +100,7 @@ def test_zookeeper_down_delivery_continues_and_snapshots_resume(
 
 
 @pytest.mark.timeout(300)
-def test_expired_session_stops_the_query_and_run_restarts_it(
+def test_expired_session_stops_the_query_and_run_restarts_it(  # noqa: PLR0917
     spark: Any, kafka: Any, s3: Any, zk: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = kafka.create_topic(partitions=2)
