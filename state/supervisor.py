@@ -23,6 +23,7 @@ a fenced driver) end the run at once.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -154,9 +155,20 @@ class Supervisor:
         return str(stopped)
 
 
-def _first_line(text: str, limit: int = 500) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:limit]
+_CAUSE = re.compile(
+    r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Failed|Fenced|Unavailable|Unknown))(: .*)$"
+)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """The first line of Spark's error, plus the innermost Python error in its traceback
+    (for a failed sink commit, e.g. ``DeliveryFailed: http consumer ... refused``)."""
+    lines = text.strip().splitlines()
+    head = lines[0][:limit] if lines else text[:limit]
+    causes = [m.group(1) + m.group(2) for m in map(_CAUSE.match, lines) if m]
+    if causes and causes[-1][:limit] not in head:
+        return f"{head} ... caused by {causes[-1][:limit]}"
+    return head
 
 
 __all__ = ["Supervisor"]

@@ -150,3 +150,21 @@ def test_arguments_are_checked() -> None:
         Supervisor(Coord(), "not callable", 1)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="backoff"):
         Supervisor(Coord(), lambda: None, 1, backoff="later")  # type: ignore[arg-type]
+
+
+def test_failure_summary_names_the_python_cause() -> None:
+    from state.supervisor import _first_line
+
+    text = (
+        "[STREAM_FAILED] Query q terminated with exception: Failed when Python streaming data "
+        "source perform commit: Traceback (most recent call last):\n"
+        '  File "sink/barrier.py", line 3, in commit\n'
+        "state.errors.DeliveryFailed: http consumer http://h:1/x: connection refused\n"
+        " SQLSTATE: 38000"
+    )
+    summary = _first_line(text)
+    assert summary.startswith("[STREAM_FAILED]")
+    assert summary.endswith(
+        "caused by state.errors.DeliveryFailed: http consumer http://h:1/x: connection refused"
+    )
+    assert _first_line("just one line") == "just one line"
