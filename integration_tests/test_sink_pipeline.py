@@ -329,3 +329,73 @@ def test_aggregation_in_complete_mode_equals_batch_query_and_update_mode_is_refu
         .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}).load()
     ).groupBy("k").count()
     assert final == {r["k"]: r["count"] for r in batch.collect()}
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+
+def query_failure(df: Any, sink_options: dict[str, str], checkpoint: Path) -> str:
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(StreamingQueryException) as info:
+        run_available_now(df, sink_options, checkpoint)
+    return str(info.value)
+
+
+@pytest.mark.timeout(300)
+def test_bad_options_wrong_gt_type_and_unwritable_directory_fail_before_data_moves(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as sf
+
+    topic = kafka.create_topic(partitions=1)
+    produce_numbered(kafka, topic, 100, 1)
+    state = f"file://{tmp_path}/state"
+    df = source(spark, kafka, topic, "bad", state)
+    out = tmp_path / "out"
+    base = {"pipeline.id": "bad", "state.uri": state, "consumer.path": str(out)}
+
+    text = query_failure(df.select("key", "value"), {**base, "consumer.url": "http://x"},
+                         tmp_path / "cp1")
+    assert "option 'consumer.url'" in text and "not to be set with consumer=file" in text
+    text = query_failure(df.select("key", "value"), {**base, "consumer.pth": "/x"},
+                         tmp_path / "cp2")
+    assert "unknown option(s) 'consumer.pth'" in text
+
+    text = query_failure(
+        df.select("key", "value", sf.col("offset").cast("string").alias("gt")), base,
+        tmp_path / "cp3",
+    )
+    assert "option 'gt' = 'string'" in text and "struct<epoch: bigint" in text
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    text = query_failure(df.select("key", "value", "gt"),
+                         {**base, "consumer.path": str(blocker / "out")}, tmp_path / "cp4")
+    assert f"consumer.path '{blocker / 'out'}' is not a writable directory" in text
+    assert not out.exists()  # nothing was staged or delivered anywhere
+
+
+@pytest.mark.timeout(300)
+def test_unreachable_consumer_fails_the_batch_and_loses_nothing(
+    spark: Any, kafka: Any, tmp_path: Path, receiver: Receiver  # noqa: F811
+) -> None:
+    n, partitions = 6000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    state = f"file://{tmp_path}/state"
+    opts = {"pipeline.id": "unreachable", "state.uri": state, "consumer": "http",
+            "consumer.url": f"{receiver.url}/s", "delivery.maxRetries": "1",
+            "delivery.retryBackoffMs": "50"}
+
+    def df() -> Any:
+        return stateless(source(spark, kafka, topic, "unreachable", state,
+                                maxOffsetsPerTrigger="3000"))
+
+    text = query_failure(df(), opts, tmp_path / "cp")  # the receiver is not started yet
+    assert "cannot connect" in text and f"{receiver.url}/s" in text
+    assert "stays recorded in flight" in text
+    receiver.start()
+    run_available_now(df(), opts, tmp_path / "cp")
+    assert [b["bundle_id"] for b in receiver.bundles("s")] == [0, 1]
+    check_exactly_once_in_gt_order(receiver.table("s"), n, partitions)

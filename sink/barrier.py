@@ -210,10 +210,13 @@ class Barrier:
         if epoch is None:
             if rows:
                 raise FatalError(
-                    f"barrier: batch {batch_id} of query {query_id} read no source epoch (a "
-                    f"no-data micro-batch) but produced {rows} row(s), whose content is not "
-                    "replay-stable; set spark.sql.streaming.noDataMicroBatches.enabled=false "
-                    "(datasource.register_all(spark) does)"
+                    f"barrier: batch {batch_id} of query {query_id} produced {rows} row(s) "
+                    f"but has no batch record {self.store.uri}/"
+                    f"{self.layout.batch(query_id, batch_id)}: either it is a no-data "
+                    "micro-batch, whose content is not replay-stable (set "
+                    "spark.sql.streaming.noDataMicroBatches.enabled=false; "
+                    "datasource.register_all(spark) does), or the query does not read a "
+                    "gtkafka source with the same pipeline.id and state.uri as this sink"
                 )
             return CommitOutcome(batch_id, None, "no-data")
         state, version = self._load()

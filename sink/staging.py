@@ -77,6 +77,9 @@ class Staging(ABC):
     def delete(self, location: str) -> None:
         """Remove a part; absent parts are not an error."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the clients this staging area opened itself."""
+
 
 class StoreStaging(Staging):
     """Parts as values of a :class:`~state.store.StateStore`.

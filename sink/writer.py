@@ -110,7 +110,10 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
                 location = staging.part_location(
                     task.query_id, task.batch_id, task.partition, task.task_attempt, task.run_id
                 )
-                size = staging.write_part(location, table)
+                try:
+                    size = staging.write_part(location, table)
+                finally:
+                    staging.close()
                 part = StagedPart(
                     location=location,
                     rows=table.num_rows,

@@ -72,6 +72,9 @@ class S3PrefixStaging(StoreStaging):
         self.s3 = store
         self.consumer_path = consumer_path
 
+    def close(self) -> None:
+        self.s3.close()
+
     def write_part(self, location: str, table: pa.Table) -> int:
         try:
             return super().write_part(location, table)
