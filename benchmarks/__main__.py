@@ -364,10 +364,7 @@ def write_results(outcomes: Sequence[Outcome], out: Path, args: argparse.Namespa
 
 
 def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend
 
     written = []
     ratios = [
@@ -377,7 +374,8 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         if r.unit == "x" and r.value is not None and r.target.startswith(">=")
     ]
     if ratios:
-        fig, ax = plt.subplots(figsize=(10, 0.55 * len(ratios) + 1.5))
+        fig = Figure(figsize=(10, 0.55 * len(ratios) + 1.5))
+        ax = fig.subplots()
         labels = [f"{r.benchmark}: {r.measure.strip()}" for r in ratios]
         colours = ["#2ca02c" if r.met else "#d62728" for r in ratios]
         ys = list(range(len(ratios)))[::-1]
@@ -398,11 +396,11 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         fig.tight_layout()
         path = out / "ratios.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         written.append(path)
     points = [p for o in outcomes if o.name == "scaling" for p in o.data.get("points", [])]
     if points:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig = Figure(figsize=(11, 4))
+        axes = fig.subplots(1, 2)
         for ax, axis, label in (
             (axes[0], "partitions", "Kafka partitions"),
             (axes[1], "cores", "Spark cores (local[N])"),
@@ -428,7 +426,6 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         fig.tight_layout()
         path = out / "scaling.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         written.append(path)
     return written
 

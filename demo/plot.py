@@ -15,11 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never a window
-
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure  # no pyplot: no global backend, safe in notebooks
 
 DRIVER_COLOURS = {1: "#1f77b4", 2: "#2ca02c", 3: "#9467bd", 4: "#8c564b"}
 
@@ -34,9 +30,8 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
         return float(e["t"]) - float(t0)
 
     drivers = sorted({int(e["driver"]) for e in events if e["driver"]})
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(11, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
-    )
+    fig = Figure(figsize=(11, 7.5))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     title = f"gtbarrier demo: {total_records:,} records, exactly once through a driver crash"
     fig.suptitle(title, fontsize=13)
 
@@ -163,7 +158,6 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -51,3 +51,17 @@ def test_01_quickstart(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any) -> No
     out = text_of(nb)
     assert "4000 rows" in out and "_last_bundle.json" in out
     assert "rows in the consumer" in out
+
+
+@pytest.mark.timeout(480)
+def test_02_exactly_once_under_failure(
+    monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any, zk: Any
+) -> None:
+    nb = execute("02_exactly_once_under_failure.ipynb", monkeypatch, {
+        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_S3_ENDPOINT": s3_server.endpoint,
+        "GTB_ZK_HOSTS": zk.hosts, "GTB_NOTEBOOK_EVENTS": "2000",
+        "GTB_NOTEBOOK_DEMO_EVENTS": "2500"})
+    out = text_of(nb)
+    assert "SIGKILL driver 1" in out and "| verdict                 | PASS" in out
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 2  # the duplicates chart and the demo's figure
