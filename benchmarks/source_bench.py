@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -257,6 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     records = args.records - args.records % args.partitions
+    # SIGTERM unwinds like Ctrl-C, so the broker started here is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with (
         kafka_bootstrap(args.bootstrap) as bootstrap,
