@@ -14,9 +14,10 @@ Runs, one after the other, against one Kafka broker and one S3 server (started h
 Each runs in its own process (its own SparkSession) with its output shown as it goes;
 then one table lists every ratio next to its target, and ``results/`` receives
 ``benchmarks.json``, ``ratios.png`` and ``scaling.png``. ``--small`` runs everything at a
-reduced size (about 5 minutes; the notebooks use it); the default size takes 10-15
-minutes on 2 cores. The exit code is non-zero if a benchmark failed or its output could
-not be read (a target that is not met is reported, not an error).
+reduced size (about 5 minutes), ``--size tiny`` smaller still (notebook 03's test run);
+the default size takes 10-15 minutes on 2 cores. The exit code is non-zero if a
+benchmark failed or its output could not be read (a target that is not met is
+reported, not an error).
 """
 
 from __future__ import annotations
@@ -36,15 +37,26 @@ from typing import Any
 
 from benchmarks.common import REPO_ROOT, kafka_bootstrap
 
-SIZES = {
-    # name: (default args, --small args)
-    "source": (["--records", "1000000"], ["--records", "100000"]),
-    "sink": (
-        ["--records", "300000", "--per-batch", "50000"],
-        ["--records", "60000", "--per-batch", "15000"],
-    ),
-    "snapshot": ([], ["--small"]),
-    "scaling": (["--records", "200000"], ["--records", "40000"]),
+SIZES: dict[str, dict[str, list[str]]] = {
+    # size -> benchmark -> its arguments
+    "default": {
+        "source": ["--records", "1000000"],
+        "sink": ["--records", "300000", "--per-batch", "50000"],
+        "snapshot": [],
+        "scaling": ["--records", "200000"],
+    },
+    "small": {
+        "source": ["--records", "100000"],
+        "sink": ["--records", "60000", "--per-batch", "15000"],
+        "snapshot": ["--small"],
+        "scaling": ["--records", "40000"],
+    },
+    "tiny": {  # the notebooks' test run: shapes, not numbers
+        "source": ["--records", "20000"],
+        "sink": ["--records", "8000", "--per-batch", "4000", "--targets", "file"],
+        "snapshot": ["--small"],
+        "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
+    },
 }
 ORDER = ("source", "sink", "snapshot", "scaling")
 
@@ -290,7 +302,6 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     outcomes = []
-    size = 1 if args.small else 0
     with ExitStack() as stack:
         bootstrap = stack.enter_context(kafka_bootstrap(args.bootstrap))
         endpoint = stack.enter_context(s3_endpoint(args.s3_endpoint))
@@ -308,7 +319,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
         for name in ORDER:
             if name in args.skip:
                 continue
-            extra = list(SIZES[name][size])
+            extra = list(SIZES[args.size][name])
             if name == "scaling":
                 extra += ["--json", str(out / "scaling.json")]
             module = f"benchmarks.{name}_bench" if name != "scaling" else "benchmarks.scaling"
@@ -345,7 +356,7 @@ def summary_table(outcomes: Sequence[Outcome]) -> list[list[str]]:
 def write_results(outcomes: Sequence[Outcome], out: Path, args: argparse.Namespace) -> Path:
     doc = {
         "machine": {"cores": os.cpu_count()},
-        "small": bool(args.small),
+        "size": args.size,
         "benchmarks": [
             {
                 "name": o.name,
@@ -431,16 +442,27 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
 
 
 def print_summary(outcomes: Sequence[Outcome]) -> None:
-    from benchmarks.common import print_table
-
     total = sum(o.seconds for o in outcomes)
     print(f"\n=== gtbarrier benchmarks: {os.cpu_count()} cores, {total / 60:.1f} min")
-    print_table(["benchmark", "measure", "value", "target", "", "note"], summary_table(outcomes))
+    rows = [["benchmark", "measure", "value", "target", "", "note"], *summary_table(outcomes)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = [c.rjust(w) if i == 2 else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        print("  ".join(cells).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--small", action="store_true", help="reduced sizes (a few minutes)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--size", choices=sorted(SIZES), default="default",
+                        help="default (10-15 min on 2 cores), small (about 5 min) or tiny "
+                             "(the notebooks' test run)")
+    parser.add_argument("--small", action="store_true", help="the same as --size small")
     parser.add_argument(
         "--out",
         type=Path,
@@ -451,6 +473,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     args = parser.parse_args(argv)
+    if args.small:
+        args.size = "small"
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = args.skip - set(ORDER)
     if unknown:

@@ -42,7 +42,7 @@ from integration_tests.fixtures.logs import tail
 from integration_tests.fixtures.process import REPO_ROOT, ManagedProcess, repo_env
 
 SMALL_EVENTS = 4_000
-DEFAULT_EVENTS = 240_000
+DEFAULT_EVENTS = 120_000
 STREAM = "orders-demo"
 
 

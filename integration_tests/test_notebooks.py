@@ -65,3 +65,16 @@ def test_02_exactly_once_under_failure(
     assert "SIGKILL driver 1" in out and "| verdict                 | PASS" in out
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 2  # the duplicates chart and the demo's figure
+
+
+@pytest.mark.timeout(900)
+def test_03_performance(
+    monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any
+) -> None:
+    nb = execute("03_performance.ipynb", monkeypatch, {
+        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_S3_ENDPOINT": s3_server.endpoint,
+        "GTB_NOTEBOOK_BENCH_SIZE": "tiny"})
+    out = text_of(nb)
+    assert "=== gtbarrier benchmarks" in out and "FAILED" not in out
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 2  # the ratios and the scaling curves
