@@ -71,6 +71,12 @@ class TaskInfo:
 
 
 class BarrierStreamWriter(DataSourceStreamArrowWriter):
+    """``write`` stages a task's rows; ``commit``/``abort`` run the barrier protocol.
+
+    Holds only the parsed options and whether the input has a ``gt`` column: it is
+    pickled to every task and to the commit process.
+    """
+
     def __init__(self, options: SinkOptions, has_gt: bool) -> None:
         self.options = options
         self.has_gt = has_gt
