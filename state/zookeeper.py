@@ -293,9 +293,13 @@ class DriverLock:
             return ""
 
     def release(self) -> None:
+        """Delete the lock node if ZooKeeper is reachable; otherwise the node ends with the
+        session (closing the session is what releases it then)."""
         lock, self._lock = self._lock, None
         if lock is None:
             return
+        if self.session.state != KazooState.CONNECTED:
+            return  # a release would wait for a connection that may never come
         try:
             lock.release()
         except (KazooException, *_UNAVAILABLE) as err:
