@@ -232,7 +232,15 @@ def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
     ratios = parse_targets("snapshot", text)
     if not ratios:
         raise ValueError("no '<measure> = <value> (target ...: met)' line in the output")
-    return ratios, {}
+    data: dict[str, Any] = {"runs": table_rows(text, "run")}
+    if "\nrecovery " in text:
+        recovery = table_rows(text, "recovery")
+        data["recovery"] = recovery
+        for row in recovery:
+            ratios.append(Ratio("snapshot", f"recovery, {row[0]}: kill -> first bundle",
+                                number(row[1]), "-", None, unit="s",
+                                note=f"recover() {row[2]} s, {row[3]}"))
+    return ratios, data
 
 
 def parse_scaling(json_path: Path) -> tuple[list[Ratio], dict[str, Any]]:
@@ -322,6 +330,8 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
             extra = list(SIZES[args.size][name])
             if name == "scaling":
                 extra += ["--json", str(out / "scaling.json")]
+            if name == "snapshot":
+                extra += ["--out", str(out)]
             module = f"benchmarks.{name}_bench" if name != "scaling" else "benchmarks.scaling"
             if not (REPO_ROOT / (module.replace(".", "/") + ".py")).is_file():
                 outcomes.append(
@@ -382,7 +392,7 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         r
         for o in outcomes
         for r in o.ratios
-        if r.unit == "x" and r.value is not None and r.target.startswith(">=")
+        if r.unit == "x" and r.value is not None and r.target[:2] in (">=", "<=")
     ]
     if ratios:
         fig = Figure(figsize=(10, 0.55 * len(ratios) + 1.5))
@@ -392,7 +402,7 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         ys = list(range(len(ratios)))[::-1]
         ax.barh(ys, [r.value or 0 for r in ratios], color=colours)
         for y, r in zip(ys, ratios, strict=True):
-            target = float(r.target.split()[-1])
+            target = float(r.target.split()[-1].rstrip("x"))
             ax.plot([target, target], [y - 0.4, y + 0.4], color="black", linewidth=2)
             ax.annotate(
                 f"{r.value:.2f}",
