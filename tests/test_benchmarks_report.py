@@ -1,0 +1,116 @@
+"""benchmarks.__main__: reading each benchmark's printed results, the summary, the plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import (
+    Outcome,
+    Ratio,
+    parse_scaling,
+    parse_sink,
+    parse_snapshot,
+    parse_source,
+    plot_results,
+    print_summary,
+    table_rows,
+)
+
+pytestmark = pytest.mark.unit
+
+SOURCE = """filled bench-1: 200,000 records of ~100 bytes over 8 partitions in 4.2s
+mode                               workers  records  seconds  records/s  ratio
+---------------------------------  -------  -------  -------  ---------  -----
+plain kafka-python                       2  200,000      3.8     53,097   1.00
+gtkafka AvailableNow -> noop             2  200,000     11.1     18,016   0.34
+  same query, inside its triggers        2  200,000      7.2     27,716   0.52
+gtkafka batch read -> noop               2  200,000      6.6     30,466   0.57
+"""
+
+SINK = """
+sink                 records  wall s  records/s  vs ALO  addBatch p50 ms
+-------------------  -------  ------  ---------  ------  ---------------
+file exactly-once     12,000    10.4      1,153    0.74              812
+file at-least-once    12,000     7.7      1,566    1.00              700
+file parquet          12,000     8.4      1,426    0.91              650
+
+""" + (
+    "file: exactly-once / at-least-once throughput = 0.74 (target >= 0.95: NOT met); "
+    "exactly-once adds -37.3 ms per bundle at the median (target <= 10 ms: met); "
+    "item bytes through the driver = 0 (target 0: met)\n"
+)
+
+SNAPSHOT = """
+run                          batches  p50 ms  p99 ms
+---------------------------  -------  ------  ------
+20,000 keys, no snapshots         15     812     990
+20,000 keys, snapshots            15     830    1040
+
+recovery              kill -> first bundle s  recover() s  action       files  bytes
+--------------------  ----------------------  -----------  -----------  -----  -----
+empty directory (S3)                    27.9         0.83  materialise     45  1,234
+
+""" + (
+    "p99 batch duration with snapshots / without, 20,000 keys = 1.05x "
+    "(target <= 1.1x: met); p50 ratio 1.02x\n"
+)
+
+
+def test_source_table_gives_the_ratio_and_its_target() -> None:
+    ratios, data = parse_source(SOURCE)
+    first = ratios[0]
+    assert (first.value, first.target, first.met) == (0.34, ">= 0.9", False)
+    assert [r.value for r in ratios] == [0.34, 0.52, 0.57]
+    assert data["plain kafka-python"]["records_per_s"] == 53_097
+
+
+def test_sink_summary_line_gives_three_targets() -> None:
+    ratios, data = parse_sink(SINK)
+    by = {r.measure: r for r in ratios}
+    assert by["file: exactly-once / at-least-once throughput"].met is False
+    assert by["file: added per bundle (median commit)"].value == -37.3
+    assert by["file: item bytes through the driver"].met is True
+    assert data["file"]["driver_bytes"] == 0
+    assert data["runs"]["file parquet"]["vs_alo"] == 0.91
+
+
+def test_snapshot_targets_and_recovery_rows() -> None:
+    ratios, data = parse_snapshot(SNAPSHOT)
+    assert ratios[0].value == 1.05 and ratios[0].target == "<= 1.1x" and ratios[0].met
+    assert ratios[1].unit == "s" and ratios[1].value == 27.9
+    assert len(data["recovery"]) == 1
+
+
+def test_output_without_results_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no table"):
+        table_rows("Traceback (most recent call last): ...", "mode")
+    with pytest.raises(ValueError, match="summary line"):
+        parse_sink("sink failed\n")
+
+
+def test_summary_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    points = [
+        {"axis": "partitions", "partitions": p, "cores": 2, "records": 4000, "wall_s": 4.0 * p,
+         "triggers_s": 2.0 * p, "batches": 4} for p in (1, 4)
+    ] + [
+        {"axis": "cores", "partitions": 8, "cores": c, "records": 4000, "wall_s": 8.0 / c,
+         "triggers_s": 4.0 / c, "batches": 4} for c in (1, 2)
+    ]
+    (tmp_path / "scaling.json").write_text(json.dumps(points))
+    scaling_ratios, scaling_data = parse_scaling(tmp_path / "scaling.json")
+    assert [round(r.value or 0, 2) for r in scaling_ratios] == [0.25, 2.0]
+    outcomes = [
+        Outcome("source", [], 1.0, 0, SOURCE, ratios=parse_source(SOURCE)[0]),
+        Outcome("scaling", [], 1.0, 0, "", ratios=scaling_ratios, data=scaling_data),
+        Outcome("snapshot", [], 0.0, 1, "", error="exit code 1"),
+    ]
+    print_summary(outcomes)
+    text = capsys.readouterr().out
+    assert "NOT met" in text and "FAILED: exit code 1" in text
+    written = plot_results(outcomes, tmp_path)
+    assert [p.name for p in written] == ["ratios.png", "scaling.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written)
+    assert Ratio("x", "y", None, "-", None).cells()[2] == "-"
