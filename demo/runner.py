@@ -20,6 +20,7 @@ import json
 import shutil
 import signal
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -190,7 +191,10 @@ class Runner:
             verification_rows, ok = self._verify(services, receiver, timings)
         finally:
             for proc in self.procs:
-                proc.stop(grace=15)
+                if _TERMINATING.is_set():
+                    proc.kill()  # no time for a graceful stop: whoever sent SIGTERM waits
+                else:
+                    proc.stop(grace=15)
             if receiver is not None:
                 receiver.stop()
             services.stop()
@@ -581,8 +585,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_TERMINATING = threading.Event()
+
+
 def _terminate(signum: int, frame: object) -> None:
     # SIGTERM (a test's teardown, `kill`): unwind, so that drivers and servers are stopped.
+    _TERMINATING.set()
     raise SystemExit(128 + signum)
 
 
