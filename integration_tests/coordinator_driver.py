@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from integration_tests.coordinator_support import start_pipeline
 
 
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}, default=str), flush=True)
+    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -98,6 +99,9 @@ def main(argv: list[str]) -> int:
             action=result.action,
             batch_id=result.batch_id,
             epoch=result.epoch,
+            seconds=round(result.seconds, 3),
+            files=result.files,
+            bytes=result.bytes,
             skipped=list(result.skipped),
             token=coord.fencing_token,
             snapshot=None if result.snapshot is None else result.snapshot.snapshot_id,

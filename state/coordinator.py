@@ -33,6 +33,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,7 @@ class SnapshotCoordinator:
         self.accepted = 0
         self.abandoned = 0
         self.last_snapshot: SnapshotStats | None = None
+        self.history: deque[SnapshotStats] = deque(maxlen=1000)  # accepted snapshots
         self.last_error: str | None = None
         self.last_recovery: RecoveryResult | None = None
         self._cached_point: ResumePoint | None = None
@@ -617,6 +619,7 @@ class SnapshotCoordinator:
         )
         with self._cv:
             self.last_snapshot = stats
+            self.history.append(stats)
             self._cached_point = point
             self.accepted += 1
             self._cv.notify_all()
