@@ -97,3 +97,17 @@ def test_job_file_round_trip_and_options(tmp_path: Path) -> None:
     assert source["pipeline.id"] == sink["pipeline.id"] == "p-1"
     assert source["startingOffsets"] == "earliest"
     assert json.loads((tmp_path / "job.json").read_text())["consumer"] == "http"
+
+
+def test_runner_arguments() -> None:
+    from demo.runner import DEFAULT_EVENTS, SMALL_EVENTS, parse_args
+
+    assert parse_args(["--small"]).events == SMALL_EVENTS
+    assert parse_args([]).events == DEFAULT_EVENTS
+    args = parse_args(["--small", "--events", "123", "--conf", "spark.x=1", "--master",
+                       "spark://127.0.0.1:7077"])
+    assert (args.events, args.conf, args.master) == (123, ["spark.x=1"], "spark://127.0.0.1:7077")
+    assert args.workdir.is_absolute()
+    for bad in (["--crash-at", "0.99"], ["--conf", "novalue"], ["--consumer", "kafka"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
