@@ -634,10 +634,15 @@ class SnapshotCoordinator:
             pruned.blobs,
         )
 
+    def _check_not_closing(self) -> None:
+        if self._stopping:
+            raise CoordinationError("the coordinator is closing")
+
     def _await_drained(self, epoch: int, timeout: float) -> None:
         key = self.layout.barrier_state
 
         def check() -> None:
+            self._check_not_closing()
             hit = self.store.get_json_or_none(key)
             inflight = None if hit is None else hit[0].get("inflight")
             if inflight and int(inflight.get("epoch", -1)) <= epoch:
@@ -658,6 +663,7 @@ class SnapshotCoordinator:
         )
 
         def make(current: ResumePoint | None) -> ResumePoint:
+            self._check_not_closing()
             if not self._owner_ok():
                 raise CoordinationError("the driver lock was lost before the snapshot was accepted")
             check_token(self.store, self.layout, token)

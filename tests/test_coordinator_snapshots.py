@@ -251,3 +251,20 @@ def test_durations_and_paths_are_parsed(tmp_path: Path) -> None:
     )
     assert c.checkpoint == tmp_path / "cp"
     assert c.zookeeper_hosts == "127.0.0.1:2181,127.0.0.2:2181/chroot"
+
+
+def test_close_does_not_wait_for_a_stuck_snapshot(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make(drain_timeout="60s")
+    write_checkpoint(tmp_path / "cp", 3)
+    inflight = {"bundle_id": 13, "epoch": 13, "query_id": "q-1", "batch_id": 3}
+    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 12, "inflight": inflight}))
+    coord.watch(FakeQuery())  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    coord.request_snapshot()
+    time.sleep(0.5)
+    started = time.monotonic()
+    coord.close()
+    assert time.monotonic() - started < 5
+    assert coord.accepted == 0 and coord.resume_point() is None
