@@ -173,3 +173,58 @@ def test_manifest_lists_checksums_of_what_spark_needs(
     finally:
         coord.close()
     _ = time
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@pytest.mark.timeout(240)
+def test_rocksdb_state_store_snapshot_and_restore(
+    spark: Any, zk: Any, s3: Any, tmp_path: Path
+) -> None:
+    """RocksDB checkpoints (``<v>.zip`` + shared ``SSTs/``) restore as well as HDFS ones."""
+    key = "spark.sql.streaming.stateStore.providerClass"
+    spark.conf.set(key, ROCKSDB)
+    try:
+        cp = tmp_path / "cp"
+        with _coordinator(spark, zk, s3, cp, pipeline_id="rate-rocksdb", snapshot_period="1h") as c:
+            q = _start_counting(spark, cp, "counts_r")
+            c.watch(q)
+            wait_until(
+                lambda: (q.lastProgress or {}).get("batchId", -1) >= 3, timeout=90, what="batch 3"
+            )
+            first = c.request_snapshot(wait="60s")
+            assert first is not None
+            wait_until(
+                lambda: (q.lastProgress or {}).get("batchId", -1) >= first["batch_id"] + 2,
+                timeout=90,
+                what="two more batches",
+            )
+            second = c.request_snapshot(wait="60s")
+            q.stop()
+            assert second is not None
+            manifest = Manifest.from_bytes(c.store.get(second["manifest"]).data, where="test")
+            paths = {f.path for f in manifest.files}
+            n = manifest.batch_id
+            assert any(p.endswith(f"/{n + 1}.zip") for p in paths)
+            assert any("/SSTs/" in p for p in paths)
+            assert c.last_snapshot is not None
+            assert c.last_snapshot.uploaded_bytes < c.last_snapshot.bytes  # SSTs shared
+        cp2 = tmp_path / "cp-restored"
+        with _coordinator(spark, zk, s3, cp2, pipeline_id="rate-rocksdb") as c2:
+            result = c2.recover()
+            assert result.action == "materialise" and result.batch_id == n
+            q2 = _start_counting(spark, cp2, "counts_r2")
+            try:
+                wait_until(
+                    lambda: (q2.lastProgress or {}).get("batchId", -1) >= n + 2,
+                    timeout=90,
+                    what="two batches after the restore",
+                )
+                assert q2.recentProgress[0]["batchId"] == n + 1
+            finally:
+                q2.stop()
+        total, mx = _consistent(spark, "counts_r2")
+        assert total == mx + 1
+    finally:
+        spark.conf.unset(key)
