@@ -29,6 +29,7 @@ driver may own the pipeline now.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import threading
@@ -424,6 +425,26 @@ class SnapshotCoordinator:
                 self._latest = batch
             self._cv.notify_all()
 
+    def _catch_up_with_query(self) -> None:
+        """Feed the watched query's ``lastProgress`` to :meth:`on_batch_completed`.
+
+        Listener events arrive asynchronously, so a request made right after a batch
+        finished (or after the query terminated) could otherwise be served with an older
+        batch than the caller has already seen complete.
+        """
+        from state.listener import completed_batch_from_progress
+
+        with self._cv:
+            query = self._query
+        if query is None:
+            return
+        progress = query.lastProgress
+        if not progress:
+            return
+        raw = getattr(progress, "json", None)  # StreamingQueryProgress, as the listener sees it
+        parsed = json.loads(raw) if isinstance(raw, str) else dict(progress)
+        self.on_batch_completed(completed_batch_from_progress(parsed))
+
     def _on_terminated(self, query_id: str, exception: str | None) -> None:
         with self._cv:
             if query_id == self._query_id:
@@ -439,6 +460,7 @@ class SnapshotCoordinator:
         ``wait`` (a duration), block until the snapshot is accepted and return the resume
         point; :class:`CoordinationError` if it is abandoned or not accepted in time.
         """
+        self._catch_up_with_query()
         with self._cv:
             self._requested += 1
             ticket = self._requested
