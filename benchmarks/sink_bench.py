@@ -52,6 +52,7 @@ class Run:
     add_batch_ms: list[float]
     commit_ms: list[float]
     driver_bytes: int
+    inflight_ms: list[float]
 
     @property
     def rate(self) -> float:
@@ -139,7 +140,8 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
         if target == "s3":
             layout = "parts" if mode == S3_PARTS else "bundle"
             writer = writer.options(
-                consumer="s3", **s3,
+                consumer="s3",
+                **s3,
                 **{"consumer.path": f"s3://{bucket}/out-{run}", "consumer.s3.layout": layout},
             )
         else:
@@ -155,14 +157,17 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
     rows = sum(p["numInputRows"] for p in progress)
     add_batch = [float(p["durationMs"].get("addBatch", 0)) for p in progress if p["numInputRows"]]
     commits: list[float] = []
+    inflight: list[float] = []
     driver_bytes = 0
     if mode != "parquet" and setup.metrics.exists():
         for line in setup.metrics.read_text().splitlines():
             rec = json.loads(line)
             if rec["pipeline_id"] == pipeline and rec["action"] == "delivered":
                 commits.append(1000.0 * rec["timings"]["total"])
+                if "cas_inflight" in rec["timings"]:
+                    inflight.append(1000.0 * rec["timings"]["cas_inflight"])
                 driver_bytes += int(rec["driver_bytes"])
-    return Run(target, mode, rows, seconds, add_batch, commits, driver_bytes)
+    return Run(target, mode, rows, seconds, add_batch, commits, driver_bytes, inflight)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,8 +204,10 @@ def main(argv: list[str] | None = None) -> None:
                     order = modes if i % 2 == 0 else tuple(reversed(modes))
                     for mode in order:
                         r = run_query(setup, target, mode)
-                        print(f"  {target:4} {mode:26} {r.records:,} records in "
-                              f"{r.seconds:.1f}s ({r.rate:,.0f}/s)")
+                        print(
+                            f"  {target:4} {mode:26} {r.records:,} records in "
+                            f"{r.seconds:.1f}s ({r.rate:,.0f}/s)"
+                        )
                         runs.append(r)
     report(runs, targets, args)
 
@@ -211,27 +218,43 @@ def best(runs: list[Run], target: str, mode: str) -> Run:
 
 def report(runs: list[Run], targets: list[str], args: argparse.Namespace) -> None:
     print()
-    print(f"{args.records:,} records, {args.partitions} partitions, {args.per_batch:,} per "
-          f"batch, local[{args.cores}], best of {args.repeat}")
+    print(
+        f"{args.records:,} records, {args.partitions} partitions, {args.per_batch:,} per "
+        f"batch, local[{args.cores}], best of {args.repeat}"
+    )
     rows = []
     for target in targets:
         alo = best(runs, target, "at-least-once")
         for mode in (*MODES, S3_PARTS) if target == "s3" else MODES:
             r = best(runs, target, mode)
             local = " (local fs)" if mode == "parquet" and target == "s3" else ""
-            rows.append([
-                f"{target} {mode}{local}",
-                f"{r.records:,}", f"{r.seconds:.1f}", f"{r.rate:,.0f}",
-                f"{r.rate / alo.rate:.2f}",
-                f"{statistics.median(r.add_batch_ms):.0f}" if r.add_batch_ms else "-",
-                f"{percentile(r.add_batch_ms, 0.99):.0f}" if r.add_batch_ms else "-",
-                f"{statistics.median(r.commit_ms):.1f}" if r.commit_ms else "-",
-                f"{percentile(r.commit_ms, 0.99):.1f}" if r.commit_ms else "-",
-                "-" if mode == "parquet" else f"{r.driver_bytes:,}",
-            ])
+            rows.append(
+                [
+                    f"{target} {mode}{local}",
+                    f"{r.records:,}",
+                    f"{r.seconds:.1f}",
+                    f"{r.rate:,.0f}",
+                    f"{r.rate / alo.rate:.2f}",
+                    f"{statistics.median(r.add_batch_ms):.0f}" if r.add_batch_ms else "-",
+                    f"{percentile(r.add_batch_ms, 0.99):.0f}" if r.add_batch_ms else "-",
+                    f"{statistics.median(r.commit_ms):.1f}" if r.commit_ms else "-",
+                    f"{percentile(r.commit_ms, 0.99):.1f}" if r.commit_ms else "-",
+                    "-" if mode == "parquet" else f"{r.driver_bytes:,}",
+                ]
+            )
     print_table(
-        ["sink", "records", "wall s", "records/s", "vs ALO", "addBatch p50 ms",
-         "addBatch p99 ms", "commit p50 ms", "commit p99 ms", "driver item bytes"],
+        [
+            "sink",
+            "records",
+            "wall s",
+            "records/s",
+            "vs ALO",
+            "addBatch p50 ms",
+            "addBatch p99 ms",
+            "commit p50 ms",
+            "commit p99 ms",
+            "driver item bytes",
+        ],
         rows,
     )
     print()
@@ -240,17 +263,21 @@ def report(runs: list[Run], targets: list[str], args: argparse.Namespace) -> Non
         ratio = eo.rate / alo.rate
         added = statistics.median(eo.commit_ms) - statistics.median(alo.commit_ms)
         moved = eo.driver_bytes + alo.driver_bytes
-        print(f"{target}: exactly-once / at-least-once throughput = {ratio:.2f} "
-              f"(target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'}); "
-              f"exactly-once adds {added:+.1f} ms per bundle at the median "
-              f"(target <= 10 ms: {'met' if added <= 10 else 'NOT met'}); "
-              f"item bytes through the driver = {moved:,} "
-              f"(target 0: {'met' if moved == 0 else 'NOT met'})")
+        print(
+            f"{target}: exactly-once / at-least-once throughput = {ratio:.2f} "
+            f"(target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'}); "
+            f"exactly-once adds {added:+.1f} ms per bundle at the median "
+            f"(target <= 10 ms: {'met' if added <= 10 else 'NOT met'}); "
+            f"item bytes through the driver = {moved:,} "
+            f"(target 0: {'met' if moved == 0 else 'NOT met'})"
+        )
         if target == "s3":
             parts = best(runs, target, S3_PARTS)
-            print(f"s3 with consumer.s3.layout=parts: item bytes through the driver = "
-                  f"{parts.driver_bytes:,}; throughput {parts.rate / alo.rate:.2f} x "
-                  "at-least-once (layout=bundle)")
+            print(
+                f"s3 with consumer.s3.layout=parts: item bytes through the driver = "
+                f"{parts.driver_bytes:,}; throughput {parts.rate / alo.rate:.2f} x "
+                "at-least-once (layout=bundle)"
+            )
 
 
 if __name__ == "__main__":
