@@ -101,18 +101,21 @@ class Outcome:
 # --- reading each benchmark's output ---------------------------------------------------
 
 
-def table_rows(text: str, first_header: str) -> list[list[str]]:
+def table_rows(text: str, first_header: str) -> list[dict[str, str]]:
     """Rows of the last table printed by ``benchmarks.common.print_table`` whose first
-    header cell is ``first_header`` (cells split on runs of two or more spaces)."""
+    header cell is ``first_header``, as ``{header: cell}`` (cells are split on runs of two
+    or more spaces, so headers and cells may contain single spaces)."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith(first_header + " ")]
     if not starts:
         raise ValueError(f"no table with header {first_header!r} in the output")
+    headers = re.split(r"\s{2,}", lines[starts[-1]].strip())
     rows = []
     for line in lines[starts[-1] + 2 :]:
         if not line.strip():
             break
-        rows.append(re.split(r"\s{2,}", line.strip()))
+        cells = re.split(r"\s{2,}", line.strip())
+        rows.append(dict(zip(headers, cells, strict=False)))
     if not rows:
         raise ValueError(f"the table {first_header!r} has no rows")
     return rows
@@ -123,38 +126,27 @@ def number(text: str) -> float:
 
 
 def parse_source(text: str) -> tuple[list[Ratio], dict[str, Any]]:
-    rows = {r[0]: r for r in table_rows(text, "mode")}
-    plain = number(rows["plain kafka-python"][4])
-    stream = rows["gtkafka AvailableNow -> noop"]
-    ratios = [
-        Ratio(
-            "source",
-            "gtkafka AvailableNow / plain kafka-python (wall)",
-            number(stream[5]),
-            ">= 0.9",
-            number(stream[5]) >= 0.9,
-        ),
-    ]
-    inside = rows.get("same query, inside its triggers")
-    if inside is not None:
-        ratios.append(
-            Ratio(
-                "source",
-                "  same, inside its triggers",
-                number(inside[5]),
-                ">= 0.9",
-                number(inside[5]) >= 0.9,
-            )
-        )
-    batch = rows.get("gtkafka batch read -> noop")
-    if batch is not None:
-        ratios.append(
-            Ratio("source", "gtkafka batch read / plain kafka-python", number(batch[5]), "-", None)
-        )
-    data = {
-        name: {"records_per_s": number(r[4]), "ratio": number(r[5])} for name, r in rows.items()
+    rows = {r["mode"]: r for r in table_rows(text, "mode")}
+    labels = {
+        "gtkafka AvailableNow -> noop": ("gtkafka AvailableNow / plain kafka-python (wall)", True),
+        "same query, inside its triggers": ("  same, inside its triggers", True),
+        "gtkafka batch read -> noop": ("gtkafka batch read / plain kafka-python", False),
     }
-    data["plain kafka-python"]["records_per_s"] = plain
+    if "gtkafka AvailableNow -> noop" not in rows:
+        raise ValueError("no 'gtkafka AvailableNow -> noop' row in the source table")
+    ratios = []
+    for mode, (label, targeted) in labels.items():
+        if mode not in rows:
+            continue
+        value = number(rows[mode]["ratio"])
+        if targeted:
+            ratios.append(Ratio("source", label, value, ">= 0.9", value >= 0.9))
+        else:
+            ratios.append(Ratio("source", label, value, "-", None))
+    data = {
+        mode: {"records_per_s": number(r["records/s"]), "ratio": number(r["ratio"])}
+        for mode, r in rows.items()
+    }
     return ratios, data
 
 
@@ -171,35 +163,28 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
     data: dict[str, Any] = {}
     for m in _SINK_LINE.finditer(text):
         target = m["target"]
-        ratio, added, moved = float(m["ratio"]), float(m["added"]), int(m["bytes"].replace(",", ""))
+        ratio, added = float(m["ratio"]), float(m["added"])
+        moved = int(m["bytes"].replace(",", ""))
         ratios += [
-            Ratio(
-                "sink",
-                f"{target}: exactly-once / at-least-once throughput",
-                ratio,
-                ">= 0.95",
-                ratio >= 0.95,
-            ),
-            Ratio(
-                "sink",
-                f"{target}: added per bundle (median commit)",
-                added,
-                "<= 10 ms",
-                added <= 10,
-                unit="ms",
-            ),
-            Ratio(
-                "sink", f"{target}: item bytes through the driver", moved, "0", moved == 0, unit="B"
-            ),
+            Ratio("sink", f"{target}: exactly-once / at-least-once throughput", ratio,
+                  ">= 0.95", ratio >= 0.95),
+            Ratio("sink", f"{target}: added per bundle (median commit)", added, "<= 10 ms",
+                  added <= 10, unit="ms"),
+            Ratio("sink", f"{target}: item bytes through the driver", moved, "0",
+                  moved == 0, unit="B"),
         ]
         data[target] = {"throughput_ratio": ratio, "added_ms": added, "driver_bytes": moved}
     if not ratios:
         raise ValueError("no 'exactly-once / at-least-once' summary line in the output")
     rows = table_rows(text, "sink")
-    data["runs"] = {r[0]: {"records_per_s": number(r[3]), "vs_alo": number(r[4])} for r in rows}
-    parquet = [r for r in rows if "parquet" in r[0]]
-    for r in parquet:
-        ratios.append(Ratio("sink", f"{r[0]} / at-least-once (reference)", number(r[4]), "-", None))
+    data["runs"] = {
+        r["sink"]: {"records_per_s": number(r["records/s"]), "vs_alo": number(r["vs ALO"])}
+        for r in rows
+    }
+    for r in rows:
+        if "parquet" in r["sink"]:
+            ratios.append(Ratio("sink", f"{r['sink']} / at-least-once (reference)",
+                                number(r["vs ALO"]), "-", None))
     return ratios, data
 
 
@@ -237,9 +222,10 @@ def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         recovery = table_rows(text, "recovery")
         data["recovery"] = recovery
         for row in recovery:
-            ratios.append(Ratio("snapshot", f"recovery, {row[0]}: kill -> first bundle",
-                                number(row[1]), "-", None, unit="s",
-                                note=f"recover() {row[2]} s, {row[3]}"))
+            values = list(row.values())
+            ratios.append(Ratio("snapshot", f"recovery, {values[0]}: kill -> first bundle",
+                                number(values[1]), "-", None, unit="s",
+                                note=f"recover() {values[2]} s, {values[3]}"))
     return ratios, data
 
 
