@@ -207,3 +207,26 @@ def test_prune_does_not_sweep_blobs_when_a_kept_manifest_is_unreadable(
     assert pruned.snapshots == 1 and pruned.blobs == 0 and not deleted
     assert set(store.list("p1/snapshot-blobs/")) == before
     assert not store.list(f"p1/snapshots/{a.snapshot_id:012d}/")
+
+
+def test_upload_is_verified_by_etag_or_read_back(store: StateStore, tmp_path: Path) -> None:
+    import hashlib as _h
+
+    from state.snapshot import _etag_is_md5_of
+
+    data = b"checkpoint bytes"
+    assert _etag_is_md5_of(f'"{_h.md5(data).hexdigest()}"', data)  # S3 plain upload
+    assert not _etag_is_md5_of(f'"{_h.md5(b"other").hexdigest()}"', data)
+    assert not _etag_is_md5_of("17", data)  # memory/file store versions: read back
+    assert not _etag_is_md5_of(None, data)
+
+    class Lossy(type(store)):  # type: ignore[misc]
+        """A store that silently stores something else than it was given."""
+
+        def create(self, key: str, data: bytes) -> str:
+            return super().create(key, data[:-1])
+
+    cp = write_checkpoint(tmp_path / "cp", 1)
+    lossy = Lossy(store.config)
+    with pytest.raises(SnapshotCorrupted, match="read back"):
+        _write(SnapshotWriter(lossy, LAYOUT), cp, 1)
