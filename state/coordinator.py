@@ -623,7 +623,7 @@ class SnapshotCoordinator:
         self._await_drained(batch.epoch, left())
         point = self._accept(manifest, token, left())
         kept = [r.snapshot_id for r in point.retained]
-        pruned, deleted = prune(self.store, self.layout, kept)
+        pruned, deleted = prune(self.store, self.layout, kept, self._writer.manifests)
         self._writer.forget_blobs(deleted)
         accepted_at = time.time()
         stats = SnapshotStats(

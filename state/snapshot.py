@@ -44,7 +44,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,6 +227,8 @@ class SnapshotWriter:
     layout: PipelineLayout
     parallelism: int = 4
     _known_blobs: set[str] | None = None
+    _next_id: int | None = None
+    manifests: dict[int, Manifest] = field(default_factory=dict)  # written by this writer
     _hashes: dict[tuple[str, int, int], str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -246,13 +248,13 @@ class SnapshotWriter:
                 known.discard(s)
 
     def next_snapshot_id(self) -> int:
-        prefix = self.layout.snapshots_prefix
-        ids = [
-            int(k[len(prefix) :].split("/", 1)[0])
-            for k in self.store.list(prefix)
-            if k[len(prefix) :].split("/", 1)[0].isdigit()
-        ]
-        return max(ids, default=0) + 1
+        """The id the next snapshot gets: one more than any in the store (listed once)."""
+        with self._lock:
+            if self._next_id is None:
+                prefix = self.layout.snapshots_prefix
+                heads = (k[len(prefix) :].split("/", 1)[0] for k in self.store.list(prefix))
+                self._next_id = max((int(h) for h in heads if h.isdigit()), default=0) + 1
+            return self._next_id
 
     def _hash_file(self, checkpoint: Path, f: CheckpointFile) -> tuple[str, bytes | None]:
         """(sha256, the bytes if they were read) of one checkpoint file."""
@@ -354,9 +356,13 @@ class SnapshotWriter:
             )
             try:
                 self.store.create(self.manifest_key(sid), manifest.to_bytes())
-                return manifest
             except KeyExists:
                 sid += 1  # an abandoned snapshot (or another driver) used the id
+                continue
+            with self._lock:
+                self._next_id = max(self._next_id or 0, sid + 1)
+                self.manifests[sid] = manifest
+            return manifest
 
     def manifest_key(self, snapshot_id: int) -> str:
         return f"{self.layout.snapshot(snapshot_id)}manifest.json"
@@ -498,7 +504,10 @@ class Pruned:
 
 
 def prune(
-    store: StateStore, layout: PipelineLayout, keep: Sequence[int]
+    store: StateStore,
+    layout: PipelineLayout,
+    keep: Sequence[int],
+    known: Mapping[int, Manifest] | None = None,
 ) -> tuple[Pruned, set[str]]:
     """Delete snapshots not in ``keep`` and blobs no kept manifest references.
 
@@ -520,6 +529,9 @@ def prune(
         dropped += 1
     referenced: set[str] = set()
     for sid in keep_set:
+        if known is not None and sid in known:  # written by us: its content is known
+            referenced.update(f.sha256 for f in known[sid].files)
+            continue
         hit = store.get_or_none(f"{layout.snapshot(sid)}manifest.json")
         if hit is None:
             log.warning("kept snapshot %d has no manifest; blobs are not swept this time", sid)

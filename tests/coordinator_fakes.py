@@ -66,6 +66,7 @@ class FakeQuery:
         self.runId = str(uuid.uuid4())
         self.isActive = True
         self.stopped = 0
+        self.lastProgress: dict[str, Any] | None = None
 
     def stop(self) -> None:
         self.isActive = False
