@@ -268,3 +268,25 @@ def test_close_does_not_wait_for_a_stuck_snapshot(
     coord.close()
     assert time.monotonic() - started < 5
     assert coord.accepted == 0 and coord.resume_point() is None
+
+
+def test_request_catches_up_with_the_query_progress(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make()
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    add_batch(cp, 4)
+    q = FakeQuery()
+    coord.watch(q)  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    # Batch 4 completed, but its listener event has not arrived yet.
+    q.lastProgress = {
+        "id": "q-1",
+        "runId": "run-1",
+        "batchId": 4,
+        "numInputRows": 1,
+        "batchDuration": 1,
+        "sources": [{"description": "gtkafka", "endOffset": '{"epoch": 15, "offsets": {}}'}],
+    }
+    point = coord.request_snapshot(wait="10s")
+    assert point is not None and point["batch_id"] == 4 and point["epoch"] == 14
