@@ -158,6 +158,12 @@ _SINK_LINE = re.compile(
 )
 
 
+_SINK_PARTS_LINE = re.compile(
+    r"consumer\.s3\.layout=parts: item bytes through the driver = (?P<bytes>[\d,]+); "
+    r"throughput (?P<ratio>[\d.]+) x"
+)
+
+
 def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
     ratios: list[Ratio] = []
     data: dict[str, Any] = {}
@@ -176,6 +182,13 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         data[target] = {"throughput_ratio": ratio, "added_ms": added, "driver_bytes": moved}
     if not ratios:
         raise ValueError("no 'exactly-once / at-least-once' summary line in the output")
+    parts = _SINK_PARTS_LINE.search(text)
+    if parts is not None:
+        moved = int(parts["bytes"].replace(",", ""))
+        ratios.append(Ratio("sink", "s3 (consumer.s3.layout=parts): item bytes through the driver",
+                            moved, "0", moved == 0, unit="B",
+                            note=f"throughput {parts['ratio']} x at-least-once"))
+        data["s3_layout_parts"] = {"driver_bytes": moved, "throughput_ratio": float(parts["ratio"])}
     rows = table_rows(text, "sink")
     data["runs"] = {
         r["sink"]: {"records_per_s": number(r["records/s"]), "vs_alo": number(r["vs ALO"])}
@@ -222,10 +235,11 @@ def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         recovery = table_rows(text, "recovery")
         data["recovery"] = recovery
         for row in recovery:
-            values = list(row.values())
-            ratios.append(Ratio("snapshot", f"recovery, {values[0]}: kill -> first bundle",
-                                number(values[1]), "-", None, unit="s",
-                                note=f"recover() {values[2]} s, {values[3]}"))
+            ratios.append(Ratio(
+                "snapshot", f"recovery, {row['recovery']}: kill -> first bundle",
+                number(row["kill -> first bundle s"]), "-", None, unit="s",
+                note=f"recover(): {row.get('action', '?')} in {row.get('recover() s', '?')} s",
+            ))
     return ratios, data
 
 
