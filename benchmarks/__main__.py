@@ -40,10 +40,10 @@ from benchmarks.common import REPO_ROOT, kafka_bootstrap
 SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
-        "source": ["--records", "1000000"],
-        "sink": ["--records", "300000", "--per-batch", "50000"],
+        "source": ["--records", "500000"],
+        "sink": ["--records", "200000", "--per-batch", "40000"],
         "snapshot": [],
-        "scaling": ["--records", "200000"],
+        "scaling": ["--records", "100000"],
     },
     "small": {
         "source": ["--records", "100000"],
@@ -412,7 +412,11 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
                 fontsize=8,
             )
         ax.set_yticks(ys, labels, fontsize=8)
-        ax.set_xlabel("ratio (black bar: target)")
+        limit = max([r.value or 0 for r in ratios]
+                    + [float(r.target.split()[-1].rstrip("x")) for r in ratios])
+        ax.set_xlim(0, limit * 1.12)
+        ax.set_xlabel("ratio (black bar: the target; '>=' targets: higher is better, "
+                      "'<=' targets: lower is better)")
         ax.set_title(f"gtbarrier benchmarks: ratios vs targets ({os.cpu_count()} cores)")
         fig.tight_layout()
         path = out / "ratios.png"
