@@ -54,7 +54,8 @@ SIZES: dict[str, dict[str, list[str]]] = {
     "tiny": {  # the notebooks' test run: shapes, not numbers
         "source": ["--records", "20000"],
         "sink": ["--records", "8000", "--per-batch", "4000", "--targets", "file"],
-        "snapshot": ["--small"],
+        "snapshot": ["--small", "--keys", "5000,20000", "--batches", "8", "--fill-batches", "3",
+                     "--recovery-records", "2000"],
         "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
     },
 }
