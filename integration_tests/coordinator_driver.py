@@ -10,7 +10,8 @@ each under its own :class:`SnapshotCoordinator`, in one SparkSession:
 
 Records are ``key = b"k<i % 13>"``, ``value = b"<i>"``; see :mod:`coordinator_support`
 for the expected results. The program prints one JSON line per event (``recovered``,
-``started``, ``finished``, ``failed``) so a test can follow it, and exits 0 when every
+``started``, ``requested``, ``finished``, ``failed``) so a test can follow it; with
+``--request-file`` a test requests snapshots by creating that file. It exits 0 when every
 query finished (``--trigger available-now``), 3 when a query failed.
 """
 
@@ -48,6 +49,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mode", default="restore")
     p.add_argument("--driver-wait", default=None)
     p.add_argument("--session-timeout", default="4s")
+    p.add_argument(
+        "--request-file",
+        default=None,
+        help="when this file appears, it is removed and every pipeline requests a snapshot",
+    )
     return p.parse_args(argv)
 
 
@@ -144,6 +150,15 @@ def main(argv: list[str]) -> int:
     threads = [threading.Thread(target=wait, args=(k,)) for k in queries]
     for t in threads:
         t.start()
+    if args.request_file:
+        request = Path(args.request_file)
+        while any(t.is_alive() for t in threads):
+            if request.exists():
+                request.unlink()
+                for coord in coords.values():
+                    coord.request_snapshot()
+                emit("requested")
+            time.sleep(0.2)
     for t in threads:
         t.join()
     for coord in coords.values():

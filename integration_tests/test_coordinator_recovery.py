@@ -6,6 +6,7 @@ Real Tansu, moto S3, ZooKeeper and Spark; the drivers are subprocesses
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -41,7 +42,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
     kafka: Any, s3: Any, zk: Any, driver: Any, tmp_path: Path
 ) -> None:
     topic = kafka.create_topic(partitions=2)
-    first, total = 8000, 9000
+    first, total = 4000, 5000
     produce(kafka, topic, 0, first)
     state_uri = s3.uri("gtb")
     store = open_store(StoreConfig(state_uri, s3.config().s3))
@@ -60,6 +61,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
         str(tmp_path / "out"),
     ]
     host_a = tmp_path / "host-a"
+    request = tmp_path / "request-snapshot"
     a = driver.run(
         DRIVER,
         *common,
@@ -70,21 +72,38 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
         "--max-offsets",
         "200",
         "--period",
-        "15s",
+        "1h",
+        "--request-file",
+        str(request),
     )
     zkc = zk.client()
+    pipelines = ("e2e-windowed", "e2e-keyed")
 
-    def progressed() -> bool:
-        # Each pipeline has a snapshot, and delivered two epochs past it (replay must drop them).
-        for p in ("e2e-windowed", "e2e-keyed"):
-            point = _resume(zkc, p)
-            if point is None or len(point["retained"]) < 2:
-                return False
-            if _gt_last(store, p) < point["epoch"] + 2:
-                return False
-        return True
+    def delivered_past(points: dict[str, int]) -> bool:
+        return all(_gt_last(store, p) >= points[p] + 2 for p in pipelines)
 
-    wait_until(progressed, timeout=240, what="two snapshots per pipeline and deliveries past them")
+    def snapshot() -> dict[str, int]:
+        """Request a snapshot of both pipelines; their epochs once accepted."""
+        seen = {p: (_resume(zkc, p) or {}).get("snapshot_id") for p in pipelines}
+        request.touch()
+        wait_until(
+            lambda: all((_resume(zkc, p) or {}).get("snapshot_id") != seen[p] for p in pipelines),
+            timeout=120,
+            what="requested snapshots accepted",
+        )
+        return {p: int((_resume(zkc, p) or {})["epoch"]) for p in pipelines}
+
+    # Two snapshots, each followed by two more delivered epochs (which the replay must drop).
+    wait_until(
+        lambda: delivered_past({p: 0 for p in pipelines}), timeout=180, what="first deliveries"
+    )
+    for _ in range(2):
+        points = snapshot()
+        wait_until(
+            functools.partial(delivered_past, points),
+            timeout=120,
+            what="two epochs delivered past the snapshot",
+        )
     before = {p: _resume(zkc, p) for p in ("e2e-windowed", "e2e-keyed")}
     a.kill()
     a.wait(30)
@@ -105,7 +124,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
         "--trigger",
         "available-now",
         "--max-offsets",
-        "1000",
+        "2500",
         "--driver-wait",
         "60s",
     )
