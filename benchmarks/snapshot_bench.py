@@ -276,6 +276,20 @@ def _last_event(log: Path, event: str) -> dict[str, Any]:
     return found
 
 
+def pool(runs: list[StateRun]) -> list[StateRun]:
+    """One run per (keys, snapshots): batch durations of the repeats pooled; snapshot stats
+    of the first repeat, plus the later repeats' incremental ones."""
+    out: dict[tuple[int, bool], StateRun] = {}
+    for r in runs:
+        key = (r.keys, r.snapshots)
+        if key not in out:
+            out[key] = StateRun(r.keys, r.snapshots, list(r.durations_ms), list(r.snapshot_stats))
+        else:
+            out[key].durations_ms += r.durations_ms
+            out[key].snapshot_stats += r.snapshot_stats[1:]
+    return list(out.values())
+
+
 def plot(runs: list[StateRun], recovery: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -318,8 +332,9 @@ def plot(runs: list[StateRun], recovery: list[dict[str, Any]], path: Path) -> No
 def report(runs: list[StateRun], recovery: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(
-        f"state query: rate-micro-batch, {args.batches} measured batches after "
-        f"{args.fill_batches} filling ones, local[{args.cores}], snapshots every {args.period}"
+        f"state query: rate-micro-batch, {args.repeat} x {args.batches} measured batches after "
+        f"{args.fill_batches} filling ones, local[{args.cores}], snapshots every {args.period}, "
+        f"load average {os.getloadavg()[0]:.1f} (S3 is a moto server on the same cores)"
     )
     rows = []
     for r in runs:
@@ -403,6 +418,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", default=None, help="comma list of state sizes (keys)")
     parser.add_argument("--batches", type=int, default=None, help="measured batches per run")
     parser.add_argument("--fill-batches", type=int, default=5)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per size and mode (durations pooled)"
+    )
     parser.add_argument("--period", default="3s")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--recovery-records", type=int, default=None)
@@ -431,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
             "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
         }
         with local_spark(args.cores, **conf) as spark:
-            for i, k in enumerate(keys):
+            for i, k in enumerate(keys * args.repeat):
                 order = (False, True) if i % 2 == 0 else (True, False)
                 for snap in order:
                     r = state_run(spark, args, server, k, snap, workdir)
@@ -445,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.skip_recovery:
             with kafka_bootstrap(args.bootstrap) as bootstrap:
                 recovery = recovery_runs(args, server, bootstrap, workdir)
+    runs = pool(runs)
     report(runs, recovery, args)
     png = args.out / "snapshot_bench.png"
     plot(runs, recovery, png)
