@@ -54,8 +54,17 @@ SIZES: dict[str, dict[str, list[str]]] = {
     "tiny": {  # the notebooks' test run: shapes, not numbers
         "source": ["--records", "20000"],
         "sink": ["--records", "8000", "--per-batch", "4000", "--targets", "file"],
-        "snapshot": ["--small", "--keys", "5000,20000", "--batches", "8", "--fill-batches", "3",
-                     "--recovery-records", "2000"],
+        "snapshot": [
+            "--small",
+            "--keys",
+            "5000",
+            "--batches",
+            "8",
+            "--fill-batches",
+            "3",
+            "--recovery-records",
+            "2000",
+        ],
         "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
     },
 }
@@ -151,8 +160,9 @@ def parse_source(text: str) -> tuple[list[Ratio], dict[str, Any]]:
     return ratios, data
 
 
-_SINK_SUMMARY = re.compile(r"^(?P<target>\w+): exactly-once / at-least-once throughput.*$",
-                           re.MULTILINE)
+_SINK_SUMMARY = re.compile(
+    r"^(?P<target>\w+): exactly-once / at-least-once throughput.*$", re.MULTILINE
+)
 # One "<label> = <value> ... (target <target>: met|NOT met" clause of a summary line; the
 # label holds no parenthesis or semicolon, so remarks inside the parentheses never match.
 _CLAUSE = re.compile(
@@ -179,17 +189,33 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
             label = m["label"].strip().rstrip(",")
             value = number(m["value"])
             unit = m["unit"] or ("B" if "bytes" in label else "x")
-            ratios.append(Ratio("sink", f"{target}: {label}", value, m["target"].strip(),
-                                m["met"] == "met", unit=unit))
+            ratios.append(
+                Ratio(
+                    "sink",
+                    f"{target}: {label}",
+                    value,
+                    m["target"].strip(),
+                    m["met"] == "met",
+                    unit=unit,
+                )
+            )
             data.setdefault(target, {})[label] = value
     if not ratios:
         raise ValueError("no 'exactly-once / at-least-once' summary line in the output")
     parts = _SINK_PARTS_LINE.search(text)
     if parts is not None:
         moved = int(parts["bytes"].replace(",", ""))
-        ratios.append(Ratio("sink", "s3 (consumer.s3.layout=parts): item bytes through the driver",
-                            moved, "0", moved == 0, unit="B",
-                            note=f"throughput {parts['ratio']} x at-least-once"))
+        ratios.append(
+            Ratio(
+                "sink",
+                "s3 (consumer.s3.layout=parts): item bytes through the driver",
+                moved,
+                "0",
+                moved == 0,
+                unit="B",
+                note=f"throughput {parts['ratio']} x at-least-once",
+            )
+        )
         data["s3_layout_parts"] = {"driver_bytes": moved, "throughput_ratio": float(parts["ratio"])}
     rows = table_rows(text, "sink")
     data["runs"] = {
@@ -198,8 +224,15 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
     }
     for r in rows:
         if "parquet" in r["sink"]:
-            ratios.append(Ratio("sink", f"{r['sink']} / at-least-once (reference)",
-                                number(r["vs ALO"]), "-", None))
+            ratios.append(
+                Ratio(
+                    "sink",
+                    f"{r['sink']} / at-least-once (reference)",
+                    number(r["vs ALO"]),
+                    "-",
+                    None,
+                )
+            )
     return ratios, data
 
 
@@ -237,11 +270,17 @@ def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         recovery = table_rows(text, "recovery")
         data["recovery"] = recovery
         for row in recovery:
-            ratios.append(Ratio(
-                "snapshot", f"recovery, {row['recovery']}: kill -> first bundle",
-                number(row["kill -> first bundle s"]), "-", None, unit="s",
-                note=f"recover(): {row.get('action', '?')} in {row.get('recover() s', '?')} s",
-            ))
+            ratios.append(
+                Ratio(
+                    "snapshot",
+                    f"recovery, {row['recovery']}: kill -> first bundle",
+                    number(row["kill -> first bundle s"]),
+                    "-",
+                    None,
+                    unit="s",
+                    note=f"recover(): {row.get('action', '?')} in {row.get('recover() s', '?')} s",
+                )
+            )
     return ratios, data
 
 
@@ -414,11 +453,15 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
                 fontsize=8,
             )
         ax.set_yticks(ys, labels, fontsize=8)
-        limit = max([r.value or 0 for r in ratios]
-                    + [float(r.target.split()[-1].rstrip("x")) for r in ratios])
+        limit = max(
+            [r.value or 0 for r in ratios]
+            + [float(r.target.split()[-1].rstrip("x")) for r in ratios]
+        )
         ax.set_xlim(0, limit * 1.12)
-        ax.set_xlabel("ratio (black bar: the target; '>=' targets: higher is better, "
-                      "'<=' targets: lower is better)")
+        ax.set_xlabel(
+            "ratio (black bar: the target; '>=' targets: higher is better, "
+            "'<=' targets: lower is better)"
+        )
         ax.set_title(f"gtbarrier benchmarks: ratios vs targets ({os.cpu_count()} cores)")
         fig.tight_layout()
         path = out / "ratios.png"
@@ -463,8 +506,10 @@ def print_summary(outcomes: Sequence[Outcome]) -> None:
     rows = [["benchmark", "measure", "value", "target", "", "note"], *summary_table(outcomes)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        cells = [c.rjust(w) if i == 2 else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        cells = [
+            c.rjust(w) if i == 2 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
         print("  ".join(cells).rstrip())
         if n == 0:
             print("  ".join("-" * w for w in widths))
@@ -472,12 +517,17 @@ def print_summary(outcomes: Sequence[Outcome]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__,
+        prog="python -m benchmarks",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="default",
-                        help="default (10-15 min on 2 cores), small (about 5 min) or tiny "
-                             "(the notebooks' test run)")
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="default",
+        help="default (10-15 min on 2 cores), small (about 5 min) or tiny "
+        "(the notebooks' test run)",
+    )
     parser.add_argument("--small", action="store_true", help="the same as --size small")
     parser.add_argument(
         "--out",

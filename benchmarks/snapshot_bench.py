@@ -154,8 +154,16 @@ def recovery_runs(
             self.p.flush()
 
     producer = Producer()
-    produce(producer, topic, 0, args.recovery_records)
-    producer.p.close()
+    produced = 0
+
+    def feed(n: int) -> None:
+        # The driver must never run out of input while a step waits for bundles: every wait
+        # for new bundles is preceded by records that only those bundles can carry.
+        nonlocal produced
+        produce(producer, topic, produced, produced + n)
+        produced += n
+
+    feed(args.recovery_records)
     bucket = f"snapbench-{uuid.uuid4().hex[:8]}"
     server.client().create_bucket(Bucket=bucket)
     state_uri = f"s3://{bucket}/gtb"
@@ -231,10 +239,12 @@ def recovery_runs(
         for label, fresh in (("same checkpoint", False), ("materialised from S3", True)):
             wait(snapshotted, 300, "a first snapshot")
             before = gt_last()
+            feed(3 * args.recovery_per_batch)
             wait(lambda before=before: gt_last() >= before + 2, 300, "two more bundles")
             at_kill = gt_last()
             kill(proc)
             killed, killed_wall = time.monotonic(), time.time()
+            feed(2 * args.recovery_per_batch)
             if fresh:
                 cp = workdir / f"host-{uuid.uuid4().hex[:4]}"
             proc = start(cp, log)
@@ -262,6 +272,7 @@ def recovery_runs(
     finally:
         if proc.poll() is None:
             kill(proc)
+        producer.p.close()
         store.close()
     return results
 

@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
 NOTEBOOKS = REPO_ROOT / "notebooks"
 
 
-def execute(name: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Any:
+def execute(
+    name: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], cell_timeout: int = 480
+) -> Any:
     path = NOTEBOOKS / name
     nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     leftovers = [i for i, c in enumerate(nb.cells)
@@ -29,7 +31,7 @@ def execute(name: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> 
     assert not leftovers, f"{name} is committed with outputs in cells {leftovers}; clear them"
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
-    client = NotebookClient(nb, timeout=480, kernel_name="python3",
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     client.execute()
     return nb
@@ -67,13 +69,13 @@ def test_02_exactly_once_under_failure(
     assert len(images) >= 2  # the duplicates chart and the demo's figure
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_03_performance(
     monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any
 ) -> None:
     nb = execute("03_performance.ipynb", monkeypatch, {
         "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_S3_ENDPOINT": s3_server.endpoint,
-        "GTB_NOTEBOOK_BENCH_SIZE": "tiny"})
+        "GTB_NOTEBOOK_BENCH_SIZE": "tiny"}, cell_timeout=1080)
     out = text_of(nb)
     assert "=== gtbarrier benchmarks" in out and "FAILED" not in out
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]

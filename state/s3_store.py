@@ -200,7 +200,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     raise KeyNotFound(self.uri, key) from None
-                raise self._translate(err, key) from err
+                raise self.translate_error(err, key) from err
             return Versioned(data, resp["ETag"])
 
         return self.retry(attempt)
@@ -215,7 +215,7 @@ class S3Store(StateStore):
                     Bucket=self.bucket, Key=name, Body=data, Metadata={TOKEN_METADATA: token}
                 )
             except Exception as err:
-                raise self._translate(err, key) from err
+                raise self.translate_error(err, key) from err
             return resp["ETag"]
 
         return self.retry(attempt)  # an unconditional put is safe to repeat
@@ -239,7 +239,7 @@ class S3Store(StateStore):
                 for page in pages:
                     keys.extend(obj["Key"][cut:] for obj in page.get("Contents", []))
             except Exception as err:
-                raise self._translate(err, prefix or "<all keys>") from err
+                raise self.translate_error(err, prefix or "<all keys>") from err
             return sorted(keys)
 
         return self.retry(attempt)
@@ -253,7 +253,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     return
-                raise self._translate(err, key) from err
+                raise self.translate_error(err, key) from err
 
         self.retry(attempt)
 
@@ -272,7 +272,7 @@ class S3Store(StateStore):
                         },
                     )
                 except Exception as err:
-                    raise self._translate(err, prefix) from err
+                    raise self.translate_error(err, prefix) from err
                 failed = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
                 if failed:
                     first = failed[0]
@@ -309,7 +309,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     raise lost(None, _SUPERSEDED) from first
-                raise self._translate(err, key) from err
+                raise self.translate_error(err, key) from err
             if head.get("Metadata", {}).get(TOKEN_METADATA) == token:
                 return head["ETag"]  # our earlier attempt did write
             raise lost(head["ETag"], _SUPERSEDED) from first
@@ -334,7 +334,7 @@ class S3Store(StateStore):
                     if ambiguous:
                         return resolve(err)
                     raise lost(None) from None
-                translated = self._translate(err, key)
+                translated = self.translate_error(err, key)
                 if translated.retriable and _may_have_written(err):
                     ambiguous = True
                 raise translated from err
@@ -361,8 +361,12 @@ class S3Store(StateStore):
     def _object_prefix(self, prefix: str) -> str:
         return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
-    def _translate(self, err: Exception, key: str) -> GtBarrierError:
-        """Map a boto3/transport error to the hierarchy (retriable ones are retried)."""
+    def translate_error(self, err: Exception, key: str) -> GtBarrierError:
+        """Map a boto3/transport error about ``key`` (a key or a description of the object)
+        to the error hierarchy: :class:`StoreUnavailable` (retriable) for throttling, 5xx
+        and transport failures, :class:`StoreConfigError` for a missing bucket or
+        credentials, :class:`StateError` otherwise. Code that calls :attr:`client` directly
+        (the s3 consumer) raises what this returns, so both report failures alike."""
         code = _code(err)
         status = _status(err)
         if code == "NoSuchBucket":

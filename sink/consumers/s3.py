@@ -176,7 +176,7 @@ class S3Consumer(Consumer):
             except NotStitchable:
                 raise
             except Exception as err:
-                raise self.store._translate(err, location) from err
+                raise self.store.translate_error(err, location) from err
 
         return self.store.retry(attempt)
 
@@ -207,7 +207,7 @@ class S3Consumer(Consumer):
             )
         except Exception as err:
             client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
-            raise self.store._translate(err, name) from err
+            raise self.store.translate_error(err, name) from err
 
     def _copy(self, location: str, name: str, bundle: Bundle) -> None:
         """Server-side copy of a staged part to its final name (no bytes through here)."""
@@ -226,7 +226,7 @@ class S3Consumer(Consumer):
                         f"{self.describe()}: bundle {bundle.bundle_id} is not in {name} and its "
                         f"staged part {location} is gone; the bundle cannot be delivered"
                     ) from err
-                raise self.store._translate(err, name) from err
+                raise self.store.translate_error(err, name) from err
 
         self.store.retry(attempt)
 
@@ -237,7 +237,7 @@ class S3Consumer(Consumer):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404", "NotFound"):
                     return False
-                raise self.store._translate(err, name) from err
+                raise self.store.translate_error(err, name) from err
             return True
 
         return self.store.retry(attempt)
