@@ -64,6 +64,8 @@ SIZES: dict[str, dict[str, list[str]]] = {
             "3",
             "--recovery-records",
             "2000",
+            "--recovery-cases",
+            "fresh",
         ],
         "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
     },

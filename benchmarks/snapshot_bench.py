@@ -236,7 +236,12 @@ def recovery_runs(
     cp = workdir / "host-a"
     proc = start(cp, log)
     try:
-        for label, fresh in (("same checkpoint", False), ("materialised from S3", True)):
+        cases = [
+            c
+            for c in (("same checkpoint", False), ("materialised from S3", True))
+            if ("fresh" if c[1] else "same") in args.recovery_cases
+        ]
+        for label, fresh in cases:
             wait(snapshotted, 300, "a first snapshot")
             before = gt_last()
             feed(3 * args.recovery_per_batch)
@@ -437,10 +442,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recovery-records", type=int, default=None)
     parser.add_argument("--recovery-per-batch", type=int, default=500)
     parser.add_argument("--skip-recovery", action="store_true")
+    parser.add_argument(
+        "--recovery-cases",
+        default="same,fresh",
+        type=lambda v: {c.strip() for c in v.split(",") if c.strip()},
+        help="comma list: same (restart on the same checkpoint), fresh (an empty directory, "
+        "the checkpoint materialised from S3)",
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results")
     args = parser.parse_args(argv)
+    if not args.recovery_cases or args.recovery_cases - {"same", "fresh"}:
+        parser.error(
+            f"--recovery-cases: expected a comma list of 'same' and 'fresh', got "
+            f"{','.join(sorted(args.recovery_cases)) or '(nothing)'}"
+        )
     keys = [
         int(k)
         for k in (args.keys or ("20000,100000" if args.small else "100000,1000000")).split(",")
