@@ -132,7 +132,8 @@ def recovery_runs(
     """Kill the pipeline's driver and restart it: same checkpoint, then an empty one."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from integration_tests.coordinator_support import produce
+    from integration_tests.coordinator_support import driver_args, produce
+    from integration_tests.coordinator_support import gt_last as barrier_gt_last
     from state.store import StoreConfig, open_store
 
     topic = f"snapbench-{uuid.uuid4().hex[:8]}"
@@ -184,33 +185,24 @@ def recovery_runs(
     pipeline = "bench-keyed"
 
     def gt_last() -> int:
-        hit = store.get_json_or_none(f"{pipeline}/barrier/state.json")
-        return -1 if hit is None else int(hit[0]["gt_last"])
+        return barrier_gt_last(store, pipeline)
 
     def start(cp_root: Path, log: Path) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable,
             str(DRIVER),
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--state-uri",
-            state_uri,
-            "--prefix",
-            "bench",
-            "--pipelines",
-            "keyed",
-            "--cp-root",
-            str(cp_root),
-            "--out-root",
-            str(workdir / "out"),
-            "--trigger",
-            "processing",
-            "--max-offsets",
-            str(args.recovery_per_batch),
-            "--period",
-            "2s",
+            *driver_args(
+                bootstrap=bootstrap,
+                topic=topic,
+                state_uri=state_uri,
+                prefix="bench",
+                pipelines="keyed",
+                cp_root=cp_root,
+                out_root=workdir / "out",
+                trigger="processing",
+                max_offsets=args.recovery_per_batch,
+                period="2s",
+            ),
         ]
         with open(log, "ab") as fh:
             return subprocess.Popen(

@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import check_keyed, produce, start_pipeline
+from integration_tests.coordinator_support import (
+    check_keyed,
+    driver_args,
+    gt_last,
+    produce,
+    start_pipeline,
+)
 from integration_tests.fault_proxy import Fault, FaultProxy
 from integration_tests.fixtures.process import wait_until
 from state.coordinator import SnapshotCoordinator
@@ -31,11 +37,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DRIVER = Path(__file__).with_name("coordinator_driver.py")
 PIPELINE = "fence-keyed"
-
-
-def _gt_last(store: Any) -> int:
-    hit = store.get_json_or_none(f"{PIPELINE}/barrier/state.json")
-    return -1 if hit is None else int(hit[0]["gt_last"])
 
 
 @pytest.mark.timeout(420)
@@ -50,30 +51,20 @@ def test_second_driver_fails_fast_then_fences_a_zombie(  # noqa: PLR0917
     with FaultProxy(host, int(port)) as proxy:
         a = driver.run(
             DRIVER,
-            "--bootstrap",
-            kafka.bootstrap,
-            "--topic",
-            topic,
-            "--state-uri",
-            state_uri,
-            "--zk",
-            f"{host}:{proxy.port}{zk.chroot}",
-            "--prefix",
-            "fence",
-            "--pipelines",
-            "keyed",
-            "--out-root",
-            str(tmp_path),
-            "--cp-root",
-            str(tmp_path / "host-a"),
-            "--trigger",
-            "processing",
-            "--max-offsets",
-            "100",
-            "--period",
-            "2s",
-            "--session-timeout",
-            "4s",
+            *driver_args(
+                bootstrap=kafka.bootstrap,
+                topic=topic,
+                state_uri=state_uri,
+                zk=f"{host}:{proxy.port}{zk.chroot}",
+                prefix="fence",
+                pipelines="keyed",
+                out_root=tmp_path,
+                cp_root=tmp_path / "host-a",
+                trigger="processing",
+                max_offsets=100,
+                period="2s",
+                session_timeout="4s",
+            ),
         )
         out = tmp_path / "keyed"  # the driver's consumer directory: <out-root>/<kind>
         zkc = zk.client()
@@ -84,15 +75,18 @@ def test_second_driver_fails_fast_then_fences_a_zombie(  # noqa: PLR0917
         )
 
         # A second driver fails fast, naming the lock and its holder.
-        b = SnapshotCoordinator(
-            spark,
-            pipeline_id=PIPELINE,
-            state_uri=state_uri,
-            checkpoint_location=tmp_path / "host-b",
-            zookeeper_hosts=zk.hosts,
-            state_options=s3.options(),
-            reset_timeout="30s",
-        )
+        def driver_b(**options: Any) -> SnapshotCoordinator:
+            return SnapshotCoordinator(
+                spark,
+                pipeline_id=PIPELINE,
+                state_uri=state_uri,
+                checkpoint_location=tmp_path / "host-b",
+                zookeeper_hosts=zk.hosts,
+                state_options=s3.options(),
+                **options,
+            )
+
+        b = driver_b(reset_timeout="30s")
         started = time.monotonic()
         with pytest.raises(DriverLockHeld) as info:
             b.recover()
@@ -104,19 +98,13 @@ def test_second_driver_fails_fast_then_fences_a_zombie(  # noqa: PLR0917
 
         # A is cut off from ZooKeeper and keeps delivering; B waits for A's session to expire.
         proxy.always(Fault.RESET)
-        cut_at = _gt_last(store)
+        cut_at = gt_last(store, PIPELINE)
         wait_until(
-            lambda: _gt_last(store) > cut_at,
+            lambda: gt_last(store, PIPELINE) > cut_at,
             timeout=90,
             what="the partitioned driver still delivering (a zombie)",
         )
-        b = SnapshotCoordinator(
-            spark,
-            pipeline_id=PIPELINE,
-            state_uri=state_uri,
-            checkpoint_location=tmp_path / "host-b",
-            zookeeper_hosts=zk.hosts,
-            state_options=s3.options(),
+        b = driver_b(
             snapshot_period="2s",
             driver_wait="60s",
             reset_timeout="90s",

@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import check_keyed, check_windowed, events, produce
+from integration_tests.coordinator_support import (
+    check_keyed,
+    check_windowed,
+    events,
+    gt_last,
+    produce,
+)
 from integration_tests.fixtures.process import wait_until
 from state.store import StoreConfig, open_store
 
@@ -30,11 +36,6 @@ def _resume(zkc: Any, pipeline: str) -> dict[str, Any] | None:
         return None
     point: dict[str, Any] = json.loads(zkc.get(path)[0])
     return point
-
-
-def _gt_last(store: Any, pipeline: str) -> int:
-    hit = store.get_json_or_none(f"{pipeline}/barrier/state.json")
-    return -1 if hit is None else int(hit[0]["gt_last"])
 
 
 @pytest.mark.timeout(420)
@@ -80,7 +81,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
     pipelines = ("e2e-windowed", "e2e-keyed")
 
     def delivered_past(points: dict[str, int]) -> bool:
-        return all(_gt_last(store, p) >= points[p] + 2 for p in pipelines)
+        return all(gt_last(store, p) >= points[p] + 2 for p in pipelines)
 
     def snapshot() -> dict[str, int]:
         """Request a snapshot of both pipelines; their epochs once accepted."""

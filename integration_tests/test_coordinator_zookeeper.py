@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import check_keyed, produce, start_pipeline
+from integration_tests.coordinator_support import check_keyed, gt_last, produce, start_pipeline
 from integration_tests.fixtures.process import wait_until
 from state.coordinator import SnapshotCoordinator
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _gt_last(coord: SnapshotCoordinator) -> int:
-    hit = coord.store.get_json_or_none(coord.layout.barrier_state)
-    return -1 if hit is None else int(hit[0]["gt_last"])
 
 
 @pytest.mark.timeout(300)
@@ -69,10 +64,10 @@ def test_zookeeper_down_delivery_continues_and_snapshots_resume(  # noqa: PLR091
         assert before is not None
 
         zk_server.stop()
-        accepted, delivered = coord.accepted, _gt_last(coord)
+        accepted, delivered = coord.accepted, gt_last(coord.store, coord.pipeline_id)
         # The barrier needs no ZooKeeper: bundles keep reaching the consumer ...
         wait_until(
-            lambda: _gt_last(coord) >= min(delivered + 3, last_epoch),
+            lambda: gt_last(coord.store, coord.pipeline_id) >= min(delivered + 3, last_epoch),
             timeout=120,
             what="deliveries while ZooKeeper is down",
         )
@@ -92,7 +87,11 @@ def test_zookeeper_down_delivery_continues_and_snapshots_resume(  # noqa: PLR091
         assert after["epoch"] > before["epoch"]
         assert after["token"] == coord.fencing_token == 1  # the same driver, never lost
 
-        wait_until(lambda: _gt_last(coord) == last_epoch, timeout=180, what="every epoch delivered")
+        wait_until(
+            lambda: gt_last(coord.store, coord.pipeline_id) == last_epoch,
+            timeout=180,
+            what="every epoch delivered",
+        )
         q.stop()
     finally:
         coord.close()

@@ -113,10 +113,9 @@ def test_events_of_other_queries_are_ignored(
     assert coord.accepted == 0 and coord.resume_point() is None
 
 
-def test_snapshot_waits_for_the_barrier_to_drain(
-    make: Callable[..., SnapshotCoordinator], tmp_path: Path
-) -> None:
-    coord = make()
+def request_with_bundle_13_in_flight(coord: SnapshotCoordinator, tmp_path: Path) -> None:
+    """Batch 3 (epoch 13) completed while its bundle is still in flight; a snapshot is
+    requested and given half a second (it must not be accepted before bundle 13 is acked)."""
     write_checkpoint(tmp_path / "cp", 3)
     inflight = {"bundle_id": 13, "epoch": 13, "query_id": "q-1", "batch_id": 3}
     coord.store.put("p1/barrier/state.json", dumps({"gt_last": 12, "inflight": inflight}))
@@ -124,6 +123,13 @@ def test_snapshot_waits_for_the_barrier_to_drain(
     coord.on_batch_completed(batch(3))
     coord.request_snapshot()
     time.sleep(0.5)
+
+
+def test_snapshot_waits_for_the_barrier_to_drain(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path
+) -> None:
+    coord = make()
+    request_with_bundle_13_in_flight(coord, tmp_path)
     assert coord.accepted == 0  # bundle 13 is still in flight
     assert coord.status()["inflight"]["epoch"] == 13
     coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": None}))
@@ -257,13 +263,7 @@ def test_close_does_not_wait_for_a_stuck_snapshot(
     make: Callable[..., SnapshotCoordinator], tmp_path: Path
 ) -> None:
     coord = make(drain_timeout="60s")
-    write_checkpoint(tmp_path / "cp", 3)
-    inflight = {"bundle_id": 13, "epoch": 13, "query_id": "q-1", "batch_id": 3}
-    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 12, "inflight": inflight}))
-    coord.watch(FakeQuery())  # type: ignore[arg-type]
-    coord.on_batch_completed(batch(3))
-    coord.request_snapshot()
-    time.sleep(0.5)
+    request_with_bundle_13_in_flight(coord, tmp_path)
     started = time.monotonic()
     coord.close()
     assert time.monotonic() - started < 5

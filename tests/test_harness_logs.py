@@ -38,7 +38,8 @@ TESTS = textwrap.dedent(
         yield log
 
     def test_passes(server, other):
-        assert True
+        assert server.read_text().startswith("server line 0")
+        assert other.read_text() == "other server line\\n"
 
     def test_fails(server):
         assert False, "boom"
