@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from datasource.offsets import Frontier, TopicPartitionKey
 from datasource.options import KafkaSourceOptions
-from state.errors import SourceUnavailable
-from state.retry import Retry
+from state.kafka_errors import kafka_call as translated_call
+from state.retry import Retry, kafka_requests
 
 log = logging.getLogger(__name__)
 
@@ -33,45 +33,17 @@ T = TypeVar("T")
 PROBE_MAX_AGE_S = 30.0
 
 
-def is_retriable_kafka_error(err: BaseException) -> bool:
-    """Connection problems and the errors Kafka itself marks retriable."""
-    import kafka.errors as kerr
-
-    if isinstance(err, kerr.KafkaError):
-        return bool(getattr(err, "retriable", False)) or isinstance(
-            err,
-            kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NoBrokersAvailable,
-        )
-    return isinstance(err, OSError)
-
-
 def kafka_call(options: KafkaSourceOptions, what: str, fn: Callable[[], T], *, retry: Retry) -> T:
     """Run ``fn``; retriable Kafka failures become :class:`SourceUnavailable` (and are retried)."""
-
-    def attempt() -> T:
-        try:
-            return fn()
-        except Exception as err:
-            if is_retriable_kafka_error(err):
-                raise SourceUnavailable(
-                    f"Kafka at {options.bootstrap_servers} is unavailable: {what} failed: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-            err.add_note(f"gtkafka: {what} on Kafka at {options.bootstrap_servers}")
-            raise
-
-    return retry(attempt)
+    return retry(lambda: translated_call(options.bootstrap_servers, what, fn))
 
 
 def driver_retry(options: KafkaSourceOptions) -> Retry:
     """``fetchOffset.numRetries`` retries, ``retryIntervalMs`` apart, within the poll timeout."""
-    interval = options.fetch_offset_retry_interval_ms / 1000.0
-    return Retry(
-        max_attempts=options.fetch_offset_num_retries + 1,
-        base_delay=interval,
-        max_delay=interval,
-        jitter=0.0,
-        deadline=options.poll_timeout_ms / 1000.0,
+    return kafka_requests(
+        options.fetch_offset_num_retries,
+        options.fetch_offset_retry_interval_ms / 1000.0,
+        options.poll_timeout_ms / 1000.0,
     )
 
 

@@ -27,10 +27,10 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from datasource.batch_record import BatchContext, write_batch_record
-from datasource.offset_reader import is_retriable_kafka_error
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
 from state.errors import DataLossError, SourceUnavailable
+from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
 from state.store import open_store
 
@@ -95,15 +95,11 @@ class RangeReader:
 
             factory = KafkaConsumer
         config = self.options.consumer_config()
-        try:
-            return factory(**config)
-        except Exception as err:
-            if is_retriable_kafka_error(err):
-                raise SourceUnavailable(
-                    f"Kafka at {self.options.bootstrap_servers} is unavailable: cannot read "
-                    f"{self.range}: {type(err).__name__}: {err}"
-                ) from err
-            raise
+        return kafka_call(
+            self.options.bootstrap_servers,
+            f"connecting to read {self.range}",
+            lambda: factory(**config),
+        )
 
     def batches(self, epoch: int, arrow_schema: Any) -> Iterator[Any]:
         import kafka.errors as kerr
@@ -127,12 +123,12 @@ class RangeReader:
                     last_progress = self._clock()
                     continue
                 except Exception as err:
-                    if is_retriable_kafka_error(err):
-                        raise SourceUnavailable(
-                            f"Kafka at {self.options.bootstrap_servers} is unavailable while "
-                            f"reading {r}: {type(err).__name__}: {err}"
-                        ) from err
-                    raise
+                    translated = translate_kafka_error(
+                        err, servers=self.options.bootstrap_servers, what=f"reading {r}"
+                    )
+                    if translated is err:
+                        raise
+                    raise translated from err
                 records = polled.get(tp)
                 if not records:
                     position = consumer.position(tp)
@@ -215,15 +211,11 @@ class RangeReader:
         from kafka import TopicPartition
 
         tp = TopicPartition(self.range.topic, self.range.partition)
-        try:
-            answer = consumer.beginning_offsets([tp], timeout_ms=self.options.poll_timeout_ms)
-        except Exception as err:
-            if is_retriable_kafka_error(err):
-                raise SourceUnavailable(
-                    f"Kafka at {self.options.bootstrap_servers} is unavailable: ListOffsets("
-                    f"earliest) of {self.range} failed: {type(err).__name__}: {err}"
-                ) from err
-            raise
+        answer = kafka_call(
+            self.options.bootstrap_servers,
+            f"ListOffsets(earliest) of {self.range}",
+            lambda: consumer.beginning_offsets([tp], timeout_ms=self.options.poll_timeout_ms),
+        )
         return int(answer[tp])
 
     def _lost(self, begin: int, end: int, why: str) -> None:

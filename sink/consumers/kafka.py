@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -41,6 +41,9 @@ from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
+from state.kafka_errors import translate_kafka_error
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from sink.options import SinkOptions
@@ -103,13 +106,25 @@ class KafkaTopicConsumer(Consumer):
     def producer(self) -> Any:
         if self._producer is None:
             from kafka import KafkaProducer
-            from kafka.errors import KafkaError
 
-            try:
-                self._producer = KafkaProducer(bootstrap_servers=self.bootstrap, **self.config)
-            except KafkaError as err:
-                raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
+            self._producer = self._kafka(
+                "connecting the producer",
+                lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.config),
+            )
         return self._producer
+
+    def _kafka(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()``; a kafka-python failure becomes :class:`DeliveryFailed` when retriable."""
+        try:
+            return fn()
+        except Exception as err:
+            translated = translate_kafka_error(
+                err, servers=self.bootstrap, what=f"{self.describe()}: {what}",
+                retriable=DeliveryFailed,
+            )
+            if translated is err:
+                raise
+            raise translated from err
 
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
         present: set[int] = set()
@@ -195,20 +210,19 @@ class KafkaTopicConsumer(Consumer):
     def _tails(self) -> list[PartitionTail]:
         from kafka import KafkaConsumer as KafkaReader
         from kafka import TopicPartition
-        from kafka.errors import KafkaError
 
-        try:
-            reader = KafkaReader(
+        reader = self._kafka(
+            "connecting to read the topic's tail",
+            lambda: KafkaReader(
                 bootstrap_servers=self.bootstrap,
                 enable_auto_commit=False,
                 group_id=None,
                 request_timeout_ms=max(int(self.ack_timeout * 1000), 10_000) + 1000,
                 max_partition_fetch_bytes=8 << 20,
                 bootstrap_timeout_ms=int(self.ack_timeout * 1000),
-            )
-        except KafkaError as err:
-            raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
-        try:
+            ),
+        )
+        def scan() -> list[PartitionTail]:
             partitions = reader.partitions_for_topic(self.topic)
             if not partitions:
                 raise ConfigError(
@@ -220,8 +234,9 @@ class KafkaTopicConsumer(Consumer):
             begins = reader.beginning_offsets(tps)
             ends = self._ends(reader, tps)
             return [self._tail(reader, tp, begins[tp], ends[tp]) for tp in tps]
-        except KafkaError as err:
-            raise DeliveryFailed(f"{self.describe()}: reading the topic's tail: {err}") from err
+
+        try:
+            return self._kafka("reading the topic's tail", scan)
         finally:
             reader.close()
 
