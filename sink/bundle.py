@@ -46,7 +46,6 @@ class BarrierCommitMessage(WriterCommitMessage):
     task_attempt: int
     has_gt: bool
     part: StagedPart | None = None
-    dropped_rows: int = 0
 
     @property
     def rows(self) -> int:

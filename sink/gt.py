@@ -89,14 +89,6 @@ def gt_columns(table: pa.Table | pa.RecordBatch) -> list[pa.Array | pa.ChunkedAr
     return [pc.struct_field(col, [i]) for i in range(len(GT_FIELDS))]
 
 
-def drop_delivered(batch: pa.RecordBatch, gt_last: int) -> pa.RecordBatch:
-    """The rows of ``batch`` whose ``gt.epoch`` is above ``gt_last`` (replayed rows dropped)."""
-    if gt_last < 0 or batch.num_rows == 0:
-        return batch
-    epoch = gt_columns(batch)[0]
-    return batch.filter(pc.greater(epoch, pa.scalar(gt_last, pa.int64())))
-
-
 def sort_by_gt(table: pa.Table) -> pa.Table:
     """``table`` in ascending ``gt`` order (a no-op copy-free return when already sorted)."""
     if table.num_rows <= 1:

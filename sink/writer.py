@@ -15,15 +15,14 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from sink.barrier import Barrier, BarrierState, CommitOutcome, run_id_from_description
+from sink.barrier import Barrier, CommitOutcome, run_id_from_description
 from sink.bundle import BarrierCommitMessage, StagedPart
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
-from sink.gt import check_arrow_schema, drop_delivered, gt_bounds, sort_by_gt
+from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
 from state.errors import GtBarrierError
-from state.layout import PipelineLayout
-from state.store import StateStore, open_store
+from state.store import open_store
 
 
 class TaskInfo:
@@ -89,22 +88,23 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
     def write_task(
         self, iterator: Iterator[pa.RecordBatch], task: TaskInfo
     ) -> BarrierCommitMessage:
-        """Drop replayed rows, stage the rest as one Parquet part sorted by ``gt``."""
+        """Stage the task's rows as one Parquet part sorted by ``gt``.
+
+        No row is dropped here: whether output is a replay is decided for the whole bundle
+        by the batch's epoch at commit, never by a row's ``gt`` (stateful output carries
+        the ``gt`` of older records: windows closed late, outer-join rows, keyed state).
+        """
         faults = FaultInjector(self.options.fault)
         store = open_store(self.options.store)
         try:
-            gt_last = self._gt_last(store) if self.has_gt else -1
             kept: list[pa.RecordBatch] = []
-            dropped = 0
             schema: pa.Schema | None = None
             for batch in iterator:
                 if schema is None:
                     schema = batch.schema
                     check_arrow_schema(schema)
-                filtered = drop_delivered(batch, gt_last) if self.has_gt else batch
-                dropped += batch.num_rows - filtered.num_rows
-                if filtered.num_rows:
-                    kept.append(filtered)
+                if batch.num_rows:
+                    kept.append(batch)
             part: StagedPart | None = None
             if kept:
                 table = pa.Table.from_batches(kept)
@@ -137,14 +137,9 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
                 task_attempt=task.task_attempt,
                 has_gt=self.has_gt,
                 part=part,
-                dropped_rows=dropped,
             )
         finally:
             store.close()
-
-    def _gt_last(self, store: StateStore) -> int:
-        hit = store.get_json_or_none(PipelineLayout(self.options.pipeline_id).barrier_state)
-        return -1 if hit is None else BarrierState.from_json(hit[0]).gt_last
 
     # --- driver -----------------------------------------------------------------------
 

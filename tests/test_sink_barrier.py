@@ -69,14 +69,20 @@ def test_bundle_at_or_below_gt_last_is_dropped_and_its_parts_deleted() -> None:
     assert p.state()["gt_last"] == 1
 
 
-def test_write_drops_rows_at_or_below_gt_last() -> None:
+def test_write_keeps_rows_whose_gt_is_at_or_below_gt_last() -> None:
+    """Stateful output carries older records' gt: only the batch's epoch decides a replay."""
     p = Pipeline()
     p.record_batch(0, epoch=3)
     p.barrier().commit([p.write(0, [gt_batch(3, 0, [0])])], 0)
+    p.record_batch(1, epoch=4)
     mixed = pa.concat_batches([gt_batch(2, 0, [1]), gt_batch(3, 0, [2]), gt_batch(4, 0, [3])])
     m = p.write(1, [mixed])
-    assert m.dropped_rows == 2 and m.rows == 1
-    assert m.part is not None and m.part.min_gt == (4, "t", 0, 3)
+    assert m.rows == 3
+    assert m.part is not None and m.part.min_gt == (2, "t", 0, 1)
+    outcome = p.barrier().commit([m], 1)
+    assert outcome.action == "delivered" and outcome.rows == 3
+    assert [d[0] for d in p.consumer.delivered] == [3, 4]
+    assert p.state()["gt_last"] == 4
 
 
 def test_in_flight_bundle_acknowledged_by_consumer_is_not_delivered_again() -> None:
