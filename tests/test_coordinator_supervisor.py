@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from state.coordinator.supervisor import Supervisor
 from state.errors import (
     ConfigError,
     DriverLockHeld,
@@ -16,7 +17,6 @@ from state.errors import (
     ResetAttemptsExhausted,
     ZooKeeperUnavailable,
 )
-from state.coordinator.supervisor import Supervisor
 
 pytestmark = pytest.mark.unit
 

@@ -37,7 +37,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, wait
+from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -242,7 +242,7 @@ class SnapshotCoordinator:
         waiting for (the ZooKeeper or S3 server).
         """
         future = self._start_recovery(mode)
-        done, _ = wait([future], timeout=self.config.reset_timeout)
+        done, _ = futures.wait([future], timeout=self.config.reset_timeout)
         if not done:
             future.cancel()
             raise CoordinationError(
@@ -251,7 +251,7 @@ class SnapshotCoordinator:
             )
         return future.result()
 
-    def recover_async(self, mode: str = "restore") -> Future[RecoveryResult]:
+    def recover_async(self, mode: str = "restore") -> futures.Future[RecoveryResult]:
         """:meth:`recover` without waiting: a future of its result, not bounded by
         ``reset_timeout``. Cancelling it stops a running recovery before its next file."""
         return self._start_recovery(mode)
