@@ -357,7 +357,7 @@ class _Watcher:
         self.accepted = 0
 
     def poll(self, query: Any, coord: Any) -> None:
-        from state.listener import completed_batch_from_progress
+        from state.coordinator.batches import completed_batch_from_progress
 
         for progress in list(query.recentProgress):
             ident = (str(progress["runId"]), int(progress["batchId"]))

@@ -147,8 +147,9 @@ def test_expired_session_stops_the_query_and_run_restarts_it(  # noqa: PLR0917
         with caplog.at_level(logging.INFO, logger="gtbarrier.coordinator"):
             runner.start()
             wait_until(lambda: coord.accepted >= 1, timeout=120, what="a first snapshot")
-            assert coord._zk is not None
-            zk.expire_session(coord._zk.client)
+            session = coord.ownership.session
+            assert session is not None
+            zk.expire_session(session.client)
             runner.join(240)
         assert not runner.is_alive()
         assert "error" not in outcome, outcome.get("error")

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from state.listener import CompletedBatch
+from state.coordinator.batches import CompletedBatch
 
 
 def write_checkpoint(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from state.listener import completed_batch_from_progress, is_gtkafka_offset
+from state.coordinator.batches import completed_batch_from_progress, is_gtkafka_offset
 
 pytestmark = pytest.mark.unit
 

@@ -162,7 +162,7 @@ def test_drain_timeout_abandons_and_keeps_the_previous_point(
     add_batch(cp, 4)
     inflight = {"bundle_id": 14, "epoch": 14, "query_id": "q-1", "batch_id": 4}
     coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": inflight}))
-    with caplog.at_level("WARNING", logger="gtbarrier.coordinator"):
+    with caplog.at_level("WARNING", logger="state.coordinator"):
         coord.on_batch_completed(batch(4))
         coord.request_snapshot()
         wait_for(lambda: coord.abandoned == 1)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from state.coordinator.supervisor import Supervisor
 from state.errors import (
     ConfigError,
     DriverLockHeld,
@@ -16,7 +17,6 @@ from state.errors import (
     ResetAttemptsExhausted,
     ZooKeeperUnavailable,
 )
-from state.supervisor import Supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -153,7 +153,7 @@ def test_arguments_are_checked() -> None:
 
 
 def test_failure_summary_names_the_python_cause() -> None:
-    from state.supervisor import _first_line
+    from state.coordinator.supervisor import _first_line
 
     text = (
         "[STREAM_FAILED] Query q terminated with exception: Failed when Python streaming data "

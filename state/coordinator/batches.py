@@ -1,10 +1,8 @@
-"""The coordinator's ``StreamingQueryListener``: completed micro-batches as minimal-time events.
+"""Completed micro-batches, the coordinator's minimal-time events, parsed from Spark's progress.
 
-Spark posts ``QueryProgressEvent`` on its listener bus after a micro-batch has run
-and its entry in ``commits/`` is written. PySpark delivers it to this listener on the
-driver (py4j callback thread). The listener turns it into a small
-:class:`CompletedBatch` and hands it to the coordinator, which does all work on a
-thread of its own: a listener must return quickly or it delays every later event.
+Spark-free: the listener (:mod:`state.coordinator.listener`) and the query's
+``lastProgress`` both hand over ``StreamingQueryProgress`` JSON, which
+:func:`completed_batch_from_progress` turns into a :class:`CompletedBatch`.
 
 The epoch of a batch comes from the gtkafka source's end offset, which is
 ``{"epoch": k + 1, "offsets": {...}}`` for a batch that read epoch ``k`` (see
@@ -15,20 +13,9 @@ the batch id stands in for the epoch.
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from pyspark.sql.streaming.listener import (
-    QueryIdleEvent,
-    QueryProgressEvent,
-    QueryStartedEvent,
-    QueryTerminatedEvent,
-    StreamingQueryListener,
-)
-
-log = logging.getLogger("gtbarrier.coordinator")
 
 
 @dataclass(frozen=True)
@@ -43,6 +30,11 @@ class CompletedBatch:
     num_input_rows: int
     duration_ms: int
     gtkafka: bool
+
+    @property
+    def run(self) -> str:
+        """The query run this batch belongs to (batch ids restart with a new checkpoint)."""
+        return f"{self.query_id}/{self.run_id}"
 
 
 def _json_or_text(value: Any) -> Any:
@@ -97,37 +89,4 @@ def completed_batch_from_progress(progress: Mapping[str, Any]) -> CompletedBatch
     )
 
 
-class SnapshotListener(StreamingQueryListener):
-    """Forwards completed batches (and terminations) of every query to callbacks.
-
-    The coordinator filters by query id. Exceptions in a callback are logged with
-    their traceback and not re-raised: an exception escaping a listener would only be
-    logged by Spark's listener bus, far from here.
-    """
-
-    def __init__(
-        self,
-        on_batch: Callable[[CompletedBatch], None],
-        on_terminated: Callable[[str, str | None], None],
-    ) -> None:
-        self._on_batch = on_batch
-        self._on_terminated = on_terminated
-
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        log.debug("query %s started (run %s)", event.id, event.runId)
-
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:
-        try:
-            batch = completed_batch_from_progress(json.loads(event.progress.json))
-            self._on_batch(batch)
-        except Exception:
-            log.exception("gtbarrier coordinator: could not handle a progress event")
-
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        pass
-
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        try:
-            self._on_terminated(str(event.id), event.exception)
-        except Exception:
-            log.exception("gtbarrier coordinator: could not handle a termination event")
+__all__ = ["CompletedBatch", "completed_batch_from_progress", "is_gtkafka_offset"]

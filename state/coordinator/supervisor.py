@@ -26,24 +26,51 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from state.errors import ConfigError, GtBarrierError, PipelineFenced, ResetAttemptsExhausted
 from state.options import parse_duration
-from state.retry import Retry
+from state.retry import backoff as backoff_policy
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from state.coordinator import SnapshotCoordinator
+log = logging.getLogger(__name__)
 
-log = logging.getLogger("gtbarrier.coordinator")
+
+class Supervised(Protocol):
+    """What the supervisor needs of the coordinator."""
+
+    @property
+    def pipeline_id(self) -> str:
+        """For messages."""
+
+    @property
+    def accepted(self) -> int:
+        """Snapshots accepted so far: a rising count shows progress."""
+
+    def recover(self, mode: str = ...) -> object:
+        """Prepare the checkpoint (bounded by ``reset_timeout``)."""
+
+    def call_build_query(self, build_query: Callable[..., StreamingQuery]) -> StreamingQuery:
+        """Start the query."""
+
+    def watch(self, query: StreamingQuery) -> None:
+        """Snapshot the query."""
+
+    def unwatch(self) -> None:
+        """Stop snapshotting it."""
+
+    def take_stop_error(self) -> GtBarrierError | None:
+        """Why the coordinator stopped the query, once."""
 
 
 class Supervisor:
+    """One supervised run of a pipeline (see the module docstring)."""
+
     def __init__(
         self,
-        coord: SnapshotCoordinator,
+        coord: Supervised,
         build_query: Callable[..., StreamingQuery],
         max_consecutive_reset_attempts: int,
         *,
@@ -74,7 +101,7 @@ class Supervisor:
         self.mode = mode
         base = parse_duration(backoff, option="backoff", where=where)
         cap = parse_duration(max_backoff, option="max_backoff", where=where)
-        self._backoff = Retry(base_delay=base, max_delay=max(cap, base), jitter=0.2)
+        self._backoff = backoff_policy(base, cap)
         self._sleep = sleep
         self.failures: list[str] = []
 

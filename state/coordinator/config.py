@@ -1,0 +1,251 @@
+"""The coordinator's arguments: one declarative table and one frozen, validated config.
+
+:data:`PARAMETERS` lists every argument of :class:`~state.coordinator.SnapshotCoordinator`
+with its type, default and a one-line meaning (the README's and docs/coordinator.md's
+argument tables are written from it). :meth:`CoordinatorConfig.from_arguments` checks
+them all once, in the constructor: a bad one raises :class:`ConfigError` naming it.
+Durations accept ``"500ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a number of seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from state.errors import ConfigError
+from state.layout import PipelineLayout, validate_pipeline_id
+from state.options import Options, parse_duration
+from state.store import StoreConfig
+
+WHERE = "SnapshotCoordinator"
+
+_HOSTS = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d+(,[A-Za-z0-9.\-\[\]:]+:\d+)*(/[A-Za-z0-9._\-/]*)?$")
+
+
+class Required:
+    """The default of an argument that has none."""
+
+    def __repr__(self) -> str:
+        return "required"
+
+
+REQUIRED = Required()
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One constructor argument: its name, type, default (:data:`REQUIRED` if none) and
+    a one-line meaning."""
+
+    name: str
+    type: str
+    default: object
+    doc: str
+
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter(
+        "spark",
+        "SparkSession | None",
+        REQUIRED,
+        "The driver's SparkSession (its `streams` get the listener); `None` for recovery-only use.",
+    ),
+    Parameter("pipeline_id", "str", REQUIRED, "As the source and sink option `pipeline.id`."),
+    Parameter(
+        "state_uri",
+        "str",
+        REQUIRED,
+        "As the source and sink option `state.uri` (`file:///...`, `s3://bucket/prefix`); "
+        "snapshots go here.",
+    ),
+    Parameter(
+        "checkpoint_location",
+        "str | PathLike",
+        REQUIRED,
+        "The query's checkpoint directory on the driver's host (a path or `file://` URI); "
+        "remote Hadoop file systems are refused.",
+    ),
+    Parameter(
+        "zookeeper_hosts",
+        "str | None",
+        None,
+        "`host:port[,host:port...][/chroot]`; `None`: the resume point lives in the state "
+        "store and drivers are fenced by token only (no lock).",
+    ),
+    Parameter(
+        "snapshot_period",
+        "duration",
+        "30s",
+        "Minimum time between snapshot attempts (start to start); `request_snapshot()` asks "
+        "for one now.",
+    ),
+    Parameter(
+        "retain",
+        "int",
+        3,
+        "Snapshots kept; older ones and their unshared blobs are deleted.",
+    ),
+    Parameter(
+        "drain_timeout",
+        "duration",
+        "180s",
+        "A snapshot not accepted within this time (upload, barrier drained, resume point "
+        "written) is abandoned; the previous resume point stays.",
+    ),
+    Parameter(
+        "reset_timeout",
+        "duration",
+        "180s",
+        "Bounds each `recover()`: ZooKeeper connection, lock, reading the resume point, "
+        "materialising the checkpoint.",
+    ),
+    Parameter(
+        "state_options",
+        "Mapping[str, str] | None",
+        None,
+        "`s3.*` store options for `state_uri` (otherwise the AWS chain).",
+    ),
+    Parameter(
+        "driver_wait",
+        "duration | None",
+        None,
+        "`None`: a second driver fails fast (`DriverLockHeld`); a duration: wait that long "
+        "for the lock (counts inside `reset_timeout`).",
+    ),
+    Parameter(
+        "zookeeper_session_timeout",
+        "duration",
+        "10s",
+        "The ZooKeeper session timeout: how long a crashed driver blocks its successor.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """The checked arguments (durations in seconds, the checkpoint as a local path)."""
+
+    pipeline_id: str
+    store: StoreConfig
+    checkpoint: Path
+    zookeeper_hosts: str | None = None
+    snapshot_period: float = 30.0
+    retain: int = 3
+    drain_timeout: float = 180.0
+    reset_timeout: float = 180.0
+    driver_wait: float | None = None
+    zookeeper_session_timeout: float = 10.0
+
+    @classmethod
+    def from_arguments(  # noqa: PLR0917 - mirrors SnapshotCoordinator's signature
+        cls,
+        pipeline_id: str,
+        state_uri: str,
+        checkpoint_location: str | os.PathLike[str],
+        zookeeper_hosts: str | None = None,
+        snapshot_period: str | float = "30s",
+        retain: int = 3,
+        drain_timeout: str | float = "180s",
+        reset_timeout: str | float = "180s",
+        *,
+        state_options: Mapping[str, str] | None = None,
+        driver_wait: str | float | None = None,
+        zookeeper_session_timeout: str | float = "10s",
+    ) -> CoordinatorConfig:
+        """Check every argument; :class:`ConfigError` names the first bad one."""
+        try:
+            pipeline = validate_pipeline_id(pipeline_id, where=WHERE)
+        except ConfigError as err:
+            raise ConfigError("pipeline_id", pipeline_id, err.expected, where=WHERE) from None
+        if not isinstance(state_uri, str) or not state_uri.strip():
+            raise ConfigError(
+                "state_uri",
+                state_uri,
+                "a store URI: file:///abs/path or s3://bucket/prefix",
+                where=WHERE,
+            )
+        opts = Options({"state_uri": state_uri, **dict(state_options or {})}, where=WHERE)
+        opts.check_known(["state_uri", *StoreConfig.OPTIONS])
+        store = StoreConfig.from_options(opts, uri_option="state_uri")
+        checkpoint = _checkpoint_path(checkpoint_location)
+        if zookeeper_hosts is not None:
+            if not isinstance(zookeeper_hosts, str) or not _HOSTS.match(zookeeper_hosts.strip()):
+                raise ConfigError(
+                    "zookeeper_hosts",
+                    zookeeper_hosts,
+                    "'host:port[,host:port...][/chroot]' or None",
+                    where=WHERE,
+                )
+            zookeeper_hosts = zookeeper_hosts.strip()
+        period = _positive_duration(snapshot_period, "snapshot_period")
+        if not isinstance(retain, int) or isinstance(retain, bool) or retain < 1:
+            raise ConfigError("retain", retain, "an integer >= 1", where=WHERE)
+        return cls(
+            pipeline_id=pipeline,
+            store=store,
+            checkpoint=checkpoint,
+            zookeeper_hosts=zookeeper_hosts,
+            snapshot_period=period,
+            retain=retain,
+            drain_timeout=_positive_duration(drain_timeout, "drain_timeout"),
+            reset_timeout=_positive_duration(reset_timeout, "reset_timeout"),
+            driver_wait=(
+                None
+                if driver_wait is None
+                else parse_duration(driver_wait, option="driver_wait", where=WHERE)
+            ),
+            zookeeper_session_timeout=_positive_duration(
+                zookeeper_session_timeout, "zookeeper_session_timeout"
+            ),
+        )
+
+    @property
+    def layout(self) -> PipelineLayout:
+        return PipelineLayout(self.pipeline_id)
+
+    def store_description(self) -> str:
+        """The state store and, for S3, the endpoint it talks to (for errors)."""
+        endpoint = (
+            self.store.s3.endpoint
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
+        if self.store.uri.startswith("s3://") and endpoint:
+            return f"the state store {self.store.uri} (S3 endpoint {endpoint})"
+        return f"the state store {self.store.uri}"
+
+
+def _positive_duration(value: str | float, name: str) -> float:
+    seconds = parse_duration(value, option=name, where=WHERE)
+    if seconds <= 0:
+        raise ConfigError(
+            name, value, "a positive duration such as '500ms', '30s', '5m'", where=WHERE
+        )
+    return seconds
+
+
+def _checkpoint_path(value: str | os.PathLike[str]) -> Path:
+    text = os.fspath(value) if isinstance(value, os.PathLike | str) else None
+    if not text:
+        raise ConfigError(
+            "checkpoint_location", value, "a local directory path or file:// URI", where=WHERE
+        )
+    parsed = urlparse(text)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme and len(parsed.scheme) > 1:
+        raise ConfigError(
+            "checkpoint_location",
+            value,
+            "a local directory on the driver (path or file:// URI); the coordinator copies it to "
+            "the state store, so a remote checkpoint file system is not needed",
+            where=WHERE,
+        )
+    return Path(text)
+
+
+__all__ = ["PARAMETERS", "REQUIRED", "CoordinatorConfig", "Parameter"]

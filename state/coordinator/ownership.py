@@ -1,0 +1,212 @@
+"""One driver per pipeline: the ZooKeeper lock, the fencing token and where the resume point lives.
+
+:class:`DriverOwnership` works like a kazoo recipe::
+
+    with DriverOwnership(config, store) as owner:     # acquire(): lock, then a new token
+        sink_options["fencing.token"] = owner.token
+        ...                                           # release(): lock and session closed
+
+With ZooKeeper it owns the session (:class:`state.zookeeper.ZooKeeperSession`), takes
+the driver lock (:class:`state.zookeeper.DriverLock`) and keeps the resume point in
+ZooKeeper; without, the resume point lives in the state store and the fencing token
+(:mod:`state.fencing`) is the only protection. An expired session (``LOST``, not a mere
+disconnection) voids the token at once and calls ``on_lost``: another driver may own
+the pipeline now. ``state.zookeeper`` (kazoo) is imported only when ZooKeeper is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from state.coordinator.config import CoordinatorConfig
+from state.errors import ZooKeeperUnavailable
+from state.fencing import take_token
+from state.resume import ResumePoint, ResumePointBackend, StoreResumePoints, read_resume_point
+from state.retry import Retry, lost_race
+from state.store import StateStore
+
+if TYPE_CHECKING:
+    from state.zookeeper import DriverLock, ZooKeeperSession
+
+log = logging.getLogger(__name__)
+
+
+def _ignore_token(token: int) -> None:
+    pass
+
+
+def _ignore_reason(reason: str) -> None:
+    pass
+
+
+class DriverOwnership:
+    """This driver's claim on one pipeline.
+
+    ``on_acquired(token)`` runs (inside :meth:`acquire`) each time a new token is taken;
+    ``on_lost(reason)`` runs on a thread of its own when the ZooKeeper session expires.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: StateStore,
+        *,
+        on_acquired: Callable[[int], None] = _ignore_token,
+        on_lost: Callable[[str], None] = _ignore_reason,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.layout = config.layout
+        self.backend: ResumePointBackend = StoreResumePoints(store, self.layout)
+        self._on_acquired = on_acquired
+        self._on_lost = on_lost
+        self._session: ZooKeeperSession | None = None
+        self._lock: DriverLock | None = None
+        self._token: int | None = None
+        self._mutex = threading.RLock()
+
+    # --- the recipe --------------------------------------------------------------------
+
+    def acquire(self) -> int:
+        """Take the pipeline if this driver does not hold it: the ZooKeeper lock (failing
+        fast with :class:`DriverLockHeld`, or waiting up to ``driver_wait``), then a new
+        fencing token. Returns the token."""
+        with self._mutex:
+            token = self._token
+            if token is not None and self.held:
+                return token
+            if self.config.zookeeper_hosts is not None:
+                self._lock_zookeeper(self.config.zookeeper_hosts)
+            token = take_token(self.store, self.layout, identifier=self.identity)
+            self._token = token
+            self._on_acquired(token)
+            log.info(
+                "pipeline %s: this driver holds fencing token %d", self.layout.pipeline_id, token
+            )
+            return token
+
+    def _lock_zookeeper(self, hosts: str) -> None:
+        from state.zookeeper import DriverLock, ZooKeeperResumePoints
+
+        if self._session is None:
+            session = self._start_session(hosts, call_timeout=min(10.0, self.config.reset_timeout))
+            session.on_lost(self._session_lost)
+            self._session = session
+            self.backend = ZooKeeperResumePoints(session, self.layout.zookeeper_resume)
+        self._lock = DriverLock(
+            self._session, self.layout.zookeeper_driver_lock, self.layout.pipeline_id
+        )
+        self._lock.acquire(self.config.driver_wait)
+
+    def _start_session(self, hosts: str, *, call_timeout: float = 10.0) -> ZooKeeperSession:
+        from state.zookeeper import ZooKeeperSession
+
+        session = ZooKeeperSession(
+            hosts,
+            session_timeout=self.config.zookeeper_session_timeout,
+            call_timeout=call_timeout,
+        )
+        session.start(timeout=min(0.8 * self.config.reset_timeout, 30.0))
+        return session
+
+    def release(self) -> None:
+        """Give the pipeline up: delete the lock node, close the session, forget the token."""
+        with self._mutex:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+            if self._session is not None:
+                self._session.stop()
+                self._session = None
+            self._token = None
+
+    def revoke(self) -> None:
+        """Forget the token: a newer driver took the pipeline (or the session expired)."""
+        self._token = None
+
+    def __enter__(self) -> DriverOwnership:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _session_lost(self) -> None:
+        # Not under the mutex: an acquire() in progress may hold it while waiting for ZooKeeper.
+        reason = (
+            f"the ZooKeeper session to {self.config.zookeeper_hosts} expired: the driver lock of "
+            f"pipeline '{self.layout.pipeline_id}' is lost and another driver may take over"
+        )
+        log.error("%s; stopping the query", reason)
+        self._token = None
+        self._on_lost(reason)
+
+    # --- reading -----------------------------------------------------------------------
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token while this driver holds the pipeline, else None."""
+        return self._token
+
+    @property
+    def held(self) -> bool:
+        """A token is held and, with ZooKeeper, so is the lock (no session loss since)."""
+        if self._token is None:
+            return False
+        return self._lock is None or self._lock.held
+
+    @property
+    def session(self) -> ZooKeeperSession | None:
+        """The ZooKeeper session, once :meth:`acquire` started it."""
+        return self._session
+
+    @property
+    def zookeeper_state(self) -> str | None:
+        return None if self._session is None else self._session.state
+
+    @property
+    def identity(self) -> str:
+        """Who this driver is, as recorded with its token (``host:pid:id`` with ZooKeeper)."""
+        return self._lock.identifier if self._lock is not None else f"pid {os.getpid()}"
+
+    def describe_acquire(self) -> str:
+        """What :meth:`acquire` waits for, for a timeout message."""
+        if self.config.zookeeper_hosts is None:
+            return f"taking the fencing token in {self.config.store_description()}"
+        return f"connecting to / locking on ZooKeeper at {self.config.zookeeper_hosts}"
+
+    def read_resume_point(self) -> ResumePoint | None:
+        """The resume point, through a short-lived ZooKeeper session if none is open."""
+        hosts = self.config.zookeeper_hosts
+        if hosts is None or self._session is not None:
+            return read_resume_point(self.backend)[0]
+        from state.zookeeper import ZooKeeperResumePoints
+
+        session = self._start_session(hosts)
+        try:
+            return read_resume_point(ZooKeeperResumePoints(session, self.layout.zookeeper_resume))[
+                0
+            ]
+        finally:
+            session.stop()
+
+    def resume_point_writes(self, deadline: float) -> Retry:
+        """The compare-and-swap loop that moves the resume point, for ``deadline`` seconds.
+
+        It retries lost races and, in ZooKeeper, an unreachable server (the session's calls
+        are bounded but not retried). A state store retries its own requests, so its
+        transient errors are not retried again here.
+        """
+        retry_zookeeper = self.config.zookeeper_hosts is not None
+
+        def retriable(err: BaseException) -> bool:
+            return lost_race(err) or (retry_zookeeper and isinstance(err, ZooKeeperUnavailable))
+
+        return Retry.until(deadline, base_delay=0.1, max_delay=1.0, is_retriable=retriable)
+
+
+__all__ = ["DriverOwnership"]

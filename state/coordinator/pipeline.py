@@ -1,0 +1,271 @@
+"""The snapshot of one completed batch, from checkpoint files to an accepted resume point.
+
+:meth:`SnapshotPipeline.run`, within ``drain_timeout``:
+
+1. wait for the batch's checkpoint files (the commit entry is written just before the
+   progress event is posted);
+2. upload them (:class:`state.snapshot.SnapshotWriter`: content-addressed, verified);
+3. wait until the barrier has no bundle in flight at or below the batch's epoch;
+4. accept: move the resume point forward (:mod:`state.resume`), only while this driver
+   holds the pipeline and its fencing token is the newest;
+5. prune the snapshots beyond ``retain``.
+
+Any failure leaves the previous resume point in place; the caller decides what it means
+(:class:`SnapshotIncomplete`: try the next batch; anything else: abandoned).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from state.coordinator.batches import CompletedBatch
+from state.coordinator.config import CoordinatorConfig
+from state.coordinator.ownership import DriverOwnership
+from state.errors import CoordinationError, RetriableError, SnapshotIncomplete
+from state.fencing import check_token
+from state.layout import PipelineLayout
+from state.resume import ResumePoint, SnapshotRef, advance_resume_point
+from state.retry import poll_until
+from state.snapshot import Manifest, SnapshotWriter, checkpoint_files, prune
+from state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_WAIT_S = 10.0
+
+
+class BarrierView(NamedTuple):
+    """The barrier state as the coordinator needs it."""
+
+    gt_last: Any
+    inflight_epoch: int | None
+    inflight: dict[str, Any] | None
+
+
+def barrier_view(store: StateStore, layout: PipelineLayout) -> BarrierView:
+    """``GT_last`` and the in-flight bundle (its epoch, and the raw record) of the barrier."""
+    # TODO(records): read through state/records/ (the barrier state record) once it exists.
+    hit = store.get_json_or_none(layout.barrier_state)
+    if hit is None:
+        return BarrierView(None, None, None)
+    inflight = hit[0].get("inflight")
+    epoch = int(inflight.get("epoch", -1)) if inflight else None
+    return BarrierView(hit[0].get("gt_last"), epoch, inflight)
+
+
+@dataclass(frozen=True)
+class SnapshotStats:
+    snapshot_id: int
+    epoch: int
+    batch_id: int
+    started_at: float
+    accepted_at: float
+    duration_s: float
+    copy_s: float
+    files: int
+    bytes: int
+    uploaded_files: int
+    uploaded_bytes: int
+
+    def summary(self, now: float) -> dict[str, Any]:
+        """As ``status()["last_snapshot"]``: age and durations rounded to milliseconds."""
+        return {
+            "snapshot_id": self.snapshot_id,
+            "epoch": self.epoch,
+            "batch_id": self.batch_id,
+            "age_s": round(now - self.accepted_at, 3),
+            "duration_s": round(self.duration_s, 3),
+            "copy_s": round(self.copy_s, 3),
+            "files": self.files,
+            "bytes": self.bytes,
+            "uploaded_files": self.uploaded_files,
+            "uploaded_bytes": self.uploaded_bytes,
+        }
+
+
+class Lineage:
+    """The resume point generation this driver snapshots in, and the point it last read
+    or wrote (for ``status()`` and log lines)."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.point: ResumePoint | None = None
+
+    def seen(self, point: ResumePoint | None) -> None:
+        self.point = point
+        self.generation = point.generation if point is not None else 0
+
+    def describe(self) -> str:
+        point = self.point
+        if point is None or point.snapshot is None:
+            return "the persisted start (no snapshot)"
+        return (
+            f"epoch {point.epoch} (batch {point.batch_id}, snapshot {point.snapshot.snapshot_id})"
+        )
+
+
+class _NotDrainedError(RetriableError):
+    """The barrier still has a bundle in flight at or below the snapshot's epoch."""
+
+
+Closing = Callable[[], bool]
+
+
+class SnapshotPipeline:
+    """Snapshots one batch at a time for one pipeline (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: StateStore,
+        ownership: DriverOwnership,
+        lineage: Lineage,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.layout = config.layout
+        self.ownership = ownership
+        self.lineage = lineage
+        self.writer = SnapshotWriter(store, self.layout)
+
+    def run(self, batch: CompletedBatch, *, closing: Closing) -> tuple[SnapshotStats, ResumePoint]:
+        """Snapshot ``batch`` and accept it; ``closing()`` true ends the wait early."""
+        started_at = time.time()
+        t0 = time.monotonic()
+        deadline = t0 + self.config.drain_timeout
+        token = self.ownership.token
+        if token is None or not self.ownership.held:
+            raise CoordinationError(
+                "this driver does not hold the pipeline (ZooKeeper session lost)"
+            )
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        checkpoint = self.config.checkpoint
+        poll_until(
+            min(CHECKPOINT_WAIT_S, left()),
+            max_delay=0.5,
+            is_retriable=lambda e: isinstance(e, SnapshotIncomplete),
+        )(lambda: checkpoint_files(checkpoint, batch.batch_id))
+        manifest = self.writer.write(
+            checkpoint,
+            batch_id=batch.batch_id,
+            epoch=batch.epoch,
+            frontier=batch.frontier,
+            generation=self.lineage.generation,
+            token=token,
+            query_id=batch.query_id,
+        )
+        log.info(
+            "snapshot %d of batch %d (epoch %d): %d files, %d bytes, %d uploaded in %.2fs",
+            manifest.snapshot_id,
+            batch.batch_id,
+            batch.epoch,
+            len(manifest.files),
+            manifest.total_bytes,
+            manifest.uploaded_bytes,
+            manifest.copy_seconds,
+        )
+        if left() <= 0:
+            raise CoordinationError(
+                f"drain_timeout={self.config.drain_timeout:g}s passed while uploading"
+            )
+        self._await_drained(batch.epoch, left(), closing)
+        point = self._accept(manifest, token, left(), closing)
+        kept = [r.snapshot_id for r in point.retained]
+        pruned, deleted = prune(self.store, self.layout, kept, self.writer.manifests)
+        self.writer.forget_blobs(deleted)
+        stats = SnapshotStats(
+            snapshot_id=manifest.snapshot_id,
+            epoch=batch.epoch,
+            batch_id=batch.batch_id,
+            started_at=started_at,
+            accepted_at=time.time(),
+            duration_s=time.monotonic() - t0,
+            copy_s=manifest.copy_seconds,
+            files=len(manifest.files),
+            bytes=manifest.total_bytes,
+            uploaded_files=manifest.uploaded_files,
+            uploaded_bytes=manifest.uploaded_bytes,
+        )
+        log.info(
+            "snapshot %d accepted: resume point at epoch %d (batch %d) in %s; "
+            "pruned %d snapshot(s), %d blob(s)",
+            manifest.snapshot_id,
+            batch.epoch,
+            batch.batch_id,
+            self.ownership.backend.description,
+            pruned.snapshots,
+            pruned.blobs,
+        )
+        return stats, point
+
+    def _await_drained(self, epoch: int, timeout: float, closing: Closing) -> None:
+        def check() -> None:
+            _check_not_closing(closing)
+            view = barrier_view(self.store, self.layout)
+            inflight, inflight_epoch = view.inflight, view.inflight_epoch
+            if inflight is not None and inflight_epoch is not None and inflight_epoch <= epoch:
+                raise _NotDrainedError(
+                    f"barrier bundle {inflight.get('bundle_id')} (epoch {inflight_epoch}) "
+                    f"still in flight at or below the snapshot's epoch {epoch}"
+                )
+
+        # The store retries its own requests: only the condition itself is polled.
+        poll_until(timeout, is_retriable=lambda e: isinstance(e, _NotDrainedError))(check)
+
+    def _accept(
+        self, manifest: Manifest, token: int, timeout: float, closing: Closing
+    ) -> ResumePoint:
+        ref = SnapshotRef(
+            snapshot_id=manifest.snapshot_id,
+            manifest=self.writer.manifest_key(manifest.snapshot_id),
+            manifest_sha256=hashlib.sha256(manifest.to_bytes()).hexdigest(),
+            epoch=manifest.epoch,
+            batch_id=manifest.batch_id,
+        )
+
+        def make(current: ResumePoint | None) -> ResumePoint:
+            _check_not_closing(closing)
+            if not self.ownership.held:
+                raise CoordinationError("the driver lock was lost before the snapshot was accepted")
+            check_token(self.store, self.layout, token)
+            generation = self.lineage.generation
+            older = (
+                current.retained if current is not None and current.generation == generation else ()
+            )
+            return ResumePoint(
+                generation=generation,
+                token=token,
+                epoch=manifest.epoch,
+                batch_id=manifest.batch_id,
+                query_id=manifest.query_id,
+                frontier=manifest.frontier,
+                created_at=time.time(),
+                retained=(ref, *older)[: self.config.retain],
+            )
+
+        written = advance_resume_point(
+            self.ownership.backend, make, retry=self.ownership.resume_point_writes(timeout)
+        )
+        if written is None:
+            raise CoordinationError(
+                f"the resume point is already at or past epoch {manifest.epoch}; snapshot "
+                f"{manifest.snapshot_id} is not needed"
+            )
+        self.lineage.seen(written)
+        return written
+
+
+def _check_not_closing(closing: Closing) -> None:
+    if closing():
+        raise CoordinationError("the coordinator is closing")
+
+
+__all__ = ["BarrierView", "Lineage", "SnapshotPipeline", "SnapshotStats", "barrier_view"]
