@@ -15,14 +15,16 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from sink.barrier import Barrier, BarrierState, CommitOutcome, run_id_from_description
-from sink.bundle import BarrierCommitMessage, StagedPart
+from sink.barrier import Barrier, CommitOutcome, run_id_from_description
+from sink.bundle import BarrierCommitMessage
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.gt import check_arrow_schema, drop_delivered, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
+from state.barrier_state import read_barrier_state
 from state.errors import GtBarrierError
 from state.layout import PipelineLayout
+from state.records.bundle import StagedPart
 from state.store import StateStore, open_store
 
 
@@ -143,8 +145,7 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
             store.close()
 
     def _gt_last(self, store: StateStore) -> int:
-        hit = store.get_json_or_none(PipelineLayout(self.options.pipeline_id).barrier_state)
-        return -1 if hit is None else BarrierState.from_json(hit[0]).gt_last
+        return read_barrier_state(store, PipelineLayout(self.options.pipeline_id)).gt_last
 
     # --- driver -----------------------------------------------------------------------
 
