@@ -110,7 +110,7 @@ def test_corrupted_manifest_falls_back_to_previous_snapshot(
         newest.manifest, store.get(newest.manifest).data.replace(b'"epoch":15', b'"epoch":16')
     )
     target = tmp_path / "t"
-    with caplog.at_level("WARNING", logger="gtbarrier.coordinator"):
+    with caplog.at_level("WARNING", logger="state.recovery"):
         result = recover_checkpoint(store, LAYOUT, point, target, "restore")
     assert result.batch_id == 3 and result.snapshot == point.retained[1]
     assert len(result.skipped) == 1 and "SHA-256" in result.skipped[0]
