@@ -2,13 +2,17 @@
 
 Spark runs ``commit(messages, batchId)`` in a fresh Python process each micro-batch, so
 everything the barrier knows is in the state store, in one record
-(``<pipeline>/barrier/state.json``, docs/PROTOCOL.md)::
+(``<pipeline>/barrier/state.json``, :class:`~state.records.barrier.BarrierState`,
+docs/PROTOCOL.md)::
 
-    {"gt_last": 6, "inflight": {...bundle 7...} | null,
+    {"format": 1, "gt_last": 6, "inflight": {...bundle 7...} | null,
      "owner": {"run_id", "query_id", "generation", "since", "token"}}
 
 Every change of that record is a compare-and-swap on the version that was read; a lost
-CAS is never retried blindly (it means another driver took the pipeline over).
+CAS is never retried blindly (it means another driver took the pipeline over). The store
+retries its own requests; a swap whose outcome it cannot establish is
+:class:`~state.errors.CommitStateUnknown`, resolved by a restart through the in-flight
+record.
 
 ``commit`` of batch ``b``:
 

@@ -5,7 +5,8 @@ A bundle is the output of one micro-batch: its id and its global time are the so
 staged, listed in delivery order. When the input has a ``gt`` column every part is sorted
 by ``gt``; if the parts' ``gt`` ranges are disjoint (each task read its own Kafka range),
 concatenating them in the listed order is ``gt`` order (``ordered``), otherwise delivery
-merges them.
+merges them. A staged part and the in-flight record of a bundle are protocol records
+(:mod:`state.records.bundle`).
 """
 
 from __future__ import annotations
