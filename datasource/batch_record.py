@@ -1,18 +1,18 @@
 """Batch records: which epoch Spark's micro-batch read (docs/PROTOCOL.md, "Batch records").
 
 Every read task of a streaming batch creates ``<pipeline>/batches/<queryId>/<batchId>.json``
-= ``{"batch_id", "epoch", "query_id"}`` before it yields its first row. The sink's commit
-looks the record up to learn the global time of output that carries no ``gt`` column.
+(:class:`~state.records.batch.BatchRecord`) before it yields its first row. The sink's
+commit looks the record up to learn the global time of output that carries no ``gt`` column.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from state.errors import EpochLogConflict, KeyExists
 from state.layout import PipelineLayout
-from state.retry import Retry
+from state.records.batch import BatchRecord
+from state.records.codec import decode
 from state.store import StateStore, StoreConfig, open_store
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -40,32 +40,40 @@ class BatchContext:
             return None
         return cls(query_id, int(batch_id))
 
-
-def batch_record(context: BatchContext, epoch: int) -> dict[str, Any]:
-    return {"batch_id": context.batch_id, "epoch": epoch, "query_id": context.query_id}
+    def record(self, epoch: int) -> BatchRecord:
+        return BatchRecord(query_id=self.query_id, batch_id=self.batch_id, epoch=epoch)
 
 
 def write_batch_record(
-    store: StateStore,
-    layout: PipelineLayout,
-    context: BatchContext,
-    epoch: int,
-    *,
-    retry: Retry | None = None,
+    store: StateStore, layout: PipelineLayout, context: BatchContext, epoch: int
 ) -> None:
-    """Create the batch record; an identical existing one is fine, a different one is not."""
-    retry = retry or Retry(max_attempts=6, base_delay=0.1, max_delay=2.0, deadline=30.0)
+    """Create the batch record; an identical existing one is fine, a different one is not.
+
+    The store retries its own requests (a create whose answer was lost included), so a
+    ``KeyExists`` means the record was there: written by another attempt of this task or
+    by another task of the batch.
+    """
     key = layout.batch(context.query_id, context.batch_id)
-    doc = batch_record(context, epoch)
+    record = context.record(epoch)
     try:
-        retry(lambda: store.create_json(key, doc))
+        store.create_json(key, record.to_json())
     except KeyExists:
-        existing, _ = retry(lambda: store.get_json(key))
-        if existing != doc:
+        existing = read_batch(store, layout, context.query_id, context.batch_id)
+        if existing != record:
+            recorded = None if existing is None else existing.to_json()
             raise EpochLogConflict(
                 f"{store.uri}/{key}: batch {context.batch_id} of query {context.query_id} is "
-                f"recorded as {existing}, but this task reads epoch {epoch}"
+                f"recorded as {recorded}, but this task reads epoch {epoch}"
             ) from None
+
+
+def read_batch(
+    store: StateStore, layout: PipelineLayout, query_id: str, batch_id: int
+) -> BatchRecord | None:
+    """The batch's record, or ``None`` (a no-data batch, or not read yet)."""
+    key = layout.batch(query_id, batch_id)
+    hit = store.get_or_none(key)
+    return None if hit is None else decode(hit.data, BatchRecord.from_json, f"{store.uri}/{key}")
 
 
 def read_batch_record(
@@ -74,5 +82,5 @@ def read_batch_record(
     """The epoch recorded for a batch, or ``None`` (a no-data batch, or not yet read)."""
     if isinstance(store, StoreConfig):
         store = open_store(store)
-    hit = store.get_json_or_none(layout.batch(query_id, batch_id))
-    return None if hit is None else int(hit[0]["epoch"])
+    record = read_batch(store, layout, query_id, batch_id)
+    return None if record is None else record.epoch

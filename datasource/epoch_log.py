@@ -3,23 +3,28 @@
 * ``<pipeline>/source/start.json``: the initial offset, resolved once (``latest`` and
   timestamps become concrete offsets) and created once, so ``initialOffset()`` answers
   the same after a restart or on a new checkpoint.
-* ``<pipeline>/epochs/<k>.json``: ``{"epoch": k, "start": {...}, "end": {...}}``, created
-  before ``latestOffset`` returns ``end`` for ``start``; first writer wins. A replay of
-  ``start`` gets the recorded end, whatever the read limit is now.
+* ``<pipeline>/epochs/<k>.json``: the :class:`~state.records.epoch.EpochRecord` of epoch
+  ``k``, created before ``latestOffset`` returns its ``end`` for ``start``; first writer
+  wins. A replay of ``start`` gets the recorded end, whatever the read limit is now.
+
+The store retries its own requests (and resolves a create whose answer was lost), so a
+``KeyExists`` here always means another writer won.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from datasource.offsets import SourceOffset
-from state.errors import EpochLogConflict, KeyExists
+from state.errors import EpochLogConflict, KeyExists, MalformedRecord
 from state.layout import PipelineLayout
-from state.retry import Retry
+from state.records.codec import decode
+from state.records.epoch import EpochRecord
+from state.records.source_offset import SourceOffset
 from state.store import StateStore
 
-STORE_RETRY = Retry(max_attempts=6, base_delay=0.1, max_delay=2.0, deadline=30.0)
+R = TypeVar("R")
 
 
 @dataclass
@@ -28,63 +33,68 @@ class EpochLog:
 
     store: StateStore
     layout: PipelineLayout
-    retry: Retry = STORE_RETRY
 
     # --- the resolved start ----------------------------------------------------------
 
     def start(self) -> SourceOffset | None:
         """The persisted initial offset, if any."""
-        hit = self.retry(lambda: self.store.get_json_or_none(self.layout.source_start))
-        return None if hit is None else SourceOffset.from_json(hit[0])
+        return self._read(self.layout.source_start, SourceOffset.from_json)
 
     def create_start(self, offset: SourceOffset) -> SourceOffset:
         """Persist ``offset`` as the initial offset unless one exists; the one that won."""
-        return self._create_or_get(self.layout.source_start, offset.to_json(), self._start_of)
-
-    def _start_of(self, doc: object) -> SourceOffset:
-        return SourceOffset.from_json(doc)
+        key = self.layout.source_start
+        return self._create_or_get(key, offset.to_json(), SourceOffset.from_json)
 
     # --- epochs ------------------------------------------------------------------------
 
     def recorded_end(self, start: SourceOffset) -> SourceOffset | None:
         """The end recorded for epoch ``start.epoch``, checked against ``start``."""
         key = self.layout.epoch(start.epoch)
-        hit = self.retry(lambda: self.store.get_json_or_none(key))
-        return None if hit is None else self._check(key, hit[0], start)
+        record = self._read(key, lambda raw: self._epoch_record(key, raw))
+        return None if record is None else self._check(key, record, start)
 
     def record(self, start: SourceOffset, end: SourceOffset) -> SourceOffset:
         """Create epoch ``start.epoch = (start, end)``; if it exists, the recorded end."""
         if end.epoch != start.epoch + 1:
             raise ValueError(f"epoch {start.epoch} must end at epoch {start.epoch + 1}, not {end}")
         key = self.layout.epoch(start.epoch)
-        doc = {"end": end.to_json(), "epoch": start.epoch, "start": start.to_json()}
-        return self._create_or_get(key, doc, lambda winner: self._check(key, winner, start))
+        winner = self._create_or_get(
+            key,
+            EpochRecord(start.epoch, start, end).to_json(),
+            lambda raw: self._epoch_record(key, raw),
+        )
+        return self._check(key, winner, start)
 
-    def _check(self, key: str, doc: object, start: SourceOffset) -> SourceOffset:
-        if not isinstance(doc, dict) or not {"start", "end", "epoch"} <= set(doc):
-            raise EpochLogConflict(f"{self.store.uri}/{key}: not an epoch record: {doc!r}")
-        recorded_start = SourceOffset.from_json(doc["start"])
-        if not recorded_start.same_as(start):
+    def _epoch_record(self, key: str, raw: object) -> EpochRecord:
+        try:
+            return EpochRecord.from_json(raw)
+        except MalformedRecord as err:
+            raise EpochLogConflict(f"{self.store.uri}/{key}: not an epoch record: {err}") from err
+
+    def _check(self, key: str, record: EpochRecord, start: SourceOffset) -> SourceOffset:
+        if not record.start.same_as(start):
             raise EpochLogConflict(
                 f"{self.store.uri}/{key}: epoch {start.epoch} is recorded as starting at "
-                f"{recorded_start}, but Spark asked for the epoch starting at {start}. The "
+                f"{record.start}, but Spark asked for the epoch starting at {start}. The "
                 "checkpoint and the pipeline's epoch log describe different inputs; use a new "
                 "pipeline.id or the checkpoint that belongs to this pipeline"
             )
-        end = SourceOffset.from_json(doc["end"])
-        if end.epoch != start.epoch + 1:
+        if record.end.epoch != start.epoch + 1:
             raise EpochLogConflict(
-                f"{self.store.uri}/{key}: recorded end {end} is not epoch {start.epoch + 1}"
+                f"{self.store.uri}/{key}: recorded end {record.end} is not epoch {start.epoch + 1}"
             )
-        return end
+        return record.end
 
-    def _create_or_get(
-        self, key: str, doc: dict[str, object], parse: Callable[[object], SourceOffset]
-    ) -> SourceOffset:
+    # --- store access --------------------------------------------------------------------
+
+    def _read(self, key: str, parse: Callable[[object], R]) -> R | None:
+        hit = self.store.get_or_none(key)
+        return None if hit is None else decode(hit.data, parse, f"{self.store.uri}/{key}")
+
+    def _create_or_get(self, key: str, doc: dict[str, Any], parse: Callable[[object], R]) -> R:
         try:
-            self.retry(lambda: self.store.create_json(key, doc))
+            self.store.create_json(key, doc)
         except KeyExists:
-            # Another writer (or our own earlier attempt whose answer was lost) won.
-            winner, _ = self.retry(lambda: self.store.get_json(key))
-            return parse(winner)
+            winner = self.store.get(key)  # another writer won: its record is the one
+            return decode(winner.data, parse, f"{self.store.uri}/{key}")
         return parse(doc)

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Literal
 
 from datasource.offset_reader import OffsetReader
-from datasource.offsets import Frontier, TopicPartitionKey
 from datasource.options import EARLIEST, LATEST, WHERE, KafkaSourceOptions, OffsetSpec
 from state.errors import ConfigError
+from state.records.source_offset import Frontier, TopicPartitionKey
 
 
 def subscribed_partitions(

@@ -1,10 +1,8 @@
-"""Source offsets and offset-range arithmetic: pure functions, no I/O.
+"""Offset-range arithmetic over frontiers: pure functions, no I/O.
 
-A *frontier* maps ``(topic, partition)`` to the next offset to read. A
-:class:`SourceOffset` is a frontier plus the number of the epoch that starts at it;
-its JSON form (see docs/PROTOCOL.md) is what Spark checkpoints:
-``{"epoch": 7, "offsets": {"orders": {"0": 1200, "1": 1187}}}``, keys inserted in sorted
-order because Spark compares offsets as JSON text.
+A *frontier* maps ``(topic, partition)`` to the next offset to read; a
+:class:`~state.records.source_offset.SourceOffset` (the record Spark checkpoints) is a
+frontier plus the number of the epoch that starts at it.
 
 Everything here is deterministic: the same inputs always give the same ranges, so that a
 replayed batch reads exactly the same records in the same splits.
@@ -15,74 +13,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from state.errors import MalformedOffset
+from state.records.source_offset import Frontier, TopicPartitionKey
 
-TopicPartitionKey = tuple[str, int]
-Frontier = dict[TopicPartitionKey, int]
-
-
-@dataclass(frozen=True)
-class SourceOffset:
-    """An epoch number and the frontier at which that epoch starts."""
-
-    epoch: int
-    offsets: Mapping[TopicPartitionKey, int]
-
-    def to_json(self) -> dict[str, Any]:
-        """The offset as Spark stores it, keys inserted in sorted order."""
-        return {"epoch": self.epoch, "offsets": frontier_json(self.offsets)}
-
-    @classmethod
-    def from_json(cls, value: Any) -> SourceOffset:
-        """Parse an offset that Spark (or the epoch log) hands back.
-
-        :class:`MalformedOffset` if it is not a gtkafka offset, e.g. a checkpoint written
-        by another source.
-        """
-        if not isinstance(value, dict) or set(value) != {"epoch", "offsets"}:
-            raise MalformedOffset(f"not a gtkafka offset (expected keys epoch, offsets): {value!r}")
-        epoch = value["epoch"]
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise MalformedOffset(f"gtkafka offset with an invalid epoch: {value!r}")
-        return cls(epoch, parse_frontier_json(value["offsets"]))
-
-    def same_as(self, other: SourceOffset) -> bool:
-        return self.epoch == other.epoch and dict(self.offsets) == dict(other.offsets)
-
-    def __str__(self) -> str:
-        return f"epoch {self.epoch} at {frontier_json(self.offsets)}"
-
-
-def frontier_json(frontier: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
-    """``{topic: {str(partition): offset}}``, topics and partitions in sorted (text) order."""
-    nested: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in frontier.items():
-        nested.setdefault(topic, {})[str(partition)] = int(offset)
-    return {t: dict(sorted(nested[t].items())) for t in sorted(nested)}
-
-
-def parse_frontier_json(value: Any) -> Frontier:
-    if not isinstance(value, dict):
-        raise MalformedOffset(f"gtkafka offsets must be a JSON object: {value!r}")
-    frontier: Frontier = {}
-    for topic, parts in value.items():
-        if not isinstance(topic, str) or not isinstance(parts, dict):
-            raise MalformedOffset(
-                f"gtkafka offsets must map topic -> {{partition: offset}}: {value!r}"
-            )
-        for p, off in parts.items():
-            if (
-                not isinstance(p, str)
-                or not p.isdigit()
-                or isinstance(off, bool)
-                or not isinstance(off, int)
-                or off < 0
-            ):
-                raise MalformedOffset(f"gtkafka offset {topic}-{p} = {off!r} is invalid: {value!r}")
-            frontier[(topic, int(p))] = off
-    return frontier
+__all__ = [
+    "Frontier",
+    "OffsetRange",
+    "TopicPartitionKey",
+    "backlog",
+    "cap_frontier",
+    "ranges_between",
+    "rate_limit",
+    "split_ranges",
+    "start_of",
+]
 
 
 @dataclass(frozen=True)

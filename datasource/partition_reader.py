@@ -32,6 +32,7 @@ from datasource.options import KafkaSourceOptions
 from state.errors import DataLossError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
+from state.records.gt import arrow_array as gt_array
 from state.store import open_store
 
 log = logging.getLogger(__name__)
@@ -277,11 +278,7 @@ class ArrowBuilder:
         partition = pa.array([self.partition] * n, pa.int32())
         millis = pa.array(taken.timestamps, pa.int64())
         timestamps = pc.multiply(millis, 1000).cast(schema.field("timestamp").type)
-        gt_type = schema.field("gt").type
-        gt = pa.StructArray.from_arrays(
-            [pa.array([self.epoch] * n, pa.int64()), topic, partition, offsets],
-            fields=[gt_type.field(i) for i in range(gt_type.num_fields)],
-        )
+        gt = gt_array(pa.array([self.epoch] * n, pa.int64()), topic, partition, offsets)
         columns = [
             pa.array(taken.keys, pa.binary()),
             pa.array(taken.values, pa.binary()),

@@ -3,8 +3,9 @@
 ``key`` binary, ``value`` binary, ``topic`` string, ``partition`` int, ``offset`` long,
 ``timestamp`` timestamp, ``timestampType`` int, ``headers`` (only with
 ``includeHeaders=true``) and ``gt``: ``struct<epoch long, topic string, partition int,
-offset long>``, the record's global time. Ascending ``gt`` is delivery order and is the
-same on every replay (the epoch comes from the epoch log, the rest from Kafka).
+offset long>``, the record's global time (defined once in :mod:`state.records.gt`).
+Ascending ``gt`` is delivery order and is the same on every replay (the epoch comes from
+the epoch log, the rest from Kafka).
 """
 
 from __future__ import annotations
@@ -23,14 +24,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-GT_TYPE = StructType(
-    [
-        StructField("epoch", LongType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-    ]
-)
+from state.records.gt import GT_COLUMN
+from state.records.gt import spark_type as gt_spark_type
+
+GT_TYPE = gt_spark_type()
 
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]),
@@ -50,7 +47,7 @@ def source_schema(include_headers: bool) -> StructType:
     ]
     if include_headers:
         fields.append(("headers", HEADERS_TYPE, True))
-    fields.append(("gt", GT_TYPE, True))
+    fields.append((GT_COLUMN, GT_TYPE, True))
     return StructType([StructField(n, t, nullable) for n, t, nullable in fields])
 
 

@@ -32,21 +32,13 @@ from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
 from datasource.offset_reader import OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import (
-    Frontier,
-    SourceOffset,
-    TopicPartitionKey,
-    backlog,
-    frontier_json,
-    ranges_between,
-    rate_limit,
-    split_ranges,
-)
+from datasource.offsets import backlog, ranges_between, rate_limit, split_ranges
 from datasource.options import WHERE, KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, read_partition
 from datasource.schema import arrow_schema
 from state.errors import ConfigError, DataLossError
 from state.layout import PipelineLayout
+from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
 from state.store import open_store
 
 log = logging.getLogger(__name__)

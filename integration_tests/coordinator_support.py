@@ -26,18 +26,19 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from state.barrier_state import read_barrier_state
+from state.layout import PipelineLayout
+from state.store import StateStore
+
 KEYS = 13
 WINDOW_SECONDS = 100
 KEYED_SCHEMA = "key binary, n long, total long, mx long"
 KEYED_STATE = "n long, total long, mx long"
 
 
-def gt_last(store: Any, pipeline: str) -> int:
+def gt_last(store: StateStore, pipeline: str) -> int:
     """The barrier's ``GT_last`` of ``pipeline`` in ``store`` (-1 before the first bundle)."""
-    from state.layout import PipelineLayout
-
-    hit = store.get_json_or_none(PipelineLayout(pipeline).barrier_state)
-    return -1 if hit is None else int(hit[0]["gt_last"])
+    return read_barrier_state(store, PipelineLayout(pipeline)).gt_last
 
 
 def driver_args(**options: Any) -> list[str]:

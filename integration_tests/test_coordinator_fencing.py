@@ -30,8 +30,10 @@ from integration_tests.coordinator_support import (
 )
 from integration_tests.fault_proxy import Fault, FaultProxy
 from integration_tests.fixtures.process import wait_until
+from state.barrier_state import read_barrier_state
 from state.coordinator import SnapshotCoordinator
 from state.errors import DriverLockHeld
+from state.layout import PipelineLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -142,5 +144,5 @@ def test_second_driver_fails_fast_then_fences_a_zombie(  # noqa: PLR0917
     # Exactly once: bundles unique and in order, every key's count rising strictly to the
     # batch result (check_keyed); the barrier's owner is B.
     check_keyed(out, n)
-    state = store.get_json(f"{PIPELINE}/barrier/state.json")[0]
-    assert state["owner"]["token"] == 2
+    owner = read_barrier_state(store, PipelineLayout(PIPELINE)).owner
+    assert owner is not None and owner.token == 2

@@ -17,7 +17,7 @@ import pytest
 
 from integration_tests.fixtures.process import wait_until
 from state.coordinator import SnapshotCoordinator
-from state.snapshot import Manifest
+from state.records.manifest import Manifest
 
 pytestmark = [pytest.mark.integration]
 

@@ -182,7 +182,7 @@ def test_http_dropped_connection_after_store_is_retried_without_duplicate(
     outcome = commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1, 2])]])
     assert outcome.action == "delivered"
     assert [(b["bundle_id"], b["rows"]) for b in receiver.bundles("s")] == [(1, 3)]
-    assert p.state()["gt_last"] == 1
+    assert p.state().gt_last == 1
 
 
 def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -> None:  # noqa: F811
@@ -190,7 +190,7 @@ def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -
                                      "delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"})
     with pytest.raises(DeliveryFailed, match="cannot connect"):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1])]])
-    assert p.state()["inflight"]["bundle_id"] == 1
+    assert p.inflight().bundle_id == 1
     receiver.start()
     p.run_id = "run-b"
     outcome = commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1])]])
@@ -273,4 +273,4 @@ def test_kafka_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     })
     with pytest.raises((DeliveryFailed, CommitStateUnknown), match="kafka consumer t@127"):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0])]])
-    assert p.state()["inflight"]["bundle_id"] == 1
+    assert p.inflight().bundle_id == 1

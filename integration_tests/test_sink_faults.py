@@ -20,7 +20,9 @@ import pytest
 from integration_tests.fixtures.process import wait_until
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
+from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.records.barrier import BarrierState, Owner
 from state.store import open_store
 
 pytestmark = pytest.mark.integration
@@ -57,8 +59,18 @@ class Chain:
         env = {"GTBARRIER_FAULT": fault} if fault else None
         return self.driver.run(PROGRAM, *args, env=env)
 
-    def state(self) -> dict[str, Any]:
-        return dict(self.store.get_json(self.layout.barrier_state)[0])
+    def state(self) -> BarrierState:
+        return read_barrier_state(self.store, self.layout)
+
+    def progress(self) -> tuple[int, int | None]:
+        """``(GT_last, the in-flight bundle's id or None)``."""
+        s = self.state()
+        return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
+
+    def owner(self) -> Owner:
+        owner = self.state().owner
+        assert owner is not None, "no driver claimed the pipeline yet"
+        return owner
 
     def pointer(self) -> int | None:
         path = self.out / "_last_bundle.json"
@@ -89,8 +101,7 @@ def test_sigkill_at_every_protocol_step_then_restart_is_exactly_once(
     # 1. batch 0: a write task fails on its first attempt and is retried; then the driver
     #    dies before bundle 1 is recorded in flight
     killed(c.run("cp1", fault="write_fail:0,before_inflight:1"))
-    s = c.state()
-    assert (s["gt_last"], s["inflight"]) == (0, None)
+    assert c.progress() == (0, None)
     assert c.bundle_files() == [0] and c.pointer() == 0
     assert not [p for p in c.staged() if "/000000000000/" in str(p)]  # failed attempt cleaned
 
@@ -98,27 +109,23 @@ def test_sigkill_at_every_protocol_step_then_restart_is_exactly_once(
     #    right after recording bundle 2 in flight
     shutil.rmtree(tmp_path / "cp1")
     killed(c.run("cp2", fault="after_inflight:2"))
-    s = c.state()
-    assert s["gt_last"] == 1 and s["inflight"]["bundle_id"] == 2
+    assert c.progress() == (1, 2)
     assert c.bundle_files() == [0, 1]
 
     # 3. bundle 2 is delivered again (the consumer never got it); bundle 3 reaches the
     #    consumer, which dies before its pointer moves (before the ack)
     killed(c.run("cp2", fault="after_deliver:3"))
-    s = c.state()
-    assert s["gt_last"] == 2 and s["inflight"]["bundle_id"] == 3
+    assert c.progress() == (2, 3)
     assert c.bundle_files() == [0, 1, 2, 3] and c.pointer() == 2
 
     # 4. dies after the consumer acknowledged bundle 4, before GT_last moves
     killed(c.run("cp2", fault="after_ack:4"))
-    s = c.state()
-    assert s["gt_last"] == 3 and s["inflight"]["bundle_id"] == 4 and c.pointer() == 4
+    assert c.progress() == (3, 4) and c.pointer() == 4
 
     # 5. bundle 4 is found at the consumer (not sent again); dies after GT_last moved to 5
     #    but before Spark wrote its commit log: Spark will replay batch 5
     killed(c.run("cp2", fault="after_gt_last:5"))
-    s = c.state()
-    assert (s["gt_last"], s["inflight"]) == (5, None) and c.pointer() == 5
+    assert c.progress() == (5, None) and c.pointer() == 5
     assert (tmp_path / "cp2" / "commits" / "4").exists()
     assert not (tmp_path / "cp2" / "commits" / "5").exists()
 
@@ -127,18 +134,16 @@ def test_sigkill_at_every_protocol_step_then_restart_is_exactly_once(
                     options={"delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"})
     assert failing.wait(DRIVER_TIMEOUT) == 1
     assert "injected fault deliver_error:6" in failing.output()
-    s = c.state()
-    assert s["gt_last"] == 5 and s["inflight"]["bundle_id"] == 6
+    assert c.progress() == (5, 6)
 
     # 7. restart without faults, to the end
     final = c.run("cp2")
     assert final.wait(DRIVER_TIMEOUT) == 0, final.output()[-3000:]
-    s = c.state()
-    assert (s["gt_last"], s["inflight"]) == (7, None)
+    assert c.progress() == (7, None)
     assert c.bundle_files() == list(range(8)) and c.pointer() == 7
     check_exactly_once_in_gt_order(read_bundles(c.out), n, partitions)
     assert c.staged() == []
-    assert s["owner"]["generation"] == 7  # every run claimed the pipeline once
+    assert c.owner().generation == 7  # every run claimed the pipeline once
 
 
 @pytest.mark.timeout(600)
@@ -150,13 +155,13 @@ def test_two_drivers_at_once_the_older_is_fenced(driver: Any, kafka: Any, tmp_pa
     first = c.run("cp-a", "--interval", "1")
     wait_until(lambda: (c.pointer() or -1) >= 1, timeout=DRIVER_TIMEOUT,
                what="the first driver to deliver two bundles")
-    owner_a = c.state()["owner"]
+    owner_a = c.owner()
     # a second driver for the same pipeline, elsewhere (its own checkpoint): it replays
     # from the start, its first commit claims the pipeline
     second = c.run("cp-b", "--interval", "1")
-    wait_until(lambda: c.state()["owner"]["generation"] == 2, timeout=DRIVER_TIMEOUT,
+    wait_until(lambda: c.owner().generation == 2, timeout=DRIVER_TIMEOUT,
                what="the second driver to claim the pipeline")
-    assert c.state()["owner"]["run_id"] != owner_a["run_id"]
+    assert c.owner().run_id != owner_a.run_id
     # more input: the first driver's next commit finds itself fenced
     kafka.produce(topic, ((b"k%d" % i, b"%d" % i, None, i % partitions)
                           for i in range(4000, 8000)), batch_size=2000)
@@ -168,5 +173,4 @@ def test_two_drivers_at_once_the_older_is_fenced(driver: Any, kafka: Any, tmp_pa
                timeout=DRIVER_TIMEOUT, what="the second driver to deliver everything")
     second.terminate()
     check_exactly_once_in_gt_order(read_bundles(c.out), 8000, partitions)
-    s = c.state()
-    assert s["owner"]["generation"] == 2 and s["inflight"] is None
+    assert c.owner().generation == 2 and c.state().inflight is None

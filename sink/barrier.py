@@ -2,13 +2,17 @@
 
 Spark runs ``commit(messages, batchId)`` in a fresh Python process each micro-batch, so
 everything the barrier knows is in the state store, in one record
-(``<pipeline>/barrier/state.json``, docs/PROTOCOL.md)::
+(``<pipeline>/barrier/state.json``, :class:`~state.records.barrier.BarrierState`,
+docs/PROTOCOL.md)::
 
-    {"gt_last": 6, "inflight": {...bundle 7...} | null,
+    {"format": 1, "gt_last": 6, "inflight": {...bundle 7...} | null,
      "owner": {"run_id", "query_id", "generation", "since", "token"}}
 
 Every change of that record is a compare-and-swap on the version that was read; a lost
-CAS is never retried blindly (it means another driver took the pipeline over).
+CAS is never retried blindly (it means another driver took the pipeline over). The store
+retries its own requests; a swap whose outcome it cannot establish is
+:class:`~state.errors.CommitStateUnknown`, resolved by a restart through the in-flight
+record.
 
 ``commit`` of batch ``b``:
 
@@ -36,13 +40,13 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack, Consumer
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging, part_run_id
+from state.barrier_state import load_barrier_state, read_barrier_state
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -56,7 +60,10 @@ from state.errors import (
     StoreUnavailable,
 )
 from state.layout import PipelineLayout
-from state.retry import Retry
+from state.records.barrier import BarrierState, Owner, RunMarker
+from state.records.batch import BatchRecord
+from state.records.codec import decode
+from state.retry import delivery
 from state.store import StateStore
 
 RUN_ID = re.compile(r"runId\s*=\s*([0-9A-Za-z-]+)")
@@ -69,59 +76,6 @@ def run_id_from_description(description: str | None) -> str | None:
         return None
     m = RUN_ID.search(description)
     return m.group(1) if m else None
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The driver run that may advance the barrier."""
-
-    run_id: str
-    query_id: str
-    generation: int
-    since: float
-    token: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "query_id": self.query_id,
-            "generation": self.generation,
-            "since": self.since,
-            "token": self.token,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Owner:
-        return cls(
-            run_id=str(d["run_id"]),
-            query_id=str(d.get("query_id", "")),
-            generation=int(d.get("generation", 0)),
-            since=float(d.get("since", 0.0)),
-            token=None if d.get("token") is None else int(d["token"]),
-        )
-
-
-@dataclass(frozen=True)
-class BarrierState:
-    gt_last: int = -1
-    inflight: dict[str, Any] | None = None
-    owner: Owner | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gt_last": self.gt_last,
-            "inflight": self.inflight,
-            "owner": None if self.owner is None else self.owner.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BarrierState:
-        owner = d.get("owner")
-        return cls(
-            gt_last=int(d.get("gt_last", -1)),
-            inflight=d.get("inflight"),
-            owner=None if owner is None else Owner.from_json(owner),
-        )
 
 
 @dataclass
@@ -159,7 +113,6 @@ class Barrier:
         self.layout = PipelineLayout(options.pipeline_id)
         self.clock = clock
         self.sleep = sleep
-        self.store_retry = Retry(max_attempts=6, base_delay=0.1, deadline=30.0, sleep=sleep)
 
     # --- Spark's hooks --------------------------------------------------------------
 
@@ -268,25 +221,20 @@ class Barrier:
         return outcome
 
     def _epoch_of(self, query_id: str, batch_id: int) -> int | None:
-        hit = self.store_retry(
-            lambda: self.store.get_json_or_none(self.layout.batch(query_id, batch_id))
-        )
+        """The epoch the batch read (its batch record); None for a no-data batch."""
+        key = self.layout.batch(query_id, batch_id)
+        hit = self.store.get_or_none(key)
         if hit is None:
             return None
-        rec = hit[0]
-        same_query = rec.get("query_id", query_id) == query_id
-        if int(rec.get("batch_id", batch_id)) != batch_id or not same_query:
+        record = decode(hit.data, BatchRecord.from_json, f"{self.store.uri}/{key}")
+        if (record.query_id, record.batch_id) != (query_id, batch_id):
             raise StateError(
-                f"barrier: batch record {self.layout.batch(query_id, batch_id)} names another "
-                f"batch: {rec}"
+                f"barrier: batch record {key} names another batch: {record.to_json()}"
             )
-        return int(rec["epoch"])
+        return record.epoch
 
     def _load(self) -> tuple[BarrierState, str | None]:
-        hit = self.store_retry(lambda: self.store.get_json_or_none(self.layout.barrier_state))
-        if hit is None:
-            return BarrierState(), None
-        return BarrierState.from_json(hit[0]), hit[1]
+        return load_barrier_state(self.store, self.layout)
 
     def _claim(
         self, state: BarrierState, version: str | None, run_id: str, query_id: str
@@ -308,14 +256,12 @@ class Barrier:
         if (
             owner is not None
             and owner.run_id != run_id
-            and self.store_retry(lambda: self.store.get_or_none(marker)) is not None
+            and self.store.get_or_none(marker) is not None
         ):
             raise self._fenced(owner, run_id, "a newer run took the pipeline over")
         if owner is None or owner.run_id != run_id:
             try:
-                self.store.create_json(
-                    marker, {"run_id": run_id, "query_id": query_id, "since": self.clock()}
-                )
+                self.store.create_json(marker, RunMarker(run_id, query_id, self.clock()).to_json())
             except KeyExists:
                 raise self._fenced(owner, run_id, "this run was superseded") from None
         new_owner = Owner(
@@ -385,14 +331,7 @@ class Barrier:
                     f"{type(err).__name__}: {err}"
                 ) from err
 
-        retry = Retry(
-            max_attempts=self.options.max_retries + 1,
-            base_delay=self.options.retry_backoff,
-            max_delay=max(self.options.retry_backoff, 30.0),
-            deadline=float("inf"),
-            jitter=0.2,
-            sleep=self.sleep,
-        )
+        retry = delivery(self.options.max_retries, self.options.retry_backoff, sleep=self.sleep)
         try:
             return retry(attempt)
         except (DeliveryFailed, CommitStateUnknown) as err:
@@ -418,27 +357,15 @@ class Barrier:
     ) -> tuple[BarrierState, str]:
         """Compare-and-swap the barrier state; a lost race raises, never retried blindly.
 
-        Only an *unanswered* CAS is tried again (with the same expected version, which is
-        safe: if the first one landed the second loses, and the stored content tells).
+        The store retries the request itself and resolves a swap whose answer was lost
+        (S3: by the write's token). If it still cannot tell, the outcome is unknown: only a
+        restart, through the in-flight record, resolves it.
         """
         key = self.layout.barrier_state
-        data = new.to_json()
-        unanswered = [False]
-
-        def swap() -> str:
-            try:
-                return self.store.compare_and_swap_json(key, data, version)
-            except StoreUnavailable:
-                unanswered[0] = True
-                raise
-
         try:
-            return new, self.store_retry(swap)
+            return new, self.store.compare_and_swap_json(key, new.to_json(), version)
         except ConcurrentModification:
-            current = self.store_retry(lambda: self.store.get_json_or_none(key))
-            if unanswered[0] and current is not None and current[0] == data:
-                return new, current[1]
-            now = BarrierState.from_json(current[0]) if current else BarrierState()
+            now = read_barrier_state(self.store, self.layout)
             if now.owner is not None and (me is None or now.owner.run_id != me.run_id or claiming):
                 raise self._fenced(
                     now.owner, me.run_id if me else "?", f"it lost the race to {what}"
@@ -447,7 +374,7 @@ class Barrier:
                 f"barrier: {self.store.uri}/{key} changed while this driver tried to {what}; "
                 "not retried"
             ) from None
-        except StoreUnavailable as err:
+        except StoreUnavailable as err:  # StoreWriteUnknown included
             raise CommitStateUnknown(
                 f"barrier: could not {what}: {err}; restarting the query resolves it"
             ) from err
@@ -530,7 +457,7 @@ def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str,
 
 
 def _inflight_parts(state: BarrierState) -> set[str]:
-    return set(state.inflight.get("parts", [])) if state.inflight else set()
+    return set(state.inflight.locations) if state.inflight else set()
 
 
 def _record_metrics(options: SinkOptions, outcome: CommitOutcome) -> None:

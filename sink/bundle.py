@@ -5,7 +5,8 @@ A bundle is the output of one micro-batch: its id and its global time are the so
 staged, listed in delivery order. When the input has a ``gt`` column every part is sorted
 by ``gt``; if the parts' ``gt`` ranges are disjoint (each task read its own Kafka range),
 concatenating them in the listed order is ``gt`` order (``ordered``), otherwise delivery
-merges them.
+merges them. A staged part and the in-flight record of a bundle are protocol records
+(:mod:`state.records.bundle`).
 """
 
 from __future__ import annotations
@@ -18,21 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from sink.gt import GtTuple, gt_from_dict, gt_to_dict, sort_by_gt
+from sink.gt import sort_by_gt
+from state.records.bundle import InflightBundle, StagedPart
+from state.records.gt import GlobalTime
 
 if TYPE_CHECKING:
     from sink.staging import Staging
-
-
-@dataclass(frozen=True)
-class StagedPart:
-    """One Parquet part staged by a write task; ``location`` is a key of its staging area."""
-
-    location: str
-    rows: int
-    size: int
-    min_gt: GtTuple | None = None
-    max_gt: GtTuple | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,7 @@ class Bundle:
         return sum(p.size for p in self.parts)
 
     @property
-    def max_gt(self) -> GtTuple | None:
+    def max_gt(self) -> GlobalTime | None:
         highs = [p.max_gt for p in self.parts if p.max_gt is not None]
         return max(highs) if highs else None
 
@@ -95,7 +87,7 @@ class Bundle:
         has_gt = any(m.has_gt for m in messages)
         ordered = True
         if has_gt:
-            parts.sort(key=lambda p: (p.min_gt or (), p.location))
+            parts.sort(key=lambda p: (p.min_gt.to_tuple() if p.min_gt else (), p.location))
             for prev, nxt in itertools.pairwise(parts):
                 if prev.max_gt is None or nxt.min_gt is None or not prev.max_gt < nxt.min_gt:
                     ordered = False
@@ -115,43 +107,28 @@ class Bundle:
 
     # --- the in-flight record (docs/PROTOCOL.md) --------------------------------------
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "bundle_id": self.bundle_id,
-            "epoch": self.epoch,
-            "query_id": self.query_id,
-            "batch_id": self.batch_id,
-            "run_id": self.run_id,
-            "parts": [p.location for p in self.parts],
-            "part_info": [_part_info(p) for p in self.parts],
-            "rows": self.rows,
-            "has_gt": self.has_gt,
-            "ordered": self.ordered,
-            "max_gt": None if self.max_gt is None else gt_to_dict(self.max_gt),
-        }
+    def to_record(self) -> InflightBundle:
+        return InflightBundle(
+            epoch=self.epoch,
+            query_id=self.query_id,
+            batch_id=self.batch_id,
+            run_id=self.run_id,
+            parts=self.parts,
+            has_gt=self.has_gt,
+            ordered=self.ordered,
+        )
 
     @classmethod
-    def from_record(cls, pipeline_id: str, rec: dict[str, Any]) -> Bundle:
-        infos = rec.get("part_info") or [{"rows": 0, "size": 0} for _ in rec["parts"]]
-        parts = tuple(
-            StagedPart(
-                location=loc,
-                rows=int(info["rows"]),
-                size=int(info["size"]),
-                min_gt=gt_from_dict(info["min_gt"]) if info.get("min_gt") else None,
-                max_gt=gt_from_dict(info["max_gt"]) if info.get("max_gt") else None,
-            )
-            for loc, info in zip(rec["parts"], infos, strict=True)
-        )
+    def from_record(cls, pipeline_id: str, record: InflightBundle) -> Bundle:
         return cls(
             pipeline_id=pipeline_id,
-            epoch=int(rec["epoch"]),
-            query_id=str(rec["query_id"]),
-            batch_id=int(rec["batch_id"]),
-            parts=parts,
-            has_gt=bool(rec.get("has_gt", False)),
-            ordered=bool(rec.get("ordered", True)),
-            run_id=rec.get("run_id"),
+            epoch=record.epoch,
+            query_id=record.query_id,
+            batch_id=record.batch_id,
+            parts=record.parts,
+            has_gt=record.has_gt,
+            ordered=record.ordered,
+            run_id=record.run_id,
         )
 
     # --- reading the rows back ----------------------------------------------------------
@@ -171,11 +148,3 @@ class Bundle:
             raise ValueError(f"bundle {self.bundle_id} has no parts")
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-
-def _part_info(p: StagedPart) -> dict[str, Any]:
-    return {
-        "rows": p.rows,
-        "size": p.size,
-        "min_gt": None if p.min_gt is None else gt_to_dict(p.min_gt),
-        "max_gt": None if p.max_gt is None else gt_to_dict(p.max_gt),
-    }

@@ -16,12 +16,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from sink.barrier import Barrier, CommitOutcome, run_id_from_description
-from sink.bundle import BarrierCommitMessage, StagedPart
+from sink.bundle import BarrierCommitMessage
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
 from state.errors import GtBarrierError
+from state.records.bundle import StagedPart
 from state.store import open_store
 
 

@@ -135,6 +135,11 @@ class StoreWriteUnknown(StoreUnavailable):
     """
 
 
+class MalformedRecord(StateError, FatalError, ValueError):
+    """A stored protocol record (docs/PROTOCOL.md) is not in the documented format, or was
+    written by a newer gtbarrier whose format this one does not know."""
+
+
 # --- protocol outcomes -------------------------------------------------------------
 
 

@@ -1,12 +1,13 @@
 """Fencing tokens: a number that grows every time a driver takes a pipeline.
 
-The record ``<pipeline>/coordinator/driver.json`` (``{"token": n, "owner": {...}}``)
-is bumped with a compare-and-swap by every driver that takes the pipeline, after it
-holds the ZooKeeper lock (with ZooKeeper) or right away (without). The token travels
-to the barrier sink as the option ``fencing.token``; the sink refuses a commit whose
-token is lower than the highest it has recorded (:class:`PipelineFenced`), so a zombie
-driver that lost its lock cannot deliver once a newer driver has committed. The
-coordinator also refuses to write a resume point once a newer token exists.
+The driver record ``<pipeline>/coordinator/driver.json``
+(:class:`~state.records.driver.DriverRecord`) is bumped with a compare-and-swap by every
+driver that takes the pipeline, after it holds the ZooKeeper lock (with ZooKeeper) or
+right away (without). The token travels to the barrier sink as the option
+``fencing.token``; the sink refuses a commit whose token is lower than the highest it has
+recorded (:class:`PipelineFenced`), so a zombie driver that lost its lock cannot deliver
+once a newer driver has committed. The coordinator also refuses to write a resume point
+once a newer token exists.
 """
 
 from __future__ import annotations
@@ -14,50 +15,51 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
 
-from state.errors import ConcurrentModification, KeyExists, PipelineFenced
+from state.errors import PipelineFenced
 from state.layout import PipelineLayout
-from state.retry import Retry
+from state.records.codec import decode
+from state.records.driver import NO_TOKEN, DriverOwner, DriverRecord
+from state.retry import cas_loop
 from state.store import StateStore
+
+
+def read_driver_record(store: StateStore, layout: PipelineLayout) -> DriverRecord | None:
+    """The driver record, or None before the first driver took the pipeline."""
+    hit = store.get_or_none(layout.driver)
+    if hit is None:
+        return None
+    return decode(hit.data, DriverRecord.from_json, f"{store.uri}/{layout.driver}")
 
 
 def read_token(store: StateStore, layout: PipelineLayout) -> int:
     """The highest token handed out so far (0: none)."""
-    hit = store.get_json_or_none(layout.driver)
-    return 0 if hit is None else int(hit[0].get("token", 0))
+    record = read_driver_record(store, layout)
+    return NO_TOKEN if record is None else record.token
 
 
 def take_token(store: StateStore, layout: PipelineLayout, *, identifier: str = "") -> int:
-    """Hand out the next token (compare-and-swap on the driver record)."""
-    owner: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "id": identifier,
-        "since": time.time(),
-    }
+    """Hand out the next token (compare-and-swap on the driver record).
+
+    A lost race reads the record again (:func:`~state.retry.cas_loop`); the store retries
+    its own requests.
+    """
+    owner = DriverOwner(
+        host=socket.gethostname(), pid=os.getpid(), identifier=identifier, since=time.time()
+    )
 
     def once() -> int:
-        hit = store.get_json_or_none(layout.driver)
+        hit = store.get_or_none(layout.driver)
         if hit is None:
-            store.create_json(layout.driver, {"owner": owner, "token": 1})
-            return 1
-        record, version = hit
-        token = int(record.get("token", 0)) + 1
-        store.compare_and_swap_json(layout.driver, {"owner": owner, "token": token}, version)
-        return token
+            taken = DriverRecord(NO_TOKEN + 1, owner)
+            store.create_json(layout.driver, taken.to_json())
+            return taken.token
+        current = decode(hit.data, DriverRecord.from_json, f"{store.uri}/{layout.driver}")
+        taken = DriverRecord(current.token + 1, owner)
+        store.compare_and_swap_json(layout.driver, taken.to_json(), hit.version)
+        return taken.token
 
-    retry = Retry(
-        max_attempts=20,
-        base_delay=0.02,
-        max_delay=0.5,
-        deadline=30.0,
-        is_retriable=lambda e: (
-            isinstance(e, ConcurrentModification | KeyExists)
-            or bool(getattr(e, "retriable", False))
-        ),
-    )
-    return retry(once)
+    return cas_loop()(once)
 
 
 def check_token(store: StateStore, layout: PipelineLayout, token: int) -> None:

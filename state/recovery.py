@@ -31,11 +31,12 @@ from typing import Literal
 
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
-from state.resume import ResumePoint, SnapshotRef
-from state.snapshot import Manifest, load_manifest, materialise
+from state.records.manifest import Manifest
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.snapshot import load_manifest, materialise
 from state.store import StateStore
 
-log = logging.getLogger("gtbarrier.coordinator")
+log = logging.getLogger(__name__)
 
 Action = Literal["keep", "materialise", "fresh"]
 MODES = ("restore", "replay")

@@ -1,19 +1,12 @@
-"""The resume point: where a restarted pipeline picks up, and the rule that it never moves back.
+"""The resume point's rules and its two homes: it never moves back, stale drivers are fenced.
 
-One small JSON record per pipeline, kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``)
-or, without ZooKeeper, in the state store (``<pipeline>/resume.json``)::
+The record itself (:class:`~state.records.resume_point.ResumePoint`, docs/PROTOCOL.md) is
+kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``, :mod:`state.zookeeper`) or, without
+ZooKeeper, in the state store (``<pipeline>/resume.json``, :class:`StoreResumePoints`).
 
-    {"generation": 0, "token": 3, "epoch": 7, "batch_id": 12, "query_id": "...",
-     "frontier": {"epoch": 8, "offsets": {...}}, "created_at": 1760000000.0,
-     "snapshot_id": 4, "manifest": "<pipeline>/snapshots/000000000004/manifest.json",
-     "manifest_sha256": "...", "retained": [{...newest first...}]}
-
-``epoch`` is the last source epoch whose effects the snapshot's operator state holds
-(the epoch batch ``batch_id`` read); ``frontier`` is the source offset at which the
-next batch starts (``frontier.epoch == epoch + 1`` for the gtkafka source).
 ``generation`` is bumped by ``recover(mode="replay")``: a query started on a fresh
-checkpoint begins a new lineage whose snapshots supersede every older one.
-``token`` is the fencing token of the driver that wrote the record.
+checkpoint begins a new lineage whose snapshots supersede every older one. ``token`` is
+the fencing token of the driver that wrote the record.
 
 Every write is a compare-and-swap on the record's version (the znode version, or the
 store's ETag) and is refused unless it moves the point forward: see :func:`order_key`.
@@ -24,108 +17,30 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from state.errors import ConcurrentModification, KeyExists, PipelineFenced
+from state.errors import ConcurrentModification, KeyExists, MalformedRecord, PipelineFenced
 from state.layout import PipelineLayout
-from state.retry import Retry
-from state.store import StateStore, dumps
+from state.records.codec import dumps
+from state.records.resume_point import ResumePoint
+from state.retry import Retry, cas_loop
+from state.store import StateStore
 
-log = logging.getLogger("gtbarrier.coordinator")
+__all__ = [
+    "ResumePointBackend",
+    "StoreResumePoints",
+    "advance_resume_point",
+    "check_advance",
+    "order_key",
+    "read_resume_point",
+]
 
-NO_EPOCH = -1
-
-
-@dataclass(frozen=True)
-class SnapshotRef:
-    """A snapshot listed in the resume point (the current one or a retained older one)."""
-
-    snapshot_id: int
-    manifest: str
-    manifest_sha256: str
-    epoch: int
-    batch_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batch_id": self.batch_id,
-            "epoch": self.epoch,
-            "manifest": self.manifest,
-            "manifest_sha256": self.manifest_sha256,
-            "snapshot_id": self.snapshot_id,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> SnapshotRef:
-        return cls(
-            snapshot_id=int(raw["snapshot_id"]),
-            manifest=str(raw["manifest"]),
-            manifest_sha256=str(raw["manifest_sha256"]),
-            epoch=int(raw["epoch"]),
-            batch_id=int(raw["batch_id"]),
-        )
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """The parsed resume point record. ``snapshot`` is None before the first snapshot of a
-    generation (the query then replays from the source's persisted start)."""
-
-    generation: int
-    token: int
-    epoch: int
-    batch_id: int | None
-    query_id: str | None
-    frontier: Any
-    created_at: float
-    retained: tuple[SnapshotRef, ...]
-
-    @property
-    def snapshot(self) -> SnapshotRef | None:
-        return self.retained[0] if self.retained else None
-
-    def to_json(self) -> dict[str, Any]:
-        snap = self.snapshot
-        return {
-            "batch_id": self.batch_id,
-            "created_at": self.created_at,
-            "epoch": self.epoch,
-            "frontier": self.frontier,
-            "generation": self.generation,
-            "manifest": snap.manifest if snap else None,
-            "manifest_sha256": snap.manifest_sha256 if snap else None,
-            "query_id": self.query_id,
-            "retained": [r.to_json() for r in self.retained],
-            "snapshot_id": snap.snapshot_id if snap else None,
-            "token": self.token,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> ResumePoint:
-        return cls(
-            generation=int(raw.get("generation", 0)),
-            token=int(raw.get("token", 0)),
-            epoch=int(raw.get("epoch", NO_EPOCH)),
-            batch_id=None if raw.get("batch_id") is None else int(raw["batch_id"]),
-            query_id=raw.get("query_id"),
-            frontier=raw.get("frontier"),
-            created_at=float(raw.get("created_at", 0.0)),
-            retained=tuple(SnapshotRef.from_json(r) for r in raw.get("retained", [])),
-        )
-
-    @classmethod
-    def empty(cls, *, generation: int, token: int, created_at: float) -> ResumePoint:
-        """A generation with no snapshot yet."""
-        return cls(generation, token, NO_EPOCH, None, None, None, created_at, ())
-
-    def order_key(self) -> tuple[int, int, int]:
-        return order_key(self)
+log = logging.getLogger(__name__)
 
 
 def order_key(point: ResumePoint) -> tuple[int, int, int]:
     """Resume points are ordered by (generation, epoch, batch id); a write must increase it."""
-    return (point.generation, point.epoch, NO_EPOCH if point.batch_id is None else point.batch_id)
+    return point.order_key()
 
 
 def check_advance(current: ResumePoint | None, new: ResumePoint) -> bool:
@@ -177,7 +92,10 @@ class StoreResumePoints:
         hit = self.store.get_or_none(self.key)
         if hit is None:
             return None, None
-        return json.loads(hit.data), hit.version
+        try:
+            return json.loads(hit.data), hit.version
+        except ValueError:
+            raise MalformedRecord(f"{self.description}: not a JSON document") from None
 
     def write(self, record: dict[str, Any], expected_version: str | None) -> str:
         if expected_version is None:
@@ -189,8 +107,15 @@ class StoreResumePoints:
 
 
 def read_resume_point(backend: ResumePointBackend) -> tuple[ResumePoint | None, str | None]:
+    """The resume point and its version, or ``(None, None)`` if there is none."""
     raw, version = backend.read()
-    return (None if raw is None else ResumePoint.from_json(raw)), version
+    if raw is None:
+        return None, version
+    try:
+        return ResumePoint.from_json(raw), version
+    except MalformedRecord as err:
+        err.add_note(f"while reading the resume point in {backend.description}")
+        raise
 
 
 def advance_resume_point(
@@ -202,19 +127,14 @@ def advance_resume_point(
     """Replace the resume point with ``make(current)`` if that moves it forward.
 
     ``make`` sees the current point (to carry the retained list over) and is called
-    again after a lost compare-and-swap. Returns the point written, or None if the
-    current one is already at or past it. Raises :class:`PipelineFenced` if a newer
-    driver wrote the current point.
+    again after a lost compare-and-swap (:func:`~state.retry.cas_loop` unless ``retry`` is
+    given). Returns the point written, or None if the current one is already at or past
+    it. Raises :class:`PipelineFenced` if a newer driver wrote the current point.
+
+    Transient errors of the backend's requests are the backend's to retry (the state
+    store retries its own), never this loop's: they propagate.
     """
-    attempts = retry or Retry(
-        max_attempts=20,
-        base_delay=0.02,
-        max_delay=0.5,
-        deadline=30.0,
-        is_retriable=lambda e: (
-            isinstance(e, ConcurrentModification) or getattr(e, "retriable", False)
-        ),
-    )
+    attempts = retry or cas_loop()
 
     def once() -> ResumePoint | None:
         current, version = read_resume_point(backend)

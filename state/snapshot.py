@@ -36,7 +36,6 @@ missing, :class:`SnapshotIncomplete` is raised and the coordinator tries the nex
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -52,11 +51,24 @@ from typing import Any
 
 from state.errors import KeyExists, SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
-from state.store import StateStore, dumps
+from state.records.manifest import Manifest, ManifestEntry
+from state.store import StateStore
 
-log = logging.getLogger("gtbarrier.coordinator")
+__all__ = [
+    "CheckpointFile",
+    "Materialised",
+    "Pruned",
+    "SnapshotWriter",
+    "checkpoint_files",
+    "load_manifest",
+    "materialise",
+    "prune",
+    "replace_dir",
+    "sha256_hex",
+    "wanted",
+]
 
-MANIFEST_FORMAT = 1
+log = logging.getLogger(__name__)
 _STATE_VERSIONED = re.compile(r"^(\d+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
 _BATCH_KEYED = re.compile(r"^(\d+)(?:_.*)?$")
 _CHUNK = 1 << 20
@@ -120,89 +132,7 @@ def checkpoint_files(checkpoint: Path, batch_id: int) -> list[CheckpointFile]:
     return sorted(found, key=lambda f: f.path)
 
 
-# --- manifest ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    path: str
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size}
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What one snapshot holds. Serialised canonically; its SHA-256 goes in the resume point."""
-
-    pipeline_id: str
-    snapshot_id: int
-    generation: int
-    token: int
-    batch_id: int
-    epoch: int
-    frontier: Any
-    query_id: str | None
-    created_at: float
-    files: tuple[ManifestEntry, ...]
-    uploaded_files: int = 0
-    uploaded_bytes: int = 0
-    copy_seconds: float = 0.0
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batch_id": self.batch_id,
-            "bytes": self.total_bytes,
-            "copy_seconds": round(self.copy_seconds, 3),
-            "created_at": self.created_at,
-            "epoch": self.epoch,
-            "files": [f.to_json() for f in self.files],
-            "format": MANIFEST_FORMAT,
-            "frontier": self.frontier,
-            "generation": self.generation,
-            "pipeline_id": self.pipeline_id,
-            "query_id": self.query_id,
-            "snapshot_id": self.snapshot_id,
-            "token": self.token,
-            "uploaded_bytes": self.uploaded_bytes,
-            "uploaded_files": self.uploaded_files,
-        }
-
-    def to_bytes(self) -> bytes:
-        return dumps(self.to_json())
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, where: str) -> Manifest:
-        try:
-            raw = json.loads(data)
-            if raw.get("format") != MANIFEST_FORMAT:
-                raise ValueError(f"unknown manifest format {raw.get('format')!r}")
-            return cls(
-                pipeline_id=str(raw["pipeline_id"]),
-                snapshot_id=int(raw["snapshot_id"]),
-                generation=int(raw["generation"]),
-                token=int(raw["token"]),
-                batch_id=int(raw["batch_id"]),
-                epoch=int(raw["epoch"]),
-                frontier=raw.get("frontier"),
-                query_id=raw.get("query_id"),
-                created_at=float(raw["created_at"]),
-                files=tuple(
-                    ManifestEntry(str(f["path"]), int(f["size"]), str(f["sha256"]))
-                    for f in raw["files"]
-                ),
-                uploaded_files=int(raw.get("uploaded_files", 0)),
-                uploaded_bytes=int(raw.get("uploaded_bytes", 0)),
-                copy_seconds=float(raw.get("copy_seconds", 0.0)),
-            )
-        except (ValueError, KeyError, TypeError) as err:
-            raise SnapshotCorrupted(f"snapshot manifest {where} is malformed: {err}") from err
+# --- manifest (the record: state.records.manifest) -----------------------------------
 
 
 def sha256_hex(data: bytes) -> str:

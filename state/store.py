@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 from state.errors import KeyNotFound, StoreConfigError
 from state.options import Options
+from state.records.codec import dumps as dumps  # noqa: PLC0414 - re-exported
 
 
 @dataclass(frozen=True)
@@ -197,11 +198,6 @@ class StateStore(ABC):
 
     def compare_and_swap_json(self, key: str, value: Any, expected_version: str) -> str:
         return self.compare_and_swap(key, dumps(value), expected_version)
-
-
-def dumps(value: Any) -> bytes:
-    """Canonical JSON: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def open_store(config: StoreConfig | str) -> StateStore:

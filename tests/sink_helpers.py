@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datasource.batch_record import BatchContext, write_batch_record
 from sink.barrier import Barrier
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
@@ -17,17 +18,13 @@ from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging, StoreStaging
 from sink.writer import BarrierStreamWriter, TaskInfo
+from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.records.barrier import BarrierState, Owner
+from state.records.bundle import InflightBundle
+from state.records.gt import arrow_array as gt_array
 from state.store import StateStore, open_store
 
-GT_TYPE = pa.struct(
-    [
-        ("epoch", pa.int64()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-    ]
-)
 _attempts = itertools.count(1)
 
 
@@ -36,14 +33,11 @@ def gt_batch(
 ) -> pa.RecordBatch:
     """Rows ``value = "<partition>:<offset>"`` with their ``gt``."""
     n = len(offsets)
-    gt = pa.StructArray.from_arrays(
-        [
-            pa.array([epoch] * n, pa.int64()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(list(offsets), pa.int64()),
-        ],
-        fields=list(GT_TYPE),
+    gt = gt_array(
+        pa.array([epoch] * n, pa.int64()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(list(offsets), pa.int64()),
     )
     values = pa.array([f"{partition}:{o}".encode() for o in offsets], pa.binary())
     return pa.RecordBatch.from_arrays([values, gt], names=["value", "gt"])
@@ -111,13 +105,9 @@ class Pipeline:
         self.sleeps: list[float] = []
 
     def record_batch(self, batch_id: int, epoch: int, query_id: str | None = None) -> None:
-        q = query_id or self.query_id
-        rec = {"batch_id": batch_id, "epoch": epoch, "query_id": q}
-        existing = self.store.get_json_or_none(self.layout.batch(q, batch_id))
-        if existing is None:
-            self.store.create_json(self.layout.batch(q, batch_id), rec)
-        else:
-            assert existing[0] == rec, f"batch {batch_id} recorded as {existing[0]}"
+        write_batch_record(
+            self.store, self.layout, BatchContext(query_id or self.query_id, batch_id), epoch
+        )
 
     def write(
         self,
@@ -151,8 +141,19 @@ class Pipeline:
             **kwargs,
         )
 
-    def state(self) -> dict[str, Any]:
-        return dict(self.store.get_json(self.layout.barrier_state)[0])
+    def state(self) -> BarrierState:
+        assert self.store.get_or_none(self.layout.barrier_state) is not None, "no barrier state"
+        return read_barrier_state(self.store, self.layout)
+
+    def inflight(self) -> InflightBundle:
+        inflight = self.state().inflight
+        assert inflight is not None, "no bundle in flight"
+        return inflight
+
+    def owner(self) -> Owner:
+        owner = self.state().owner
+        assert owner is not None, "the barrier has no owner"
+        return owner
 
     def staged(self) -> list[str]:
         return self.staging.list(self.layout.staging_prefix)

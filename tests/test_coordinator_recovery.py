@@ -11,9 +11,10 @@ import pytest
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.memory_store import reset_memory_stores
+from state.records.manifest import Manifest
+from state.records.resume_point import ResumePoint, SnapshotRef
 from state.recovery import LocalCheckpoint, decide, recover_checkpoint
-from state.resume import ResumePoint, SnapshotRef
-from state.snapshot import Manifest, SnapshotWriter, sha256_hex
+from state.snapshot import SnapshotWriter, sha256_hex
 from state.store import StateStore, open_store
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
@@ -110,7 +111,7 @@ def test_corrupted_manifest_falls_back_to_previous_snapshot(
         newest.manifest, store.get(newest.manifest).data.replace(b'"epoch":15', b'"epoch":16')
     )
     target = tmp_path / "t"
-    with caplog.at_level("WARNING", logger="gtbarrier.coordinator"):
+    with caplog.at_level("WARNING", logger="state.recovery"):
         result = recover_checkpoint(store, LAYOUT, point, target, "restore")
     assert result.batch_id == 3 and result.snapshot == point.retained[1]
     assert len(result.skipped) == 1 and "SHA-256" in result.skipped[0]

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from state.errors import ConcurrentModification, PipelineFenced
-from state.fencing import check_token, read_token, take_token
+from state.fencing import check_token, read_driver_record, read_token, take_token
 from state.layout import PipelineLayout
 from state.memory_store import reset_memory_stores
+from state.records.codec import decode
+from state.records.resume_point import ResumePoint, SnapshotRef
 from state.resume import (
-    ResumePoint,
-    SnapshotRef,
     StoreResumePoints,
     advance_resume_point,
     check_advance,
@@ -74,7 +74,7 @@ def test_store_backend_never_moves_back(store: StateStore) -> None:
     assert advance_resume_point(backend, lambda cur: point(2)) is None  # late writer
     assert read_resume_point(backend)[0] == point(3)
     assert advance_resume_point(backend, lambda cur: point(5)) == point(5)
-    assert store.get_json(LAYOUT.resume_point)[0]["epoch"] == 5
+    assert decode(store.get(LAYOUT.resume_point).data, ResumePoint.from_json, "test").epoch == 5
     with pytest.raises(PipelineFenced):
         advance_resume_point(backend, lambda cur: point(9, token=0))
     assert read_resume_point(backend)[0] == point(5)
@@ -136,7 +136,8 @@ def test_fencing_tokens_grow_and_fence(store: StateStore) -> None:
     first = take_token(store, LAYOUT, identifier="a")
     second = take_token(store, LAYOUT, identifier="b")
     assert (first, second) == (1, 2)
-    assert store.get_json(LAYOUT.driver)[0]["owner"]["id"] == "b"
+    record = read_driver_record(store, LAYOUT)
+    assert record is not None and record.owner is not None and record.owner.identifier == "b"
     check_token(store, LAYOUT, second)
     with pytest.raises(PipelineFenced, match="newer driver"):
         check_token(store, LAYOUT, first)

@@ -12,8 +12,10 @@ import pytest
 
 from state.coordinator import SnapshotCoordinator
 from state.errors import ConfigError, PipelineFenced
+from state.layout import PipelineLayout
 from state.memory_store import reset_memory_stores
-from state.store import dumps
+from state.records.barrier import BarrierState
+from state.records.bundle import InflightBundle
 from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
 
 pytestmark = pytest.mark.unit
@@ -27,6 +29,17 @@ def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
             return got
         time.sleep(0.02)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def put_barrier(coord: SnapshotCoordinator, gt_last: int, inflight_batch: int | None) -> None:
+    """The barrier state: ``GT_last`` and, unless None, batch ``b``'s bundle (epoch
+    ``b + 10``) in flight."""
+    inflight = None
+    if inflight_batch is not None:
+        epoch = inflight_batch + 10
+        inflight = InflightBundle(epoch, "q-1", inflight_batch, None, (), False, True)
+    state = BarrierState(gt_last=gt_last, inflight=inflight)
+    coord.store.put_json(PipelineLayout("p1").barrier_state, state.to_json())
 
 
 @pytest.fixture
@@ -117,8 +130,7 @@ def request_with_bundle_13_in_flight(coord: SnapshotCoordinator, tmp_path: Path)
     """Batch 3 (epoch 13) completed while its bundle is still in flight; a snapshot is
     requested and given half a second (it must not be accepted before bundle 13 is acked)."""
     write_checkpoint(tmp_path / "cp", 3)
-    inflight = {"bundle_id": 13, "epoch": 13, "query_id": "q-1", "batch_id": 3}
-    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 12, "inflight": inflight}))
+    put_barrier(coord, 12, inflight_batch=3)
     coord.watch(FakeQuery())  # type: ignore[arg-type]
     coord.on_batch_completed(batch(3))
     coord.request_snapshot()
@@ -132,7 +144,7 @@ def test_snapshot_waits_for_the_barrier_to_drain(
     request_with_bundle_13_in_flight(coord, tmp_path)
     assert coord.accepted == 0  # bundle 13 is still in flight
     assert coord.status()["inflight"]["epoch"] == 13
-    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": None}))
+    put_barrier(coord, 13, inflight_batch=None)
     wait_for(lambda: coord.accepted == 1)
     assert coord.status()["gt_last"] == 13
 
@@ -142,8 +154,7 @@ def test_in_flight_bundle_after_the_epoch_does_not_block(
 ) -> None:
     coord = make()
     write_checkpoint(tmp_path / "cp", 3)
-    inflight = {"bundle_id": 14, "epoch": 14, "query_id": "q-1", "batch_id": 4}
-    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": inflight}))
+    put_barrier(coord, 13, inflight_batch=4)
     coord.watch(FakeQuery())  # type: ignore[arg-type]
     coord.on_batch_completed(batch(3))
     point = coord.request_snapshot(wait="10s")
@@ -160,8 +171,7 @@ def test_drain_timeout_abandons_and_keeps_the_previous_point(
     first = coord.request_snapshot(wait="10s")
     assert first is not None
     add_batch(cp, 4)
-    inflight = {"bundle_id": 14, "epoch": 14, "query_id": "q-1", "batch_id": 4}
-    coord.store.put("p1/barrier/state.json", dumps({"gt_last": 13, "inflight": inflight}))
+    put_barrier(coord, 13, inflight_batch=4)
     with caplog.at_level("WARNING", logger="state.coordinator"):
         coord.on_batch_completed(batch(4))
         coord.request_snapshot()

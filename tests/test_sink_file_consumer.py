@@ -16,6 +16,7 @@ from sink.consumers.file import FileConsumer, bundle_file_name
 from sink.faults import FaultInjector, InjectedFault
 from sink.writer import BarrierStreamWriter
 from state.errors import DeliveryFailed, StateError
+from state.records.gt import GlobalTime
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
 pytestmark = pytest.mark.unit
@@ -101,7 +102,7 @@ def test_redelivery_is_idempotent_and_last_bundle_follows_the_pointer(tmp_path: 
     # the bundle file is there, the pointer is not: last_bundle() says "none"
     assert visible(tmp_path) == [bundle_file_name(1)]
     assert consumer.last_bundle() is None
-    assert p.state()["inflight"]["bundle_id"] == 1
+    assert p.inflight().bundle_id == 1
     # restart: replay of batch 0; the in-flight bundle is delivered again (a no-op on data)
     consumer.faults = FaultInjector("")
     p.run_id = "run-b"
@@ -122,7 +123,7 @@ def test_missing_staged_part_of_undelivered_bundle_is_an_error(tmp_path: Path) -
     p.staging.delete(m.part.location)
     with pytest.raises(StateError, match="cannot be delivered"):
         p.barrier().commit([m], 0)
-    assert p.state()["inflight"]["bundle_id"] == 1  # kept for an operator to look at
+    assert p.inflight().bundle_id == 1  # kept for an operator to look at
 
 
 def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_write_task_stages_parts_under_the_hidden_prefix(tmp_path: Path) -> None
     assert m.part.location.endswith("-rrun-a.parquet")
     staged = pq.read_table(tmp_path / m.part.location)
     assert [o.as_py() for o in staged.column("gt").combine_chunks().field("offset")] == [1, 2, 3]
-    assert m.part.min_gt == (1, "t", 0, 1) and m.part.max_gt == (1, "t", 0, 3)
+    assert m.part.min_gt == GlobalTime(1, "t", 0, 1) and m.part.max_gt == GlobalTime(1, "t", 0, 3)
 
 
 def test_writer_is_picklable_without_clients(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ import pytest
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
 from state.memory_store import reset_memory_stores
+from state.records.manifest import Manifest
 from state.snapshot import (
-    Manifest,
     SnapshotWriter,
     load_manifest,
     materialise,

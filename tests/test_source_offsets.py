@@ -1,53 +1,21 @@
-"""Offset arithmetic of gtkafka: JSON form, ranges, rate limiting, splitting."""
+"""Offset arithmetic of gtkafka: ranges, rate limiting, splitting (the JSON form: test_records)."""
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
 from datasource.offsets import (
     OffsetRange,
-    SourceOffset,
     backlog,
     cap_frontier,
     ranges_between,
     rate_limit,
     split_ranges,
 )
-from state.errors import MalformedOffset
 
 pytestmark = pytest.mark.unit
-
-
-def test_json_has_sorted_keys_and_round_trips() -> None:
-    off = SourceOffset(3, {("b", 10): 5, ("b", 2): 7, ("a", 0): 1})
-    doc = off.to_json()
-    assert list(doc) == ["epoch", "offsets"]
-    assert list(doc["offsets"]) == ["a", "b"]
-    assert list(doc["offsets"]["b"]) == ["10", "2"]  # text order, as json sort_keys
-    text = json.dumps(doc)
-    assert text == json.dumps(doc, sort_keys=True)
-    again = SourceOffset.from_json(json.loads(text))
-    assert again.same_as(off) and json.dumps(again.to_json()) == text
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        {"orders": {"0": 1}},  # Spark's own Kafka offsets
-        {"epoch": -1, "offsets": {}},
-        {"epoch": "1", "offsets": {}},
-        {"epoch": 1, "offsets": {"t": {"x": 1}}},
-        {"epoch": 1, "offsets": {"t": {"0": -1}}},
-        {"epoch": 1, "offsets": {"t": [1]}},
-        [1],
-    ],
-)
-def test_malformed_offsets(bad: object) -> None:
-    with pytest.raises(MalformedOffset):
-        SourceOffset.from_json(bad)
 
 
 def test_ranges_between_new_and_gone_partitions() -> None:

@@ -12,7 +12,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
 from datasource.offset_reader import OffsetReader
-from datasource.offsets import SourceOffset
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition
 from datasource.schema import source_schema
@@ -20,7 +19,8 @@ from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import ConfigError, DataLossError, EpochLogConflict, KeyExists, SourceUnavailable
 from state.layout import PipelineLayout
 from state.memory_store import MemoryStore
-from state.retry import Retry
+from state.records.epoch import EpochRecord
+from state.records.source_offset import SourceOffset
 from state.store import StoreConfig
 from tests.source_fakes import FakeBroker, factory
 
@@ -64,7 +64,7 @@ class Harness:
             self.options,
             source_schema(False),
             offset_reader=offsets,
-            epoch_log=EpochLog(self.store, self.layout, retry=Retry(max_attempts=1)),
+            epoch_log=EpochLog(self.store, self.layout),
             clock=self.clock,
         )
 
@@ -158,7 +158,7 @@ def test_epoch_log_records_and_replays(broker: FakeBroker) -> None:
     end = h.latest(start, ReadMaxRows(20))
     assert end["epoch"] == 1 and offsets(end) == {("t", 0): 15, ("t", 1): 5}
     record, _ = h.store.get_json(h.layout.epoch(0))
-    assert record == {"epoch": 0, "start": start, "end": end}
+    assert record == {"epoch": 0, "format": 1, "start": start, "end": end}
     # a replay gets the recorded end whatever the limit is now, and from another reader
     assert h.latest(start, ReadAllAvailable()) == end
     assert h.new_reader().latestOffset(start, ReadMaxRows(1)) == end
@@ -191,7 +191,8 @@ def test_losing_the_create_race_adopts_the_winner(broker: FakeBroker) -> None:
 
     def racing_create(key: str, data: bytes) -> str:
         if key == h.layout.epoch(0):  # another driver records epoch 0 first
-            h.store.put_json(key, {"epoch": 0, "start": start, "end": winner.to_json()})
+            record = EpochRecord(0, SourceOffset.from_json(start), winner)
+            h.store.put_json(key, record.to_json())
             raise KeyExists(h.uri, key)
         return real_create(key, data)
 

@@ -41,10 +41,11 @@ from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from state.barrier_state import load_barrier_state
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.ownership import DriverOwnership
-from state.coordinator.pipeline import Lineage, SnapshotPipeline, SnapshotStats, barrier_view
+from state.coordinator.pipeline import Lineage, SnapshotPipeline, SnapshotStats
 from state.coordinator.recover import Recoverer, RecoveryFuture
 from state.coordinator.scheduler import SnapshotScheduler
 from state.coordinator.supervisor import Supervisor
@@ -375,8 +376,9 @@ class SnapshotCoordinator:
             "resume_point": None if point is None else point.to_json(),
         }
         try:
-            view = barrier_view(self.store, self.layout)
-            out["gt_last"], out["inflight"] = view.gt_last, view.inflight
+            state, version = load_barrier_state(self.store, self.layout)
+            out["gt_last"] = None if version is None else state.gt_last
+            out["inflight"] = None if state.inflight is None else state.inflight.to_json()
         except StateError as err:
             out["gt_last"] = out["inflight"] = None
             out["barrier_error"] = str(err)

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from state.coordinator.config import CoordinatorConfig
 from state.errors import ZooKeeperUnavailable
 from state.fencing import take_token
-from state.resume import ResumePoint, ResumePointBackend, StoreResumePoints, read_resume_point
+from state.records.resume_point import ResumePoint
+from state.resume import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.retry import Retry, lost_race
 from state.store import StateStore
 

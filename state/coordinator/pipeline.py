@@ -21,41 +21,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from state.barrier_state import read_barrier_state
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.ownership import DriverOwnership
 from state.errors import CoordinationError, RetriableError, SnapshotIncomplete
 from state.fencing import check_token
-from state.layout import PipelineLayout
-from state.resume import ResumePoint, SnapshotRef, advance_resume_point
+from state.records.manifest import Manifest
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.resume import advance_resume_point
 from state.retry import poll_until
-from state.snapshot import Manifest, SnapshotWriter, checkpoint_files, prune
+from state.snapshot import SnapshotWriter, checkpoint_files, prune
 from state.store import StateStore
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_WAIT_S = 10.0
-
-
-class BarrierView(NamedTuple):
-    """The barrier state as the coordinator needs it."""
-
-    gt_last: Any
-    inflight_epoch: int | None
-    inflight: dict[str, Any] | None
-
-
-def barrier_view(store: StateStore, layout: PipelineLayout) -> BarrierView:
-    """``GT_last`` and the in-flight bundle (its epoch, and the raw record) of the barrier."""
-    # TODO(records): read through state/records/ (the barrier state record) once it exists.
-    hit = store.get_json_or_none(layout.barrier_state)
-    if hit is None:
-        return BarrierView(None, None, None)
-    inflight = hit[0].get("inflight")
-    epoch = int(inflight.get("epoch", -1)) if inflight else None
-    return BarrierView(hit[0].get("gt_last"), epoch, inflight)
 
 
 @dataclass(frozen=True)
@@ -209,11 +192,10 @@ class SnapshotPipeline:
     def _await_drained(self, epoch: int, timeout: float, closing: Closing) -> None:
         def check() -> None:
             _check_not_closing(closing)
-            view = barrier_view(self.store, self.layout)
-            inflight, inflight_epoch = view.inflight, view.inflight_epoch
-            if inflight is not None and inflight_epoch is not None and inflight_epoch <= epoch:
+            inflight = read_barrier_state(self.store, self.layout).inflight
+            if inflight is not None and inflight.epoch <= epoch:
                 raise _NotDrainedError(
-                    f"barrier bundle {inflight.get('bundle_id')} (epoch {inflight_epoch}) "
+                    f"barrier bundle {inflight.bundle_id} (epoch {inflight.epoch}) "
                     f"still in flight at or below the snapshot's epoch {epoch}"
                 )
 
@@ -268,4 +250,4 @@ def _check_not_closing(closing: Closing) -> None:
         raise CoordinationError("the coordinator is closing")
 
 
-__all__ = ["BarrierView", "Lineage", "SnapshotPipeline", "SnapshotStats", "barrier_view"]
+__all__ = ["Lineage", "SnapshotPipeline", "SnapshotStats"]

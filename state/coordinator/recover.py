@@ -21,8 +21,9 @@ from state.coordinator.ownership import DriverOwnership
 from state.coordinator.pipeline import Lineage
 from state.errors import CoordinationError
 from state.fencing import check_token
+from state.records.resume_point import ResumePoint
 from state.recovery import RecoveryResult, recover_checkpoint
-from state.resume import ResumePoint, advance_resume_point, read_resume_point
+from state.resume import advance_resume_point, read_resume_point
 from state.store import StateStore
 
 log = logging.getLogger(__name__)
