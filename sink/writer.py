@@ -90,7 +90,7 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         self, iterator: Iterator[pa.RecordBatch], task: TaskInfo
     ) -> BarrierCommitMessage:
         """Drop replayed rows, stage the rest as one Parquet part sorted by ``gt``."""
-        faults = FaultInjector(self.options.fault)
+        faults = FaultInjector.from_environment()
         store = open_store(self.options.store)
         try:
             gt_last = self._gt_last(store) if self.has_gt else -1
@@ -170,7 +170,7 @@ class _OpenBarrier:
         self.options = options
 
     def __enter__(self) -> Barrier:
-        faults = FaultInjector(self.options.fault)
+        faults = FaultInjector.from_environment()
         self.store = open_store(self.options.store)
         self.consumer = open_consumer(self.options, self.store, faults)
         return Barrier(self.options, self.store, self.consumer, self.consumer.staging, faults)

@@ -206,10 +206,10 @@ class PrefixOption(OptionSpec):
         """The options under the prefix, the prefix removed, names lower-cased."""
         return opts.with_prefix(self.name)
 
-    def given(self, opts: Options) -> list[str]:
-        """The options under the prefix as the user spelled them."""
+    def given(self, opts: Options) -> list[tuple[str, str]]:
+        """``(name as spelled, value)`` of every option under the prefix."""
         prefix = self.name.lower()
-        return [n for n in opts.names() if n.lower().startswith(prefix)]
+        return [(n, v) for n, v in opts.items() if n.lower().startswith(prefix)]
 
     def is_set(self, opts: Options) -> bool:
         return bool(self.given(opts))
@@ -278,7 +278,7 @@ class OptionTable:
             if value in only.values or not spec.is_set(opts):
                 continue
             if isinstance(spec, PrefixOption):
-                name, subject = spec.given(opts)[0], spec.name + "*"
+                name, subject = spec.given(opts)[0][0], spec.name + "*"
             else:
                 name, subject = spec.name, "it"
             raise opts.error(

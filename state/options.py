@@ -49,6 +49,10 @@ class Options:
         """The options as the user spelled them."""
         return [orig for orig, _ in self._raw.values()]
 
+    def items(self) -> list[tuple[str, str]]:
+        """``(name as spelled, value)`` of every option."""
+        return list(self._raw.values())
+
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Options under ``prefix`` with the prefix removed (names lower-cased)."""
         p = prefix.lower()
