@@ -69,8 +69,7 @@ DELIVERY = ChoiceOption(
     name="delivery",
     choices=DELIVERIES,
     default="exactly-once",
-    doc="`exactly-once` or `at-least-once` (no last-bundle contract; see \"Guarantees\" in "
-    "docs/sink.md).",
+    doc="`exactly-once` or `at-least-once` (no last-bundle contract).",
 )
 ACK_TIMEOUT_MS = IntegerOption(
     name="ack.timeoutMs",
