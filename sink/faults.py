@@ -79,8 +79,8 @@ class FaultInjector:
     def __init__(self) -> None:
         self._faults: tuple[Fault, ...] = ()
 
-    @classmethod
-    def from_environment(cls) -> FaultInjector:
+    @staticmethod
+    def from_environment() -> FaultInjector:
         """The injector for ``GTBARRIER_FAULT``; inert when the variable is unset or blank."""
         injector = FaultInjector()
         spec = os.environ.get(ENV, "")

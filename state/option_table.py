@@ -2,7 +2,9 @@
 
 A component (the ``gtkafka`` source, the ``barrier`` sink, the state store's ``s3.*``
 options) lists its options as one :class:`OptionTable` of specs. A spec says the
-option's name, its type (the spec's class), default, bounds, a one-line doc and extras:
+option's name, its type (the spec's class: :class:`StringOption`, :class:`IntegerOption`,
+:class:`BooleanOption`, :class:`DurationOption`, :class:`ChoiceOption`,
+:class:`JsonOption`, :class:`PrefixOption`), default, bounds, a one-line doc and extras:
 required, only with a value of another option (``consumer=kafka``), only together with
 another option, or a prefix under which any name is passed on (``kafka.*``). From the
 table come
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from state.options import Options, format_duration
 
@@ -79,7 +81,6 @@ class OptionSpec:
     requires: str | None = None
     default_doc: str | None = None
 
-    kind: ClassVar[str] = "string"
 
     def name_cell(self) -> str:
         return f"`{self.name}`"
@@ -91,10 +92,10 @@ class OptionSpec:
     def default_cell(self) -> str:
         if self.default_doc is not None:
             return self.default_doc
+        if self.required and self.only_with is not None:
+            return "required for " + "/".join(self.only_with.values)
         if self.required:
-            return "required" if self.only_with is None else (
-                "required for " + "/".join(self.only_with.values)
-            )
+            return "required"
         return self.default_text()
 
     def doc_row(self) -> DocRow:
@@ -120,7 +121,6 @@ class StringOption(OptionSpec):
 class JsonOption(StringOption):
     """JSON text (or a keyword such as ``latest``); the component parses it."""
 
-    kind: ClassVar[str] = "JSON"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +131,6 @@ class IntegerOption(OptionSpec, Generic[DI]):
     minimum: int | None = None
     maximum: int | None = None
 
-    kind: ClassVar[str] = "integer"
 
     def read(self, opts: Options) -> int | DI:
         return opts.integer(self.name, self.default, minimum=self.minimum, maximum=self.maximum)
@@ -146,7 +145,6 @@ class BooleanOption(OptionSpec, Generic[DB]):
 
     default: DB
 
-    kind: ClassVar[str] = "boolean"
 
     def read(self, opts: Options) -> bool | DB:
         return opts.boolean(self.name, self.default)
@@ -162,7 +160,6 @@ class DurationOption(OptionSpec, Generic[DF]):
     default: DF
     positive: bool = False
 
-    kind: ClassVar[str] = "duration"
 
     def read(self, opts: Options) -> float | DF:
         seconds = opts.duration(self.name, self.default)
@@ -181,7 +178,6 @@ class ChoiceOption(OptionSpec, Generic[L]):
     choices: tuple[L, ...]
     default: L
 
-    kind: ClassVar[str] = "choice"
 
     def read(self, opts: Options) -> L:
         return opts.choice(self.name, self.choices, self.default)
@@ -194,7 +190,6 @@ class ChoiceOption(OptionSpec, Generic[L]):
 class PrefixOption(OptionSpec):
     """Every option under ``name`` (which ends with a dot), passed on to a client."""
 
-    kind: ClassVar[str] = "prefix"
 
     def name_cell(self) -> str:
         return f"`{self.name}*`"
