@@ -1,14 +1,14 @@
-"""The options of the ``gtkafka`` source, parsed once into :class:`KafkaSourceOptions`.
+"""The options of the ``gtkafka`` source: one declarative table, parsed once into
+:class:`KafkaSourceOptions`.
 
-Names follow Spark's own Kafka source (case-insensitive). Everything that can be checked
-without a broker is checked here, in the ``DataSource`` constructor, so a bad option fails
-at ``load()``. Checks that depend on the mode (streaming or batch) run in
+Names follow Spark's own Kafka source (case-insensitive). :data:`SOURCE_OPTIONS` lists
+every option with its type, default and doc; the unknown-option check, the typed reading
+and the option tables of README.md and docs/source.md come from it. Everything that can
+be checked without a broker is checked here, in the ``DataSource`` constructor, so a bad
+option fails at ``load()``. Checks that depend on the mode (streaming or batch) run in
 :meth:`KafkaSourceOptions.require_streaming` / :meth:`KafkaSourceOptions.require_batch`,
-called from ``streamReader()`` / ``reader()``.
-
-``kafka.*`` options go to kafka-python: the Kafka name with dots turned into underscores
-(``kafka.security.protocol`` -> ``security_protocol``) must be one of
-``KafkaConsumer.DEFAULT_CONFIG``; values are converted to the type of its default.
+called from ``streamReader()`` / ``reader()``. ``kafka.*`` options go to kafka-python
+(:mod:`datasource.kafka_settings`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from state.errors import ConfigError, UnknownOptionError
+from datasource.kafka_settings import consumer_settings
+from state.errors import ConfigError
 from state.layout import validate_pipeline_id
+from state.option_table import (
+    BooleanOption,
+    ChoiceOption,
+    DurationOption,
+    IntegerOption,
+    JsonOption,
+    OptionTable,
+    PrefixOption,
+    Shared,
+    StringOption,
+)
 from state.options import Options
-from state.store import StoreConfig
+from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "gtkafka"
 
@@ -32,79 +44,183 @@ EARLIEST = -2
 
 SubscriptionKind = Literal["subscribe", "subscribePattern", "assign"]
 OffsetSpecKind = Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
+TimestampStrategy = Literal["error", "latest"]
 
-OPTIONS = (
-    "kafka.bootstrap.servers",
-    "subscribe",
-    "subscribePattern",
-    "assign",
-    "startingOffsets",
-    "startingTimestamp",
-    "startingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy",
-    "endingOffsets",
-    "endingTimestamp",
-    "endingOffsetsByTimestamp",
-    "maxOffsetsPerTrigger",
-    "minOffsetsPerTrigger",
-    "maxTriggerDelay",
-    "minPartitions",
-    "maxRecordsPerPartition",
-    "failOnDataLoss",
-    "includeHeaders",
-    "kafkaConsumer.pollTimeoutMs",
-    "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs",
-    "fetchOffset.refreshIntervalMs",
-    "commitOffsetsToGroup",
-    "pipeline.id",
-    "state.uri",
-    *StoreConfig.OPTIONS,
+# --- the option table ------------------------------------------------------------------
+
+_ONE_SUBSCRIPTION = "exactly one of `subscribe`, `subscribePattern`, `assign`"
+_STREAMING = "required for streaming"
+_SEE_STORES = "see docs/state-stores.md"
+
+BOOTSTRAP_SERVERS = StringOption(
+    name="kafka.bootstrap.servers", required=True, doc="`host:port[,host:port]`"
+)
+SUBSCRIBE = StringOption(
+    name="subscribe", default_doc=_ONE_SUBSCRIPTION, doc="a comma list of topics"
+)
+SUBSCRIBE_PATTERN = StringOption(
+    name="subscribePattern",
+    default_doc=_ONE_SUBSCRIPTION,
+    doc="a regex matched against whole topic names",
+)
+ASSIGN = JsonOption(name="assign", default_doc=_ONE_SUBSCRIPTION, doc='JSON `{"topic": [0, 1]}`')
+STARTING_OFFSETS = JsonOption(
+    name="startingOffsets",
+    default_doc="`latest` (streaming), `earliest` (batch)",
+    doc='`earliest`, `latest`, or JSON `{"topic": {"0": 42, "1": -2}}` (-2 earliest, '
+    "-1 latest) naming every partition; resolved once and persisted",
+)
+STARTING_TIMESTAMP = IntegerOption(
+    name="startingTimestamp",
+    default=None,
+    minimum=0,
+    doc="ms since the epoch, for every partition",
+)
+STARTING_BY_TIMESTAMP = JsonOption(
+    name="startingOffsetsByTimestamp",
+    doc='JSON `{"topic": {"0": 1700000000000}}` naming every partition',
+)
+STARTING_BY_TIMESTAMP_STRATEGY = ChoiceOption[TimestampStrategy](
+    name="startingOffsetsByTimestampStrategy",
+    choices=("error", "latest"),
+    default="error",
+    doc="`error` or `latest`: what a partition with no record at or after the timestamp does",
+)
+ENDING_OFFSETS = JsonOption(
+    name="endingOffsets",
+    default_doc="`latest`",
+    doc="batch only: `latest` or JSON (-1 latest)",
+)
+ENDING_TIMESTAMP = IntegerOption(
+    name="endingTimestamp",
+    default=None,
+    minimum=0,
+    doc="batch only: ms since the epoch; a partition with no such record ends at latest",
+)
+ENDING_BY_TIMESTAMP = JsonOption(
+    name="endingOffsetsByTimestamp",
+    doc="batch only: JSON like `startingOffsetsByTimestamp`; a partition with no such record "
+    "ends at latest",
+)
+MAX_OFFSETS_PER_TRIGGER = IntegerOption(
+    name="maxOffsetsPerTrigger",
+    default=None,
+    minimum=1,
+    doc="at most this many records per batch, split across partitions in proportion to "
+    "their backlog",
+)
+MIN_OFFSETS_PER_TRIGGER = IntegerOption(
+    name="minOffsetsPerTrigger",
+    default=None,
+    minimum=1,
+    doc="wait for this many records before a batch ...",
+)
+MAX_TRIGGER_DELAY = DurationOption(
+    name="maxTriggerDelay",
+    default=15 * 60.0,
+    requires="minOffsetsPerTrigger",
+    doc="... but no longer than this (`30s`, `5m`; only with `minOffsetsPerTrigger`)",
+)
+MIN_PARTITIONS = IntegerOption(
+    name="minPartitions",
+    default=None,
+    minimum=1,
+    doc="split ranges so that a batch has at least this many Spark partitions",
+)
+MAX_RECORDS_PER_PARTITION = IntegerOption(
+    name="maxRecordsPerPartition",
+    default=None,
+    minimum=1,
+    doc="split ranges longer than this",
+)
+FAIL_ON_DATA_LOSS = BooleanOption(
+    name="failOnDataLoss",
+    default=True,
+    doc="fail on records lost to retention, vanished or recreated partitions; "
+    "`false`: warn, skip and count",
+)
+INCLUDE_HEADERS = BooleanOption(
+    name="includeHeaders", default=False, doc="add the `headers` column"
+)
+POLL_TIMEOUT_MS = IntegerOption(
+    name="kafkaConsumer.pollTimeoutMs",
+    default=120_000,
+    minimum=1,
+    doc="an executor read that makes no progress for this long fails; bounds every "
+    "driver-side call to the broker too",
+)
+FETCH_OFFSET_NUM_RETRIES = IntegerOption(
+    name="fetchOffset.numRetries",
+    default=3,
+    minimum=0,
+    doc="retries of a driver-side broker call",
+)
+FETCH_OFFSET_RETRY_INTERVAL_MS = IntegerOption(
+    name="fetchOffset.retryIntervalMs",
+    default=1_000,
+    minimum=0,
+    doc="pause between those retries",
+)
+FETCH_OFFSET_REFRESH_INTERVAL_MS = IntegerOption(
+    name="fetchOffset.refreshIntervalMs",
+    default=1_000,
+    minimum=0,
+    doc="gtkafka: how long latest offsets are cached on the driver (an idle query polls "
+    "every ~10 ms)",
+)
+COMMIT_OFFSETS_TO_GROUP = StringOption(
+    name="commitOffsetsToGroup",
+    doc="gtkafka: after each batch, commit its end offsets to this consumer group (for lag "
+    "tools; never read back)",
+)
+PIPELINE_ID = StringOption(
+    name="pipeline.id",
+    default_doc=_STREAMING,
+    doc="the pipeline's identity, shared with the sink and the coordinator",
+)
+STATE_URI = StringOption(
+    name="state.uri",
+    default_doc=_STREAMING,
+    doc="`s3://bucket/prefix`, `file:///abs/path` or `memory://name` (single process only)",
+)
+KAFKA = PrefixOption(
+    name="kafka.",
+    doc="kafka-python consumer settings (dots become underscores); `kafka.auto.offset.reset`, "
+    "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused",
 )
 
-# kafka-python settings that would break replayable reads, with the reason.
-REFUSED_KAFKA = {
-    "auto_offset_reset": "gtkafka seeks to exact offsets; a reset would silently skip or repeat "
-    "records (use startingOffsets, and failOnDataLoss for out-of-range offsets)",
-    "enable_auto_commit": "gtkafka never commits consumer offsets for recovery "
-    "(use commitOffsetsToGroup to publish progress)",
-    "key_deserializer": "keys are returned as binary; deserialize in Spark",
-    "value_deserializer": "values are returned as binary; deserialize in Spark",
-    "group_id": "gtkafka reads assigned partitions without a consumer group "
-    "(use commitOffsetsToGroup to publish progress to a group)",
-    "group_instance_id": "gtkafka reads without a consumer group",
-    "allow_auto_create_topics": "gtkafka never creates topics",
-    "bootstrap_servers": "use the option 'kafka.bootstrap.servers'",
-}
-
-# kafka-python settings whose values are Python objects, not strings.
-_NOT_SETTABLE = {
-    "default_offset_commit_callback",
-    "partition_assignment_strategy",
-    "selector",
-    "kafka_client",
-    "ssl_context",
-    "metric_reporters",
-    "sasl_oauth_token_provider",
-    "socket_options",
-}
-
-# librdkafka-style names with a different kafka-python spelling.
-_KAFKA_ALIASES = {
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-}
-
-# Settings whose kafka-python default is None but whose values are not strings.
-_NONE_DEFAULT_TYPES: dict[str, type] = {
-    "api_version": tuple,
-    "receive_buffer_bytes": int,
-    "send_buffer_bytes": int,
-}
+SOURCE_OPTIONS = OptionTable(
+    WHERE,
+    (
+        BOOTSTRAP_SERVERS,
+        SUBSCRIBE,
+        SUBSCRIBE_PATTERN,
+        ASSIGN,
+        STARTING_OFFSETS,
+        STARTING_TIMESTAMP,
+        STARTING_BY_TIMESTAMP,
+        STARTING_BY_TIMESTAMP_STRATEGY,
+        ENDING_OFFSETS,
+        ENDING_TIMESTAMP,
+        ENDING_BY_TIMESTAMP,
+        MAX_OFFSETS_PER_TRIGGER,
+        MIN_OFFSETS_PER_TRIGGER,
+        MAX_TRIGGER_DELAY,
+        MIN_PARTITIONS,
+        MAX_RECORDS_PER_PARTITION,
+        FAIL_ON_DATA_LOSS,
+        INCLUDE_HEADERS,
+        POLL_TIMEOUT_MS,
+        FETCH_OFFSET_NUM_RETRIES,
+        FETCH_OFFSET_RETRY_INTERVAL_MS,
+        FETCH_OFFSET_REFRESH_INTERVAL_MS,
+        COMMIT_OFFSETS_TO_GROUP,
+        PIPELINE_ID,
+        STATE_URI,
+        Shared(S3_OPTIONS, default_doc=_SEE_STORES, doc="S3 settings of the state store"),
+        KAFKA,
+    ),
+)
 
 _BOOTSTRAP = re.compile(r"^\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*$")
 _OFFSETS_FORM = '{"topic": {"0": 42, "1": -2}} with -2 for earliest and -1 for latest'
@@ -121,8 +237,7 @@ class Subscription:
     assignment: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def matches(self, topic: str) -> bool:
-        if self.kind == "subscribePattern":
-            assert self.pattern is not None
+        if self.pattern is not None:  # kind subscribePattern
             return re.fullmatch(self.pattern, topic) is not None
         return topic in self.named_topics()
 
@@ -170,7 +285,7 @@ class KafkaSourceOptions:
     subscription: Subscription
     starting: OffsetSpec | None
     ending: OffsetSpec | None
-    starting_by_timestamp_strategy: Literal["error", "latest"] = "error"
+    starting_by_timestamp_strategy: TimestampStrategy = "error"
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_s: float = 15 * 60.0
@@ -191,60 +306,54 @@ class KafkaSourceOptions:
     def parse(cls, raw: Mapping[str, str]) -> KafkaSourceOptions:
         """Parse and check every option; :class:`ConfigError` names the first bad one."""
         opts = Options(dict(raw), where=WHERE)
-        opts.check_known(OPTIONS, prefixes=("kafka.",))
+        SOURCE_OPTIONS.check_known(opts)
 
-        bootstrap = opts.required("kafka.bootstrap.servers")
+        bootstrap = BOOTSTRAP_SERVERS.read_required(opts)
         if not _BOOTSTRAP.match(bootstrap):
-            raise opts.error("kafka.bootstrap.servers", "a comma-separated list of host:port")
+            raise opts.error(BOOTSTRAP_SERVERS.name, "a comma-separated list of host:port")
 
-        min_rows = opts.integer("minOffsetsPerTrigger", minimum=1)
-        max_rows = opts.integer("maxOffsetsPerTrigger", minimum=1)
+        min_rows = MIN_OFFSETS_PER_TRIGGER.read(opts)
+        max_rows = MAX_OFFSETS_PER_TRIGGER.read(opts)
         if min_rows is not None and max_rows is not None and min_rows > max_rows:
             raise opts.error(
-                "minOffsetsPerTrigger",
+                MIN_OFFSETS_PER_TRIGGER.name,
                 f"an integer <= maxOffsetsPerTrigger ({max_rows})",
             )
-        if "maxTriggerDelay" in opts and min_rows is None:
-            raise opts.error("maxTriggerDelay", "to be set only together with minOffsetsPerTrigger")
+        SOURCE_OPTIONS.check_requires(opts)
 
-        pipeline_id = opts.string("pipeline.id")
+        pipeline_id = PIPELINE_ID.read(opts)
         if pipeline_id is not None:
             validate_pipeline_id(pipeline_id, where=WHERE)
         store = None
-        if opts.string("state.uri") is not None:
+        if STATE_URI.is_set(opts):
             store = StoreConfig.from_options(opts)
-        elif any(o in opts for o in StoreConfig.OPTIONS):
-            present = [o for o in StoreConfig.OPTIONS if o in opts]
-            raise opts.error("state.uri", f"a store URI, because {', '.join(present)} is set")
+        elif any(o in opts for o in S3_OPTIONS.names()):
+            present = [o for o in S3_OPTIONS.names() if o in opts]
+            raise opts.error(STATE_URI.name, f"a store URI, because {', '.join(present)} is set")
 
-        group = opts.string("commitOffsetsToGroup")
-
-        strategy = opts.choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
+        group = COMMIT_OFFSETS_TO_GROUP.read(opts)
+        strategy = STARTING_BY_TIMESTAMP_STRATEGY.read(opts)
         parsed = cls(
             bootstrap_servers=",".join(s.strip() for s in bootstrap.split(",")),
             subscription=_parse_subscription(opts),
-            starting=_parse_spec(
-                opts, "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsets"
-            ),
-            ending=_parse_spec(
-                opts, "endingOffsetsByTimestamp", "endingTimestamp", "endingOffsets"
-            ),
-            starting_by_timestamp_strategy="latest" if strategy == "latest" else "error",
+            starting=_parse_spec(opts, STARTING_BY_TIMESTAMP, STARTING_TIMESTAMP, STARTING_OFFSETS),
+            ending=_parse_spec(opts, ENDING_BY_TIMESTAMP, ENDING_TIMESTAMP, ENDING_OFFSETS),
+            starting_by_timestamp_strategy=strategy,
             max_offsets_per_trigger=max_rows,
             min_offsets_per_trigger=min_rows,
-            max_trigger_delay_s=_duration(opts, "maxTriggerDelay", 15 * 60.0),
-            min_partitions=opts.integer("minPartitions", minimum=1),
-            max_records_per_partition=opts.integer("maxRecordsPerPartition", minimum=1),
-            fail_on_data_loss=opts.boolean("failOnDataLoss", True),
-            include_headers=opts.boolean("includeHeaders", False),
-            poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000, 1),
-            fetch_offset_num_retries=_int(opts, "fetchOffset.numRetries", 3, 0),
-            fetch_offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", 1_000, 0),
-            fetch_offset_refresh_interval_ms=_int(opts, "fetchOffset.refreshIntervalMs", 1_000, 0),
+            max_trigger_delay_s=MAX_TRIGGER_DELAY.read(opts),
+            min_partitions=MIN_PARTITIONS.read(opts),
+            max_records_per_partition=MAX_RECORDS_PER_PARTITION.read(opts),
+            fail_on_data_loss=FAIL_ON_DATA_LOSS.read(opts),
+            include_headers=INCLUDE_HEADERS.read(opts),
+            poll_timeout_ms=POLL_TIMEOUT_MS.read(opts),
+            fetch_offset_num_retries=FETCH_OFFSET_NUM_RETRIES.read(opts),
+            fetch_offset_retry_interval_ms=FETCH_OFFSET_RETRY_INTERVAL_MS.read(opts),
+            fetch_offset_refresh_interval_ms=FETCH_OFFSET_REFRESH_INTERVAL_MS.read(opts),
             commit_offsets_to_group=group,
             pipeline_id=pipeline_id,
             store=store,
-            kafka=_parse_kafka(opts),
+            kafka=consumer_settings(opts),
         )
         parsed._check_spec_topics()
         return parsed
@@ -408,26 +517,26 @@ def parse_partition_json(
 
 
 def _parse_subscription(opts: Options) -> Subscription:
-    which = opts.exactly_one_of("subscribe", "subscribePattern", "assign")
+    which = opts.exactly_one_of(SUBSCRIBE.name, SUBSCRIBE_PATTERN.name, ASSIGN.name)
     value = opts.required(which)
-    if which == "subscribe":
+    if which == SUBSCRIBE.name:
         topics = tuple(t.strip() for t in value.split(","))
         if any(not t for t in topics) or len(set(topics)) != len(topics):
-            raise opts.error("subscribe", "a comma-separated list of distinct topic names")
+            raise opts.error(SUBSCRIBE.name, "a comma-separated list of distinct topic names")
         return Subscription("subscribe", topics=tuple(sorted(topics)))
-    if which == "subscribePattern":
+    if which == SUBSCRIBE_PATTERN.name:
         try:
             re.compile(value)
         except re.error as err:
-            raise opts.error("subscribePattern", f"a regular expression ({err})") from None
+            raise opts.error(SUBSCRIBE_PATTERN.name, f"a regular expression ({err})") from None
         return Subscription("subscribePattern", pattern=value)
     form = '{"topic": [0, 1]}'
     try:
         doc = json.loads(value)
     except json.JSONDecodeError as err:
-        raise opts.error("assign", f"JSON like {form} ({err.msg} at {err.pos})") from None
+        raise opts.error(ASSIGN.name, f"JSON like {form} ({err.msg} at {err.pos})") from None
     if not isinstance(doc, dict) or not doc:
-        raise opts.error("assign", f"a non-empty JSON object like {form}")
+        raise opts.error(ASSIGN.name, f"a non-empty JSON object like {form}")
     assignment = []
     for topic, parts in sorted(doc.items()):
         if (
@@ -437,105 +546,34 @@ def _parse_subscription(opts: Options) -> Subscription:
             or len(set(parts)) != len(parts)
         ):
             raise opts.error(
-                "assign", f"a list of distinct partition numbers per topic, like {form}"
+                ASSIGN.name, f"a list of distinct partition numbers per topic, like {form}"
             )
         assignment.append((topic, tuple(sorted(parts))))
     return Subscription("assign", assignment=tuple(assignment))
 
 
 def _parse_spec(
-    opts: Options, by_timestamp: str, timestamp: str, offsets: str
+    opts: Options,
+    by_timestamp: JsonOption,
+    timestamp: IntegerOption[None],
+    offsets: JsonOption,
 ) -> OffsetSpec | None:
     """Spark's precedence: ``*ByTimestamp`` over ``*Timestamp`` over ``*Offsets``."""
-    raw = opts.string(by_timestamp)
+    raw = by_timestamp.read(opts)
     if raw is not None:
-        stamps = parse_partition_json(raw, option=by_timestamp, form=_TIMESTAMPS_FORM, minimum=0)
-        return OffsetSpec("timestamps", by_timestamp, offsets=stamps)
-    if opts.string(timestamp) is not None:
-        ts = opts.integer(timestamp, minimum=0)
-        assert ts is not None
-        return OffsetSpec("timestamp", timestamp, timestamp=ts)
-    raw = opts.string(offsets)
+        stamps = parse_partition_json(
+            raw, option=by_timestamp.name, form=_TIMESTAMPS_FORM, minimum=0
+        )
+        return OffsetSpec("timestamps", by_timestamp.name, offsets=stamps)
+    if timestamp.is_set(opts) and (ts := timestamp.read(opts)) is not None:
+        return OffsetSpec("timestamp", timestamp.name, timestamp=ts)
+    raw = offsets.read(opts)
     if raw is None:
         return None
     low = raw.strip().lower()
     if low in ("earliest", "latest"):
-        return OffsetSpec("earliest" if low == "earliest" else "latest", offsets)
+        return OffsetSpec("earliest" if low == "earliest" else "latest", offsets.name)
     if not raw.lstrip().startswith("{"):
-        raise opts.error(offsets, f"'earliest', 'latest' or JSON like {_OFFSETS_FORM}")
-    parsed = parse_partition_json(raw, option=offsets, form=_OFFSETS_FORM, minimum=EARLIEST)
-    return OffsetSpec("offsets", offsets, offsets=parsed)
-
-
-def _int(opts: Options, name: str, default: int, minimum: int) -> int:
-    value = opts.integer(name, default, minimum=minimum)
-    assert value is not None
-    return value
-
-
-def _duration(opts: Options, name: str, default: float) -> float:
-    value = opts.duration(name, default)
-    assert value is not None
-    return value
-
-
-def _parse_kafka(opts: Options) -> dict[str, Any]:
-    """``kafka.*`` options as kafka-python ``KafkaConsumer`` arguments."""
-    from kafka import KafkaConsumer
-
-    defaults: Mapping[str, Any] = KafkaConsumer.DEFAULT_CONFIG
-    config: dict[str, Any] = {}
-    unknown: list[str] = []
-    for name, value in sorted(opts.with_prefix("kafka.").items()):
-        if name == "bootstrap.servers":
-            continue
-        option = f"kafka.{name}"
-        arg = _KAFKA_ALIASES.get(name, name.replace(".", "_").replace("-", "_"))
-        if arg in REFUSED_KAFKA:
-            raise ConfigError(option, value, f"not to be set: {REFUSED_KAFKA[arg]}", where=WHERE)
-        if arg not in defaults:
-            unknown.append(option)
-            continue
-        if arg in _NOT_SETTABLE:
-            raise ConfigError(
-                option,
-                value,
-                f"not to be set: kafka-python's {arg} takes a Python object",
-                where=WHERE,
-            )
-        config[arg] = _kafka_value(option, arg, value, defaults[arg])
-    if unknown:
-        known = sorted(
-            "kafka." + k.replace("_", ".")
-            for k in defaults
-            if k not in REFUSED_KAFKA and k not in _NOT_SETTABLE
-        )
-        raise UnknownOptionError(unknown, known, where=f"{WHERE} (kafka-python consumer settings)")
-    return config
-
-
-def _kafka_value(option: str, arg: str, value: str, default: Any) -> Any:
-    kind = _NONE_DEFAULT_TYPES.get(arg) if default is None else type(default)
-    text = value.strip()
-    if kind is bool:
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        raise ConfigError(option, value, "true or false", where=WHERE)
-    if kind is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(option, value, "an integer", where=WHERE) from None
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(option, value, "a number", where=WHERE) from None
-    if kind is tuple:
-        try:
-            return tuple(int(p) for p in text.split("."))
-        except ValueError:
-            raise ConfigError(
-                option, value, "a broker version such as 2.8.0", where=WHERE
-            ) from None
-    return text
+        raise opts.error(offsets.name, f"'earliest', 'latest' or JSON like {_OFFSETS_FORM}")
+    parsed = parse_partition_json(raw, option=offsets.name, form=_OFFSETS_FORM, minimum=EARLIEST)
+    return OffsetSpec("offsets", offsets.name, offsets=parsed)

@@ -31,7 +31,7 @@ class CrashAt(FaultInjector):
     """Raise (instead of SIGKILL) at one step, once."""
 
     def __init__(self, step: str) -> None:
-        super().__init__("")
+        super().__init__()
         self.step = step
 
     def armed(self, step: str, n: int | None) -> bool:
@@ -49,7 +49,7 @@ def pipeline(**raw: str) -> Pipeline:
         {"pipeline.id": "p1", "state.uri": f"memory://{p.query_id}", **raw}
     )
     p.store = __import__("state.store", fromlist=["open_store"]).open_store(p.options.store)
-    p.consumer = open_consumer(p.options, p.store, FaultInjector(""))  # type: ignore[assignment]
+    p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
     p.staging = p.consumer.staging
     return p
 
@@ -112,7 +112,7 @@ def test_s3_consumer_redelivery_after_crash_is_idempotent(s3: Any) -> None:
     with pytest.raises(InjectedFault):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1])]])
     assert consumer(p).last_bundle() is None  # the data is there, the pointer is not
-    consumer(p).faults = FaultInjector("")
+    consumer(p).faults = FaultInjector()
     p.run_id = "run-b"
     outcome = commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1])]])
     assert outcome.recovered == 1 and outcome.action == "dropped"
@@ -255,7 +255,7 @@ def test_kafka_half_delivered_bundle_is_completed_not_repeated(kafka: Any) -> No
     last = consumer(p).last_bundle()
     assert last is not None and last.bundle_id == 1  # bundle 2 is incomplete
     # restart: the in-flight bundle 2 is completed from what is missing
-    consumer(p).faults = FaultInjector("")
+    consumer(p).faults = FaultInjector()
     p.run_id = "run-b"
     outcome = commit_epoch(p, 2, 3, [[gt_batch(3, 0, [7])]])
     assert outcome.recovered == 2

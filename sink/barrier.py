@@ -109,7 +109,7 @@ class Barrier:
         self.store = store
         self.consumer = consumer
         self.staging = staging
-        self.faults = faults if faults is not None else FaultInjector(options.fault)
+        self.faults = faults if faults is not None else FaultInjector.from_environment()
         self.layout = PipelineLayout(options.pipeline_id)
         self.clock = clock
         self.sleep = sleep

@@ -1,10 +1,12 @@
-"""Fault injection for tests: stop the protocol at a named step.
+"""Fault injection, a test-only hook: stop the protocol at a named step.
 
-A fault spec is ``<step>[:<n>]``, several separated by commas, taken from the sink option
-``fault.inject`` or else from the environment variable ``GTBARRIER_FAULT`` (set it in the
-driver's environment *before* the SparkSession starts: Spark's Python workers inherit the
-JVM's environment). ``n`` is the bundle's epoch for commit steps and the Spark batch id for
-``write_fail``; without ``n`` the fault fires every time.
+The hook is armed only by the environment variable ``GTBARRIER_FAULT``; it is not an
+option of the sink, and without that variable no fault can fire (production code builds
+its injector with :meth:`FaultInjector.from_environment` only). Set it in the driver's
+environment *before* the SparkSession starts: Spark's Python workers inherit the JVM's
+environment. Its value is ``<step>[:<n>]``, several separated by commas. ``n`` is the
+bundle's epoch for commit steps and the Spark batch id for ``write_fail``; without ``n``
+the fault fires every time.
 
 Steps of the barrier protocol (driver, commit process); the action is SIGKILL of the whole
 driver (see :func:`kill_driver`):
@@ -68,17 +70,33 @@ def parse_faults(spec: str, *, option: str = ENV, where: str = "") -> tuple[Faul
 
 
 class FaultInjector:
-    """Checks the configured faults at each step; inert (and cheap) when none are set."""
+    """The faults ``GTBARRIER_FAULT`` names, checked at each step; cheap when there are none.
 
-    def __init__(self, spec: str | None = None) -> None:
-        spec = spec if spec is not None else os.environ.get(ENV)
-        self.faults = parse_faults(spec) if spec else ()
+    ``FaultInjector()`` is inert: unit tests subclass it to raise at a step of their
+    choice. Only :meth:`from_environment` arms faults, from the environment variable.
+    """
+
+    def __init__(self) -> None:
+        self._faults: tuple[Fault, ...] = ()
+
+    @staticmethod
+    def from_environment() -> FaultInjector:
+        """The injector for ``GTBARRIER_FAULT``; inert when the variable is unset or blank."""
+        injector = FaultInjector()
+        spec = os.environ.get(ENV, "")
+        if spec.strip():
+            injector._faults = parse_faults(spec)
+        return injector
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return self._faults
 
     def __bool__(self) -> bool:
-        return bool(self.faults)
+        return bool(self._faults)
 
     def armed(self, step: str, n: int | None) -> bool:
-        return any(f.matches(step, n) for f in self.faults)
+        return any(f.matches(step, n) for f in self._faults)
 
     def at(self, step: str, n: int | None) -> None:
         """Fire the fault configured for ``step`` (and ``n``), if any."""
@@ -86,7 +104,7 @@ class FaultInjector:
             return
         if step in KILL_STEPS:
             kill_driver(f"{step}:{n}")
-        raise InjectedFault(f"injected fault {step}:{n} ({ENV} / fault.inject)")
+        raise InjectedFault(f"injected fault {step}:{n} ({ENV})")
 
 
 def _stat(pid: int) -> tuple[str, int]:

@@ -1,10 +1,9 @@
-"""The sink's use of the ``gt`` column: its type check, the replay filter and delivery order.
+"""The sink's use of the ``gt`` column: its type check, its bounds and delivery order.
 
 gtkafka gives every row ``gt`` (:mod:`state.records.gt`, docs/PROTOCOL.md). Ascending ``gt``
-is delivery order. The sink treats the column as the global time of the *input record that
-produced the row*: in a stateless query that is exact; a stateful query that emits rows
-carrying an older record's ``gt`` (a stream-stream join, say) must drop or rename the
-column, because rows at or below ``GT_last`` are dropped.
+is delivery order within a bundle. A row's ``gt`` never decides whether it is a replay:
+that is decided for the whole bundle by the batch's epoch, because stateful output carries
+the ``gt`` of older records (windows closed late, outer-join rows, keyed state).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The barrier sink's options, parsed once into a frozen dataclass.
+"""The barrier sink's options: one declarative table, parsed once into a frozen dataclass.
 
-Spark 4.3 creates a Python stream writer in the query's thread while it plans the first
-micro-batch, so a bad option stops the query before any task runs: the
-:class:`~state.errors.ConfigError` names the option, the value and what was expected.
+:data:`SINK_OPTIONS` lists every option with its type, default and doc; the
+unknown-option check, the typed reading and the option tables of README.md and
+docs/sink.md come from it. Spark 4.3 creates a Python stream writer in the query's
+thread while it plans the first micro-batch, so a bad option stops the query before any
+task runs: the :class:`~state.errors.ConfigError` names the option, the value and what
+was expected.
 """
 
 from __future__ import annotations
@@ -13,47 +16,150 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlparse
 
-from state.errors import ConfigError
 from state.layout import validate_pipeline_id
+from state.option_table import (
+    ChoiceOption,
+    IntegerOption,
+    OnlyWith,
+    OptionTable,
+    PrefixOption,
+    Shared,
+    StringOption,
+)
 from state.options import Options
-from state.store import StoreConfig
+from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 
 Consumer = Literal["file", "s3", "kafka", "http"]
 Delivery = Literal["exactly-once", "at-least-once"]
+BodyFormat = Literal["arrow", "jsonl"]
+S3Layout = Literal["bundle", "parts"]
 CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http")
 DELIVERIES: tuple[Delivery, ...] = ("exactly-once", "at-least-once")
 
-KNOWN = (
-    "pipeline.id",
-    "state.uri",
-    *StoreConfig.OPTIONS,
-    "consumer",
-    "consumer.path",
-    "delivery",
-    "ack.timeoutMs",
-    "delivery.maxRetries",
-    "delivery.retryBackoffMs",
-    "consumer.kafka.bootstrap.servers",
-    "consumer.topic",
-    "consumer.url",
-    "consumer.format",
-    "consumer.s3.layout",
-    "fencing.token",
-    "fault.inject",
-)
-KAFKA_PREFIX = "consumer.kafka."
+# --- the option table ------------------------------------------------------------------
 
-# Options that only make sense with one consumer (named in conflict errors).
-_ONLY_FOR: dict[str, tuple[Consumer, ...]] = {
-    "consumer.path": ("file", "s3"),
-    "consumer.topic": ("kafka",),
-    "consumer.kafka.bootstrap.servers": ("kafka",),
-    "consumer.url": ("http",),
-    "consumer.format": ("http",),
-    "consumer.s3.layout": ("s3",),
-}
+_FILE_OR_S3 = OnlyWith("consumer", ("file", "s3"))
+_S3 = OnlyWith("consumer", ("s3",))
+_KAFKA = OnlyWith("consumer", ("kafka",))
+_HTTP = OnlyWith("consumer", ("http",))
+
+PIPELINE_ID = StringOption(
+    name="pipeline.id",
+    required=True,
+    doc="The pipeline (same as the source's). Letters, digits, `.`, `_`, `-`.",
+)
+STATE_URI = StringOption(
+    name="state.uri",
+    required=True,
+    doc="Where the barrier state lives: `memory://` (tests), `file:///abs/path`, "
+    "`s3://bucket/prefix`.",
+)
+CONSUMER = ChoiceOption(
+    name="consumer", choices=CONSUMERS, default="file", doc="`file`, `s3`, `kafka` or `http`."
+)
+CONSUMER_PATH = StringOption(
+    name="consumer.path",
+    required=True,
+    only_with=_FILE_OR_S3,
+    doc="An absolute directory (or `file:///...`) for `file`; `s3://bucket/prefix` for `s3`.",
+)
+DELIVERY = ChoiceOption(
+    name="delivery",
+    choices=DELIVERIES,
+    default="exactly-once",
+    doc="`exactly-once` or `at-least-once` (no last-bundle contract).",
+)
+ACK_TIMEOUT_MS = IntegerOption(
+    name="ack.timeoutMs",
+    default=30_000,
+    minimum=1,
+    doc="How long one delivery attempt waits for the consumer's acknowledgement.",
+)
+MAX_RETRIES = IntegerOption(
+    name="delivery.maxRetries",
+    default=3,
+    minimum=0,
+    maximum=1000,
+    doc="Further attempts to deliver the *same* bundle before the batch fails.",
+)
+RETRY_BACKOFF_MS = IntegerOption(
+    name="delivery.retryBackoffMs",
+    default=500,
+    minimum=0,
+    doc="Backoff before the first retry (doubling, jittered, at most 30 s).",
+)
+KAFKA_BOOTSTRAP = StringOption(
+    name="consumer.kafka.bootstrap.servers",
+    required=True,
+    only_with=_KAFKA,
+    doc="The output cluster.",
+)
+TOPIC = StringOption(
+    name="consumer.topic", required=True, only_with=_KAFKA, doc="The output topic."
+)
+KAFKA_SETTINGS = PrefixOption(
+    name="consumer.kafka.",
+    only_with=_KAFKA,
+    doc="kafka-python producer settings (`consumer.kafka.linger.ms`, `...compression.type`, "
+    "`...security.protocol`...). `acks`, `max.in.flight.requests.per.connection`, "
+    "`enable.idempotence` and the serializers are owned by the sink and refused.",
+)
+URL = StringOption(
+    name="consumer.url",
+    required=True,
+    only_with=_HTTP,
+    doc="The endpoint bundles are POSTed to.",
+)
+FORMAT = ChoiceOption[BodyFormat](
+    name="consumer.format",
+    choices=("arrow", "jsonl"),
+    default="arrow",
+    only_with=_HTTP,
+    doc="http body: `arrow` (Arrow IPC stream) or `jsonl`.",
+)
+S3_LAYOUT = ChoiceOption[S3Layout](
+    name="consumer.s3.layout",
+    choices=("bundle", "parts"),
+    default="bundle",
+    only_with=_S3,
+    doc="s3: `bundle` (one object per bundle) or `parts` (one object per staged part: no "
+    "item bytes through the driver, but readers may see part of a bundle being promoted).",
+)
+FENCING_TOKEN = IntegerOption(
+    name="fencing.token",
+    default=None,
+    minimum=0,
+    doc="A monotonic integer from an external lock (the snapshot coordinator's ZooKeeper "
+    "lock): a commit with a lower token than the recorded one is fenced.",
+)
+
+SINK_OPTIONS = OptionTable(
+    WHERE,
+    (
+        PIPELINE_ID,
+        STATE_URI,
+        Shared(
+            S3_OPTIONS,
+            default_doc="see docs/state-stores.md",
+            doc="S3 settings for `state.uri` and for `consumer=s3`.",
+        ),
+        CONSUMER,
+        CONSUMER_PATH,
+        DELIVERY,
+        ACK_TIMEOUT_MS,
+        MAX_RETRIES,
+        RETRY_BACKOFF_MS,
+        KAFKA_BOOTSTRAP,
+        TOPIC,
+        KAFKA_SETTINGS,
+        URL,
+        FORMAT,
+        S3_LAYOUT,
+        FENCING_TOKEN,
+    ),
+)
 
 # Producer settings the Kafka consumer owns: they are what makes delivery ordered.
 KAFKA_MANAGED = {
@@ -82,10 +188,9 @@ class SinkOptions:
     topic: str | None = None
     kafka_config: dict[str, str] = field(default_factory=dict)
     url: str | None = None
-    format: Literal["arrow", "jsonl"] = "arrow"
-    s3_layout: Literal["bundle", "parts"] = "bundle"
+    format: BodyFormat = "arrow"
+    s3_layout: S3Layout = "bundle"
     fencing_token: int | None = None
-    fault: str | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -94,42 +199,35 @@ class SinkOptions:
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SinkOptions:
         opts = Options(raw, where=WHERE)
-        opts.check_known(KNOWN, prefixes=(KAFKA_PREFIX,))
-        pipeline_id = validate_pipeline_id(opts.string("pipeline.id"), where=WHERE)
+        SINK_OPTIONS.check_known(opts)
+        pipeline_id = validate_pipeline_id(PIPELINE_ID.read(opts), where=WHERE)
         store = StoreConfig.from_options(opts)
-        consumer: Consumer = opts.choice("consumer", CONSUMERS, "file")  # type: ignore[assignment]
-        _check_conflicts(opts, consumer)
+        consumer = CONSUMER.read(opts)
+        SINK_OPTIONS.check_only_with(opts, CONSUMER.name, consumer)
 
-        delivery: Delivery = opts.choice("delivery", DELIVERIES, "exactly-once")  # type: ignore[assignment]
-        ack_ms = opts.integer("ack.timeoutMs", 30_000, minimum=1)
-        retries = opts.integer("delivery.maxRetries", 3, minimum=0, maximum=1000)
-        backoff_ms = opts.integer("delivery.retryBackoffMs", 500, minimum=0)
-        token = opts.integer("fencing.token", None, minimum=0)
-        assert ack_ms is not None and retries is not None and backoff_ms is not None
+        delivery = DELIVERY.read(opts)
+        ack_ms = ACK_TIMEOUT_MS.read(opts)
+        retries = MAX_RETRIES.read(opts)
+        backoff_ms = RETRY_BACKOFF_MS.read(opts)
+        token = FENCING_TOKEN.read(opts)
 
-        path = opts.string("consumer.path")
+        path = CONSUMER_PATH.read(opts)
         if consumer in ("file", "s3"):
             path = _consumer_path(opts, consumer)
 
         kafka_bootstrap = topic = url = None
         kafka_config: dict[str, str] = {}
         if consumer == "kafka":
-            kafka_bootstrap = opts.required("consumer.kafka.bootstrap.servers")
-            topic = opts.required("consumer.topic")
+            kafka_bootstrap = KAFKA_BOOTSTRAP.read_required(opts)
+            topic = TOPIC.read_required(opts)
             kafka_config = _kafka_config(opts)
-        fmt = opts.choice("consumer.format", ("arrow", "jsonl"), "arrow")
-        s3_layout = opts.choice("consumer.s3.layout", ("bundle", "parts"), "bundle")
+        fmt = FORMAT.read(opts)
+        s3_layout = S3_LAYOUT.read(opts)
         if consumer == "http":
-            url = opts.required("consumer.url").rstrip("/")
+            url = URL.read_required(opts).rstrip("/")
             parsed = urlparse(url)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
-                raise opts.error("consumer.url", "an http:// or https:// URL")
-
-        fault = opts.string("fault.inject")
-        if fault is not None:
-            from sink.faults import parse_faults
-
-            parse_faults(fault, option="fault.inject", where=WHERE)
+                raise opts.error(URL.name, "an http:// or https:// URL")
 
         return cls(
             pipeline_id=pipeline_id,
@@ -144,49 +242,27 @@ class SinkOptions:
             topic=topic,
             kafka_config=kafka_config,
             url=url,
-            format=fmt,  # type: ignore[arg-type]
-            s3_layout=s3_layout,  # type: ignore[arg-type]
+            format=fmt,
+            s3_layout=s3_layout,
             fencing_token=token,
-            fault=fault,
-        )
-
-
-def _check_conflicts(opts: Options, consumer: Consumer) -> None:
-    for name, consumers in _ONLY_FOR.items():
-        if opts.string(name) is not None and consumer not in consumers:
-            raise ConfigError(
-                name,
-                opts.raw(name),
-                f"not to be set with consumer={consumer} "
-                f"(it applies to consumer={'/'.join(consumers)})",
-                where=WHERE,
-            )
-    kafka_extra = [n for n in opts.names() if n.lower().startswith(KAFKA_PREFIX)]
-    if kafka_extra and consumer != "kafka":
-        raise ConfigError(
-            kafka_extra[0],
-            opts.raw(kafka_extra[0]),
-            f"not to be set with consumer={consumer} (consumer.kafka.* applies to consumer=kafka)",
-            where=WHERE,
         )
 
 
 def _consumer_path(opts: Options, consumer: Consumer) -> str:
-    path = opts.required("consumer.path")
+    path = CONSUMER_PATH.read_required(opts)
+    name = CONSUMER_PATH.name
     if consumer == "s3":
         parsed = urlparse(path)
         if parsed.scheme != "s3" or not parsed.netloc:
-            raise opts.error("consumer.path", "s3://bucket/prefix for consumer=s3")
+            raise opts.error(name, "s3://bucket/prefix for consumer=s3")
         return path.rstrip("/")
     if path.startswith("file://"):
         parsed = urlparse(path)
         if parsed.netloc not in ("", "localhost"):
-            raise opts.error("consumer.path", "file:///absolute/path (three slashes)")
+            raise opts.error(name, "file:///absolute/path (three slashes)")
         path = parsed.path
     if "://" in path or not os.path.isabs(path):
-        raise opts.error(
-            "consumer.path", "an absolute directory path (or file:///...) for consumer=file"
-        )
+        raise opts.error(name, "an absolute directory path (or file:///...) for consumer=file")
     return os.path.normpath(path)
 
 
@@ -195,16 +271,13 @@ def _kafka_config(opts: Options) -> dict[str, str]:
 
     known = {k.replace("_", ".") for k in KafkaProducer.DEFAULT_CONFIG}
     config: dict[str, str] = {}
-    for name in opts.names():
-        low = name.lower()
-        if not low.startswith(KAFKA_PREFIX) or low == "consumer.kafka.bootstrap.servers":
+    for name, value in KAFKA_SETTINGS.given(opts):
+        key = name.lower()[len(KAFKA_SETTINGS.name) :]
+        if name.lower() == KAFKA_BOOTSTRAP.name:
             continue
-        key = low[len(KAFKA_PREFIX) :]
         if key in KAFKA_MANAGED:
             raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
         if key not in known:
             raise opts.error(name, "a kafka-python producer setting, e.g. consumer.kafka.linger.ms")
-        value = opts.raw(name)
-        assert value is not None
         config[key] = value
     return config

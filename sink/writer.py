@@ -95,7 +95,7 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         by the batch's epoch at commit, never by a row's ``gt`` (stateful output carries
         the ``gt`` of older records: windows closed late, outer-join rows, keyed state).
         """
-        faults = FaultInjector(self.options.fault)
+        faults = FaultInjector.from_environment()
         store = open_store(self.options.store)
         try:
             kept: list[pa.RecordBatch] = []
@@ -166,7 +166,7 @@ class _OpenBarrier:
         self.options = options
 
     def __enter__(self) -> Barrier:
-        faults = FaultInjector(self.options.fault)
+        faults = FaultInjector.from_environment()
         self.store = open_store(self.options.store)
         self.consumer = open_consumer(self.options, self.store, faults)
         return Barrier(self.options, self.store, self.consumer, self.consumer.staging, faults)

@@ -1,15 +1,17 @@
 """Typed, case-insensitive access to Spark data source options.
 
 Each component parses its options exactly once, in its ``DataSource`` constructor or
-``streamReader``/``streamWriter``, into a frozen dataclass. This module is the one place
-that turns strings into typed values and raises :class:`state.errors.ConfigError`
-naming the option, the value and what was expected.
+``streamReader``/``streamWriter``, into a frozen dataclass, reading them through the specs
+of its option table (:mod:`state.option_table`). This module is the one place that turns
+strings into typed values and raises :class:`state.errors.ConfigError` naming the
+option, the value and what was expected.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar, overload
 
 from state.errors import ConfigError, UnknownOptionError
 
@@ -20,6 +22,8 @@ _FALSE = {"false", "0", "no", "off"}
 
 # Options Spark itself passes to every data source; never reported as unknown.
 SPARK_PASSTHROUGH = frozenset({"path", "paths", "checkpointlocation", "queryname"})
+
+L = TypeVar("L", bound=str)
 
 
 class Options:
@@ -45,6 +49,10 @@ class Options:
         """The options as the user spelled them."""
         return [orig for orig, _ in self._raw.values()]
 
+    def items(self) -> list[tuple[str, str]]:
+        """``(name as spelled, value)`` of every option."""
+        return list(self._raw.values())
+
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Options under ``prefix`` with the prefix removed (names lower-cased)."""
         p = prefix.lower()
@@ -66,21 +74,48 @@ class Options:
     def error(self, name: str, expected: str) -> ConfigError:
         return ConfigError(name, self.raw(name), expected, where=self.where)
 
+    @overload
+    def string(self, name: str, default: str, *, required: bool = False) -> str: ...
+    @overload
+    def string(
+        self, name: str, default: None = None, *, required: bool = False
+    ) -> str | None: ...
     def string(
         self, name: str, default: str | None = None, *, required: bool = False
     ) -> str | None:
-        value = self.raw(name)
-        if value is None or value.strip() == "":
+        value = self._nonblank(name)
+        if value is None:
             if required:
-                raise self.error(name, "a non-empty value (this option is required)")
+                raise self._missing(name)
             return default
-        return value.strip()
-
-    def required(self, name: str) -> str:
-        value = self.string(name, required=True)
-        assert value is not None
         return value
 
+    def required(self, name: str) -> str:
+        value = self._nonblank(name)
+        if value is None:
+            raise self._missing(name)
+        return value
+
+    def _nonblank(self, name: str) -> str | None:
+        value = self.raw(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def _missing(self, name: str) -> ConfigError:
+        return self.error(name, "a non-empty value (this option is required)")
+
+    @overload
+    def integer(
+        self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int: ...
+    @overload
+    def integer(
+        self,
+        name: str,
+        default: None = None,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int | None: ...
     def integer(
         self,
         name: str,
@@ -100,7 +135,11 @@ class Options:
             raise self.error(name, _range_text("an integer", minimum, maximum))
         return parsed
 
-    def boolean(self, name: str, default: bool) -> bool:
+    @overload
+    def boolean(self, name: str, default: bool) -> bool: ...
+    @overload
+    def boolean(self, name: str, default: None) -> bool | None: ...
+    def boolean(self, name: str, default: bool | None) -> bool | None:
         value = self.raw(name)
         if value is None:
             return default
@@ -111,17 +150,21 @@ class Options:
             return False
         raise self.error(name, "true or false")
 
-    def choice(self, name: str, choices: Iterable[str], default: str) -> str:
-        allowed = list(choices)
+    def choice(self, name: str, choices: Sequence[L], default: L) -> L:
+        """One of ``choices`` (matched case-insensitively), spelled as in ``choices``."""
         value = self.raw(name)
         if value is None:
             return default
         low = value.strip().lower()
-        for c in allowed:
+        for c in choices:
             if c.lower() == low:
                 return c
-        raise self.error(name, "one of " + ", ".join(repr(c) for c in allowed))
+        raise self.error(name, "one of " + ", ".join(repr(c) for c in choices))
 
+    @overload
+    def duration(self, name: str, default: float) -> float: ...
+    @overload
+    def duration(self, name: str, default: None) -> float | None: ...
     def duration(self, name: str, default: float | None) -> float | None:
         """Seconds, from ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a bare number of seconds."""
         value = self.raw(name)
@@ -155,6 +198,17 @@ def parse_duration(value: str | float | int, *, option: str, where: str = "") ->
     if seconds < 0:
         raise ConfigError(option, value, "a non-negative duration", where=where)
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest of ``"15m"``, ``"30s"``, ``"500ms"`` that :func:`parse_duration` reads back."""
+    if seconds == 0:
+        return "0s"
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    millis = seconds * 1000
+    return f"{int(millis)}ms" if millis == int(millis) else f"{seconds}s"
 
 
 def _range_text(kind: str, minimum: int | None, maximum: int | None) -> str:

@@ -19,11 +19,18 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from state.errors import KeyNotFound, StoreConfigError
+from state.option_table import (
+    BooleanOption,
+    DurationOption,
+    OptionSpec,
+    OptionTable,
+    StringOption,
+)
 from state.options import Options
 from state.records.codec import dumps as dumps  # noqa: PLC0414 - re-exported
 
@@ -53,6 +60,83 @@ class S3Settings:
     retry_deadline: float | None = None
 
 
+# --- options: state.uri and s3.*, shared by the source, the sink and the coordinator -----
+
+# The S3 defaults named here are applied by state.s3_store (DEFAULT_CONNECT_TIMEOUT, ...);
+# tests/test_option_docs.py checks that the two agree.
+_AWS_CHAIN = "AWS chain"
+
+STATE_URI = StringOption(
+    name="state.uri",
+    required=True,
+    default_doc="(required; a component may supply a default)",
+    doc="`memory://name`, `file:///absolute/path` or `s3://bucket[/prefix]`",
+)
+S3_ENDPOINT = StringOption(
+    name="s3.endpoint", default_doc=_AWS_CHAIN, doc="endpoint URL, e.g. `http://127.0.0.1:9000`"
+)
+S3_REGION = StringOption(name="s3.region", default_doc=_AWS_CHAIN, doc="region name")
+S3_ACCESS_KEY_ID = StringOption(
+    name="s3.accessKeyId",
+    default_doc=_AWS_CHAIN,
+    doc="static credentials, with `s3.secretAccessKey` (both or neither)",
+)
+S3_SECRET_ACCESS_KEY = StringOption(
+    name="s3.secretAccessKey",
+    default_doc=_AWS_CHAIN,
+    doc="static credentials, with `s3.accessKeyId` (both or neither)",
+)
+S3_PATH_STYLE = BooleanOption(
+    name="s3.pathStyle",
+    default=None,
+    default_doc="`true` if an endpoint is configured (option or `AWS_ENDPOINT_URL[_S3]`), "
+    "else virtual-host style",
+    doc="path-style addressing",
+)
+S3_CONNECT_TIMEOUT = DurationOption(
+    name="s3.connectTimeout",
+    default=None,
+    positive=True,
+    default_doc="`5s`",
+    doc="TCP connect timeout of one request",
+)
+S3_READ_TIMEOUT = DurationOption(
+    name="s3.readTimeout",
+    default=None,
+    positive=True,
+    default_doc="`20s`",
+    doc="socket read timeout of one request",
+)
+S3_RETRY_DEADLINE = DurationOption(
+    name="s3.retryDeadline",
+    default=None,
+    positive=True,
+    default_doc="`30s`",
+    doc="how long one operation keeps retrying transient failures",
+)
+
+S3_OPTIONS = OptionTable(
+    "s3",
+    (
+        S3_ENDPOINT,
+        S3_REGION,
+        S3_ACCESS_KEY_ID,
+        S3_SECRET_ACCESS_KEY,
+        S3_PATH_STYLE,
+        S3_CONNECT_TIMEOUT,
+        S3_READ_TIMEOUT,
+        S3_RETRY_DEADLINE,
+    ),
+)
+STORE_OPTIONS = OptionTable("state", (STATE_URI, *S3_OPTIONS.entries))
+
+_Spec = TypeVar("_Spec", bound=OptionSpec)
+
+
+def _under(prefix: str, spec: _Spec) -> _Spec:
+    return replace(spec, name=prefix + spec.name) if prefix else spec
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Where state lives: a URI plus optional S3 settings. Small and picklable."""
@@ -61,10 +145,7 @@ class StoreConfig:
     s3: S3Settings = field(default_factory=S3Settings)
 
     SCHEMES = ("memory", "file", "s3")
-    OPTIONS = (
-        "s3.endpoint", "s3.region", "s3.accessKeyId", "s3.secretAccessKey", "s3.pathStyle",
-        "s3.connectTimeout", "s3.readTimeout", "s3.retryDeadline",
-    )
+    OPTIONS = S3_OPTIONS.names()
 
     @classmethod
     def from_options(
@@ -77,27 +158,17 @@ class StoreConfig:
         if uri is None:
             raise opts.error(uri_option, "a store URI: memory://name, file:///abs/path or s3://bucket/prefix")
         validate_uri(uri, option=uri_option, where=opts.where)
-        path_style_raw = opts.raw(s3_prefix + "s3.pathStyle")
         s3 = S3Settings(
-            endpoint=opts.string(s3_prefix + "s3.endpoint"),
-            region=opts.string(s3_prefix + "s3.region"),
-            access_key_id=opts.string(s3_prefix + "s3.accessKeyId"),
-            secret_access_key=opts.string(s3_prefix + "s3.secretAccessKey"),
-            path_style=(
-                None if path_style_raw is None else opts.boolean(s3_prefix + "s3.pathStyle", False)
-            ),
-            connect_timeout=_positive(opts, s3_prefix + "s3.connectTimeout"),
-            read_timeout=_positive(opts, s3_prefix + "s3.readTimeout"),
-            retry_deadline=_positive(opts, s3_prefix + "s3.retryDeadline"),
+            endpoint=_under(s3_prefix, S3_ENDPOINT).read(opts),
+            region=_under(s3_prefix, S3_REGION).read(opts),
+            access_key_id=_under(s3_prefix, S3_ACCESS_KEY_ID).read(opts),
+            secret_access_key=_under(s3_prefix, S3_SECRET_ACCESS_KEY).read(opts),
+            path_style=_under(s3_prefix, S3_PATH_STYLE).read(opts),
+            connect_timeout=_under(s3_prefix, S3_CONNECT_TIMEOUT).read(opts),
+            read_timeout=_under(s3_prefix, S3_READ_TIMEOUT).read(opts),
+            retry_deadline=_under(s3_prefix, S3_RETRY_DEADLINE).read(opts),
         )
         return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
-
-
-def _positive(opts: Options, name: str) -> float | None:
-    seconds = opts.duration(name, None)
-    if seconds is not None and seconds <= 0:
-        raise opts.error(name, "a positive duration such as '500ms', '5s', '2m'")
-    return seconds
 
 
 def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> None:

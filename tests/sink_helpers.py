@@ -66,7 +66,7 @@ class FakeConsumer(Consumer):
     """Records delivered bundles; can fail, lose its memory, or answer a fixed last bundle."""
 
     staging: Staging
-    faults: FaultInjector = field(default_factory=lambda: FaultInjector(""))
+    faults: FaultInjector = field(default_factory=FaultInjector)
     delivered: list[tuple[int, pa.Table | None, bool]] = field(default_factory=list)
     fail_times: int = 0
     fail_with: type[Exception] = ConnectionError
@@ -136,7 +136,7 @@ class Pipeline:
             self.store,
             self.consumer,
             self.staging,
-            kwargs.pop("faults", FaultInjector("")),
+            kwargs.pop("faults", FaultInjector()),
             sleep=self.sleeps.append,
             **kwargs,
         )

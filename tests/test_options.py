@@ -1,12 +1,25 @@
 """``state.options.Options``: every accessor's error names the option, the value and
-the expected form."""
+the expected form; the declarative specs and tables of ``state.option_table``."""
 
 from __future__ import annotations
 
 import pytest
 
 from state.errors import ConfigError, UnknownOptionError
-from state.options import Options, parse_duration
+from state.option_table import (
+    BooleanOption,
+    ChoiceOption,
+    DocRow,
+    DurationOption,
+    IntegerOption,
+    OnlyWith,
+    OptionSpec,
+    OptionTable,
+    PrefixOption,
+    Shared,
+    StringOption,
+)
+from state.options import Options, format_duration, parse_duration
 
 pytestmark = pytest.mark.unit
 
@@ -135,3 +148,98 @@ def test_errors_are_fatal_value_errors() -> None:
     err = error_of(lambda: opts(n="x").integer("n"))
     assert isinstance(err, ValueError)
     assert not err.retriable
+
+
+# --- declarative specs (state.option_table) ---------------------------------------------
+
+
+def test_specs_read_typed_values_with_their_defaults_and_bounds() -> None:
+    count = IntegerOption(name="count", default=3, minimum=0, doc="d")
+    limit = IntegerOption(name="limit", default=None, minimum=1, doc="d")
+    flag = BooleanOption(name="flag", default=False, doc="d")
+    wait = DurationOption(name="wait", default=90.0, doc="d")
+    timeout = DurationOption(name="timeout", default=None, positive=True, doc="d")
+    mode = ChoiceOption(name="mode", choices=("fast", "safe"), default="safe", doc="d")
+    assert (count.read(opts()), limit.read(opts()), flag.read(opts())) == (3, None, False)
+    assert (wait.read(opts()), timeout.read(opts()), mode.read(opts())) == (90.0, None, "safe")
+    o = opts(count="7", LIMIT="2", flag="on", wait="2m", timeout="500ms", mode="FAST")
+    assert (count.read(o), limit.read(o), flag.read(o)) == (7, 2, True)
+    assert (wait.read(o), timeout.read(o), mode.read(o)) == (120.0, 0.5, "fast")
+    assert "expected an integer >= 1" in str(error_of(lambda: limit.read(opts(limit="0"))))
+    err = error_of(lambda: timeout.read(opts(timeout="0s")))
+    assert "'timeout' = '0s' is invalid: expected a positive duration" in str(err)
+    assert "one of 'fast', 'safe'" in str(error_of(lambda: mode.read(opts(mode="slow"))))
+    name = StringOption(name="name", required=True, doc="d")
+    assert name.read(opts()) is None and name.read_required(opts(name=" n ")) == "n"
+    assert "(this option is required)" in str(error_of(lambda: name.read_required(opts())))
+
+
+def test_default_cells_of_the_docs() -> None:
+    only_kafka = OnlyWith("consumer", ("kafka",))
+    cells: list[OptionSpec] = [
+        IntegerOption(name="n", default=30_000, doc="d"),
+        IntegerOption(name="n", default=None, doc="d"),
+        BooleanOption(name="b", default=True, doc="d"),
+        DurationOption(name="t", default=900.0, doc="d"),
+        ChoiceOption(name="c", choices=("a", "b"), default="b", doc="d"),
+        StringOption(name="s", required=True, doc="d"),
+        StringOption(name="s", required=True, only_with=only_kafka, doc="d"),
+        StringOption(name="s", default_doc="AWS chain", doc="d"),
+        PrefixOption(name="kafka.", doc="d"),
+    ]
+    assert [c.default_cell() for c in cells] == [
+        "`30000`", "none", "`true`", "`15m`", "`b`", "required", "required for kafka",
+        "AWS chain", "",
+    ]
+    assert PrefixOption(name="kafka.", doc="d").doc_row() == DocRow("`kafka.*`", "", "d")
+
+
+def test_format_duration_reads_back() -> None:
+    for seconds, text in [(900.0, "15m"), (30.0, "30s"), (0.5, "500ms"), (7200.0, "2h"),
+                          (90.0, "90s"), (0.0, "0s")]:
+        assert format_duration(seconds) == text
+        assert parse_duration(text, option="x") == seconds
+
+
+TABLE = OptionTable(
+    "t",
+    (
+        StringOption(name="consumer", doc="d"),
+        StringOption(name="consumer.url", only_with=OnlyWith("consumer", ("http",)), doc="d"),
+        PrefixOption(name="consumer.kafka.", only_with=OnlyWith("consumer", ("kafka",)), doc="d"),
+        IntegerOption(name="min", default=None, doc="d"),
+        DurationOption(name="delay", default=1.0, requires="min", doc="d"),
+        Shared(
+            OptionTable("shared", (StringOption(name="s3.region", doc="d"),)),
+            default_doc="x",
+            doc="shared",
+        ),
+    ),
+)
+
+
+def test_table_names_unknown_options_and_shared_rows() -> None:
+    assert TABLE.names() == ("consumer", "consumer.url", "min", "delay", "s3.region")
+    assert TABLE.prefixes() == ("consumer.kafka.",)
+    TABLE.check_known(opts(**{"S3.Region": "x", "consumer.kafka.acks": "1", "path": "/p"}))
+    with pytest.raises(UnknownOptionError) as info:
+        TABLE.check_known(opts(**{"s3.regoin": "x"}))
+    assert "known options are: consumer, consumer.kafka.*, consumer.url, delay" in str(info.value)
+    assert TABLE.rows()[-1] == DocRow("`s3.region`", "x", "shared")
+
+
+def test_table_checks_requires_and_only_with() -> None:
+    TABLE.check_requires(opts(min="1", delay="5s"))
+    err = error_of(lambda: TABLE.check_requires(opts(delay="5s")))
+    assert err.option == "delay" and "to be set only together with min" in str(err)
+    TABLE.check_only_with(opts(**{"consumer.url": "http://x"}), "consumer", "http")
+    err = error_of(
+        lambda: TABLE.check_only_with(opts(**{"consumer.url": "u"}), "consumer", "file")
+    )
+    assert str(err).endswith(
+        "expected not to be set with consumer=file (it applies to consumer=http)"
+    )
+    given = opts(**{"Consumer.Kafka.Linger.Ms": "5"})
+    err = error_of(lambda: TABLE.check_only_with(given, "consumer", "http"))
+    assert err.option == "Consumer.Kafka.Linger.Ms"
+    assert "(consumer.kafka.* applies to consumer=kafka)" in str(err)

@@ -358,7 +358,7 @@ def _crash_after_inflight(p: Pipeline, batch_id: int, batches: list[pa.RecordBat
             if step == "after_inflight":
                 raise InjectedFault("crash")
 
-    barrier: Barrier = p.barrier(faults=Crash(""))
+    barrier: Barrier = p.barrier(faults=Crash())
     barrier.commit([p.write(batch_id, batches)], batch_id)
 
 

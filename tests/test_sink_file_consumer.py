@@ -29,7 +29,7 @@ def file_pipeline(root: Path, **extra: str) -> Pipeline:
                "consumer.path": str(root), **extra}
         opts = type(opts).parse(raw)
     p = Pipeline(opts)
-    consumer = open_consumer(opts, p.store, FaultInjector(""))
+    consumer = open_consumer(opts, p.store, FaultInjector())
     assert isinstance(consumer, FileConsumer)
     p.consumer = consumer  # type: ignore[assignment]
     p.staging = consumer.staging
@@ -96,7 +96,7 @@ def test_redelivery_is_idempotent_and_last_bundle_follows_the_pointer(tmp_path: 
             if step == "after_deliver":
                 raise InjectedFault("crash")
 
-    consumer.faults = Crash("")
+    consumer.faults = Crash()
     with pytest.raises(InjectedFault):
         p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1, 2])])], 0)
     # the bundle file is there, the pointer is not: last_bundle() says "none"
@@ -104,7 +104,7 @@ def test_redelivery_is_idempotent_and_last_bundle_follows_the_pointer(tmp_path: 
     assert consumer.last_bundle() is None
     assert p.inflight().bundle_id == 1
     # restart: replay of batch 0; the in-flight bundle is delivered again (a no-op on data)
-    consumer.faults = FaultInjector("")
+    consumer.faults = FaultInjector()
     p.run_id = "run-b"
     outcome = p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1, 2])])], 0)
     assert outcome.recovered == 1 and outcome.action == "dropped"
@@ -131,7 +131,7 @@ def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     root = blocker / "out"
     p = file_pipeline(tmp_path)
-    consumer = FileConsumer(str(root), p.staging, FaultInjector(""))  # type: ignore[arg-type]
+    consumer = FileConsumer(str(root), p.staging, FaultInjector())  # type: ignore[arg-type]
     with pytest.raises(DeliveryFailed, match=r"consumer\.path .*a-file/out' is not a writable"):
         consumer.check()
 

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
 )
 
 from sink import BarrierSink
-from sink.faults import Fault, parse_faults
+from sink.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
 from sink.gt import check_spark_schema
 from sink.options import SinkOptions
 from state.errors import ConfigError, UnknownOptionError
@@ -70,7 +70,6 @@ def test_all_options_case_insensitive() -> None:
         ({"consumer.kafka.linger.ms": "5"}, "consumer.kafka.linger.ms", "not to be set"),
         ({"state.uri": "ftp://x"}, "state.uri", "memory://"),
         ({"pipeline.id": "bad id!"}, "pipeline.id", "letters, digits"),
-        ({"fault.inject": "explode"}, "fault.inject", "<step>[:<n>]"),
     ],
 )
 def test_bad_options_name_option_and_value(extra: dict[str, str], option: str, text: str) -> None:
@@ -101,6 +100,12 @@ def test_missing_required_options() -> None:
 def test_unknown_option() -> None:
     with pytest.raises(UnknownOptionError, match=r"unknown option.*'consumer\.pth'"):
         parse(**{"consumer.pth": "/x"})
+
+
+def test_fault_injection_is_not_an_option() -> None:
+    with pytest.raises(UnknownOptionError, match=r"unknown option.*'fault\.inject'") as info:
+        parse(**{"fault.inject": "after_inflight:1"})
+    assert "fault.inject" not in str(info.value).split("known options are:")[1]
 
 
 def test_kafka_settings_managed_by_the_sink_are_refused() -> None:
@@ -155,6 +160,26 @@ def test_gt_column_type_is_checked() -> None:
     flat = StructType([StructField("gt", LongType())])
     with pytest.raises(ConfigError, match="option 'gt' = 'bigint'"):
         check_spark_schema(flat)
+
+
+def test_fault_injector_is_armed_by_the_environment_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    for injector in (FaultInjector(), FaultInjector.from_environment()):
+        assert not injector and not injector.armed("deliver_error", 1)
+        injector.at("deliver_error", 1)  # inert: returns
+    monkeypatch.setenv(ENV, "  ")
+    assert not FaultInjector.from_environment()
+    monkeypatch.setenv(ENV, "deliver_error:1")
+    armed = FaultInjector.from_environment()
+    assert armed.faults == (Fault("deliver_error", 1),) and not FaultInjector()
+    assert armed.armed("deliver_error", 1) and not armed.armed("deliver_error", 2)
+    with pytest.raises(InjectedFault, match="injected fault deliver_error:1"):
+        armed.at("deliver_error", 1)
+    monkeypatch.setenv(ENV, "explode")
+    with pytest.raises(ConfigError, match=re.escape(f"'{ENV}' = 'explode'")):
+        FaultInjector.from_environment()
 
 
 def test_fault_specs() -> None:

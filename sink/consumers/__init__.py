@@ -32,7 +32,7 @@ def open_consumer(
     options: SinkOptions, store: StateStore, faults: FaultInjector | None = None
 ) -> Consumer:
     """The consumer named by ``options.consumer`` (created in the commit process)."""
-    faults = faults if faults is not None else FaultInjector(options.fault)
+    faults = faults if faults is not None else FaultInjector.from_environment()
     staging = open_staging(options, store)
     if options.consumer == "file":
         from sink.consumers.file import FileConsumer

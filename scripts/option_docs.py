@@ -1,0 +1,112 @@
+"""The option tables of README.md and docs/, rendered from the components' option tables.
+
+    python -m scripts.option_docs            print every table
+    python -m scripts.option_docs --check    exit 1 when a document differs from the code
+    python -m scripts.option_docs --write    rewrite the tables in the documents
+
+A table sits between ``<!-- options:<name> -->`` and ``<!-- /options:<name> -->``; what
+is between the markers is replaced. To document a new table, add it to :data:`TABLES`,
+put the markers where it belongs and list the file in :data:`DOCS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasource.options import SOURCE_OPTIONS
+from sink.options import SINK_OPTIONS
+from state.option_table import HEADERS, Documented, render_markdown
+from state.store import STORE_OPTIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "python -m scripts.option_docs --write"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows to render (option specs, or any :class:`~state.option_table.Documented`)."""
+
+    rows: Sequence[Documented]
+    origin: str  # where the rows are declared, named in the generated block
+    headers: tuple[str, ...] = HEADERS
+
+
+TABLES: dict[str, Table] = {
+    "gtkafka": Table(SOURCE_OPTIONS.entries, "SOURCE_OPTIONS in datasource/options.py"),
+    "barrier": Table(SINK_OPTIONS.entries, "SINK_OPTIONS in sink/options.py"),
+    "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/store.py"),
+}
+
+# Each document (relative to the repository root) and the tables it holds.
+DOCS: dict[str, tuple[str, ...]] = {
+    "README.md": ("gtkafka", "barrier"),
+    "docs/source.md": ("gtkafka",),
+    "docs/sink.md": ("barrier",),
+    "docs/state-stores.md": ("state",),
+}
+
+
+def render(name: str) -> str:
+    """The block between the markers of table ``name``."""
+    table = TABLES[name]
+    note = f"<!-- generated from {table.origin} by {COMMAND}; edit the table there -->"
+    return f"{note}\n\n{render_markdown(table.rows, table.headers)}\n"
+
+
+def replace_block(text: str, name: str, block: str, *, doc: str = "document") -> str:
+    """``text`` with what lies between the markers of ``name`` replaced by ``block``."""
+    start, end = f"<!-- options:{name} -->", f"<!-- /options:{name} -->"
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise ValueError(f"{doc}: expected exactly one {start} ... {end} pair")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{block}{end}{tail}"
+
+
+def updated(root: Path, doc: str) -> str:
+    """The text ``doc`` should have: its tables rendered from the code."""
+    text = (root / doc).read_text()
+    for name in DOCS[doc]:
+        text = replace_block(text, name, render(name), doc=doc)
+    return text
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The documents whose option tables differ from the code."""
+    return [doc for doc in DOCS if updated(root, doc) != (root / doc).read_text()]
+
+
+def write(root: Path = ROOT) -> list[str]:
+    """Rewrite the stale documents; the ones rewritten."""
+    changed = stale(root)
+    for doc in changed:
+        (root / doc).write_text(updated(root, doc))
+    return changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.option_docs", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 if a document is stale")
+    mode.add_argument("--write", action="store_true", help="rewrite the stale documents")
+    args = parser.parse_args(argv)
+    if args.write:
+        for doc in write():
+            print(f"rewrote {doc}")
+        return 0
+    if args.check:
+        docs = stale()
+        for doc in docs:
+            print(f"{doc}: option tables differ from the code; run {COMMAND}", file=sys.stderr)
+        return 1 if docs else 0
+    for name in TABLES:
+        print(f"<!-- options:{name} -->\n{render(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
