@@ -21,15 +21,10 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import (
-    check_keyed,
-    driver_args,
-    gt_last,
-    produce,
-    start_pipeline,
-)
-from integration_tests.fault_proxy import Fault, FaultProxy
-from integration_tests.fixtures.process import wait_until
+from harness.coordinator_program import driver_args, gt_last, produce
+from harness.fault_proxy import Fault, FaultProxy
+from harness.process import wait_until
+from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 from state.errors import DriverLockHeld
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fixtures.process import wait_until
+from harness.process import wait_until
 from state.coordinator import SnapshotCoordinator
 from state.snapshot import Manifest
 

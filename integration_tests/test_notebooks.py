@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from integration_tests.fixtures.process import REPO_ROOT
+from harness.process import REPO_ROOT
 
 pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
 

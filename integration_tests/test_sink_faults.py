@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fixtures.process import wait_until
+from harness.process import wait_until
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
 from state.layout import PipelineLayout

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fault_proxy import Fault, FaultProxy
-from integration_tests.fixtures.s3 import S3Bucket, S3Server
+from harness.fault_proxy import Fault, FaultProxy
+from harness.s3 import S3Bucket, S3Server
 from state.errors import (
     ConcurrentModification,
     KeyExists,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.fixtures.process import repo_env
+from harness.process import repo_env
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +21,7 @@ TESTS = textwrap.dedent(
 
     import pytest
 
-    from integration_tests.fixtures.logs import register_log
+    from harness.logs import register_log
 
     @pytest.fixture
     def server(tmp_path):
