@@ -28,7 +28,7 @@ from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 from state.errors import DriverLockHeld
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("coordinator_driver.py")
 PIPELINE = "fence-keyed"

@@ -20,8 +20,6 @@ from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 from state.errors import CoordinationError, ZooKeeperUnavailable
 
-pytestmark = [pytest.mark.integration]
-
 
 def _run(q: Any) -> Any:
     assert q.awaitTermination(240), "query did not finish"

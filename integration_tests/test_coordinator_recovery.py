@@ -20,7 +20,7 @@ from harness.process import wait_until
 from integration_tests.coordinator_support import check_keyed, check_windowed, events
 from state.store import StoreConfig, open_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("coordinator_driver.py")
 

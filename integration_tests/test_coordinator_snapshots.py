@@ -19,8 +19,6 @@ from harness.process import wait_until
 from state.coordinator import SnapshotCoordinator
 from state.snapshot import Manifest
 
-pytestmark = [pytest.mark.integration]
-
 
 def _start_counting(spark: Any, checkpoint: Path, name: str) -> Any:
     from pyspark.sql import functions as sf

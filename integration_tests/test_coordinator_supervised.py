@@ -19,7 +19,7 @@ from integration_tests.coordinator_support import check_keyed_bundles, start_pip
 from state.coordinator import SnapshotCoordinator
 from state.errors import ResetAttemptsExhausted
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 FAILING = {"delivery.maxRetries": "1", "delivery.retryBackoffMs": "100", "ack.timeoutMs": "3000"}
 

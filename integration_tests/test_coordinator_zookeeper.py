@@ -19,7 +19,7 @@ from harness.process import wait_until
 from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(300)

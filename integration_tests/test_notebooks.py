@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 
 from harness.process import REPO_ROOT
 
-pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 

@@ -24,7 +24,7 @@ from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, DeliveryFailed
 from tests.sink_helpers import Pipeline, gt_batch
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 class CrashAt(FaultInjector):

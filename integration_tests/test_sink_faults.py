@@ -23,8 +23,6 @@ from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order,
 from state.layout import PipelineLayout
 from state.store import open_store
 
-pytestmark = pytest.mark.integration
-
 PROGRAM = Path(__file__).with_name("sink_driver_program.py")
 DRIVER_TIMEOUT = 180.0
 

@@ -14,8 +14,6 @@ import pytest
 from harness.receiver import Receiver
 from integration_tests.sink_helpers import read_bundles
 
-pytestmark = pytest.mark.integration
-
 QUERY_TIMEOUT = 600.0
 
 

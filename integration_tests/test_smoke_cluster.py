@@ -11,7 +11,7 @@ import pytest
 from harness.driver import DriverRunner
 from harness.spark import SparkCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 DRIVER = textwrap.dedent(
     """

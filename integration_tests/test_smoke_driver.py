@@ -11,7 +11,7 @@ import pytest
 from harness.driver import DriverRunner
 from harness.process import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 SLEEPER = textwrap.dedent(
     """

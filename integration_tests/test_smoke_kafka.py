@@ -12,7 +12,7 @@ from kafka import TopicPartition
 from harness.kafka import KafkaBroker, KafkaHelper, broker_answers_metadata
 from harness.ports import LOOPBACK
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_produce_consume_in_batches(kafka: KafkaHelper) -> None:

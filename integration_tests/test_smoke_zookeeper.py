@@ -13,7 +13,7 @@ from harness.ports import LOOPBACK
 from harness.process import wait_until
 from harness.zookeeper import ZkHelper, ZooKeeperServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_znodes_live_under_the_test_chroot(zk: ZkHelper, zk_server: ZooKeeperServer) -> None:

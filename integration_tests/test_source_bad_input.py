@@ -12,8 +12,6 @@ from harness.ports import free_port
 from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, query_error, run_to_end
 
-pytestmark = pytest.mark.integration
-
 
 def load_error(spark: Any, streaming: bool, options: dict[str, str]) -> str:
     reader = spark.readStream if streaming else spark.read  # a new reader each time

@@ -16,8 +16,6 @@ from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
 from state.store import StoreConfig, open_store
 
-pytestmark = pytest.mark.integration
-
 
 def keyed(n: int, partitions: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:
     return [(b"k%d" % i, b"v%d" % i, [("i", str(i).encode())], i % partitions) for i in range(n)]

@@ -32,7 +32,7 @@ from state.s3_store import S3Store
 from state.store import StateStore, StoreConfig, open_store
 from tests.store_contract import StoreContract, process_race_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 RACE_ROUNDS = 200
 

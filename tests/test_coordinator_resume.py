@@ -24,8 +24,6 @@ from state.resume import (
 from state.retry import Retry
 from state.store import StateStore, open_store
 
-pytestmark = pytest.mark.unit
-
 LAYOUT = PipelineLayout("p1")
 
 

@@ -16,8 +16,6 @@ from state.memory_store import reset_memory_stores
 from state.store import dumps
 from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 
 def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
     deadline = time.monotonic() + timeout

@@ -18,8 +18,6 @@ from state.errors import (
 )
 from state.supervisor import Supervisor
 
-pytestmark = pytest.mark.unit
-
 
 class Query:
     def __init__(self, outcome: str | None, on_await: Callable[[], None] | None = None) -> None:

@@ -7,11 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from harness.process import repo_env
-
-pytestmark = pytest.mark.unit
 
 CONFTEST = 'pytest_plugins = ["integration_tests.fixtures.logs"]\n'
 

@@ -8,8 +8,6 @@ import pytest
 from state.errors import ConfigError, UnknownOptionError
 from state.options import Options, parse_duration
 
-pytestmark = pytest.mark.unit
-
 
 def opts(**raw: str) -> Options:
     return Options(raw, where="gtkafka")

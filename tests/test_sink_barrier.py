@@ -19,8 +19,6 @@ from state.errors import (
 )
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
-pytestmark = pytest.mark.unit
-
 
 def values(table: pa.Table | None) -> list[bytes]:
     assert table is not None

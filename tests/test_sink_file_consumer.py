@@ -18,8 +18,6 @@ from sink.writer import BarrierStreamWriter
 from state.errors import DeliveryFailed, StateError
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
-pytestmark = pytest.mark.unit
-
 
 def file_pipeline(root: Path, **extra: str) -> Pipeline:
     opts = sink_options(**{"consumer": "file", "consumer.path": str(root), "consumer.url": ""})

@@ -24,8 +24,6 @@ from state.snapshot import (
 from state.store import StateStore, open_store
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 LAYOUT = PipelineLayout("p1")
 
 

@@ -18,8 +18,6 @@ from datasource.offsets import (
 )
 from state.errors import MalformedOffset
 
-pytestmark = pytest.mark.unit
-
 
 def test_json_has_sorted_keys_and_round_trips() -> None:
     off = SourceOffset(3, {("b", 10): 5, ("b", 2): 7, ("a", 0): 1})

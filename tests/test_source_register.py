@@ -8,8 +8,6 @@ import pytest
 
 from datasource import GlobalTimeKafkaSource, register_all
 
-pytestmark = pytest.mark.unit
-
 
 class FakeSpark:
     def __init__(self) -> None:

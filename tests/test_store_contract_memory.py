@@ -18,8 +18,6 @@ from state.memory_store import MemoryStore, reset_memory_stores
 from state.store import S3Settings, StateStore, StoreConfig, open_store, validate_uri
 from tests.store_contract import StoreContract
 
-pytestmark = pytest.mark.unit
-
 
 class TestMemoryStoreContract(StoreContract):
     @pytest.fixture
