@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
-from state.memory_store import reset_memory_stores
 from state.recovery import LocalCheckpoint, decide, recover_checkpoint
 from state.resume import ResumePoint, SnapshotRef
 from state.snapshot import Manifest, SnapshotWriter, sha256_hex
-from state.store import StateStore, open_store
+from state.store import StateStore
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
 LAYOUT = PipelineLayout("p1")
-
-
-@pytest.fixture
-def store() -> Iterator[StateStore]:
-    yield open_store(f"memory://recovery-{uuid.uuid4().hex}")
-    reset_memory_stores()
 
 
 def _snapshots(store: StateStore, cp: Path, batches: list[int]) -> ResumePoint:
