@@ -1,5 +1,5 @@
 """Registration: gtbarrier.register_all registers both data sources; each package can
-register its own alone; datasource.register_all stays as the older spelling."""
+register its own alone (the older datasource.register_all: test_source_register.py)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,6 @@ def test_gtbarrier_registers_source_and_sink_and_turns_off_no_data_batches(
     recording_spark: Any,
 ) -> None:
     gtbarrier.register_all(recording_spark)
-    assert recording_spark.registered == [GlobalTimeKafkaSource, BarrierSink]
-    assert recording_spark.settings == NO_DATA
-
-
-def test_datasource_register_all_is_the_same_as_gtbarrier(recording_spark: Any) -> None:
-    datasource.register_all(recording_spark)
     assert recording_spark.registered == [GlobalTimeKafkaSource, BarrierSink]
     assert recording_spark.settings == NO_DATA
 
