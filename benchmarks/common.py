@@ -19,11 +19,11 @@ def kafka_bootstrap(bootstrap: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from integration_tests.fixtures.kafka import KafkaBroker
+    from harness.kafka import KafkaBroker
 
     with tempfile.TemporaryDirectory(prefix="gtb-bench-kafka-") as workdir:
         broker = KafkaBroker(Path(workdir))
-        broker.start()
+        broker.start_on_free_port()
         try:
             yield broker.bootstrap
         finally:
@@ -40,7 +40,7 @@ def local_spark(cores: int, **conf: str) -> Iterator[Any]:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
     from pyspark.sql import SparkSession
 
-    from datasource import register_all
+    from gtbarrier import register_all
 
     builder = (
         SparkSession.builder.master(f"local[{cores}]")

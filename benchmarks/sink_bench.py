@@ -68,29 +68,19 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def s3_endpoint(endpoint: str | None) -> Iterator[Any]:
-    """An :class:`integration_tests.fixtures.s3.S3Server` (moto started here unless given)."""
-    from integration_tests.fixtures.s3 import S3Server
+    """An :class:`harness.s3.S3Server` (moto started here unless given)."""
+    from harness.s3 import S3Server
 
     if endpoint:
-        yield S3Server(None, external_endpoint=endpoint)
+        yield S3Server.external_at(endpoint)
         return
     with tempfile.TemporaryDirectory(prefix="gtb-bench-s3-") as workdir:
         server = S3Server(Path(workdir))
-        server.start()
+        server.start_on_free_port()
         try:
             yield server
         finally:
             server.stop()
-
-
-def s3_options(server: Any) -> dict[str, str]:
-    return {
-        "s3.endpoint": server.endpoint,
-        "s3.region": server.region,
-        "s3.accessKeyId": server.access_key_id,
-        "s3.secretAccessKey": server.secret_access_key,
-        "s3.pathStyle": "true",
-    }
 
 
 @dataclass(frozen=True)
@@ -110,7 +100,7 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
     spark, args, workdir, bucket = setup.spark, setup.args, setup.workdir, setup.bucket
     run = uuid.uuid4().hex[:8]
     pipeline = f"bench-{target}-{run}"
-    s3 = s3_options(setup.server)
+    s3 = setup.server.options()
     if target == "s3":
         state = f"s3://{bucket}/state-{run}"
         extra_source = s3

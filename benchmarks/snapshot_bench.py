@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, kafka_bootstrap, local_spark, print_table
-from benchmarks.sink_bench import percentile, s3_endpoint, s3_options
+from benchmarks.sink_bench import percentile, s3_endpoint
 
 DRIVER = REPO_ROOT / "integration_tests" / "coordinator_driver.py"
 
@@ -80,7 +80,7 @@ def state_run(  # noqa: PLR0917
             pipeline_id=f"bench-{keys}",
             state_uri=f"s3://{bucket}/gtb",
             checkpoint_location=cp,
-            state_options=s3_options(server),
+            state_options=server.options(),
             snapshot_period=args.period,
             retain=3,
         )
@@ -132,8 +132,8 @@ def recovery_runs(
     """Kill the pipeline's driver and restart it: same checkpoint, then an empty one."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from integration_tests.coordinator_support import driver_args, produce
-    from integration_tests.coordinator_support import gt_last as barrier_gt_last
+    from harness.coordinator_program import driver_args, produce
+    from harness.coordinator_program import gt_last as barrier_gt_last
     from state.store import StoreConfig, open_store
 
     topic = f"snapbench-{uuid.uuid4().hex[:8]}"
@@ -168,14 +168,11 @@ def recovery_runs(
     bucket = f"snapbench-{uuid.uuid4().hex[:8]}"
     server.client().create_bucket(Bucket=bucket)
     state_uri = f"s3://{bucket}/gtb"
-    store = open_store(StoreConfig.from_options({"state.uri": state_uri, **s3_options(server)}))
+    store = open_store(StoreConfig.from_options({"state.uri": state_uri, **server.options()}))
     env = dict(os.environ)
     env.update(
         {
-            "AWS_ENDPOINT_URL_S3": server.endpoint,
-            "AWS_ACCESS_KEY_ID": server.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
-            "AWS_DEFAULT_REGION": server.region,
+            **server.exported_env(),
             "PYSPARK_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p

@@ -1,7 +1,7 @@
 """gtkafka: the replayable Kafka source of gtbarrier.
 
-    from datasource import register_all
-    register_all(spark)
+    from gtbarrier import register_all
+    register_all(spark)                  # gtkafka and the barrier sink
     df = (spark.readStream.format("gtkafka")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "orders")
@@ -14,30 +14,27 @@ See docs/source.md for the options, the columns and the guarantees.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from datasource.options import KafkaSourceOptions
 from datasource.source import GlobalTimeKafkaSource
 
-__all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register_all"]
+__all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register", "register_all"]
+
+
+def register(spark: Any) -> None:
+    """Register ``gtkafka`` (alone) with ``spark``."""
+    spark.dataSource.register(GlobalTimeKafkaSource)
 
 
 def register_all(spark: Any) -> None:
-    """Register ``gtkafka`` (and the ``barrier`` sink, if installed) with ``spark``.
+    """The older spelling of :func:`gtbarrier.register_all`, kept for existing code; prefer
+    ``from gtbarrier import register_all``. Registers ``gtkafka`` and the ``barrier`` sink
+    and sets ``spark.sql.streaming.noDataMicroBatches.enabled=false``.
 
-    Also sets ``spark.sql.streaming.noDataMicroBatches.enabled=false``: a no-data batch
-    has no epoch, so its output is not replay-stable and the barrier refuses it
-    (docs/PROTOCOL.md, "Batch records").
+    ``datasource`` does not depend on ``sink``: ``gtbarrier``, the package above both,
+    does the registering, and is imported only when this function is called.
     """
-    spark.dataSource.register(GlobalTimeKafkaSource)
-    try:
-        sink = importlib.import_module("sink")
-    except ModuleNotFoundError as err:
-        if err.name != "sink":
-            raise
-        sink = None
-    barrier = getattr(sink, "BarrierSink", None)
-    if barrier is not None:
-        spark.dataSource.register(barrier)
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    import gtbarrier
+
+    gtbarrier.register_all(spark)

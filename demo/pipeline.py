@@ -315,7 +315,7 @@ def spark_session(job: DemoJob, workdir: Path) -> Any:
     """A SparkSession for ``job.master`` with gtbarrier's data sources registered."""
     from pyspark.sql import SparkSession
 
-    from datasource import register_all
+    from gtbarrier import register_all
 
     repo = str(Path(__file__).resolve().parents[1])
     builder = (

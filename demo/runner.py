@@ -39,8 +39,8 @@ from demo.verify import (
     table_rows,
     verify,
 )
-from integration_tests.fixtures.logs import tail
-from integration_tests.fixtures.process import REPO_ROOT, ManagedProcess, repo_env
+from harness.logs import tail
+from harness.process import REPO_ROOT, ManagedProcess, repo_env
 
 SMALL_EVENTS = 4_000
 DEFAULT_EVENTS = 120_000
@@ -210,7 +210,7 @@ class Runner:
         return 0 if ok else 1
 
     def _start_receiver(self) -> Any:
-        from integration_tests.sink_helpers import Receiver
+        from harness.receiver import Receiver
 
         receiver = Receiver(self.workdir / "receiver", self.workdir).start()
         self.say(f"consumer: reference HTTP receiver (python -m sink.receiver) at {receiver.url}")

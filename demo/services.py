@@ -1,29 +1,26 @@
 """The real parts the demo runs against: Kafka (Tansu), S3 (moto), ZooKeeper.
 
-Each is either started here on a free loopback port, with the same launchers the
-integration tests use (``integration_tests/fixtures``: plain classes, usable without
-pytest running), or taken from the command line / the environment variables the test
-harness uses (``GTB_KAFKA_BOOTSTRAP``, ``GTB_S3_ENDPOINT``, ``GTB_ZK_HOSTS``), so the
-demo can also run against servers that are already up. Everything started is stopped
-by :meth:`Services.stop`, by pid.
+Each is either started here on a free loopback port, with the servers of the
+``harness`` package (the ones the integration tests use), or taken from the command
+line / the environment variables the harness reads (``GTB_KAFKA_BOOTSTRAP``,
+``GTB_S3_ENDPOINT``, ``GTB_ZK_HOSTS``), so the demo can also run against servers that
+are already up. Everything started is stopped by :meth:`Services.stop`, by pid.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from integration_tests.fixtures.kafka import KafkaBroker, KafkaHelper
-from integration_tests.fixtures.s3 import S3Server
-from integration_tests.fixtures.zookeeper import ZooKeeperServer
+from harness.kafka import KafkaBroker, KafkaHelper
+from harness.s3 import S3Server
+from harness.server import Server
+from harness.zookeeper import ZooKeeperServer
 
-ENV_KAFKA = "GTB_KAFKA_BOOTSTRAP"
-ENV_S3 = "GTB_S3_ENDPOINT"
-ENV_ZK = "GTB_ZK_HOSTS"
+S = TypeVar("S", bound=Server)
 
 
 @dataclass(frozen=True)
@@ -56,11 +53,7 @@ class Services:
             raise ValueError(f"unknown service(s) {sorted(unknown)}: kafka, s3, zookeeper")
         self.parts = parts
         self.workdir = workdir
-        self._want = {
-            "kafka": kafka or os.environ.get(ENV_KAFKA, "").strip() or None,
-            "s3": s3 or os.environ.get(ENV_S3, "").strip() or None,
-            "zookeeper": zookeeper or os.environ.get(ENV_ZK, "").strip() or None,
-        }
+        self._want = {"kafka": kafka, "s3": s3, "zookeeper": zookeeper}
         self._stops: list[Callable[[], None]] = []
         self.endpoints: list[Endpoint] = []
         self.broker: KafkaBroker | None = None
@@ -70,36 +63,32 @@ class Services:
     def start(self) -> Services:
         try:
             if "kafka" in self.parts:
-                self.broker = self._start("Kafka (Tansu)", "kafka", _kafka, lambda b: b.bootstrap)
+                self.broker = self._start("Kafka (Tansu)", "kafka", KafkaBroker, KafkaBroker)
             if "s3" in self.parts:
-                self.s3 = self._start("S3 (moto)", "s3", _s3, lambda s: s.endpoint)
+                self.s3 = self._start("S3 (moto)", "s3", S3Server, S3Server)
             if "zookeeper" in self.parts:
-                self.zk = self._start("ZooKeeper", "zookeeper", _zookeeper, lambda z: z.hosts)
+                self.zk = self._start("ZooKeeper", "zookeeper", ZooKeeperServer, ZooKeeperServer)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start(
-        self,
-        name: str,
-        key: str,
-        make: Callable[[Path | None, str | None], Any],
-        address: Callable[[Any], str],
-    ) -> Any:
-        external = self._want[key]
-        t0 = time.monotonic()
-        if external is not None:
-            server = make(None, external)
-            self.endpoints.append(Endpoint(name, address(server), False, None, 0.0))
+    def _start(self, name: str, key: str, kind: type[S], local: Callable[[Path], S]) -> S:
+        """The server given on the command line, else the one its environment variable
+        names, else one started here (``local(workdir)``)."""
+        given = self._want[key]
+        server = kind.external_at(given) if given else kind.from_env()
+        if server is not None:
+            self.endpoints.append(Endpoint(name, server.address, False, None, 0.0))
             return server
+        t0 = time.monotonic()
         workdir = self.workdir / key
         workdir.mkdir(parents=True, exist_ok=True)
-        server = make(workdir, None)
+        server = local(workdir)
         self._stops.append(server.stop)
-        server.start()
+        server.start_on_free_port()
         self.endpoints.append(
-            Endpoint(name, address(server), True, server.pid, time.monotonic() - t0)
+            Endpoint(name, server.address, True, server.pid, time.monotonic() - t0)
         )
         return server
 
@@ -127,13 +116,7 @@ class Services:
     def s3_options(self) -> dict[str, str]:
         """``s3.*`` options for the gtbarrier sources, sink and coordinator."""
         assert self.s3 is not None
-        return {
-            "s3.endpoint": self.s3.endpoint,
-            "s3.region": self.s3.region,
-            "s3.accessKeyId": self.s3.access_key_id,
-            "s3.secretAccessKey": self.s3.secret_access_key,
-            "s3.pathStyle": "true",
-        }
+        return self.s3.options()
 
     def describe(self) -> list[str]:
         return [e.describe() for e in self.endpoints]
@@ -142,21 +125,3 @@ class Services:
         """Stop what this process started (by pid), last started first."""
         while self._stops:
             self._stops.pop()()
-
-
-def _kafka(workdir: Path | None, external: str | None) -> KafkaBroker:
-    if external is not None:
-        return KafkaBroker(None, external_bootstrap=external)
-    return KafkaBroker(workdir)
-
-
-def _s3(workdir: Path | None, external: str | None) -> S3Server:
-    if external is not None:
-        return S3Server(None, external_endpoint=external)
-    return S3Server(workdir)
-
-
-def _zookeeper(workdir: Path | None, external: str | None) -> ZooKeeperServer:
-    if external is not None:
-        return ZooKeeperServer(None, external_hosts=external)
-    return ZooKeeperServer(workdir)

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     from pyspark.sql import SparkSession
 
-    from datasource import register_all
+    from gtbarrier import register_all
     from state import SnapshotCoordinator
 
     spark = (

@@ -26,32 +26,11 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from state.barrier_state import read_barrier_state
-from state.layout import PipelineLayout
-from state.store import StateStore
+from harness.coordinator_program import KEYS
 
-KEYS = 13
 WINDOW_SECONDS = 100
 KEYED_SCHEMA = "key binary, n long, total long, mx long"
 KEYED_STATE = "n long, total long, mx long"
-
-
-def gt_last(store: StateStore, pipeline: str) -> int:
-    """The barrier's ``GT_last`` of ``pipeline`` in ``store`` (-1 before the first bundle)."""
-    return read_barrier_state(store, PipelineLayout(pipeline)).gt_last
-
-
-def driver_args(**options: Any) -> list[str]:
-    """``coordinator_driver.py`` arguments: ``max_offsets=200`` -> ``--max-offsets 200``."""
-    return [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-
-
-def produce(kafka: Any, topic: str, start: int, stop: int, partitions: int = 2) -> None:
-    kafka.produce(
-        topic,
-        ((b"k%d" % (i % KEYS), b"%d" % i, None, i % partitions) for i in range(start, stop)),
-        batch_size=2000,
-    )
 
 
 def windowed_counts(df: Any) -> Any:

@@ -29,15 +29,15 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as sf
 
-    import datasource
-    from integration_tests.fixtures.spark import local_spark_conf
+    import gtbarrier
+    from harness.spark import local_spark_conf
 
     workdir = Path(tempfile.mkdtemp(prefix="sink-driver-", dir=Path.cwd()))
     builder = SparkSession.builder
     for key, value in {**local_spark_conf(workdir), "spark.master": args.master}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    datasource.register_all(spark)
+    gtbarrier.register_all(spark)
 
     df = (
         spark.readStream.format("gtkafka")

@@ -21,21 +21,16 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import (
-    check_keyed,
-    driver_args,
-    gt_last,
-    produce,
-    start_pipeline,
-)
-from integration_tests.fault_proxy import Fault, FaultProxy
-from integration_tests.fixtures.process import wait_until
+from harness.coordinator_program import driver_args, gt_last, produce
+from harness.fault_proxy import Fault, FaultProxy
+from harness.process import wait_until
+from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.barrier_state import read_barrier_state
 from state.coordinator import SnapshotCoordinator
 from state.errors import DriverLockHeld
 from state.layout import PipelineLayout
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("coordinator_driver.py")
 PIPELINE = "fence-keyed"

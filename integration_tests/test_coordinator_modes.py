@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import check_keyed, produce, start_pipeline
-from integration_tests.ports import free_port
+from harness.coordinator_program import produce
+from harness.ports import free_port
+from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 from state.errors import CoordinationError, ZooKeeperUnavailable
-
-pytestmark = [pytest.mark.integration]
 
 
 def _run(q: Any) -> Any:

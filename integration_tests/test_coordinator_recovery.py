@@ -15,17 +15,12 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import (
-    check_keyed,
-    check_windowed,
-    events,
-    gt_last,
-    produce,
-)
-from integration_tests.fixtures.process import wait_until
+from harness.coordinator_program import gt_last, produce
+from harness.process import wait_until
+from integration_tests.coordinator_support import check_keyed, check_windowed, events
 from state.store import StoreConfig, open_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("coordinator_driver.py")
 

@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fixtures.process import wait_until
+from harness.process import wait_until
 from state.coordinator import SnapshotCoordinator
 from state.records.manifest import Manifest
-
-pytestmark = [pytest.mark.integration]
 
 
 def _start_counting(spark: Any, checkpoint: Path, name: str) -> Any:

@@ -13,12 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from integration_tests.coordinator_support import check_keyed_bundles, produce, start_pipeline
-from integration_tests.sink_helpers import Receiver, receiver  # noqa: F401
+from harness.coordinator_program import produce
+from harness.receiver import Receiver
+from integration_tests.coordinator_support import check_keyed_bundles, start_pipeline
 from state.coordinator import SnapshotCoordinator
 from state.errors import ResetAttemptsExhausted
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 FAILING = {"delivery.maxRetries": "1", "delivery.retryBackoffMs": "100", "ack.timeoutMs": "3000"}
 
@@ -71,7 +72,7 @@ def test_run_restarts_until_the_consumer_recovers(
     spark: Any,
     kafka: Any,
     s3: Any,
-    receiver: Receiver,  # noqa: F811 - the fixture imported above
+    receiver: Receiver,
     tmp_path: Path,
 ) -> None:
     topic = kafka.create_topic(partitions=2)

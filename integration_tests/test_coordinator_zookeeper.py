@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from integration_tests.coordinator_support import check_keyed, gt_last, produce, start_pipeline
-from integration_tests.fixtures.process import wait_until
+from harness.coordinator_program import gt_last, produce
+from harness.process import wait_until
+from integration_tests.coordinator_support import check_keyed, start_pipeline
 from state.coordinator import SnapshotCoordinator
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(300)

@@ -14,9 +14,9 @@ import pytest
 
 from demo.runner import SMALL_EVENTS
 from demo.verify import parse_table
-from integration_tests.fixtures.process import DriverRunner
+from harness.driver import DriverRunner
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 RUN_DEMO = "from demo.runner import main\nraise SystemExit(main())\n"
 

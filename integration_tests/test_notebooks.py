@@ -14,9 +14,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from integration_tests.fixtures.process import REPO_ROOT
+from harness.process import REPO_ROOT
 
-pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from integration_tests.sink_helpers import Receiver, receiver  # noqa: F401 - fixture
+from harness.receiver import Receiver
 from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
 from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_INDEX
@@ -24,7 +24,7 @@ from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, DeliveryFailed
 from tests.sink_helpers import Pipeline, gt_batch
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 class CrashAt(FaultInjector):
@@ -151,7 +151,7 @@ def test_s3_consumer_stitches_large_parts_server_side(s3: Any) -> None:
 # --- http ----------------------------------------------------------------------------
 
 
-def test_http_consumer_delivers_arrow_and_jsonl(receiver: Receiver) -> None:  # noqa: F811
+def test_http_consumer_delivers_arrow_and_jsonl(receiver: Receiver) -> None:
     receiver.start()
     arrow = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/orders"})
     commit_epoch(arrow, 0, 1, [[gt_batch(1, 0, [0, 1])], [gt_batch(1, 1, [0])]])
@@ -174,7 +174,7 @@ def test_http_consumer_delivers_arrow_and_jsonl(receiver: Receiver) -> None:  # 
 
 
 def test_http_dropped_connection_after_store_is_retried_without_duplicate(
-    receiver: Receiver,  # noqa: F811
+    receiver: Receiver,
 ) -> None:
     receiver.start("--drop-after-store", "1")
     p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
@@ -185,7 +185,7 @@ def test_http_dropped_connection_after_store_is_retried_without_duplicate(
     assert p.state().gt_last == 1
 
 
-def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -> None:  # noqa: F811
+def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -> None:
     p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
                                      "delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"})
     with pytest.raises(DeliveryFailed, match="cannot connect"):
@@ -198,7 +198,7 @@ def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -
     assert [(b["bundle_id"], b["rows"]) for b in receiver.bundles("s")] == [(1, 2)]
 
 
-def test_http_receiver_crash_after_store_then_recovery(receiver: Receiver) -> None:  # noqa: F811
+def test_http_receiver_crash_after_store_then_recovery(receiver: Receiver) -> None:
     receiver.start("--drop-after-store", "1")
     p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
                                      "delivery.maxRetries": "0"})
@@ -265,7 +265,7 @@ def test_kafka_half_delivered_bundle_is_completed_not_repeated(kafka: Any) -> No
 
 
 def test_kafka_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
-    from integration_tests.ports import free_port
+    from harness.ports import free_port
 
     p = pipeline(consumer="kafka", **{
         "consumer.kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",

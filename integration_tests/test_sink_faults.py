@@ -17,15 +17,13 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fixtures.process import wait_until
+from harness.process import wait_until
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
 from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState, Owner
 from state.store import open_store
-
-pytestmark = pytest.mark.integration
 
 PROGRAM = Path(__file__).with_name("sink_driver_program.py")
 DRIVER_TIMEOUT = 180.0

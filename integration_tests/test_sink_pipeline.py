@@ -11,9 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from integration_tests.sink_helpers import Receiver, read_bundles, receiver  # noqa: F401
-
-pytestmark = pytest.mark.integration
+from harness.receiver import Receiver
+from integration_tests.sink_helpers import read_bundles
 
 QUERY_TIMEOUT = 600.0
 
@@ -217,7 +216,7 @@ def test_stateless_pipeline_into_kafka_consumer(
 
 @pytest.mark.timeout(400)
 def test_stateless_pipeline_into_http_consumer_unreachable_then_dropped_ack(
-    spark: Any, kafka: Any, tmp_path: Path, receiver: Receiver  # noqa: F811
+    spark: Any, kafka: Any, tmp_path: Path, receiver: Receiver
 ) -> None:
     """1. The receiver is down: the batch fails with a clear error, bundle 0 stays in
     flight. 2. Restarted with the receiver up, bundle 0 is delivered; the receiver stores

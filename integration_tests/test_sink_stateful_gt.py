@@ -16,8 +16,6 @@ import pytest
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_pipeline import produce_events, run_available_now, source
 
-pytestmark = pytest.mark.integration
-
 
 def windows_with_max_gt(df: Any) -> Any:
     from pyspark.sql import functions as sf

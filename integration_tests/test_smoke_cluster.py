@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.fixtures.process import DriverRunner
-from integration_tests.fixtures.spark import SparkCluster
+from harness.driver import DriverRunner
+from harness.spark import SparkCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 DRIVER = textwrap.dedent(
     """

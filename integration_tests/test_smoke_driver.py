@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.fixtures.process import DriverRunner, wait_until
+from harness.driver import DriverRunner
+from harness.process import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 SLEEPER = textwrap.dedent(
     """

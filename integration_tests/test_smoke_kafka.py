@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
-from integration_tests.fixtures.kafka import KafkaBroker, KafkaHelper, broker_answers_metadata
-from integration_tests.ports import LOOPBACK
+from harness.kafka import KafkaBroker, KafkaHelper, broker_answers_metadata
+from harness.ports import LOOPBACK
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_produce_consume_in_batches(kafka: KafkaHelper) -> None:

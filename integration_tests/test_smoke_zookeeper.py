@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from kazoo.protocol.states import KazooState
 
-from integration_tests.fixtures.process import wait_until
-from integration_tests.fixtures.zookeeper import ZkHelper, ZooKeeperServer
-from integration_tests.ports import LOOPBACK
+from harness.ports import LOOPBACK
+from harness.process import wait_until
+from harness.zookeeper import ZkHelper, ZooKeeperServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_znodes_live_under_the_test_chroot(zk: ZkHelper, zk_server: ZooKeeperServer) -> None:

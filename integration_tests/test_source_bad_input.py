@@ -8,11 +8,9 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fixtures.process import wait_until
-from integration_tests.ports import free_port
+from harness.ports import free_port
+from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, query_error, run_to_end
-
-pytestmark = pytest.mark.integration
 
 
 def load_error(spark: Any, streaming: bool, options: dict[str, str]) -> str:

@@ -11,12 +11,10 @@ import pytest
 from kafka import TopicPartition
 
 from datasource.batch_record import read_batch_record
-from integration_tests.fixtures.process import wait_until
+from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
 from state.store import StoreConfig, open_store
-
-pytestmark = pytest.mark.integration
 
 
 def keyed(n: int, partitions: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:

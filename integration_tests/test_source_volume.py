@@ -17,8 +17,6 @@ import pytest
 
 from integration_tests.source_support import gtkafka_options, run_to_end
 
-pytestmark = pytest.mark.integration
-
 PARTITIONS = 8
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from integration_tests.fault_proxy import Fault, FaultProxy
-from integration_tests.fixtures.s3 import S3Bucket, S3Server
+from harness.fault_proxy import Fault, FaultProxy
+from harness.s3 import S3Bucket, S3Server
 from state.errors import (
     ConcurrentModification,
     KeyExists,
@@ -32,7 +32,7 @@ from state.s3_store import S3Store
 from state.store import StateStore, StoreConfig, open_store
 from tests.store_contract import StoreContract, process_race_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 RACE_ROUNDS = 200
 

@@ -21,6 +21,8 @@ class Tally:
         self.total = 0
         self.unmarked: list[str] = []
 
+    # After the root conftest.py has added the markers that follow from a test's directory.
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             self.total += 1

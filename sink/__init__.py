@@ -1,5 +1,21 @@
-"""The barrier sink ("barrier"): bundles, the acknowledge protocol and its consumers."""
+"""The barrier sink ("barrier"): bundles, the acknowledge protocol and its consumers.
+
+``gtbarrier.register_all(spark)`` registers it with the ``gtkafka`` source;
+:func:`register` registers the sink alone.
+"""
+
+from typing import Any
 
 from sink.data_source import BarrierSink
 
-__all__ = ["BarrierSink"]
+__all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register"]
+
+# The barrier refuses the output of a no-data micro-batch (it has no epoch, so its content
+# is not replay-stable): Spark must not run such batches.
+NO_DATA_MICRO_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+def register(spark: Any) -> None:
+    """Register ``barrier`` with ``spark`` and set ``NO_DATA_MICRO_BATCHES`` to false."""
+    spark.dataSource.register(BarrierSink)
+    spark.conf.set(NO_DATA_MICRO_BATCHES, "false")

@@ -19,8 +19,6 @@ from benchmarks.__main__ import (
     table_rows,
 )
 
-pytestmark = pytest.mark.unit
-
 SOURCE = """filled bench-1: 200,000 records of ~100 bytes over 8 partitions in 4.2s
 mode                               workers  records  seconds  records/s  ratio
 ---------------------------------  -------  -------  -------  ---------  -----

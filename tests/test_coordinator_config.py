@@ -11,8 +11,6 @@ import pytest
 from state.coordinator import CoordinatorConfig, SnapshotCoordinator
 from state.coordinator.config import PARAMETERS, REQUIRED
 
-pytestmark = pytest.mark.unit
-
 
 def test_every_argument_is_documented_with_its_default() -> None:
     params = inspect.signature(SnapshotCoordinator.__init__).parameters

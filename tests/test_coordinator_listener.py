@@ -8,8 +8,6 @@ import pytest
 
 from state.coordinator.batches import completed_batch_from_progress, is_gtkafka_offset
 
-pytestmark = pytest.mark.unit
-
 
 def progress(batch_id: int, *ends: object) -> dict[str, object]:
     return {

@@ -15,8 +15,6 @@ from state.memory_store import MemoryStore, reset_memory_stores
 from state.store import StoreConfig, Versioned
 from tests.coordinator_fakes import FakeQuery, FakeSpark, batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 
 class GatedStore(MemoryStore):
     """A memory store whose reads of some keys hang until ``gate`` opens (an S3 endpoint

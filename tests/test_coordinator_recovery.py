@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
-from state.memory_store import reset_memory_stores
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.recovery import LocalCheckpoint, decide, recover_checkpoint
 from state.snapshot import SnapshotWriter, sha256_hex
-from state.store import StateStore, open_store
+from state.store import StateStore
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 LAYOUT = PipelineLayout("p1")
-
-
-@pytest.fixture
-def store() -> Iterator[StateStore]:
-    yield open_store(f"memory://recovery-{uuid.uuid4().hex}")
-    reset_memory_stores()
 
 
 def _snapshots(store: StateStore, cp: Path, batches: list[int]) -> ResumePoint:

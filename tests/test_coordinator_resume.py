@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +9,6 @@ import pytest
 from state.errors import ConcurrentModification, PipelineFenced
 from state.fencing import check_token, read_driver_record, read_token, take_token
 from state.layout import PipelineLayout
-from state.memory_store import reset_memory_stores
 from state.records.codec import decode
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.resume import (
@@ -22,17 +19,9 @@ from state.resume import (
     read_resume_point,
 )
 from state.retry import Retry
-from state.store import StateStore, open_store
-
-pytestmark = pytest.mark.unit
+from state.store import StateStore
 
 LAYOUT = PipelineLayout("p1")
-
-
-@pytest.fixture
-def store() -> Iterator[StateStore]:
-    yield open_store(f"memory://resume-{uuid.uuid4().hex}")
-    reset_memory_stores()
 
 
 def point(

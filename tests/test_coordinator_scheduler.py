@@ -7,8 +7,6 @@ import pytest
 from state.coordinator.scheduler import Attempt, SnapshotScheduler
 from tests.coordinator_fakes import batch
 
-pytestmark = pytest.mark.unit
-
 PERIOD = 30.0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,12 +12,9 @@ import pytest
 from state.coordinator import SnapshotCoordinator
 from state.errors import ConfigError, PipelineFenced
 from state.layout import PipelineLayout
-from state.memory_store import reset_memory_stores
 from state.records.barrier import BarrierState
 from state.records.bundle import InflightBundle
 from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
-
-pytestmark = pytest.mark.unit
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -43,13 +39,7 @@ def put_barrier(coord: SnapshotCoordinator, gt_last: int, inflight_batch: int | 
 
 
 @pytest.fixture
-def uri() -> Iterator[str]:
-    yield f"memory://coord-{uuid.uuid4().hex}"
-    reset_memory_stores()
-
-
-@pytest.fixture
-def make(uri: str, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoordinator]]:
+def make(memory_uri: str, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoordinator]]:
     made: list[SnapshotCoordinator] = []
 
     def factory(**kw: Any) -> SnapshotCoordinator:
@@ -58,7 +48,7 @@ def make(uri: str, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoordinator
         c = SnapshotCoordinator(
             FakeSpark(),
             pipeline_id="p1",
-            state_uri=uri,  # type: ignore[arg-type]
+            state_uri=memory_uri,  # type: ignore[arg-type]
             checkpoint_location=tmp_path / "cp",
             **kw,
         )

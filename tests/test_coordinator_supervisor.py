@@ -18,8 +18,6 @@ from state.errors import (
     ZooKeeperUnavailable,
 )
 
-pytestmark = pytest.mark.unit
-
 
 class Query:
     def __init__(self, outcome: str | None, on_await: Callable[[], None] | None = None) -> None:

@@ -7,8 +7,6 @@ import pytest
 from state.layout import PipelineLayout
 from state.zookeeper import split_hosts
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("hosts", "servers", "chroot"),

@@ -18,8 +18,6 @@ from demo.generator import (
     ticks,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def bodies(config: GeneratorConfig) -> list[dict]:
     return [json.loads(e.value) for e in generate(config)]

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
 from demo.pipeline import CUSTOMER_COLUMNS, OUTPUT_COLUMNS, OUTPUT_SCHEMA, customer_totals
-
-pytestmark = pytest.mark.unit
 
 
 class FakeState:

@@ -13,8 +13,6 @@ from demo.plot import plot_run
 from demo.progress import ProgressTail, ProgressWriter, read_events
 from demo.runner import Tracker
 
-pytestmark = pytest.mark.unit
-
 
 def test_tail_returns_only_complete_new_lines(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"

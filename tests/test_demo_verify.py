@@ -21,8 +21,6 @@ from demo.verify import (
     verify,
 )
 
-pytestmark = pytest.mark.unit
-
 T0 = 1_740_819_600_000  # 2025-03-01T09:00:00Z
 
 

@@ -14,8 +14,6 @@ from state.errors import ConcurrentModification, StateError, StoreConfigError, S
 from state.file_store import LOCK_STRIPES, FileStore
 from state.store import StoreConfig
 
-pytestmark = pytest.mark.unit
-
 
 def make(tmp_path: Path, **kw: float) -> FileStore:
     return FileStore(StoreConfig(f"file://{tmp_path}/root"), **kw)

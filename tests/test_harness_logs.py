@@ -7,11 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from integration_tests.fixtures.process import repo_env
-
-pytestmark = pytest.mark.unit
+from harness.process import repo_env
 
 CONFTEST = 'pytest_plugins = ["integration_tests.fixtures.logs"]\n'
 
@@ -21,7 +17,7 @@ TESTS = textwrap.dedent(
 
     import pytest
 
-    from integration_tests.fixtures.logs import register_log
+    from harness.logs import register_log
 
     @pytest.fixture
     def server(tmp_path):

@@ -20,8 +20,6 @@ from state.store import (
     STORE_OPTIONS,
 )
 
-pytestmark = pytest.mark.unit
-
 COMPONENT_TABLES: tuple[OptionTable, ...] = (SOURCE_OPTIONS, SINK_OPTIONS, STORE_OPTIONS)
 
 

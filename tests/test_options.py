@@ -21,8 +21,6 @@ from state.option_table import (
 )
 from state.options import Options, format_duration, parse_duration
 
-pytestmark = pytest.mark.unit
-
 
 def opts(**raw: str) -> Options:
     return Options(raw, where="gtkafka")

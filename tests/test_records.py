@@ -25,8 +25,6 @@ from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 from state.store import open_store
 
-pytestmark = pytest.mark.unit
-
 START = SourceOffset(7, {("orders", 0): 1200, ("orders", 1): 1187})
 END = SourceOffset(8, {("orders", 0): 1300, ("orders", 1): 1290})
 PART = StagedPart(

@@ -9,8 +9,6 @@ import pytest
 from state.errors import ConcurrentModification, KeyExists, StoreUnavailable
 from state.retry import Retry
 
-pytestmark = pytest.mark.unit
-
 
 class FakeTime:
     """A clock that only moves when the retry sleeps (or a call takes time)."""

@@ -27,8 +27,6 @@ from state.retry import Retry
 from state.s3_store import TOKEN_METADATA, S3Store
 from state.store import S3Settings, StoreConfig
 
-pytestmark = pytest.mark.unit
-
 URI = "s3://bucket-a/pre/fix"
 
 

@@ -25,8 +25,6 @@ from state.records.bundle import InflightBundle
 from state.records.gt import GlobalTime
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
-pytestmark = pytest.mark.unit
-
 
 def values(table: pa.Table | None) -> list[bytes]:
     assert table is not None

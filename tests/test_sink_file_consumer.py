@@ -19,8 +19,6 @@ from state.errors import DeliveryFailed, StateError
 from state.records.gt import GlobalTime
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
-pytestmark = pytest.mark.unit
-
 
 def file_pipeline(root: Path, **extra: str) -> Pipeline:
     opts = sink_options(**{"consumer": "file", "consumer.path": str(root), "consumer.url": ""})

@@ -21,8 +21,6 @@ from sink.gt import check_spark_schema
 from sink.options import SinkOptions
 from state.errors import ConfigError, UnknownOptionError
 
-pytestmark = pytest.mark.unit
-
 BASE = {"pipeline.id": "orders", "state.uri": "memory://opts", "consumer.path": "/data/out"}
 
 

@@ -21,8 +21,6 @@ from sink.parquet_concat import (
     stitch_files,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def rich_table(start: int, n: int) -> pa.Table:
     ids = list(range(start, start + n))

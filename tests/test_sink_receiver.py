@@ -7,11 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sink.receiver import BundleDb, create_app
-
-pytestmark = pytest.mark.unit
 
 
 def call(app: Any, method: str, path: str, body: bytes = b"",

@@ -10,8 +10,6 @@ from state.errors import SnapshotIncomplete
 from state.snapshot import checkpoint_files, wanted
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("path", "batch", "expected"),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,6 @@ import pytest
 
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
-from state.memory_store import reset_memory_stores
 from state.records.manifest import Manifest
 from state.snapshot import (
     SnapshotWriter,
@@ -21,18 +18,10 @@ from state.snapshot import (
     prune,
     sha256_hex,
 )
-from state.store import StateStore, open_store
+from state.store import StateStore
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
-pytestmark = pytest.mark.unit
-
 LAYOUT = PipelineLayout("p1")
-
-
-@pytest.fixture
-def store() -> Iterator[StateStore]:
-    yield open_store(f"memory://snap-{uuid.uuid4().hex}")
-    reset_memory_stores()
 
 
 def _write(writer: SnapshotWriter, cp: Path, batch_id: int, **kw: Any) -> Manifest:

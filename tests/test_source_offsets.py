@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from datasource.offsets import (
     OffsetRange,
     backlog,
@@ -14,8 +12,6 @@ from datasource.offsets import (
     rate_limit,
     split_ranges,
 )
-
-pytestmark = pytest.mark.unit
 
 
 def test_ranges_between_new_and_gone_partitions() -> None:

@@ -7,8 +7,6 @@ import pytest
 from datasource.options import EARLIEST, LATEST, KafkaSourceOptions
 from state.errors import ConfigError, UnknownOptionError
 
-pytestmark = pytest.mark.unit
-
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 STREAMING = {**BASE, "pipeline.id": "p1", "state.uri": "memory://opts"}
 

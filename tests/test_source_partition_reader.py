@@ -26,8 +26,6 @@ from state.memory_store import MemoryStore
 from state.store import StoreConfig
 from tests.source_fakes import FakeBroker, factory
 
-pytestmark = pytest.mark.unit
-
 
 def options(**extra: str) -> KafkaSourceOptions:
     return KafkaSourceOptions.parse(

@@ -8,25 +8,9 @@ import pytest
 
 from datasource import GlobalTimeKafkaSource, register_all
 
-pytestmark = pytest.mark.unit
 
-
-class FakeSpark:
-    def __init__(self) -> None:
-        self.registered: list[Any] = []
-        self.settings: dict[str, str] = {}
-        self.dataSource = self
-        self.conf = self
-
-    def register(self, cls: Any) -> None:
-        self.registered.append(cls)
-
-    def set(self, key: str, value: str) -> None:
-        self.settings[key] = value
-
-
-def test_register_all() -> None:
-    spark = FakeSpark()
+def test_register_all(recording_spark: Any) -> None:
+    spark = recording_spark
     register_all(spark)
     assert spark.registered[0] is GlobalTimeKafkaSource
     assert GlobalTimeKafkaSource.name() == "gtkafka"

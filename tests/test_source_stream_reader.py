@@ -24,8 +24,6 @@ from state.records.source_offset import SourceOffset
 from state.store import StoreConfig
 from tests.source_fakes import FakeBroker, factory
 
-pytestmark = pytest.mark.unit
-
 
 class Clock:
     def __init__(self) -> None:

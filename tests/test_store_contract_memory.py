@@ -6,28 +6,22 @@ The same :class:`tests.store_contract.StoreContract` runs against a real S3 serv
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from state.errors import ConfigError, StoreConfigError
 from state.file_store import FileStore
-from state.memory_store import MemoryStore, reset_memory_stores
+from state.memory_store import MemoryStore
 from state.store import S3Settings, StateStore, StoreConfig, open_store, validate_uri
 from tests.store_contract import StoreContract
-
-pytestmark = pytest.mark.unit
 
 
 class TestMemoryStoreContract(StoreContract):
     @pytest.fixture
-    def store(self) -> Iterator[StateStore]:
-        s = open_store(f"memory://contract-{uuid.uuid4().hex}")
-        assert isinstance(s, MemoryStore)
-        yield s
-        reset_memory_stores()
+    def store(self, store: StateStore) -> StateStore:
+        assert isinstance(store, MemoryStore)
+        return store
 
     @pytest.fixture
     def other_store(self, store: StateStore) -> StateStore:

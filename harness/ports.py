@@ -1,10 +1,10 @@
-"""Free loopback ports for test servers.
+"""Free loopback ports for the servers the harness starts.
 
 The kernel picks a free ephemeral port for a socket bound to port 0; we close the
 socket and hand the number to the server. Another process could take the port in
-between; the server then fails to start and its fixture reports that with the
-server's log. Ports handed out by this process are remembered, so two servers of
-one test session never get the same one.
+between; the server then fails to start, says so in its log, and
+:meth:`harness.server.Server.start_on_free_port` moves it to a new port. Ports handed
+out by this process are remembered, so two servers of one process never get the same one.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
 
-from integration_tests.ports import LOOPBACK
+from harness.ports import LOOPBACK
 
 _CHUNK = 65536
 _TICK = 0.05

@@ -1,0 +1,202 @@
+"""The import layering, read from the source with ``ast`` (nothing is imported).
+
+    gtbarrier                   the composition root: registers source and sink
+    datasource     sink         neither imports the other
+    state                       imports neither datasource nor sink
+
+The product (these four packages) imports nothing from the tests, the harness, the demo
+or the benchmarks; the harness, the demo and the benchmarks import nothing from the
+tests and not pytest. Every import counts for these rules, also one inside a function
+or under ``TYPE_CHECKING``. Module-level imports among product modules form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("gtbarrier", "datasource", "sink", "state")
+NOT_PRODUCT = ("tests", "integration_tests", "harness", "demo", "benchmarks")
+SUPPORT = ("harness", "demo", "benchmarks")
+
+# package -> packages it must not import
+FORBIDDEN: dict[str, set[str]] = {
+    **{p: set(NOT_PRODUCT) for p in PRODUCT},
+    "datasource": {*NOT_PRODUCT, "sink", "gtbarrier"},
+    "sink": {*NOT_PRODUCT, "datasource", "gtbarrier"},
+    "state": {*NOT_PRODUCT, "datasource", "sink", "gtbarrier"},
+    **{p: {"tests", "integration_tests", "pytest"} for p in SUPPORT},
+}
+# (importing module, imported package): why the exception is fine.
+ALLOWED = {
+    ("datasource", "gtbarrier"): (
+        "datasource.register_all, the older spelling of gtbarrier.register_all, imports "
+        "gtbarrier when called (never at import time)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # dotted module name
+    target: str  # dotted module name (the module itself when it exists, else its package)
+    line: int
+    module_level: bool  # runs when the importer is imported (not in a function or TYPE_CHECKING)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(packages: tuple[str, ...]) -> dict[str, Path]:
+    return {
+        module_name(path): path
+        for package in packages
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _walk(node: ast.AST, module_level: bool) -> Iterator[tuple[ast.AST, bool]]:
+    """Every node below ``node``, with whether it runs when the module is imported."""
+    if isinstance(node, ast.If) and _is_type_checking(node):
+        parts = [(n, False) for n in node.body] + [(n, module_level) for n in node.orelse]
+        parts = [(node.test, module_level), *parts]
+    else:
+        inner = module_level and not isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        )
+        parts = [(n, inner) for n in ast.iter_child_nodes(node)]
+    for child, level in parts:
+        yield child, level
+        yield from _walk(child, level)
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
+    """Every import in ``path`` (module ``name``), relative ones resolved."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node, module_level in _walk(tree, True):
+        if isinstance(node, ast.Import):
+            found += [Import(name, a.name, node.lineno, module_level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                target = sub if sub in known else base
+                found.append(Import(name, target, node.lineno, module_level))
+    return found
+
+
+def all_imports(packages: tuple[str, ...]) -> list[Import]:
+    mods = modules(packages)
+    known = set(modules(PRODUCT + NOT_PRODUCT))
+    return [i for name, path in mods.items() for i in imports_of(name, path, known)]
+
+
+def top(name: str) -> str:
+    return name.split(".", maxsplit=1)[0]
+
+
+def test_every_package_imports_only_what_its_layer_allows() -> None:
+    wrong = []
+    for imp in all_imports(PRODUCT + SUPPORT):
+        importer, imported = top(imp.importer), top(imp.target)
+        if imported in FORBIDDEN[importer] and (importer, imported) not in ALLOWED:
+            where = modules((importer,))[imp.importer].relative_to(ROOT)
+            wrong.append(f"{where}:{imp.line} imports {imp.target}")
+    assert not wrong, "imports across the layering:\n" + "\n".join(wrong)
+
+
+def test_the_allowed_exception_is_only_inside_a_function() -> None:
+    """``datasource`` reaches ``gtbarrier`` only from a function body, never at import time."""
+    hits = [
+        i for i in all_imports(("datasource",)) if top(i.target) == "gtbarrier"
+    ]
+    assert [(i.importer, i.module_level) for i in hits] == [("datasource", False)]
+
+
+def test_no_import_cycles_among_product_modules() -> None:
+    graph: dict[str, set[str]] = {name: set() for name in modules(PRODUCT)}
+    for imp in all_imports(PRODUCT):
+        if imp.module_level and imp.target in graph and imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
+    cycles = _cycles(graph)
+    assert not cycles, "module-level import cycles:\n" + "\n".join(
+        " -> ".join([*c, c[0]]) for c in cycles
+    )
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return components
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import sink.bundle\n", [("sink.bundle", True)]),
+        ("from sink import bundle\n", [("sink.bundle", True)]),
+        ("from sink import BarrierSink\n", [("sink", True)]),
+        ("def f():\n    import sink\n", [("sink", False)]),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import sink\n",
+         [("typing", True), ("sink", False)]),
+        ("if TYPE_CHECKING:\n    import sink\nelse:\n    import state\n",
+         [("sink", False), ("state", True)]),
+    ],
+)
+def test_imports_are_read_with_their_place(
+    tmp_path: Path, source: str, expected: list[tuple[str, bool]]
+) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    found = imports_of("datasource.m", path, set(modules(("sink",))))
+    assert [(i.target, i.module_level) for i in found] == expected
