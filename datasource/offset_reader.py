@@ -9,6 +9,10 @@ apart, and bounded by ``kafkaConsumer.pollTimeoutMs`` in all; an unreachable clu
 Latest offsets are cached for ``fetchOffset.refreshIntervalMs``: Spark calls
 ``latestOffset`` every few milliseconds while a query is idle, and an idle query must not
 hammer the broker. :attr:`OffsetReader.requests` counts the calls made to the cluster.
+
+One answer (Metadata, then ListOffsets and the end probe) is a :class:`ClusterView`: the
+partitions, their ends, the topic ids the broker gave (Metadata v10+) and the ends that may
+be too small (the probe got no answer). The stream reader judges gaps with it.
 """
 
 from __future__ import annotations
@@ -52,11 +56,33 @@ def attempt_timeout_ms(options: KafkaSourceOptions) -> int:
     return max(1_000, options.poll_timeout_ms // (options.fetch_offset_num_retries + 1))
 
 
-@dataclass
-class _CachedLatest:
+@dataclass(frozen=True)
+class ClusterView:
+    """One answer of the cluster about the subscribed topics."""
+
     at: float
     partitions: dict[str, set[int]]
     latest: Frontier
+    topic_ids: dict[str, str]
+    """The id of each topic whose Metadata answer carried one (v10+; Tansu and Kafka 2.8+)."""
+    unsure: frozenset[TopicPartitionKey]
+    """Partitions whose end may be too small: ListOffsets only, the probe got no answer."""
+    verified: bool = False
+    """Every end was probed for this answer (none remembered from an earlier probe)."""
+
+
+def topic_id(consumer: Any, topic: str) -> str | None:
+    """The topic id of ``topic`` in the consumer's last Metadata answer, if it had one.
+
+    kafka-python 3 keeps the ids of Metadata v10+ answers in its cluster metadata
+    (``KafkaConsumer._cluster.topic_id``), the only place the consumer exposes them.
+    """
+    cluster = getattr(consumer, "_cluster", None)
+    lookup = getattr(cluster, "topic_id", None)
+    found = lookup(topic) if callable(lookup) else None
+    if found is None or getattr(found, "int", 1) == 0:  # the zero UUID means "no id"
+        return None
+    return str(found)
 
 
 class OffsetReader:
@@ -74,10 +100,11 @@ class OffsetReader:
         self._factory = consumer_factory
         self._clock = clock
         self._consumer: Any = None
-        self._cache: _CachedLatest | None = None
+        self._cache: ClusterView | None = None
         # (ListOffsets answer, corrected end, when probed) per partition, to skip the
         # fetch probe while a partition's ListOffsets answer does not change.
         self._ends: dict[TopicPartitionKey, tuple[int, int, float]] = {}
+        self._ids: dict[str, str] = {}  # the last id seen per topic
         self._retry = driver_retry(options)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -121,13 +148,26 @@ class OffsetReader:
         Subscribed or assigned topics that do not exist are absent from the answer; the
         caller decides whether that is an error (at start) or data loss (later).
         """
+        return self._metadata()[0]
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        """The last topic id seen per topic (empty where the broker gives none)."""
+        return dict(self._ids)
+
+    def _metadata(self) -> tuple[dict[str, set[int]], dict[str, str]]:
+        """Partitions and topic ids of the subscription, from one fresh Metadata request.
+
+        A topic whose id changed was recreated: its remembered probe results are dropped.
+        """
         consumer = self._client()
         sub = self.options.subscription
 
-        def fetch() -> dict[str, set[int]]:
+        def fetch() -> tuple[dict[str, set[int]], dict[str, str]]:
             self.requests["metadata"] += 1
             topics = consumer.topics()  # always a fresh Metadata request
             found: dict[str, set[int]] = {}
+            ids: dict[str, str] = {}
             for topic in sorted(topics):
                 if not sub.matches(topic):
                     continue
@@ -136,9 +176,17 @@ class OffsetReader:
                     parts &= set(dict(sub.assignment)[topic])
                 if parts:
                     found[topic] = parts
-            return found
+                    tid = topic_id(consumer, topic)
+                    if tid is not None:
+                        ids[topic] = tid
+            return found, ids
 
-        return self._call("fetching topic metadata", fetch)
+        found, ids = self._call("fetching topic metadata", fetch)
+        for topic, tid in ids.items():
+            if self._ids.get(topic, tid) != tid:
+                self._ends = {tp: e for tp, e in self._ends.items() if tp[0] != topic}
+            self._ids[topic] = tid
+        return found, ids
 
     # --- offsets ---------------------------------------------------------------------
 
@@ -162,9 +210,15 @@ class OffsetReader:
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
         """The end of each partition (the offset the next record will get), uncached."""
+        return self._latest(tps)[0]
+
+    def _latest(
+        self, tps: Iterable[TopicPartitionKey], *, probe_all: bool = False
+    ) -> tuple[Frontier, frozenset[TopicPartitionKey]]:
+        """Ends, and the partitions whose end may be too small (see :meth:`_correct_ends`)."""
         wanted = sorted(tps)
         if not wanted:
-            return {}
+            return {}, frozenset()
         consumer = self._client()
         from kafka import TopicPartition
 
@@ -177,20 +231,39 @@ class OffsetReader:
             return {(tp.topic, tp.partition): int(off) for tp, off in answer.items()}
 
         listed = self._call("ListOffsets(latest)", fetch)
-        return self._correct_ends(listed)
+        return self._correct_ends(listed, probe_all=probe_all)
 
     def latest_cached(self, *, fresh: bool = False) -> tuple[dict[str, set[int]], Frontier]:
         """Partitions and latest offsets, refreshed at most every ``refreshIntervalMs``."""
+        view = self.view(fresh=fresh)
+        return view.partitions, dict(view.latest)
+
+    def view(self, *, fresh: bool = False, verify: bool = False) -> ClusterView:
+        """The cluster's answer, refreshed at most every ``refreshIntervalMs``.
+
+        ``fresh``: a new answer now. ``verify``: an answer whose ends all come from a fetch
+        (no remembered probe), to check a suspicious one; a verified answer younger than
+        the refresh interval is reused, so a lasting gap costs no more requests than an
+        idle query.
+        """
         now = self._clock()
         interval = self.options.fetch_offset_refresh_interval_ms / 1000.0
         cache = self._cache
-        if fresh or cache is None or now - cache.at >= interval:
-            partitions = self.topic_partitions()
-            latest = self.latest((t, p) for t, ps in partitions.items() for p in ps)
-            cache = self._cache = _CachedLatest(self._clock(), partitions, latest)
-        return cache.partitions, dict(cache.latest)
+        young = cache is not None and now - cache.at < interval
+        if fresh or not young or (verify and not (cache is not None and cache.verified)):
+            partitions, ids = self._metadata()
+            latest, unsure = self._latest(
+                ((t, p) for t, ps in partitions.items() for p in ps), probe_all=verify
+            )
+            cache = self._cache = ClusterView(
+                self._clock(), partitions, latest, ids, unsure, verified=verify
+            )
+        assert cache is not None
+        return cache
 
-    def _correct_ends(self, listed: Mapping[TopicPartitionKey, int]) -> Frontier:
+    def _correct_ends(
+        self, listed: Mapping[TopicPartitionKey, int], *, probe_all: bool = False
+    ) -> tuple[Frontier, frozenset[TopicPartitionKey]]:
         """Work around the Tansu broker's wrong ListOffsets "latest".
 
         Tansu answers the base offset of the partition's *last record batch* plus one,
@@ -198,9 +271,10 @@ class OffsetReader:
         watermark is right on both, so the end of a partition is the largest of the
         ListOffsets answer, the high watermark and the last offset + 1 of a fetch from
         ``listed - 1`` (which returns the last batch on Tansu and the last record on
-        Kafka). The fetch is made when a partition's ListOffsets answer changed, and at
-        least every :data:`PROBE_MAX_AGE_S` (a topic recreated on Tansu can keep the same
-        ListOffsets answer while its end moves).
+        Kafka). The fetch is made when a partition's ListOffsets answer changed, at least
+        every :data:`PROBE_MAX_AGE_S`, after its topic's id changed, and always with
+        ``probe_all``. A fetch that got no answer is not remembered: such a partition's
+        end is the ListOffsets answer, possibly too small, and reported as unsure.
         """
         now = self._clock()
         ends: Frontier = {}
@@ -209,17 +283,27 @@ class OffsetReader:
             known = self._ends.get(tp)
             if listed_end <= 0:
                 ends[tp] = listed_end
-            elif known is not None and known[0] == listed_end and now - known[2] < PROBE_MAX_AGE_S:
+            elif (
+                not probe_all
+                and known is not None
+                and known[0] == listed_end
+                and now - known[2] < PROBE_MAX_AGE_S
+            ):
                 ends[tp] = known[1]
             else:
                 probe[tp] = listed_end
+        unsure: set[TopicPartitionKey] = set()
         if probe:
             probed = self._call("fetching high watermarks", lambda: self._probe(probe))
             for tp, listed_end in probe.items():
-                end = max(listed_end, probed.get(tp, listed_end))
-                self._ends[tp] = (listed_end, end, now)
+                if tp in probed:
+                    end = max(listed_end, probed[tp])
+                    self._ends[tp] = (listed_end, end, now)
+                else:
+                    end = listed_end
+                    unsure.add(tp)
                 ends[tp] = end
-        return ends
+        return ends, frozenset(unsure)
 
     def _probe(self, listed: Mapping[TopicPartitionKey, int]) -> Frontier:
         import kafka.errors as kerr

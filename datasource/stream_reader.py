@@ -8,6 +8,11 @@ the store; both clients are created lazily and dropped on pickling.
 ``latestOffset(start, limit)`` consults the epoch log first: a recorded epoch for
 ``start`` is returned unchanged, whatever the read limit is now, so every replay (with or
 without Spark's checkpoint) sees the same epochs and hence the same ``gt``.
+
+The end frontier never loses a partition and never goes backwards on one answer: a
+partition missing from the cluster's answer keeps its offset, and an end below the start
+counts only once a recreation of the topic is confirmed, by its topic id where the broker
+gives one, else by a second, fresh answer that agrees (:meth:`_settled_latest`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pyspark.sql.types import StructType
 from datasource.batch_record import BatchContext
 from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
-from datasource.offset_reader import OffsetReader
+from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, split_ranges
 from datasource.options import WHERE, KafkaSourceOptions
@@ -67,6 +72,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._target: Frontier | None = None
         self._last_trigger: float | None = None
         self.lost_events = 0
+        # The topic ids under which the last frontier was computed (this process only),
+        # and the ids of the answer behind an end not recorded yet.
+        self._topic_ids: dict[str, str] = {}
+        self._pending_ids: dict[str, str] = {}
+        self._vanished: set[TopicPartitionKey] = set()  # reported missing, still missing
+        self._stale: set[TopicPartitionKey] = set()  # reported below the frontier
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -110,6 +121,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 strategy=self.options.starting_by_timestamp_strategy,
             )
             persisted = self.epoch_log.create_start(SourceOffset(0, frontier))
+            if dict(persisted.offsets) == frontier:
+                self._topic_ids = self.offset_reader.topic_ids
         self._check_compatible(persisted)
         return persisted.to_json()
 
@@ -121,8 +134,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Record the frontier to stop at: the latest offsets now (freshly fetched)."""
-        _, latest = self.offset_reader.latest_cached(fresh=True)
+        """Record the frontier to stop at: the latest offsets now (freshly fetched, every
+        end confirmed by a fetch, so that a stale end does not stop the run short)."""
+        latest = dict(self.offset_reader.view(fresh=True, verify=True).latest)
         self._target = latest
         log.info("gtkafka: Trigger.AvailableNow reads up to %s", frontier_json(latest))
 
@@ -134,8 +148,10 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             return recorded.to_json()
         end = self._next_end(begin, limit)
         if end is None:
+            self._topic_ids.update(self._pending_ids)
             return begin.to_json()
         winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
+        self._topic_ids.update(self._pending_ids)
         self._last_trigger = self._clock()
         return winner.to_json()
 
@@ -184,31 +200,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         """The end of the epoch starting at ``start``, or ``None`` if there is nothing to read."""
         begin = dict(start.offsets)
         self._check_subscribed(begin)
-        _, latest = self.offset_reader.latest_cached()
+        latest, restart = self._settled_latest(start)
         candidate: Frontier = {}
-        changed = False
-
-        gone = sorted(tp for tp in begin if tp not in latest)
-        if gone:
-            self._data_loss(
-                f"partition(s) {_tps(gone)} no longer exist on Kafka at "
-                f"{self.options.bootstrap_servers} (topic or partition deleted); "
-                f"the epoch starting at {start} cannot read them"
-            )
-            changed = True  # with failOnDataLoss=false they are dropped from the frontier
-
-        shrunk = sorted(tp for tp in begin if tp in latest and latest[tp] < begin[tp])
-        restart: Frontier = {}
-        if shrunk:
-            self._data_loss(
-                "offsets went backwards for "
-                + ", ".join(
-                    f"{t}-{p} (from {begin[(t, p)]} to {latest[(t, p)]})" for t, p in shrunk
-                )
-                + " (topic recreated or truncated); records may have been missed"
-            )
-            restart = self.offset_reader.earliest(shrunk)
-            changed = True
+        changed = bool(restart)
 
         for tp, off in latest.items():
             if tp in restart:
@@ -247,6 +241,91 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
         self._check_retention(begin, candidate)
         return candidate
+
+    def _settled_latest(self, start: SourceOffset) -> tuple[Frontier, Frontier]:
+        """The cluster's ends under the frontier rules, and the partitions to restart.
+
+        Every partition of ``start`` is in the result. One answer that lacks a partition,
+        or puts its end below ``start``, is checked against a second, fresh answer (its
+        ends all probed now) before anything is concluded:
+
+        * still missing: the partition vanished (data loss, reported once); it keeps its
+          offset, so that it continues from there if it comes back;
+        * its topic has another topic id than when the frontier was computed: the topic
+          was recreated (data loss); it restarts at the new log start, whatever its end;
+        * still below ``start`` under the same topic id, or with an end the probe could not
+          confirm: a stale answer (Tansu's ListOffsets when the end probe failed); the
+          partition keeps its offset;
+        * still below ``start``, confirmed, where no topic id tells: recreated or
+          truncated (data loss); it restarts at the new log start.
+        """
+        begin = dict(start.offsets)
+        view = self.offset_reader.view()
+        if self._suspects(begin, view):
+            view = self.offset_reader.view(verify=True)
+        self._pending_ids = dict(view.topic_ids)
+        settled: Frontier = dict(view.latest)
+
+        missing = sorted(tp for tp in begin if tp not in view.latest)
+        self._report_vanished(start, missing)
+        for tp in missing:
+            settled[tp] = begin[tp]
+
+        recreated = {
+            t for t, tid in view.topic_ids.items()
+            if self._topic_ids.get(t, tid) != tid and any(tp[0] == t for tp in begin)
+        }
+        behind = sorted(tp for tp in begin if tp in view.latest and view.latest[tp] < begin[tp])
+        same_id = {t for t in view.topic_ids if t in self._topic_ids and t not in recreated}
+        stale = [tp for tp in behind if tp[0] in same_id or tp in view.unsure]
+        self._report_stale(begin, view, stale)
+        for tp in stale:
+            settled[tp] = begin[tp]
+
+        by_id = sorted(tp for tp in view.latest if tp[0] in recreated)
+        by_offsets = [tp for tp in behind if tp[0] not in recreated and tp not in stale]
+        if by_id:
+            self._data_loss(
+                "topic(s) " + ", ".join(sorted(recreated)) + " were recreated (their topic id "
+                "changed): " + _moves(begin, view.latest, by_id) + "; records of the old topic "
+                "may have been missed, the new one is read from its log start"
+            )
+        if by_offsets:
+            self._data_loss(
+                "offsets went backwards for " + _moves(begin, view.latest, by_offsets)
+                + " (topic recreated or truncated); records may have been missed"
+            )
+        restart = self.offset_reader.earliest([*by_id, *by_offsets])
+        return settled, restart
+
+    def _suspects(self, begin: Frontier, view: ClusterView) -> bool:
+        """Does the answer lack a partition of ``begin``, or put one below it?"""
+        return any(tp not in view.latest or view.latest[tp] < off for tp, off in begin.items())
+
+    def _report_vanished(self, start: SourceOffset, missing: list[TopicPartitionKey]) -> None:
+        self._vanished &= set(missing)
+        new = [tp for tp in missing if tp not in self._vanished]
+        if new:
+            self._data_loss(
+                f"partition(s) {_tps(new)} no longer exist on Kafka at "
+                f"{self.options.bootstrap_servers} (topic or partition deleted); "
+                f"the epoch starting at {start} cannot read them (they keep their offsets)"
+            )
+            self._vanished.update(new)
+
+    def _report_stale(
+        self, begin: Frontier, view: ClusterView, stale: list[TopicPartitionKey]
+    ) -> None:
+        self._stale &= set(stale)
+        new = [tp for tp in stale if tp not in self._stale]
+        if new:
+            log.warning(
+                "gtkafka: Kafka at %s answers ends below the frontier for %s, twice, but the "
+                "topic was not recreated (same topic id) or the end could not be confirmed "
+                "by a fetch: taken as a stale answer, the frontier stays",
+                self.options.bootstrap_servers, _moves(begin, view.latest, new),
+            )
+            self._stale.update(new)
 
     def _since_last_trigger(self) -> float:
         if self._last_trigger is None:
@@ -326,3 +405,7 @@ def plan_partitions(
 
 def _tps(tps: list[TopicPartitionKey]) -> str:
     return ", ".join(f"{t}-{p}" for t, p in tps)
+
+
+def _moves(begin: Frontier, latest: Frontier, tps: list[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}-{p} (from {begin.get((t, p), 0)} to {latest[(t, p)]})" for t, p in tps)

@@ -75,7 +75,10 @@ ACK_TIMEOUT_MS = IntegerOption(
     name="ack.timeoutMs",
     default=30_000,
     minimum=1,
-    doc="How long one delivery attempt waits for the consumer's acknowledgement.",
+    doc=(
+        "How long one delivery attempt waits for the consumer's acknowledgement (kafka: "
+        "then up to the producer's delivery timeout for its late answers, see docs/sink.md)."
+    ),
 )
 MAX_RETRIES = IntegerOption(
     name="delivery.maxRetries",

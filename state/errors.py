@@ -157,6 +157,14 @@ class CommitStateUnknown(GtBarrierError):
     retriable = True
 
 
+class DeliveryUnsettled(CommitStateUnknown):
+    """A delivery's outcome cannot be known in this process: messages it handed to a
+    client may still land. Not retried in-process (a redelivery would race them); the
+    query stops and its restart resolves the bundle through the in-flight record."""
+
+    retriable = False
+
+
 class PipelineFenced(FatalError):
     """Another driver owns this pipeline; this one must stop (a zombie)."""
 

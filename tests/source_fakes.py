@@ -2,12 +2,17 @@
 
 Just enough of the consumer API for gtkafka's unit tests, with the Tansu ListOffsets
 defect switchable (``tansu=True``: "latest" is the base offset of the last record batch
-plus one) and every call counted in ``FakeBroker.calls``.
+plus one) and every call counted in ``FakeBroker.calls``. Topics get topic ids (as in
+Metadata v10+) unless ``topic_ids=False``; :meth:`FakeBroker.hide` drops a partition from
+the next Metadata answers and :meth:`FakeBroker.fail_probes` leaves the fetches of the
+next end probes unanswered.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,16 +31,32 @@ class FakePartition:
 
 
 class FakeBroker:
-    def __init__(self, *, tansu: bool = False, down: bool = False) -> None:
+    def __init__(self, *, tansu: bool = False, down: bool = False, topic_ids: bool = True) -> None:
         self.tansu = tansu
         self.down = down
+        self.with_ids = topic_ids
         self.topics: dict[str, dict[int, FakePartition]] = {}
+        self.ids: dict[str, uuid.UUID] = {}
         self.calls: Counter[str] = Counter()
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.consumers: list[FakeConsumer] = []
+        self.hidden: dict[tuple[str, int], int] = {}  # partition -> Metadata answers to skip
+        self.unanswered_probes = 0
+        self.tick: Callable[[float], None] | None = None  # advances the test's clock
 
     def create(self, topic: str, partitions: int) -> None:
         self.topics[topic] = {p: FakePartition() for p in range(partitions)}
+        if self.with_ids:
+            self.ids[topic] = uuid.uuid4()
+
+    def hide(self, topic: str, partition: int, answers: int = 1) -> None:
+        """Leave ``topic``-``partition`` out of the next ``answers`` Metadata answers."""
+        self.hidden[(topic, partition)] = answers
+
+    def fail_probes(self, n: int) -> None:
+        """The next ``n`` assignments (each end probe makes one) get no fetch answers: their
+        polls return nothing and take their whole timeout."""
+        self.unanswered_probes = n
 
     def produce(
         self,
@@ -109,6 +130,9 @@ class FakeConsumer:
         self.high: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
         self.closed = False
+        self.view: dict[str, set[int]] = {}  # the last Metadata answer
+        self.unanswered = False
+        self._cluster = FakeCluster(self)
         broker.consumers.append(self)
 
     def _check(self, what: str) -> None:
@@ -125,10 +149,15 @@ class FakeConsumer:
 
     def topics(self) -> set[str]:
         self._check("metadata")
-        return set(self.broker.topics)
+        self.view = {t: set(parts) for t, parts in self.broker.topics.items()}
+        for (t, p), left in list(self.broker.hidden.items()):
+            if left > 0 and t in self.view:
+                self.view[t].discard(p)
+                self.broker.hidden[(t, p)] = left - 1
+        return set(self.view)
 
     def partitions_for_topic(self, topic: str) -> set[int]:
-        return set(self.broker.topics.get(topic, {}))
+        return set(self.view.get(topic, self.broker.topics.get(topic, {})))
 
     def beginning_offsets(
         self, tps: list[TopicPartition], timeout_ms: int | None = None
@@ -153,8 +182,13 @@ class FakeConsumer:
         return out
 
     def assign(self, tps: list[TopicPartition]) -> None:
+        self.unanswered = bool(tps) and self.broker.unanswered_probes > 0
+        if self.unanswered:
+            self.broker.unanswered_probes -= 1
         self.assigned = list(tps)
         self.positions = {tp: self.positions.get(tp, 0) for tp in tps}
+        # kafka-python keeps a partition's state (its high watermark) only while assigned
+        self.high = {tp: hw for tp, hw in self.high.items() if tp in tps}
         self.paused = set()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -174,6 +208,10 @@ class FakeConsumer:
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         self._check("fetch")
+        if self.unanswered:
+            if self.broker.tick is not None:
+                self.broker.tick(timeout_ms / 1000.0)
+            return {}
         limit = max_records or self.config.get("max_poll_records", 500)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp in self.assigned:
@@ -207,6 +245,18 @@ class FakeConsumer:
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         self.closed = True
+
+
+class FakeCluster:
+    """kafka-python's cluster metadata, as far as topic ids go."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        if topic not in self.consumer.view:
+            return None
+        return self.consumer.broker.ids.get(topic)
 
 
 def factory(broker: FakeBroker) -> Any:

@@ -50,6 +50,7 @@ class Harness:
         }
         self.options = KafkaSourceOptions.parse(raw)
         self.clock = Clock()
+        broker.tick = self.tick  # an unanswered fetch takes its time on the fake clock
         self.store = MemoryStore(StoreConfig(self.uri))
         self.layout = PipelineLayout("p")
         self.reader = self.new_reader()
@@ -65,6 +66,12 @@ class Harness:
             epoch_log=EpochLog(self.store, self.layout),
             clock=self.clock,
         )
+
+    def tick(self, seconds: float) -> None:
+        self.clock.now += seconds
+
+    def ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[str]:
+        return [str(p.range) for p in self.reader.partitions(start, end)]
 
     def latest(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         self.clock.now += 10  # past the end-offset cache
@@ -215,6 +222,21 @@ def test_idle_query_does_not_hammer_the_broker(broker: FakeBroker) -> None:
     assert calls / 60.0 <= 2.1  # requests per second while idle
 
 
+def test_a_lasting_gap_does_not_hammer_the_broker(broker: FakeBroker) -> None:
+    broker.create("u", 1)
+    broker.produce("t", 0, 10)
+    h = Harness(broker, subscribe="t,u", failOnDataLoss="false")
+    end = h.latest(h.reader.initialOffset())
+    del broker.topics["u"]
+    broker.calls.clear()
+    for _ in range(6000):  # 60 simulated seconds of Spark's idle polling
+        h.clock.now += 0.010
+        assert h.reader.latestOffset(end, ReadAllAvailable()) == end
+    # a gap is checked by a second answer: two Metadata requests per 1 s refresh
+    assert broker.calls["metadata"] <= 2 * 61, broker.calls
+    assert h.reader.lost_events == 1
+
+
 def test_new_data_after_idle_is_seen_within_the_refresh_interval(broker: FakeBroker) -> None:
     h = Harness(broker, **{"fetchOffset.refreshIntervalMs": "500"})
     start = h.reader.initialOffset()
@@ -290,7 +312,11 @@ def test_deleted_partition_is_data_loss(broker: FakeBroker) -> None:
 
     lenient = Harness(broker, h.uri, subscribe="t,u", failOnDataLoss="false")
     end = lenient.latest(start)
-    assert offsets(end) == {("t", 0): 10, ("t", 1): 0}
+    # the vanished partition keeps its offset (reported once), it is not dropped
+    assert offsets(end) == {("t", 0): 10, ("t", 1): 0, ("u", 0): 0}
+    assert lenient.reader.lost_events == 1
+    broker.produce("t", 0, 1)
+    assert offsets(lenient.latest(end))[("u", 0)] == 0
     assert lenient.reader.lost_events == 1
 
 
@@ -312,6 +338,107 @@ def test_recreated_topic_is_data_loss(broker: FakeBroker) -> None:
     assert [p.range for p in lenient.reader.partitions(end, restart)] == [None]  # a marker
     again = lenient.latest(restart)
     assert offsets(again)[("t", 0)] == 20
+
+
+def test_recreated_topic_without_topic_ids_is_confirmed_by_a_fresh_answer() -> None:
+    broker = FakeBroker(tansu=True, topic_ids=False)
+    broker.create("t", 1)
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    end = h.latest(h.reader.initialOffset())
+    broker.recreate("t", 1)
+    broker.produce("t", 0, 20, batch=5)
+    broker.calls.clear()
+    with pytest.raises(DataLossError) as info:
+        h.latest(end)
+    assert "t-0 (from 50 to 20)" in str(info.value)
+    assert broker.calls["metadata"] == 2  # the suspicious answer, then a fresh one
+
+
+def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> None:
+    """More records after the recreation than before: offsets alone cannot tell."""
+    broker.produce("t", 0, 50)
+    strict, lenient = Harness(broker), Harness(broker, failOnDataLoss="false")
+    end = strict.latest(strict.reader.initialOffset())
+    assert lenient.latest(lenient.reader.initialOffset()) == end
+    broker.recreate("t", 2)
+    broker.produce("t", 0, 80)
+    with pytest.raises(DataLossError) as info:
+        strict.latest(end)
+    assert "t were recreated (their topic id changed): t-0 (from 50 to 80)" in str(info.value)
+
+    restart = lenient.latest(end)
+    assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
+    assert lenient.ranges(end, restart) == ["None"]  # a marker: nothing of the old topic
+    again = lenient.latest(restart)
+    assert lenient.ranges(restart, again) == ["t-0 [0, 80)"]
+    assert lenient.reader.lost_events == 1
+    assert lenient.latest(again) == again  # the new topic id is the one that counts now
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_partition_missing_from_one_answer_keeps_its_offset(
+    broker: FakeBroker, fail_on_data_loss: str
+) -> None:
+    broker.produce("t", 0, 10)
+    broker.produce("t", 1, 10)
+    h = Harness(broker, failOnDataLoss=fail_on_data_loss)
+    end = h.latest(h.reader.initialOffset())
+    broker.produce("t", 1, 5)
+    broker.hide("t", 1, answers=1)
+    end2 = h.latest(end)  # the fresh second answer lists t-1 again: no gap, no loss
+    assert offsets(end2) == {("t", 0): 10, ("t", 1): 15}
+    assert h.ranges(end, end2) == ["t-1 [10, 15)"]
+    assert h.reader.lost_events == 0
+
+
+def test_partition_missing_from_two_answers_keeps_its_offset_until_it_returns(
+    broker: FakeBroker,
+) -> None:
+    broker.produce("t", 0, 10)
+    broker.produce("t", 1, 10)
+    h = Harness(broker, failOnDataLoss="false")
+    end = h.latest(h.reader.initialOffset())
+    broker.produce("t", 0, 5)
+    broker.produce("t", 1, 5)
+    broker.hide("t", 1, answers=2)
+    end2 = h.latest(end)  # missing twice: data loss, reported once; the offset stays
+    assert offsets(end2) == {("t", 0): 15, ("t", 1): 10}
+    assert h.ranges(end, end2) == ["t-0 [10, 15)"]
+    assert h.reader.lost_events == 1
+    end3 = h.latest(end2)  # back: it continues where it was, nothing is read twice
+    assert h.ranges(end2, end3) == ["t-1 [10, 15)"]
+    assert h.reader.lost_events == 1
+
+    strict = Harness(broker)
+    start = strict.reader.initialOffset()
+    broker.hide("t", 1, answers=2)
+    with pytest.raises(DataLossError) as info:
+        strict.latest(start)
+    assert "t-1 no longer exist" in str(info.value)
+
+
+@pytest.mark.parametrize("topic_ids", [True, False])
+@pytest.mark.parametrize("failed_probes", [1, 2])
+def test_end_below_the_frontier_from_a_failed_probe_is_not_a_recreation(
+    topic_ids: bool, failed_probes: int
+) -> None:
+    """Tansu's ListOffsets says 1 for a batch of 100 records; when the end probe gets no
+    answer, the end looks like 1. That is a stale answer, not a recreated topic."""
+    broker = FakeBroker(tansu=True, topic_ids=topic_ids)
+    broker.create("t", 1)
+    broker.produce("t", 0, 100)
+    h = Harness(broker, failOnDataLoss="false")
+    end = h.latest(h.reader.initialOffset())
+    assert offsets(end) == {("t", 0): 100}
+    h.clock.now += 30  # the remembered probe ages out
+    broker.fail_probes(failed_probes)
+    assert h.latest(end) == end  # nothing new, nothing recorded, no restart from 0
+    assert h.reader.lost_events == 0
+    assert h.store.get_or_none(h.layout.epoch(1)) is None
+    broker.produce("t", 0, 5)
+    end2 = h.latest(end)
+    assert h.ranges(end, end2) == ["t-0 [100, 105)"]
 
 
 def test_retention_below_the_start_is_data_loss(broker: FakeBroker) -> None:

@@ -18,6 +18,13 @@ bundle before the previous one was acknowledged). Delivering a bundle again firs
 which of its indices are already in the topic and sends only the missing ones, so a bundle
 interrupted half-way is completed, never repeated.
 
+An attempt never ends while one of its messages may still be buffered or in flight
+(:meth:`KafkaTopicConsumer._settle`): after ``ack.timeoutMs`` it waits for the producer's
+verdict on each message (at most ``delivery.timeout.ms``); late acknowledgements deliver
+the bundle, broker rejections fail the attempt retriably, and anything still unknown
+closes the producer and raises :class:`~state.errors.DeliveryUnsettled`, which stops the
+query instead of redelivering in-process (docs/sink.md, "A slow broker").
+
 The end of a partition is the larger of ListOffsets and a fetch's high watermark: the
 Tansu broker answers ListOffsets "latest" with the base offset of the last record batch
 plus one, which is too small whenever that batch holds more than one record.
@@ -28,7 +35,6 @@ headers are skipped, but the tail scan reads through them).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,7 +46,7 @@ from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.staging import Staging
-from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
+from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, DeliveryUnsettled
 from state.kafka_errors import translate_kafka_error
 
 T = TypeVar("T")
@@ -50,6 +56,8 @@ if TYPE_CHECKING:
 
 H_BUNDLE, H_GT, H_INDEX, H_COUNT = "gtb.bundle", "gtb.gt", "gtb.index", "gtb.count"
 SCAN_CHUNK = 2000
+# Beyond the producer's delivery.timeout.ms: its sender thread expires batches on its loop.
+SETTLE_MARGIN_S = 2.0
 _INT_SETTINGS_SUFFIXES = ("_ms", "_bytes", "_size", "retries", "_count", "_records")
 
 
@@ -61,6 +69,29 @@ class PartitionTail:
     count: int = 0
     indices: set[int] = field(default_factory=set)
     older: int | None = None
+
+
+@dataclass
+class _Attempt:
+    """The messages one delivery attempt handed to the producer."""
+
+    wanted: int
+    futures: list[Any] = field(default_factory=list)
+    all_sent: bool = False
+    last_send: float = 0.0
+    driver_bytes: int = 0
+
+
+def _rejected(err: BaseException | None) -> bool:
+    """The broker answered ``err`` for the message's request and did not store it.
+
+    Client-side time-outs, lost connections and the broker's retriable answers after the
+    retries ran out (``RequestTimedOut`` among them) say nothing certain: the request may
+    have been, or may still be, written.
+    """
+    import kafka.errors as kerr
+
+    return isinstance(err, kerr.BrokerResponseError) and not err.retriable
 
 
 def producer_config(options: SinkOptions) -> dict[str, Any]:
@@ -75,6 +106,14 @@ def producer_config(options: SinkOptions) -> dict[str, Any]:
     config.setdefault("request_timeout_ms", int(options.ack_timeout * 1000))
     config.setdefault("max_block_ms", int(options.ack_timeout * 1000))
     config.setdefault("bootstrap_timeout_ms", int(options.ack_timeout * 1000))
+    # Every message is resolved (acknowledged, rejected or expired) within this long after
+    # send(); deliver() waits that long before it gives an attempt up (Kafka's 120 s at the
+    # default ack.timeoutMs). kafka-python requires at least linger + request timeout.
+    config.setdefault(
+        "delivery_timeout_ms",
+        max(4 * int(options.ack_timeout * 1000),
+            int(config["linger_ms"]) + int(config["request_timeout_ms"])),
+    )
     config.update(acks="all", max_in_flight_requests_per_connection=1)
     return config
 
@@ -96,6 +135,7 @@ class KafkaTopicConsumer(Consumer):
         self.topic = options.topic
         self.ack_timeout = options.ack_timeout
         self.config = producer_config(options)
+        self.delivery_timeout = int(self.config["delivery_timeout_ms"]) / 1000.0
         self._producer: Any = None
 
     def describe(self) -> str:
@@ -127,58 +167,133 @@ class KafkaTopicConsumer(Consumer):
             raise translated from err
 
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
-        present: set[int] = set()
-        if redelivery:
-            tail = self._scan()
-            present = tail.get(bundle.bundle_id, set())
+        """Send the bundle's missing items and wait until the broker has answered for each.
+
+        Never returns or raises a retriable error while a message of this attempt may still
+        be buffered in the producer or in flight (a redelivery's tail scan would miss it and
+        send it again): see :meth:`_settle`.
+        """
+        from kafka.errors import KafkaError, KafkaTimeoutError
+
+        present = self._scan().get(bundle.bundle_id, set()) if redelivery else set()
+        attempt = _Attempt(wanted=bundle.rows - len(present))
+        try:
+            producer = self.producer()
+            self._send(producer, bundle, present, attempt)
+            producer.flush(timeout=self.ack_timeout)
+        except Exception as err:
+            if not attempt.futures:
+                if isinstance(err, KafkaError):
+                    raise DeliveryFailed(
+                        f"{self.describe()}: bundle {bundle.bundle_id}: no message was handed "
+                        f"to the producer: {type(err).__name__}: {err}"
+                    ) from err
+                raise
+            self._settle(bundle, attempt, err)
+            # Every message handed over has its answer now, so a redelivery's tail scan
+            # sees all that landed. A flush that merely timed out after the last send was
+            # a slow broker: the answers decide, as if the flush had waited for them.
+            if not (isinstance(err, KafkaTimeoutError) and attempt.all_sent):
+                if isinstance(err, KafkaError):
+                    raise CommitStateUnknown(
+                        f"{self.describe()}: bundle {bundle.bundle_id}: "
+                        f"{len(attempt.futures)} of {attempt.wanted} message(s) handed to the "
+                        f"producer, then {type(err).__name__}: {err}"
+                    ) from err
+                raise
+        else:
+            self._settle(bundle, attempt, None)
+        rejected = [f.exception for f in attempt.futures if f.failed()]
+        if rejected:
+            self._discard_producer()
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id}: the broker rejected "
+                f"{len(rejected)} of {len(attempt.futures)} message(s): {rejected[0]!r}"
+            )
+        return Ack(bundle.bundle_id, bundle.rows, attempt.driver_bytes)
+
+    def _send(self, producer: Any, bundle: Bundle, present: set[int], attempt: _Attempt) -> None:
         count = bundle.rows
         half = count // 2
-        sent = 0
-        failures: list[BaseException] = []
-        lock = threading.Lock()
-
-        def failed(err: BaseException) -> None:
-            with lock:
-                failures.append(err)
-
-        producer = self.producer()
         index = 0
-        driver_bytes = 0
-        from kafka.errors import KafkaError
-
-        try:
-            for table in bundle.tables(self.staging):
-                for value, key, headers, partition in _messages(table):
-                    if index not in present:
-                        all_headers = [
-                            *headers,
-                            (H_BUNDLE, str(bundle.bundle_id).encode()),
-                            (H_GT, str(bundle.gt).encode()),
-                            (H_INDEX, str(index).encode()),
-                            (H_COUNT, str(count).encode()),
-                        ]
+        for table in bundle.tables(self.staging):
+            for value, key, headers, partition in _messages(table):
+                if index not in present:
+                    all_headers = [
+                        *headers,
+                        (H_BUNDLE, str(bundle.bundle_id).encode()),
+                        (H_GT, str(bundle.gt).encode()),
+                        (H_INDEX, str(index).encode()),
+                        (H_COUNT, str(count).encode()),
+                    ]
+                    attempt.futures.append(
                         producer.send(
                             self.topic, value=value, key=key, headers=all_headers,
                             partition=partition,
-                        ).add_errback(failed)
-                        driver_bytes += len(value) + (len(key) if key else 0)
-                        sent += 1
-                    index += 1
-                    if index == half and self.faults.armed("after_deliver", bundle.bundle_id):
-                        producer.flush(timeout=self.ack_timeout)
-                        self.faults.at("after_deliver", bundle.bundle_id)
-            producer.flush(timeout=self.ack_timeout)
-        except KafkaError as err:
-            raise CommitStateUnknown(
-                f"{self.describe()}: bundle {bundle.bundle_id}: {sent} of {count - len(present)} "
-                f"message(s) handed to the producer, then {type(err).__name__}: {err}"
-            ) from err
-        if failures:
-            raise CommitStateUnknown(
-                f"{self.describe()}: bundle {bundle.bundle_id}: {len(failures)} message(s) "
-                f"failed: {failures[0]!r}"
-            )
-        return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
+                        )
+                    )
+                    attempt.last_send = time.monotonic()
+                    attempt.driver_bytes += len(value) + (len(key) if key else 0)
+                index += 1
+                if index == half and self.faults.armed("after_deliver", bundle.bundle_id):
+                    producer.flush(timeout=self.ack_timeout)
+                    self.faults.at("after_deliver", bundle.bundle_id)
+        attempt.all_sent = True
+
+    def _settle(self, bundle: Bundle, attempt: _Attempt, cause: BaseException | None) -> None:
+        """Wait until the broker has answered for every message of ``attempt``.
+
+        The producer resolves every message within its ``delivery.timeout.ms`` after
+        ``send()`` (acknowledged, rejected, or expired), so that is the bound. Returns when
+        every message was acknowledged or rejected by the broker: nothing of this attempt
+        can land later, and a redelivery's tail scan sees the whole truth. Otherwise (no
+        answer in time, or a time-out / lost connection that may have left a request at the
+        broker) the producer is closed, so that nothing it still holds is ever sent, and
+        :class:`DeliveryUnsettled` stops the barrier: redelivering now could duplicate
+        items that are still on their way; the restart resolves the bundle from the topic.
+        """
+        from kafka.errors import KafkaError
+
+        deadline = attempt.last_send + self.delivery_timeout + SETTLE_MARGIN_S
+        producer = self._producer
+        try:
+            if producer is not None:
+                producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        except KafkaError:
+            pass  # judged below from the messages themselves
+        pending = sum(1 for f in attempt.futures if not f.is_done)
+        unsure = [f.exception for f in attempt.futures if f.failed() and not _rejected(f.exception)]
+        if not pending and not unsure:
+            return
+        self._discard_producer()
+        what = (
+            f"{pending} message(s) still unanswered {self.delivery_timeout:.0f}s after the "
+            "last send"
+            if pending
+            else f"{len(unsure)} message(s) failed without a broker answer ({unsure[0]!r})"
+        )
+        then = "" if cause is None else f", then {type(cause).__name__}: {cause}"
+        raise DeliveryUnsettled(
+            f"{self.describe()}: bundle {bundle.bundle_id}: {len(attempt.futures)} of "
+            f"{attempt.wanted} message(s) handed to the producer{then}; {what}. They may still "
+            "land, so the bundle is not sent again in this process; the producer was closed"
+        ) from cause
+
+    def _discard_producer(self) -> None:
+        """Close the producer so that nothing it still holds can be sent later."""
+        from kafka.errors import KafkaError
+
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            producer.close(timeout=0)  # flushes nothing pending, then stops the sender at once
+        except KafkaError:
+            # kafka-python's close() flushes first and gives up on a timeout before it stops
+            # its sender thread; stop the sender without sending what it holds (its
+            # messages fail), then close.
+            producer._sender.force_close()
+            producer.close(timeout=self.ack_timeout)
 
     # --- the tail of the topic ----------------------------------------------------------
 
@@ -295,9 +410,7 @@ class KafkaTopicConsumer(Consumer):
         return out
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close(timeout=self.ack_timeout)
-            self._producer = None
+        self._discard_producer()
 
 
 def _messages(
