@@ -155,13 +155,15 @@ class SnapshotCoordinator:
         if zookeeper_hosts is not None:
             import re
 
-            if not isinstance(zookeeper_hosts, str) or not re.match(
-                _HOSTS, zookeeper_hosts.strip()
+            if (
+                not isinstance(zookeeper_hosts, str)
+                or not re.match(_HOSTS, zookeeper_hosts.strip())
+                or {".", ".."} & set(zookeeper_hosts.strip().partition("/")[2].split("/"))
             ):
                 raise ConfigError(
                     "zookeeper_hosts",
                     zookeeper_hosts,
-                    "'host:port[,host:port...][/chroot]' or None",
+                    "'host:port[,host:port...][/chroot]' (a chroot without '.' or '..') or None",
                     where=where,
                 )
             zookeeper_hosts = zookeeper_hosts.strip()
@@ -910,9 +912,7 @@ def _checkpoint_path(value: str | os.PathLike[str], where: str) -> Path:
             "checkpoint_location", value, "a local directory path or file:// URI", where=where
         )
     parsed = urlparse(text)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    if parsed.scheme and len(parsed.scheme) > 1:
+    if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:
         raise ConfigError(
             "checkpoint_location",
             value,
@@ -920,7 +920,17 @@ def _checkpoint_path(value: str | os.PathLike[str], where: str) -> Path:
             "the state store, so a remote checkpoint file system is not needed",
             where=where,
         )
-    return Path(text)
+    path = Path(parsed.path) if parsed.scheme == "file" else Path(text)
+    # A file where the directory (or one of its parents) should be: Spark would fail later.
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(
+            "checkpoint_location",
+            value,
+            f"a directory on the driver (or a path where one can be created): {existing} is a file",
+            where=where,
+        )
+    return path
 
 
 __all__ = ["SnapshotCoordinator", "SnapshotStats"]
