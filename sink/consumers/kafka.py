@@ -311,8 +311,10 @@ def check_spark_schema(schema: Any) -> None:
     the fixed query would find it still in flight.
     """
     types = {f.name: f.dataType for f in schema.fields}
-    shape = "value (binary or string), optional key (binary or string), headers " \
+    shape = (
+        "value (binary or string), optional key (binary or string), headers "
         "(array<struct<key: string, value: binary>>) and partition (int)"
+    )
 
     def refuse(column: str, actual: str) -> ConfigError:
         return ConfigError(
