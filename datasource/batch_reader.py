@@ -42,6 +42,7 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
                 reader,
                 role="start",
                 strategy=self.options.starting_by_timestamp_strategy,
+                fail_on_data_loss=self.options.fail_on_data_loss,
             )
             end = resolve(self.options.batch_ending, tps, reader, role="end")
         finally:

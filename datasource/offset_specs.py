@@ -9,13 +9,16 @@ end is the latest offset.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Literal
 
 from datasource.offset_reader import OffsetReader
 from datasource.options import EARLIEST, LATEST, WHERE, KafkaSourceOptions, OffsetSpec
-from state.errors import ConfigError
+from state.errors import ConfigError, DataLossError
 from state.records.source_offset import Frontier, TopicPartitionKey
+
+log = logging.getLogger(__name__)
 
 
 def subscribed_partitions(
@@ -55,8 +58,13 @@ def resolve(
     *,
     role: Literal["start", "end"],
     strategy: Literal["error", "latest"] = "error",
+    fail_on_data_loss: bool = True,
 ) -> Frontier:
-    """The concrete frontier that ``spec`` names for partitions ``tps``."""
+    """The concrete frontier that ``spec`` names for partitions ``tps``.
+
+    Explicit start offsets are checked against each partition's range before anything
+    is persisted (see :func:`_check_in_range`).
+    """
     if not tps:
         return {}
     if spec.kind == "earliest":
@@ -70,9 +78,10 @@ def resolve(
         wants_latest = [tp for tp in tps if spec.offsets[tp] == LATEST]
         frontier.update(reader.earliest(wants_earliest))
         frontier.update(reader.latest(wants_latest))
-        for tp in tps:
-            if spec.offsets[tp] >= 0:
-                frontier[tp] = spec.offsets[tp]
+        explicit = {tp: spec.offsets[tp] for tp in tps if spec.offsets[tp] >= 0}
+        if role == "start":
+            _check_in_range(spec, explicit, reader, fail_on_data_loss)
+        frontier.update(explicit)
         return frontier
     if spec.kind == "timestamp":
         assert spec.timestamp is not None
@@ -95,6 +104,48 @@ def resolve(
     frontier = {tp: off for tp, off in found.items() if off is not None}
     frontier.update(reader.latest(none_found))
     return frontier
+
+
+def _check_in_range(
+    spec: OffsetSpec, explicit: Frontier, reader: OffsetReader, fail_on_data_loss: bool
+) -> None:
+    """Explicit start offsets must lie within ``[log start, end]`` of their partition.
+
+    Past the end is a mistake (no such record exists yet): a :class:`ConfigError`.
+    Below the log start, the records were deleted by retention: a :class:`DataLossError`,
+    or with ``failOnDataLoss=false`` a warning (the first read skips and counts them).
+    Checked before the start is persisted, so fixing the option and restarting works.
+    """
+    if not explicit:
+        return
+    ends = reader.latest(explicit)
+    beyond = sorted(tp for tp, off in explicit.items() if off > ends[tp])
+    if beyond:
+        shown = ", ".join(f"{t}-{p} = {explicit[(t, p)]} > end {ends[(t, p)]}" for t, p in beyond)
+        raise ConfigError(
+            spec.option,
+            spec.describe(),
+            f"offsets within each partition's range, at most its end ({shown}; -1 starts at "
+            "the end, -2 at the log start)",
+            where=WHERE,
+        )
+    starts = reader.earliest(explicit)
+    below = sorted(tp for tp, off in explicit.items() if off < starts[tp])
+    if not below:
+        return
+    shown = ", ".join(
+        f"{t}-{p} = {explicit[(t, p)]} < log start {starts[(t, p)]}" for t, p in below
+    )
+    message = (
+        f"{WHERE}: option '{spec.option}' = {spec.describe()!r} names records deleted by "
+        f"retention ({shown}); expected offsets within each partition's range"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"{message}. Use -2 to start at the log start, or set failOnDataLoss=false to "
+            "skip the lost records with a warning."
+        )
+    log.warning("%s; the first epoch skips them (failOnDataLoss=false)", message)
 
 
 def _check_covers(spec: OffsetSpec, tps: list[TopicPartitionKey]) -> None:

@@ -41,7 +41,7 @@ from datasource.offsets import backlog, ranges_between, rate_limit, split_ranges
 from datasource.options import WHERE, KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, read_partition
 from datasource.schema import arrow_schema
-from state.errors import ConfigError, DataLossError
+from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
 from state.store import open_store
@@ -119,6 +119,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 self.offset_reader,
                 role="start",
                 strategy=self.options.starting_by_timestamp_strategy,
+                fail_on_data_loss=self.options.fail_on_data_loss,
             )
             persisted = self.epoch_log.create_start(SourceOffset(0, frontier))
             if dict(persisted.offsets) == frontier:
@@ -141,7 +142,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         log.info("gtkafka: Trigger.AvailableNow reads up to %s", frontier_json(latest))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = SourceOffset.from_json(start)
+        begin = from_checkpoint(start)
         recorded = self.epoch_log.recorded_end(begin)
         if recorded is not None:
             self._last_trigger = self._clock()
@@ -167,9 +168,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
         A pure function of ``(start, end, options)``, so a replay reads the same splits.
         """
-        return plan_partitions(
-            self.options, SourceOffset.from_json(start), SourceOffset.from_json(end)
-        )
+        return plan_partitions(self.options, from_checkpoint(start), from_checkpoint(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaInputPartition)
@@ -186,7 +185,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             commit_to_group(
                 self.options,
                 self.options.commit_offsets_to_group,
-                SourceOffset.from_json(end).offsets,
+                from_checkpoint(end).offsets,
             )
 
     def stop(self) -> None:
@@ -385,6 +384,22 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 f"for topics {sorted(recorded)}; use a new pipeline.id to change the subscription",
                 where=WHERE,
             )
+
+
+def from_checkpoint(value: Any) -> SourceOffset:
+    """An offset Spark handed back from the query's checkpoint (its offset log).
+
+    :class:`MalformedOffset` names the checkpoint as the cause: a checkpointLocation
+    written by a query with another source cannot be reused by gtkafka.
+    """
+    try:
+        return SourceOffset.from_json(value)
+    except MalformedOffset as err:
+        raise MalformedOffset(
+            f"gtkafka: the checkpointLocation holds an offset of another source: {err}. "
+            "Start this query on a new checkpointLocation: gtkafka resumes from its epoch "
+            "log in state.uri, not from Spark's checkpoint"
+        ) from err
 
 
 def plan_partitions(

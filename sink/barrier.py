@@ -169,7 +169,8 @@ class Barrier:
                     "micro-batch, whose content is not replay-stable (set "
                     "spark.sql.streaming.noDataMicroBatches.enabled=false; "
                     "datasource.register_all(spark) does), or the query does not read a "
-                    "gtkafka source with the same pipeline.id and state.uri as this sink"
+                    "gtkafka source with the same pipeline.id and state.uri as this sink "
+                    f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
                 )
             return CommitOutcome(batch_id, None, "no-data")
         state, version = self._load()

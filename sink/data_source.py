@@ -35,6 +35,10 @@ class BarrierSink(DataSource):
 
             assert self.sink_options.consumer_path is not None
             check_writable(self.sink_options.consumer_path)
+        elif self.sink_options.consumer == "kafka":
+            from sink.consumers.kafka import check_spark_schema as check_kafka_schema
+
+            check_kafka_schema(schema)
         return BarrierStreamWriter(self.sink_options, has_gt)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:

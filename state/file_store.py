@@ -198,6 +198,8 @@ class FileStore(StateStore):
             missing.append(d)
             d = d.parent
         if not d.is_dir():
+            if self.root.is_relative_to(d):  # the root itself cannot be a directory
+                raise self._bad_root(f"{d} is a file")
             raise self._conflict(key, NotADirectoryError(str(d)))
         for m in reversed(missing):
             try:
@@ -206,6 +208,8 @@ class FileStore(StateStore):
                 if not m.is_dir():
                     raise self._conflict(key, FileExistsError(str(m))) from None
             except OSError as err:
+                if self.root.is_relative_to(m):
+                    raise self._bad_root(f"creating {m} failed: {err.strerror}") from err
                 raise self._os_error("create directory for", key, err) from err
             self._fsync_dir(m.parent, key)
 
@@ -257,6 +261,11 @@ class FileStore(StateStore):
         return StateError(
             f"{self.uri}: cannot write key '{key}': a path component is a value or a value's "
             f"path is a prefix of other keys ({err})"
+        )
+
+    def _bad_root(self, why: str) -> StoreConfigError:
+        return StoreConfigError(
+            "state.uri", self.uri, f"a directory that can be created and written ({why})"
         )
 
     def _os_error(self, op: str, key: str, err: OSError) -> StateError:

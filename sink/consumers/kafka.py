@@ -413,6 +413,42 @@ class KafkaTopicConsumer(Consumer):
         self._discard_producer()
 
 
+_TEXT_OR_BINARY = ("BinaryType", "StringType")
+
+
+def check_spark_schema(schema: Any) -> None:
+    """The sink input must be shaped like the input of Spark's Kafka sink.
+
+    Checked when the query plans its first micro-batch, before anything is staged: a
+    bundle recorded in flight without a usable ``value`` could never be delivered, and
+    the fixed query would find it still in flight.
+    """
+    types = {f.name: f.dataType for f in schema.fields}
+    shape = (
+        "value (binary or string), optional key (binary or string), headers "
+        "(array<struct<key: string, value: binary>>) and partition (int)"
+    )
+
+    def refuse(column: str, actual: str) -> ConfigError:
+        return ConfigError(
+            column, actual, f"a sink input for consumer=kafka with columns {shape}",
+            where="barrier",
+        )
+
+    if "value" not in types:
+        raise refuse("value", f"<missing> (columns: {', '.join(types)})")
+    for column in ("value", "key"):
+        if column in types and type(types[column]).__name__ not in _TEXT_OR_BINARY:
+            raise refuse(column, types[column].simpleString())
+    if "partition" in types and type(types["partition"]).__name__ != "IntegerType":
+        raise refuse("partition", types["partition"].simpleString())
+    if "headers" in types:
+        element = getattr(types["headers"], "elementType", None)
+        fields = {f.name: type(f.dataType).__name__ for f in getattr(element, "fields", [])}
+        if fields.get("key") != "StringType" or fields.get("value") not in _TEXT_OR_BINARY:
+            raise refuse("headers", types["headers"].simpleString())
+
+
 def _messages(
     table: pa.Table,
 ) -> Iterator[tuple[bytes, bytes | None, list[tuple[str, bytes]], int | None]]:

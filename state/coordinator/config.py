@@ -173,11 +173,15 @@ class CoordinatorConfig:
         store = StoreConfig.from_options(opts, uri_option="state_uri")
         checkpoint = _checkpoint_path(checkpoint_location)
         if zookeeper_hosts is not None:
-            if not isinstance(zookeeper_hosts, str) or not _HOSTS.match(zookeeper_hosts.strip()):
+            if (
+                not isinstance(zookeeper_hosts, str)
+                or not _HOSTS.match(zookeeper_hosts.strip())
+                or {".", ".."} & set(zookeeper_hosts.strip().partition("/")[2].split("/"))
+            ):
                 raise ConfigError(
                     "zookeeper_hosts",
                     zookeeper_hosts,
-                    "'host:port[,host:port...][/chroot]' or None",
+                    "'host:port[,host:port...][/chroot]' (a chroot without '.' or '..') or None",
                     where=WHERE,
                 )
             zookeeper_hosts = zookeeper_hosts.strip()
@@ -235,9 +239,7 @@ def _checkpoint_path(value: str | os.PathLike[str]) -> Path:
             "checkpoint_location", value, "a local directory path or file:// URI", where=WHERE
         )
     parsed = urlparse(text)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    if parsed.scheme and len(parsed.scheme) > 1:
+    if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:
         raise ConfigError(
             "checkpoint_location",
             value,
@@ -245,7 +247,17 @@ def _checkpoint_path(value: str | os.PathLike[str]) -> Path:
             "the state store, so a remote checkpoint file system is not needed",
             where=WHERE,
         )
-    return Path(text)
+    path = Path(parsed.path) if parsed.scheme == "file" else Path(text)
+    # A file where the directory (or one of its parents) should be: Spark would fail later.
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(
+            "checkpoint_location",
+            value,
+            f"a directory on the driver (or a path where one can be created): {existing} is a file",
+            where=WHERE,
+        )
+    return path
 
 
 __all__ = ["PARAMETERS", "REQUIRED", "CoordinatorConfig", "Parameter"]
