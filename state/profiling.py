@@ -1,0 +1,72 @@
+"""Opt-in timing spans for the performance breakdown (``python -m benchmarks.breakdown``).
+
+With ``GTBARRIER_PROFILE=<directory>`` in the environment of the driver (and so of
+Spark's Python workers, which inherit the JVM's environment), every :func:`span` appends
+one JSON line ``{"span", "start", "seconds", "pid", ...attributes}`` to
+``<directory>/<pid>.jsonl``. Without it a span costs one dictionary lookup: the hook is
+for benchmarks and never changes what the code does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ENV = "GTBARRIER_PROFILE"
+
+#: When this process imported gtbarrier's first module (process start is read from /proc).
+IMPORTED_AT = time.time()
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+@contextmanager
+def span(name: str, **attributes: object) -> Iterator[None]:
+    """Time the block as ``name`` (recorded even if it raises, with ``"error"`` set)."""
+    directory = os.environ.get(ENV)
+    if not directory:
+        yield
+        return
+    start = time.time()
+    t0 = time.perf_counter()
+    error: str | None = None
+    try:
+        yield
+    except BaseException as err:
+        error = type(err).__name__
+        raise
+    finally:
+        record(name, start, time.perf_counter() - t0, error=error, **attributes)
+
+
+def record(name: str, start: float, seconds: float, **attributes: object) -> None:
+    """Append one span (measured by the caller) if profiling is on."""
+    directory = os.environ.get(ENV)
+    if not directory:
+        return
+    line = {"span": name, "start": start, "seconds": seconds, "pid": os.getpid(), **attributes}
+    path = Path(directory) / f"{os.getpid()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+
+
+def process_started_at() -> float | None:
+    """This process's start time (epoch seconds) from ``/proc``; None where unavailable."""
+    try:
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(stat[19])  # field 22 of proc(5), counted after the command name
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
