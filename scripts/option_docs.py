@@ -19,6 +19,7 @@ from pathlib import Path
 
 from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
+from state.coordinator.config import PARAMETERS
 from state.option_table import HEADERS, Documented, render_markdown
 from state.store import STORE_OPTIONS
 
@@ -39,14 +40,18 @@ TABLES: dict[str, Table] = {
     "gtkafka": Table(SOURCE_OPTIONS.entries, "SOURCE_OPTIONS in datasource/options.py"),
     "barrier": Table(SINK_OPTIONS.entries, "SINK_OPTIONS in sink/options.py"),
     "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/store.py"),
+    "coordinator": Table(
+        PARAMETERS, "PARAMETERS in state/coordinator/config.py", ("argument", "default", "meaning")
+    ),
 }
 
 # Each document (relative to the repository root) and the tables it holds.
 DOCS: dict[str, tuple[str, ...]] = {
-    "README.md": ("gtkafka", "barrier"),
+    "README.md": ("gtkafka", "barrier", "coordinator"),
     "docs/source.md": ("gtkafka",),
     "docs/sink.md": ("barrier",),
     "docs/state-stores.md": ("state",),
+    "docs/coordinator.md": ("coordinator",),
 }
 
 

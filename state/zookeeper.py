@@ -52,7 +52,7 @@ from state.errors import (
 )
 from state.store import dumps
 
-log = logging.getLogger("gtbarrier.coordinator")
+log = logging.getLogger(__name__)
 
 # Errors that mean "ZooKeeper did not answer"; the same call may work later.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
+from state.option_table import DocRow
 from state.options import Options, parse_duration
 from state.store import StoreConfig
 
@@ -45,6 +46,11 @@ class Parameter:
     type: str
     default: object
     doc: str
+
+    def doc_row(self) -> DocRow:
+        """The argument as a row of the README's and docs/coordinator.md's table."""
+        default = "required" if self.default is REQUIRED else f"`{self.default!r}`"
+        return DocRow(f"`{self.name}`", default.replace("'", '"'), self.doc)
 
 
 PARAMETERS: tuple[Parameter, ...] = (
