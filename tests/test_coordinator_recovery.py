@@ -152,3 +152,20 @@ def test_keep_when_no_snapshot(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
     result = recover_checkpoint(store, LAYOUT, None, cp, "restore")
     assert result.action == "keep" and LocalCheckpoint.inspect(cp).last_committed == 3
+
+
+def test_a_new_generation_does_not_keep_the_old_versions_checkpoint(
+    store: StateStore, tmp_path: Path
+) -> None:
+    """Issue 10, finding 4: after recover(mode="replay") on another host, the resume point is
+    generation 1 without a snapshot; this host still holds version 1's checkpoint (generation
+    0). Restoring must not resume version 1's offsets and state."""
+    old_version = write_checkpoint(tmp_path / "host-a" / "cp", 3, query_id="version-1")
+    new_generation = ResumePoint.empty(generation=1, token=2, created_at=1.0)
+    result = recover_checkpoint(store, LAYOUT, new_generation, old_version, "restore")
+    local = LocalCheckpoint.inspect(old_version)
+    assert (local.query_id, local.last_committed) == (None, None), (
+        f"version 1's checkpoint (query {local.query_id}, batch {local.last_committed}) was "
+        f"kept for generation 1: {result}"
+    )
+    assert result.action == "fresh" and "generation" in result.reason
