@@ -360,7 +360,7 @@ def test_the_pipeline_refuses_to_accept_into_another_generation(uri: str, tmp_pa
 
     def snapshot() -> None:
         try:
-            outcome.append(pipeline.run(batch(3), closing=lambda: False)[1])
+            outcome.append(pipeline.run(batch(3), closing=lambda: None)[1])
         except BaseException as err:
             outcome.append(err)
 
@@ -376,5 +376,7 @@ def test_the_pipeline_refuses_to_accept_into_another_generation(uri: str, tmp_pa
     thread.join(10)
     point, _ = read_resume_point(ownership.backend)
     assert point is not None and point.generation == 1
-    assert point.snapshot is None, f"a generation-0 snapshot was accepted into generation 1: {point}"
+    assert point.snapshot is None, (
+        f"a generation-0 snapshot was accepted into generation 1: {point}"
+    )
     assert isinstance(outcome[0], CoordinationError) and "generation" in str(outcome[0])
