@@ -18,6 +18,7 @@ from integration_tests.coordinator_support import check_keyed, produce, start_pi
 from integration_tests.ports import free_port
 from state.coordinator import SnapshotCoordinator
 from state.errors import CoordinationError, ZooKeeperUnavailable
+from state.recovery import LocalCheckpoint
 
 pytestmark = [pytest.mark.integration]
 
@@ -94,7 +95,7 @@ def test_no_snapshot_then_replay_mode(
     zkc = zk.client()
     with coordinator() as coord:
         result = coord.recover(mode="replay")
-        assert result.action == "fresh" and not cp.exists()
+        assert result.action == "fresh" and LocalCheckpoint.inspect(cp).empty  # only the marker
         raw = json.loads(zkc.get("/gtbarrier/modes/resume")[0])
         assert raw["generation"] == 1 and raw["manifest"] is None
         assert coord.resume_point() is None
