@@ -256,7 +256,7 @@ class SnapshotWorker:
             return "the coordinator is closing"
         if self._generations_ended != generations_ended:
             return (
-                "recover(mode='replay') began a new generation of the resume point; this "
+                "recover(mode='replay') begins a new generation of the resume point; this "
                 "snapshot belongs to the old query version and is not accepted"
             )
         return None
