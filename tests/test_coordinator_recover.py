@@ -118,3 +118,7 @@ def test_failover_after_a_replay_does_not_resume_the_old_version(uri: str, tmp_p
         f"version 2 would resume version 1's checkpoint (batch {local.last_committed}): {result}"
     )
     assert result.action == "fresh" and local.empty
+    # Version 2's own checkpoint, on host B, is still kept by a plain restart.
+    with SnapshotCoordinator(None, "p1", uri, host_b) as restart:
+        again = restart.recover()
+    assert again.action == "keep" and LocalCheckpoint.inspect(host_b).query_id == "version-2"
