@@ -2,10 +2,15 @@
 
 Decision (:func:`decide`), given the resume point and the local checkpoint directory:
 
-* ``mode="replay"``: a new query version that cannot reuse the old checkpoint. The
-  directory is emptied and a new *generation* of the resume point begins (no snapshot
-  yet); the query replays from the source's persisted start, rebuilds its state, and
-  the barrier drops every epoch the consumer already has.
+* ``mode="replay"``: a new query version that cannot reuse the old checkpoint. A new
+  *generation* of the resume point begins (no snapshot yet) and the directory is emptied;
+  the query replays from the source's persisted start, rebuilds its state, and the
+  barrier drops every epoch the consumer already has.
+* the directory holds a checkpoint of another generation or pipeline (its generation
+  marker, :mod:`state.records.checkpoint_marker`, says so; a checkpoint without a marker
+  is generation 0): it is never used. Without a snapshot the directory is emptied
+  (``"fresh"``: the query replays from the persisted start), with one the snapshot is
+  materialised.
 * no snapshot in the resume point: keep the directory as it is (possibly empty: the
   query then replays from the persisted start, and the barrier drops what was delivered).
 * the directory is missing or empty (a new host), belongs to another query (its
@@ -13,6 +18,10 @@ Decision (:func:`decide`), given the resume point and the local checkpoint direc
   snapshot's: materialise the snapshot into it. A snapshot whose manifest or files do
   not match their checksums is skipped (logged) for the previous retained one.
 * otherwise the local checkpoint is at or past the snapshot: keep it (a plain restart).
+
+Whatever it does, :func:`recover_checkpoint` leaves the directory in place with a
+generation marker naming the resume point's generation, so that a later recovery can
+tell this generation's checkpoint from an older version's.
 
 After a restore Spark restarts at the batch after the snapshot's; the gtkafka source
 replays from the recorded epoch boundaries and the barrier drops what was delivered.
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -29,8 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from state.errors import SnapshotCorrupted
+from state.errors import MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
+from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
+from state.records.codec import decode, dumps
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.snapshot import load_manifest, materialise
@@ -44,13 +56,19 @@ MODES = ("restore", "replay")
 
 @dataclass(frozen=True)
 class LocalCheckpoint:
-    """What a checkpoint directory on this host holds."""
+    """What a checkpoint directory on this host holds.
+
+    ``marker`` is its generation marker (None: none, i.e. generation 0);
+    ``marker_error`` says why a marker that exists could not be read.
+    """
 
     path: Path
     exists: bool
     empty: bool
     query_id: str | None
     last_committed: int | None
+    marker: CheckpointMarker | None = None
+    marker_error: str | None = None
 
     @classmethod
     def inspect(cls, path: Path) -> LocalCheckpoint:
@@ -65,7 +83,36 @@ class LocalCheckpoint:
             except ValueError:
                 query_id = None
         commits = [int(p.name) for p in (path / "commits").glob("*") if p.name.isdigit()]
-        return cls(path, True, empty, query_id, max(commits, default=None))
+        marker, marker_error = None, None
+        try:
+            marker = read_marker(path)
+        except MalformedRecord as err:
+            marker_error = str(err)
+        return cls(path, True, empty, query_id, max(commits, default=None), marker, marker_error)
+
+    def foreign(self, pipeline_id: str, generation: int) -> str | None:
+        """Why this checkpoint was not made for ``generation`` of ``pipeline_id``'s resume
+        point (None if it was, or if it is empty: there is nothing in it to reuse)."""
+        if self.empty:
+            return None
+        if self.marker_error is not None:
+            return f"its generation marker is unreadable ({self.marker_error})"
+        marker = self.marker
+        if marker is None:
+            if generation == 0:
+                return None
+            return (
+                "the checkpoint has no generation marker, so it predates generation 1, "
+                f"and the resume point is at generation {generation}"
+            )
+        if marker.pipeline_id != pipeline_id:
+            return f"the checkpoint belongs to pipeline '{marker.pipeline_id}'"
+        if marker.generation != generation:
+            return (
+                f"the checkpoint belongs to generation {marker.generation}, "
+                f"the resume point is at generation {generation}"
+            )
+        return None
 
     def at_or_past(self, ref: SnapshotRef, query_id: str | None) -> bool:
         """Same query and committed at least as far as the snapshot."""
@@ -78,25 +125,66 @@ class LocalCheckpoint:
         )
 
 
+def read_marker(checkpoint: Path) -> CheckpointMarker | None:
+    """The checkpoint's generation marker, or None if it has none.
+
+    Raises :class:`MalformedRecord` if the file exists but is not a marker."""
+    path = checkpoint / MARKER_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode(data, CheckpointMarker.from_json, str(path))
+
+
+def write_marker(checkpoint: Path, marker: CheckpointMarker) -> None:
+    """Create ``checkpoint`` if needed and (re)write its generation marker, atomically."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / MARKER_FILE
+    tmp = checkpoint / f"{MARKER_FILE}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(dumps(marker.to_json()))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(checkpoint, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Decision:
     action: Action
     reason: str
 
 
-def decide(point: ResumePoint | None, local: LocalCheckpoint, mode: str) -> Decision:
+def decide(
+    point: ResumePoint | None, local: LocalCheckpoint, mode: str, *, pipeline_id: str
+) -> Decision:
     """What :func:`recover` does (pure)."""
     if mode == "replay":
         return Decision(
             "fresh", "mode='replay': a fresh checkpoint replays from the persisted start"
         )
+    generation = point.generation if point is not None else 0
+    foreign = local.foreign(pipeline_id, generation)
     snap = point.snapshot if point else None
     if point is None or snap is None:
+        if foreign is not None:
+            return Decision(
+                "fresh",
+                f"{foreign}: it is not used; without a snapshot of generation {generation} "
+                "the query replays from the persisted start",
+            )
         return Decision(
             "keep", "no snapshot yet: the query starts from its checkpoint or the persisted start"
         )
     if local.empty:
         return Decision("materialise", "the checkpoint directory is missing or empty")
+    if foreign is not None:
+        return Decision("materialise", foreign)
     if local.query_id != point.query_id:
         return Decision(
             "materialise",
@@ -140,22 +228,32 @@ def recover_checkpoint(
     *,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> RecoveryResult:
-    """Carry out :func:`decide` on ``checkpoint``. See the module docstring."""
+    """Carry out :func:`decide` on ``checkpoint`` and mark it with the resume point's
+    generation. See the module docstring.
+
+    In ``mode="replay"`` ``point`` is the new generation's (already written), so that
+    the emptied directory is marked with it.
+    """
     started = time.monotonic()
     local = LocalCheckpoint.inspect(checkpoint)
-    decision = decide(point, local, mode)
+    decision = decide(point, local, mode, pipeline_id=layout.pipeline_id)
     log.info("recover %s: %s (%s)", checkpoint, decision.action, decision.reason)
+    marker = CheckpointMarker(layout.pipeline_id, point.generation if point is not None else 0)
     if decision.action == "fresh":
         if local.exists:
-            log.warning("mode='replay': removing the old checkpoint %s", checkpoint)
+            log.warning("removing the old checkpoint %s: %s", checkpoint, decision.reason)
             shutil.rmtree(checkpoint)
+        write_marker(checkpoint, marker)
         return RecoveryResult("fresh", decision.reason, seconds=time.monotonic() - started)
     if decision.action == "keep":
+        write_marker(checkpoint, marker)
         return RecoveryResult("keep", decision.reason, seconds=time.monotonic() - started)
     assert point is not None
+    reusable = local.foreign(layout.pipeline_id, point.generation) is None
     skipped: list[str] = []
     for ref in point.retained:
-        if local.at_or_past(ref, point.query_id):
+        if reusable and local.at_or_past(ref, point.query_id):
+            write_marker(checkpoint, marker)
             reason = (
                 f"newer snapshots unusable; the checkpoint (batch {local.last_committed}) is at or "
                 f"past snapshot {ref.snapshot_id} (batch {ref.batch_id})"
@@ -165,6 +263,11 @@ def recover_checkpoint(
             )
         try:
             manifest: Manifest = load_manifest(store, ref.manifest, ref.manifest_sha256)
+            if manifest.generation != point.generation:
+                raise SnapshotCorrupted(
+                    f"snapshot {ref.snapshot_id} was taken in generation {manifest.generation}, "
+                    f"the resume point is at generation {point.generation}"
+                )
             done = materialise(store, layout, manifest, checkpoint, cancelled=cancelled)
         except SnapshotCorrupted as err:
             log.warning(
@@ -175,6 +278,7 @@ def recover_checkpoint(
             )
             skipped.append(f"snapshot {ref.snapshot_id}: {err}")
             continue
+        write_marker(checkpoint, marker)
         log.info(
             "materialised snapshot %d (batch %d, epoch %d): %d files, %d bytes in %.2fs into %s",
             ref.snapshot_id,

@@ -12,6 +12,7 @@ import pytest
 from state.coordinator import SnapshotCoordinator
 from state.errors import ConfigError, CoordinationError, SnapshotIncomplete
 from state.memory_store import MemoryStore, reset_memory_stores
+from state.recovery import LocalCheckpoint
 from state.store import StoreConfig, Versioned
 from tests.coordinator_fakes import FakeQuery, FakeSpark, batch, write_checkpoint
 
@@ -95,3 +96,27 @@ def test_a_cancelled_recovery_leaves_the_checkpoint_alone(uri: str, tmp_path: Pa
         with pytest.raises(SnapshotIncomplete, match="cancelled"):
             future.result(10)
         assert not (tmp_path / "host2").exists() and coord.last_recovery is None
+
+
+def test_failover_after_a_replay_does_not_resume_the_old_version(uri: str, tmp_path: Path) -> None:
+    """Issue 10, finding 4, with coordinators: version 1 runs on host A; version 2 starts
+    with mode="replay" on host B (a new generation, no snapshot yet) and then fails over
+    back to host A, whose checkpoint still is version 1's."""
+    host_a, host_b = tmp_path / "host-a" / "cp", tmp_path / "host-b" / "cp"
+    with SnapshotCoordinator(None, "p1", uri, host_a) as v1:
+        assert v1.recover().action == "keep"
+        write_checkpoint(host_a, 3, query_id="version-1")  # version 1 ran batches 0..3
+    with SnapshotCoordinator(None, "p1", uri, host_b) as v2:
+        assert v2.recover(mode="replay").action == "fresh"
+        write_checkpoint(host_b, 1, query_id="version-2")
+    with SnapshotCoordinator(None, "p1", uri, host_a) as failover:
+        result = failover.recover()
+    local = LocalCheckpoint.inspect(host_a)
+    assert local.query_id != "version-1", (
+        f"version 2 would resume version 1's checkpoint (batch {local.last_committed}): {result}"
+    )
+    assert result.action == "fresh" and local.empty
+    # Version 2's own checkpoint, on host B, is still kept by a plain restart.
+    with SnapshotCoordinator(None, "p1", uri, host_b) as restart:
+        again = restart.recover()
+    assert again.action == "keep" and LocalCheckpoint.inspect(host_b).query_id == "version-2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,10 +11,16 @@ from typing import Any
 import pytest
 
 from state.coordinator import SnapshotCoordinator
-from state.errors import ConfigError, PipelineFenced
+from state.coordinator.config import CoordinatorConfig
+from state.coordinator.ownership import DriverOwnership
+from state.coordinator.pipeline import Lineage, SnapshotPipeline
+from state.errors import ConfigError, CoordinationError, PipelineFenced
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
 from state.records.bundle import InflightBundle
+from state.records.resume_point import ResumePoint
+from state.resume import advance_resume_point, read_resume_point
+from state.store import open_store
 from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
 
 
@@ -290,3 +297,78 @@ def test_request_catches_up_with_the_query_progress(
     }
     point = coord.request_snapshot(wait="10s")
     assert point is not None and point["batch_id"] == 4 and point["epoch"] == 14
+
+
+def test_a_snapshot_of_the_old_version_is_not_accepted_into_a_new_generation(
+    make: Callable[..., SnapshotCoordinator], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 10, finding 5: a snapshot of version 1 is uploaded and waits for the barrier to
+    drain; meanwhile the query is stopped and recover(mode="replay") starts generation 1.
+    When the barrier drains, the old snapshot must not become generation 1's resume point."""
+    coord = make()
+    write_checkpoint(tmp_path / "cp", 3)
+    put_barrier(coord, 12, inflight_batch=3)
+    q = FakeQuery()
+    coord.watch(q)  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(3))
+    coord.request_snapshot()
+    wait_for(lambda: coord.store.list("p1/snapshots/"))  # uploaded; waiting for bundle 13
+    q.stop()
+    with caplog.at_level("WARNING", logger="state.coordinator"):
+        assert coord.recover(mode="replay").action == "fresh"
+        put_barrier(coord, 13, inflight_batch=None)  # the barrier drains
+        wait_for(lambda: coord.accepted + coord.abandoned == 1)
+    point, _ = read_resume_point(coord.ownership.backend)
+    assert point is not None and point.generation == 1
+    assert point.snapshot is None, (
+        f"version 1's snapshot {point.snapshot} was accepted into generation 1"
+    )
+    assert coord.accepted == 0 and coord.abandoned == 1
+    assert "generation" in caplog.text and "abandoned" in caplog.text
+    # The new version's own snapshots are accepted into generation 1.
+    write_checkpoint(tmp_path / "cp", 0, query_id="q-2")
+    coord.watch(FakeQuery("q-2"))  # type: ignore[arg-type]
+    coord.on_batch_completed(batch(0, query_id="q-2", run_id="run-2"))
+    new = coord.request_snapshot(wait="10s")
+    assert new is not None and (new["generation"], new["batch_id"]) == (1, 0)
+
+
+def test_the_pipeline_refuses_to_accept_into_another_generation(
+    memory_uri: str, tmp_path: Path
+) -> None:
+    """Issue 10, finding 5, in the snapshot pipeline itself: the generation is captured when
+    the snapshot starts. A new generation written while it waits (by a recovery that did
+    not cancel it) makes the acceptance refuse, even though this driver's lineage moved."""
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    config = CoordinatorConfig.from_arguments("p1", memory_uri, cp, drain_timeout="10s")
+    store = open_store(config.store)
+    ownership = DriverOwnership(config, store)
+    token = ownership.acquire()
+    lineage = Lineage()
+    pipeline = SnapshotPipeline(config, store, ownership, lineage)
+    state = BarrierState(gt_last=12, inflight=InflightBundle(13, "q-1", 3, None, (), False, True))
+    store.put_json(PipelineLayout("p1").barrier_state, state.to_json())
+    outcome: list[BaseException | ResumePoint] = []
+
+    def snapshot() -> None:
+        try:
+            outcome.append(pipeline.run(batch(3), closing=lambda: None)[1])
+        except BaseException as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=snapshot)
+    thread.start()
+    wait_for(lambda: store.list("p1/snapshots/"))  # uploaded; waiting for bundle 13
+    new_generation = advance_resume_point(
+        ownership.backend,
+        lambda current: ResumePoint.empty(generation=1, token=token, created_at=time.time()),
+    )
+    lineage.seen(new_generation)
+    store.put_json(PipelineLayout("p1").barrier_state, BarrierState(gt_last=13).to_json())
+    thread.join(10)
+    point, _ = read_resume_point(ownership.backend)
+    assert point is not None and point.generation == 1
+    assert point.snapshot is None, (
+        f"a generation-0 snapshot was accepted into generation 1: {point}"
+    )
+    assert isinstance(outcome[0], CoordinationError) and "generation" in str(outcome[0])

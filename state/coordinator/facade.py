@@ -137,6 +137,7 @@ class SnapshotCoordinator:
             self.store,
             self.ownership,
             self._lineage,
+            stop_snapshots=self._worker.end_generation,
             on_new_generation=self._worker.forget_snapshots,
         )
         self._listener: SnapshotListener | None = None

@@ -7,8 +7,14 @@
 2. upload them (:class:`state.snapshot.SnapshotWriter`: content-addressed, verified);
 3. wait until the barrier has no bundle in flight at or below the batch's epoch;
 4. accept: move the resume point forward (:mod:`state.resume`), only while this driver
-   holds the pipeline and its fencing token is the newest;
+   holds the pipeline, its fencing token is the newest, and the resume point is still in
+   the generation the snapshot started in;
 5. prune the snapshots beyond ``retain``.
+
+A snapshot belongs to the generation of the resume point when it starts (its manifest
+records it): a snapshot of the old query version still waiting when
+``recover(mode="replay")`` begins a new generation is refused, never accepted into the
+new one.
 
 Any failure leaves the previous resume point in place; the caller decides what it means
 (:class:`SnapshotIncomplete`: try the next batch; anything else: abandoned).
@@ -96,7 +102,8 @@ class _NotDrainedError(RetriableError):
     """The barrier still has a bundle in flight at or below the snapshot's epoch."""
 
 
-Closing = Callable[[], bool]
+Closing = Callable[[], str | None]
+"""Why the snapshot must end early (the coordinator closes, a new generation began), or None."""
 
 
 class SnapshotPipeline:
@@ -117,7 +124,8 @@ class SnapshotPipeline:
         self.writer = SnapshotWriter(store, self.layout)
 
     def run(self, batch: CompletedBatch, *, closing: Closing) -> tuple[SnapshotStats, ResumePoint]:
-        """Snapshot ``batch`` and accept it; ``closing()`` true ends the wait early."""
+        """Snapshot ``batch`` and accept it; a reason from ``closing()`` ends it early."""
+        generation = self.lineage.generation
         started_at = time.time()
         t0 = time.monotonic()
         deadline = t0 + self.config.drain_timeout
@@ -141,7 +149,7 @@ class SnapshotPipeline:
             batch_id=batch.batch_id,
             epoch=batch.epoch,
             frontier=batch.frontier,
-            generation=self.lineage.generation,
+            generation=generation,
             token=token,
             query_id=batch.query_id,
         )
@@ -213,15 +221,20 @@ class SnapshotPipeline:
             batch_id=manifest.batch_id,
         )
 
+        generation = manifest.generation
+
         def make(current: ResumePoint | None) -> ResumePoint:
             _check_not_closing(closing)
             if not self.ownership.held:
                 raise CoordinationError("the driver lock was lost before the snapshot was accepted")
             check_token(self.store, self.layout, token)
-            generation = self.lineage.generation
-            older = (
-                current.retained if current is not None and current.generation == generation else ()
-            )
+            if current is not None and current.generation != generation:
+                raise CoordinationError(
+                    f"snapshot {manifest.snapshot_id} belongs to generation {generation} of the "
+                    f"resume point, which is at generation {current.generation} now (a new query "
+                    "version began with recover(mode='replay')): not accepted"
+                )
+            older = current.retained if current is not None else ()
             return ResumePoint(
                 generation=generation,
                 token=token,
@@ -246,8 +259,9 @@ class SnapshotPipeline:
 
 
 def _check_not_closing(closing: Closing) -> None:
-    if closing():
-        raise CoordinationError("the coordinator is closing")
+    reason = closing()
+    if reason is not None:
+        raise CoordinationError(reason)
 
 
 __all__ = ["Lineage", "SnapshotPipeline", "SnapshotStats"]

@@ -6,6 +6,12 @@ unresponsive server must not keep the process alive) and returns a
 :class:`RecoveryFuture`. Its :attr:`~RecoveryFuture.step` says what the recovery is
 doing, for a timeout message; :meth:`~RecoveryFuture.cancel` also asks a running
 recovery to stop before its next file (the future then ends with that error).
+
+``mode="replay"`` first stops the snapshot in progress (it belongs to the old query
+version), then writes the new generation of the resume point, then empties the checkpoint
+directory and marks it with the new generation (:mod:`state.recovery`). Written in that
+order, a recovery interrupted half-way never leaves the old version's checkpoint or
+snapshot usable by the new generation.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from state.store import StateStore
 log = logging.getLogger(__name__)
 
 NEW_GENERATION_DEADLINE_S = 30.0
+SNAPSHOT_STOP_WAIT_S = 30.0
 
 
 class RecoveryFuture(Future[RecoveryResult]):
@@ -56,13 +63,18 @@ class Recoverer:
         ownership: DriverOwnership,
         lineage: Lineage,
         *,
+        stop_snapshots: Callable[[float], bool],
         on_new_generation: Callable[[], None],
     ) -> None:
+        """``stop_snapshots(timeout)`` stops following the old query and ends the snapshot in
+        progress before a new generation begins (False: one still runs after ``timeout``);
+        ``on_new_generation()`` runs once the new generation is written."""
         self.config = config
         self.store = store
         self.layout = config.layout
         self.ownership = ownership
         self.lineage = lineage
+        self._stop_snapshots = stop_snapshots
         self._on_new_generation = on_new_generation
         self.last: RecoveryResult | None = None
 
@@ -99,16 +111,25 @@ class Recoverer:
         future.step = self.ownership.describe_acquire()
         self.ownership.acquire()
         backend = self.ownership.backend
-        future.step = f"reading the resume point from {backend.description}"
-        point, _ = read_resume_point(backend)
         if mode == "replay":
+            future.step = "stopping the snapshot in progress"
+            if not self._stop_snapshots(SNAPSHOT_STOP_WAIT_S):
+                log.warning(
+                    "a snapshot of pipeline %s was still running %gs after a new generation was "
+                    "asked for; it belongs to the old generation and will not be accepted",
+                    self.layout.pipeline_id,
+                    SNAPSHOT_STOP_WAIT_S,
+                )
+            future.step = f"starting a new generation in {backend.description}"
+            generation = self._new_generation()
             future.step = f"removing the old checkpoint {self.config.checkpoint}"
             result = recover_checkpoint(
-                self.store, self.layout, point, self.config.checkpoint, mode
+                self.store, self.layout, generation, self.config.checkpoint, mode
             )
-            future.step = f"starting a new generation in {backend.description}"
-            self._new_generation()
+            self._on_new_generation()
             return result
+        future.step = f"reading the resume point from {backend.description}"
+        point, _ = read_resume_point(backend)
         future.step = f"materialising the checkpoint from {self.config.store_description()}"
         return recover_checkpoint(
             self.store,
@@ -119,8 +140,9 @@ class Recoverer:
             cancelled=future.cancel_requested.is_set,
         )
 
-    def _new_generation(self) -> None:
-        """Begin a new lineage of the resume point, without a snapshot (``mode="replay"``)."""
+    def _new_generation(self) -> ResumePoint:
+        """Begin a new lineage of the resume point, without a snapshot (``mode="replay"``);
+        returns it."""
         token = self.ownership.token
         if token is None:
             raise CoordinationError("the driver lost the pipeline while recovering")
@@ -135,9 +157,17 @@ class Recoverer:
             make,
             retry=self.ownership.resume_point_writes(NEW_GENERATION_DEADLINE_S),
         )
-        if written is not None:
-            self.lineage.seen(written)
-        self._on_new_generation()
+        if written is None:  # cannot happen: a higher generation always moves the point on
+            raise CoordinationError(
+                f"the new generation was not written to {self.ownership.backend.description}"
+            )
+        self.lineage.seen(written)
+        log.info(
+            "pipeline %s: generation %d of the resume point begins (no snapshot yet)",
+            self.layout.pipeline_id,
+            written.generation,
+        )
+        return written
 
 
 __all__ = ["Recoverer", "RecoveryFuture"]

@@ -6,6 +6,10 @@
 batches run, and keeps the outcome: counters, the last snapshot, the last error, and why
 it stopped the query (a driver fenced by a newer one, or a ZooKeeper session lost).
 One condition variable guards all of it; the snapshot itself runs outside it.
+
+Before ``recover(mode="replay")`` begins a new generation, :meth:`SnapshotWorker.end_generation`
+stops following the old query and ends the snapshot in progress: it belongs to the old
+generation and is abandoned at its next step.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class SnapshotWorker:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stop_error: GtBarrierError | None = None
+        self._running = False  # an attempt is in progress
+        self._generations_ended = 0  # end_generation() calls; an attempt started before one ends
 
         self.accepted = 0
         self.abandoned = 0
@@ -172,6 +178,17 @@ class SnapshotWorker:
                 f"requested snapshot of pipeline '{self.pipeline_id}' was abandoned: {error}"
             )
 
+    def end_generation(self, timeout: float) -> bool:
+        """A new generation is about to begin (``recover(mode="replay")``): stop following
+        the old query and end the snapshot in progress (abandoned at its next step). True
+        once none runs; False if one still runs after ``timeout`` seconds."""
+        with self._cv:
+            self._query = None
+            self.scheduler.unwatch()
+            self._generations_ended += 1
+            self._cv.notify_all()
+            return self._cv.wait_for(lambda: not self._running, timeout)
+
     def forget_snapshots(self) -> None:
         """A new generation began (``recover(mode="replay")``)."""
         with self._cv:
@@ -222,14 +239,32 @@ class SnapshotWorker:
         while True:
             with self._cv:
                 attempt = self._next_attempt()
-            if attempt is None:
-                return
-            self._attempt(attempt)
+                if attempt is None:
+                    return
+                self._running = True
+                generations_ended = self._generations_ended
+            try:
+                self._attempt(attempt, generations_ended)
+            finally:
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
 
-    def _attempt(self, attempt: Attempt) -> None:
+    def _ending(self, generations_ended: int) -> str | None:
+        """Why an attempt started after ``generations_ended`` generations ended must stop."""
+        if self._stopping:
+            return "the coordinator is closing"
+        if self._generations_ended != generations_ended:
+            return (
+                "recover(mode='replay') begins a new generation of the resume point; this "
+                "snapshot belongs to the old query version and is not accepted"
+            )
+        return None
+
+    def _attempt(self, attempt: Attempt, generations_ended: int) -> None:
         batch = attempt.batch
         try:
-            stats, _ = self.pipeline.run(batch, closing=lambda: self._stopping)
+            stats, _ = self.pipeline.run(batch, closing=lambda: self._ending(generations_ended))
         except SnapshotIncomplete as err:
             log.info("snapshot of batch %d skipped: %s; trying the next batch", batch.batch_id, err)
             with self._cv:

@@ -6,20 +6,21 @@ The lowest layer of gtbarrier: frozen dataclasses with ``to_json()`` and
 and writer of a record goes through its class here; no other module builds or parses
 the JSON by hand.
 
-=================================  =========================================================
-Module                             Records
-=================================  =========================================================
-:mod:`state.records.codec`         canonical JSON (``dumps``), checked decoding (``Fields``)
-:mod:`state.records.gt`            the ``gt`` struct (Spark and Arrow types), ``GlobalTime``
-:mod:`state.records.source_offset` ``SourceOffset`` (Spark's offset; ``source/start.json``)
-:mod:`state.records.epoch`         ``EpochRecord`` (``epochs/<k>.json``)
-:mod:`state.records.batch`         ``BatchRecord`` (``batches/<queryId>/<batchId>.json``)
-:mod:`state.records.barrier`       ``BarrierState``, ``Owner``, ``RunMarker`` (``barrier/``)
-:mod:`state.records.bundle`        ``InflightBundle``, ``StagedPart`` (the in-flight bundle)
-:mod:`state.records.resume_point`  ``ResumePoint``, ``SnapshotRef``
-:mod:`state.records.manifest`      ``Manifest``, ``ManifestEntry`` (a snapshot's manifest)
-:mod:`state.records.driver`        ``DriverRecord``, ``DriverOwner`` (the fencing token)
-=================================  =========================================================
+========================================  =========================================================
+Module                                    Records
+========================================  =========================================================
+:mod:`state.records.codec`                canonical JSON (``dumps``), checked decoding (``Fields``)
+:mod:`state.records.gt`                   the ``gt`` struct (Spark and Arrow types), ``GlobalTime``
+:mod:`state.records.source_offset`        ``SourceOffset`` (Spark's offset; ``source/start.json``)
+:mod:`state.records.epoch`                ``EpochRecord`` (``epochs/<k>.json``)
+:mod:`state.records.batch`                ``BatchRecord`` (``batches/<queryId>/<batchId>.json``)
+:mod:`state.records.barrier`              ``BarrierState``, ``Owner``, ``RunMarker`` (``barrier/``)
+:mod:`state.records.bundle`               ``InflightBundle``, ``StagedPart`` (the in-flight bundle)
+:mod:`state.records.resume_point`         ``ResumePoint``, ``SnapshotRef``
+:mod:`state.records.manifest`             ``Manifest``, ``ManifestEntry`` (a snapshot's manifest)
+:mod:`state.records.driver`               ``DriverRecord``, ``DriverOwner`` (the fencing token)
+:mod:`state.records.checkpoint_marker`    ``CheckpointMarker`` (a local checkpoint's generation)
+========================================  =========================================================
 
 Decoding is tolerant of every record earlier gtbarrier versions wrote (a missing
 ``format`` field is format 1) and strict about everything else: a malformed record
