@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pyarrow as pa
@@ -10,6 +11,7 @@ import pytest
 from sink.barrier import Barrier, run_id_from_description
 from sink.consumers.base import LastBundle
 from sink.faults import FaultInjector, InjectedFault
+from sink.staging import StoreStaging
 from state.barrier_state import load_barrier_state
 from state.errors import (
     CommitFailed,
@@ -375,3 +377,89 @@ def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
     p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
     assert left.part is not None and starting.part is not None
     assert p.staged() == [starting.part.location]  # only the unclaimed run's part is kept
+
+
+# --- issue 10, finding 6: staged parts are deleted only under verified ownership -----------
+
+
+class _CrashAfterInflight(FaultInjector):
+    def at(self, step: str, n: int | None) -> None:
+        if step == "after_inflight":
+            raise InjectedFault("crash")
+
+
+class _HookedStaging(StoreStaging):
+    """Store staging that runs ``hook`` once, right before its first deletion."""
+
+    def __init__(self, p: Pipeline, hook: Callable[[], None]) -> None:
+        super().__init__(p.store, p.layout)
+        self.hook: Callable[[], None] | None = hook
+
+    def delete(self, location: str) -> None:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        super().delete(location)
+
+
+def _zombie(p: Pipeline, hook: Callable[[], None]) -> Barrier:
+    """A barrier whose cleanup is interrupted by ``hook`` (another driver, in between)."""
+    staging = _HookedStaging(p, hook)
+    return Barrier(p.options, p.store, p.consumer, staging, FaultInjector(), sleep=p.sleeps.append)
+
+
+def test_a_zombies_abort_never_deletes_a_newer_runs_in_flight_parts() -> None:
+    """A run cleaning up with a barrier state read before a newer run claimed the pipeline
+    used to delete the newer run's staged parts, in-flight bundle included: every restart
+    then failed (the bundle could not be delivered again)."""
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    failed = p.write(1, [gt_batch(2, 0, [1])])  # run-a's batch 1, whose commit failed
+    # run-b restored run-a's checkpoint (same query, same batch ids) and staged batch 1
+    newer = p.write(1, [gt_batch(2, 0, [1])], run_id="run-b")
+
+    def run_b_claims_and_dies_after_inflight() -> None:
+        with pytest.raises(InjectedFault):
+            p.barrier(faults=_CrashAfterInflight()).commit([newer], 1)
+
+    _zombie(p, run_b_claims_and_dies_after_inflight).abort([failed], 1)
+    assert newer.part is not None and failed.part is not None
+    assert p.inflight().locations == (newer.part.location,)
+    assert p.staged() == [newer.part.location]
+    # a restart (run-c) delivers bundle 2 from run-b's parts
+    p.run_id = "run-c"
+    outcome = p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert outcome.recovered == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
+    assert p.state().gt_last == 2 and p.staged() == []
+
+
+def test_a_sweep_never_deletes_the_parts_of_a_run_that_claimed_after_it() -> None:
+    p = Pipeline()
+    p.query_id = "q-a"
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    left = p.write(1, [gt_batch(2, 0, [1])])  # run-a dies with batch 1 staged
+    # run-c, on a checkpoint of its own, has staged its batch 1 (epoch 2)
+    p.query_id = "q-c"
+    p.record_batch(1, epoch=2)
+    newer = p.write(1, [gt_batch(2, 0, [1])], run_id="run-c")
+
+    def run_c_claims_and_dies_after_inflight() -> None:
+        with pytest.raises(InjectedFault):
+            p.barrier(faults=_CrashAfterInflight()).commit([newer], 1)
+
+    # run-b claims; while its sweep deletes run-a's parts, run-c claims too
+    p.query_id, p.run_id = "q-b", "run-b"
+    p.record_batch(0, epoch=1)
+    zombie = _zombie(p, run_c_claims_and_dies_after_inflight)
+    assert zombie.commit([p.write(0, [gt_batch(1, 0, [0])])], 0).action == "dropped"
+    assert left.part is not None and newer.part is not None
+    assert p.owner().run_id == "run-c" and p.inflight().locations == (newer.part.location,)
+    assert p.staged() == [newer.part.location]
+    # run-c's restart (run-d) delivers bundle 2
+    p.query_id, p.run_id = "q-c", "run-d"
+    outcome = p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert outcome.recovered == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
+    assert p.staged() == []
