@@ -146,6 +146,6 @@ def test_zombie_is_fenced_before_the_new_drivers_first_commit(  # noqa: PLR0917
     check_keyed(out, 2 * n)
     state = read_barrier_state(store, PipelineLayout(PIPELINE))
     assert state.owner is not None and state.owner.token == 2 and state.inflight is None
-    # A (generation 1), B's coordinator (2), B's query run (3)
-    assert state.owner.generation == 3 and state.owner.driver is None
+    # claims: A's coordinator (generation 1), A's run (2), B's coordinator (3), B's run (4)
+    assert state.owner.generation == 4 and state.owner.driver is None
     assert not list((out / "_staging").rglob("*.parquet")), "staged parts left behind"
