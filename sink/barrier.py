@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
-from sink.consumers.base import Ack, Consumer
+from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.lost_inflight import LostBundle
 from sink.options import SinkOptions
@@ -302,6 +302,7 @@ class Barrier:
         assert state.inflight is not None
         bundle = Bundle.from_record(self.options.pipeline_id, state.inflight)
         delivered = False
+        last: LastBundle | None = None
         if self.options.exactly_once:
             last = self.consumer.last_bundle()
             if last is not None and last.bundle_id > bundle.bundle_id:

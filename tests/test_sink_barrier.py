@@ -629,3 +629,19 @@ def test_resolving_a_bundle_that_is_not_lost_changes_nothing(tmp_path: Path) -> 
     with pytest.raises(StateError, match="has bundle 2, so in-flight bundle 2 is not lost"):
         resolve_lost_inflight(raw, bundle_id=2, acknowledge_loss=True)
     assert p.inflight().bundle_id == 2 and p.state().skipped == ()
+
+
+def test_a_lost_in_flight_bundle_found_in_at_least_once_mode_names_the_way_out(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    p, raw = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0])])
+    for location in p.inflight().locations:
+        (out / location).unlink()
+    p.options = SinkOptions.parse({**raw, "delivery": "at-least-once"})
+    p.run_id = "run-b"
+    with pytest.raises(StateError, match=r"bundle_id=1, acknowledge_loss=True"):
+        p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
