@@ -7,8 +7,9 @@
 from typing import Any
 
 from sink.data_source import BarrierSink
+from sink.lost_inflight import resolve_lost_inflight
 
-__all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register"]
+__all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register", "resolve_lost_inflight"]
 
 # The barrier refuses the output of a no-data micro-batch (it has no epoch, so its content
 # is not replay-stable): Spark must not run such batches.

@@ -21,15 +21,20 @@ record.
 2. Ownership (zombie fencing, like a Kafka producer epoch): the first commit of a driver
    run claims the pipeline by bumping ``owner.generation``; a run that was superseded is
    fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
-   than the recorded one is fenced too.
+   than the recorded one is fenced too; the snapshot coordinator records its token as the
+   owner when it takes it (:func:`state.fencing.claim_barrier`), before its query runs.
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
-   ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again.
+   ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
+   cannot be (its staged parts are gone), the error says what is lost and names the way
+   out (:mod:`sink.lost_inflight`).
 4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
 5. Otherwise bundle ``k`` is recorded in flight, delivered (retrying the *same* bundle),
    then ``GT_last`` advances to ``k`` and the in-flight record is cleared, in one CAS.
 
 ``delivery=at-least-once`` skips the in-flight record and ``last_bundle()``: a crash between
 delivery and the ``GT_last`` CAS delivers the bundle again on replay.
+
+Staged parts are deleted only under verified ownership (:mod:`sink.cleanup`).
 """
 
 from __future__ import annotations
@@ -42,10 +47,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
-from sink.consumers.base import Ack, Consumer
+from sink.cleanup import StagingCleanup
+from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
+from sink.lost_inflight import LostBundle
 from sink.options import SinkOptions
-from sink.staging import Staging, part_run_id
+from sink.staging import Staging
 from state.barrier_state import load_barrier_state, read_barrier_state
 from state.errors import (
     CommitFailed,
@@ -137,14 +144,10 @@ class Barrier:
     def abort(self, messages: Sequence[BarrierCommitMessage | None], batch_id: int) -> None:
         """Delete what the failed batch staged, except parts an in-flight record references."""
         msgs = [m for m in messages if m is not None]
-        state, _ = self._load()
-        keep = _inflight_parts(state)
-        for m in msgs:
-            if m.part is not None and m.part.location not in keep:
-                self.staging.delete(m.part.location)
-        if msgs:
-            query_id, run_id = _identity(msgs, batch_id)
-            self._clean_batch_dir(query_id, batch_id, run_id, state)
+        if not msgs:
+            return
+        query_id, run_id = _identity(msgs, batch_id)
+        self._clean_up(msgs, query_id, batch_id, run_id)
 
     # --- the protocol ---------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class Barrier:
         state, version = self._load()
         timings["read_state"] = t() - t0
 
-        state, version = self._claim(state, version, run_id or f"query-{query_id}", query_id)
+        state, version = self._claim(state, version, run_id, query_id)
         me = state.owner
         outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
 
@@ -187,10 +190,7 @@ class Barrier:
 
         if epoch <= state.gt_last or rows == 0:
             outcome.action = "dropped" if epoch <= state.gt_last else "empty"
-            for m in msgs:
-                if m.part is not None:
-                    self.staging.delete(m.part.location)
-            self._clean_batch_dir(query_id, batch_id, run_id, state)
+            self._clean_up(msgs, query_id, batch_id, run_id)
             return outcome
 
         bundle = Bundle.from_messages(self.options.pipeline_id, epoch, batch_id, msgs)
@@ -216,7 +216,9 @@ class Barrier:
         timings["cas_gt_last"] = t() - t1
         t1 = t()
         self._delete_parts(bundle)
-        self._clean_batch_dir(query_id, batch_id, run_id, state)
+        cleanup = self._cleanup()
+        auth = cleanup.verify(run_id, _claimant(run_id, query_id), state)  # just swapped
+        cleanup.clean_batch(query_id, batch_id, auth)
         timings["cleanup"] = t() - t1
         self.faults.at("after_gt_last", epoch)
         return outcome
@@ -238,9 +240,14 @@ class Barrier:
         return load_barrier_state(self.store, self.layout)
 
     def _claim(
-        self, state: BarrierState, version: str | None, run_id: str, query_id: str
+        self, state: BarrierState, version: str | None, parts_run: str | None, query_id: str
     ) -> tuple[BarrierState, str]:
-        """Make this run the owner, or raise :class:`PipelineFenced` if it was superseded."""
+        """Make this run the owner, or raise :class:`PipelineFenced` if it was superseded.
+
+        A driver claim (the coordinator took the pipeline with this run's token before the
+        query ran) is turned into this run's claim.
+        """
+        run_id = _claimant(parts_run, query_id)
         token = self.options.fencing_token
         owner = state.owner
         if (
@@ -260,15 +267,18 @@ class Barrier:
             and self.store.get_or_none(marker) is not None
         ):
             raise self._fenced(owner, run_id, "a newer run took the pipeline over")
+        generation = (owner.generation + 1) if owner else 1
         if owner is None or owner.run_id != run_id:
             try:
-                self.store.create_json(marker, RunMarker(run_id, query_id, self.clock()).to_json())
+                self.store.create_json(
+                    marker, RunMarker(run_id, query_id, self.clock(), generation).to_json()
+                )
             except KeyExists:
                 raise self._fenced(owner, run_id, "this run was superseded") from None
         new_owner = Owner(
             run_id=run_id,
             query_id=query_id,
-            generation=(owner.generation + 1) if owner else 1,
+            generation=generation,
             since=self.clock(),
             token=token if token is not None else (owner.token if owner else None),
         )
@@ -283,7 +293,8 @@ class Barrier:
         claimed, new_version = self._cas(
             state, claimed, version, new_owner, "claim the pipeline", claiming=True
         )
-        self._sweep_superseded(claimed)
+        cleanup = self._cleanup()
+        cleanup.sweep(cleanup.verify(parts_run, run_id, claimed))  # just swapped
         return claimed, new_version
 
     def _resolve_inflight(
@@ -292,6 +303,7 @@ class Barrier:
         assert state.inflight is not None
         bundle = Bundle.from_record(self.options.pipeline_id, state.inflight)
         delivered = False
+        last: LastBundle | None = None
         if self.options.exactly_once:
             last = self.consumer.last_bundle()
             if last is not None and last.bundle_id > bundle.bundle_id:
@@ -303,7 +315,20 @@ class Barrier:
                 )
             delivered = last is not None and last.bundle_id == bundle.bundle_id
         if not delivered:
-            self._deliver(bundle, redelivery=True)
+            try:
+                self._deliver(bundle, redelivery=True)
+            except GtBarrierError as err:
+                lost = LostBundle.check(
+                    self.options.pipeline_id,
+                    f"{self.store.uri}/{self.layout.barrier_state}",
+                    state.inflight,
+                    consumer=self.consumer,
+                    staging=self.staging,
+                    consumer_last=None if last is None else last.bundle_id,
+                )
+                if lost is None:
+                    raise
+                raise StateError(lost.describe()) from err
         state, version = self._cas(
             state,
             replace(state, gt_last=max(state.gt_last, bundle.epoch), inflight=None),
@@ -387,6 +412,13 @@ class Barrier:
                 f"is fenced: {why}"
             )
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(owner.since))
+        if owner.is_driver_claim:
+            return PipelineFenced(
+                f"barrier: pipeline {self.options.pipeline_id!r} was taken by driver "
+                f"{owner.driver} with fencing token {owner.token} (generation "
+                f"{owner.generation}) at {since}, before its query's first commit; this driver "
+                f"(run {run_id}) is a zombie and stops ({why})"
+            )
         return PipelineFenced(
             f"barrier: pipeline {self.options.pipeline_id!r} is owned by run {owner.run_id} "
             f"(query {owner.query_id}, generation {owner.generation}) since {since}; this "
@@ -396,57 +428,27 @@ class Barrier:
     # --- staging cleanup --------------------------------------------------------------
 
     def _delete_parts(self, bundle: Bundle) -> None:
+        """Delete a bundle's parts once a swap this driver made no longer references them."""
         for part in bundle.parts:
             self.staging.delete(part.location)
 
-    def _sweep_superseded(self, state: BarrierState) -> None:
-        """After a claim: delete every staged part of a run that was superseded.
+    def _cleanup(self) -> StagingCleanup:
+        return StagingCleanup(self.store, self.layout, self.staging)
 
-        A driver that died leaves the parts of its last batch behind, possibly under a
-        query id that will never run again (a deleted checkpoint). Once a new run owns the
-        pipeline, the old runs can never record a bundle in flight, so their parts go,
-        except those the in-flight record references.
-        """
-        keep = _inflight_parts(state)
-        owner = state.owner.run_id if state.owner else None
-        superseded: dict[str, bool] = {}
-        for location in self.staging.list(self.staging.root_prefix):
-            rid = part_run_id(location)
-            if location in keep or rid is None or rid == owner:
-                continue
-            if rid not in superseded:
-                marker = self.store.get_or_none(self.layout.barrier_run(rid))
-                superseded[rid] = marker is not None
-            if superseded[rid]:
-                self.staging.delete(location)
-
-    def _clean_batch_dir(
-        self, query_id: str, batch_id: int, run_id: str | None, state: BarrierState
+    def _clean_up(
+        self,
+        msgs: list[BarrierCommitMessage],
+        query_id: str,
+        batch_id: int,
+        run_id: str | None,
     ) -> None:
-        """Delete the batch's leftover parts that can never be delivered.
-
-        Those of this run (failed task attempts) and those of runs that were superseded
-        (their driver died); never parts an in-flight record references, nor parts of a
-        run that has not claimed the pipeline yet (a driver that may be starting up).
-        """
-        keep = _inflight_parts(state)
-        owner = state.owner.run_id if state.owner else None
-        superseded: dict[str, bool] = {}
-        for location in self.staging.list(self.staging.batch_prefix(query_id, batch_id)):
-            if location in keep:
-                continue
-            rid = part_run_id(location)
-            if rid is None:
-                continue
-            if rid != (run_id or "unknown"):
-                if rid == owner:
-                    continue
-                if rid not in superseded:
-                    marker = self.store.get_or_none(self.layout.barrier_run(rid))
-                    superseded[rid] = marker is not None
-                if not superseded[rid]:
-                    continue
-            self.staging.delete(location)
+        """A dropped, empty or failed batch: delete what it staged, then its batch
+        directory's leftovers, on a fresh read of the barrier state (this run's state may
+        predate another run's claim)."""
+        cleanup = self._cleanup()
+        auth = cleanup.verify(run_id, _claimant(run_id, query_id))
+        cleanup.discard((m.part.location for m in msgs if m.part is not None), auth)
+        cleanup.clean_batch(query_id, batch_id, auth)
 
 
 def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str, str | None]:
@@ -457,8 +459,9 @@ def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str,
     return query_id, run_id
 
 
-def _inflight_parts(state: BarrierState) -> set[str]:
-    return set(state.inflight.locations) if state.inflight else set()
+def _claimant(run_id: str | None, query_id: str) -> str:
+    """The id a run claims the pipeline under: its run id, else one derived from the query."""
+    return run_id or f"query-{query_id}"
 
 
 def _record_metrics(options: SinkOptions, outcome: CommitOutcome) -> None:

@@ -19,6 +19,7 @@ import os
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,11 +28,13 @@ from state.layout import PipelineLayout
 from state.store import StateStore
 
 HIDDEN_STAGING = "_staging"
+UNKNOWN_RUN = "unknown"
+"""The run id in the names of parts staged by a task that saw no run id."""
 _PART = re.compile(r"p(\d+)-t(\d+)-r([A-Za-z0-9-]+)\.parquet$")
 
 
 def part_name(partition: int, task_attempt: int, run_id: str | None) -> str:
-    return f"p{partition:05d}-t{task_attempt}-r{run_id or 'unknown'}.parquet"
+    return f"p{partition:05d}-t{task_attempt}-r{run_id or UNKNOWN_RUN}.parquet"
 
 
 def part_run_id(location: str) -> str | None:
@@ -76,6 +79,14 @@ class Staging(ABC):
     @abstractmethod
     def delete(self, location: str) -> None:
         """Remove a part; absent parts are not an error."""
+
+    def missing(self, locations: Iterable[str]) -> tuple[str, ...]:
+        """Those of ``locations`` that are not staged (any more), in the given order."""
+        wanted = tuple(locations)
+        present: set[str] = set()
+        for prefix in sorted({loc[: loc.rfind("/") + 1] for loc in wanted}):
+            present.update(self.list(prefix))
+        return tuple(loc for loc in wanted if loc not in present)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the clients this staging area opened itself."""

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from sink import resolve_lost_inflight
 from sink.barrier import Barrier, run_id_from_description
 from sink.consumers.base import LastBundle
+from sink.consumers.file import FileConsumer
 from sink.faults import FaultInjector, InjectedFault
+from sink.options import SinkOptions
+from sink.staging import FileStaging, StoreStaging
 from state.barrier_state import load_barrier_state
 from state.errors import (
     CommitFailed,
@@ -21,6 +28,8 @@ from state.errors import (
     StoreUnavailable,
     StoreWriteUnknown,
 )
+from state.fencing import claim_barrier, take_token
+from state.records.barrier import BarrierState, Owner
 from state.records.bundle import InflightBundle
 from state.records.gt import GlobalTime
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
@@ -373,3 +382,264 @@ def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
     p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
     assert left.part is not None and starting.part is not None
     assert p.staged() == [starting.part.location]  # only the unclaimed run's part is kept
+
+
+# --- issue 10, finding 6: staged parts are deleted only under verified ownership -----------
+
+
+class _CrashAt(FaultInjector):
+    def __init__(self, step: str = "after_inflight") -> None:
+        super().__init__()
+        self.step = step
+
+    def at(self, step: str, n: int | None) -> None:
+        if step == self.step:
+            raise InjectedFault("crash")
+
+
+class _HookedStaging(StoreStaging):
+    """Store staging that runs ``hook`` once, right before its first deletion."""
+
+    def __init__(self, p: Pipeline, hook: Callable[[], None]) -> None:
+        super().__init__(p.store, p.layout)
+        self.hook: Callable[[], None] | None = hook
+
+    def delete(self, location: str) -> None:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        super().delete(location)
+
+
+def _zombie(p: Pipeline, hook: Callable[[], None]) -> Barrier:
+    """A barrier whose cleanup is interrupted by ``hook`` (another driver, in between)."""
+    staging = _HookedStaging(p, hook)
+    return Barrier(p.options, p.store, p.consumer, staging, FaultInjector(), sleep=p.sleeps.append)
+
+
+def test_a_zombies_abort_never_deletes_a_newer_runs_in_flight_parts() -> None:
+    """A run cleaning up with a barrier state read before a newer run claimed the pipeline
+    used to delete the newer run's staged parts, in-flight bundle included: every restart
+    then failed (the bundle could not be delivered again)."""
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    failed = p.write(1, [gt_batch(2, 0, [1])])  # run-a's batch 1, whose commit failed
+    # run-b restored run-a's checkpoint (same query, same batch ids) and staged batch 1
+    newer = p.write(1, [gt_batch(2, 0, [1])], run_id="run-b")
+
+    def run_b_claims_and_dies_after_inflight() -> None:
+        with pytest.raises(InjectedFault):
+            p.barrier(faults=_CrashAt()).commit([newer], 1)
+
+    _zombie(p, run_b_claims_and_dies_after_inflight).abort([failed], 1)
+    assert newer.part is not None and failed.part is not None
+    assert p.inflight().locations == (newer.part.location,)
+    assert p.staged() == [newer.part.location]
+    # a restart (run-c) delivers bundle 2 from run-b's parts
+    p.run_id = "run-c"
+    outcome = p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert outcome.recovered == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
+    assert p.state().gt_last == 2 and p.staged() == []
+
+
+def test_a_sweep_never_deletes_the_parts_of_a_run_that_claimed_after_it() -> None:
+    p = Pipeline()
+    p.query_id = "q-a"
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    left = p.write(1, [gt_batch(2, 0, [1])])  # run-a dies with batch 1 staged
+    # run-c, on a checkpoint of its own, has staged its batch 1 (epoch 2)
+    p.query_id = "q-c"
+    p.record_batch(1, epoch=2)
+    newer = p.write(1, [gt_batch(2, 0, [1])], run_id="run-c")
+
+    def run_c_claims_and_dies_after_inflight() -> None:
+        with pytest.raises(InjectedFault):
+            p.barrier(faults=_CrashAt()).commit([newer], 1)
+
+    # run-b claims; while its sweep deletes run-a's parts, run-c claims too
+    p.query_id, p.run_id = "q-b", "run-b"
+    p.record_batch(0, epoch=1)
+    zombie = _zombie(p, run_c_claims_and_dies_after_inflight)
+    assert zombie.commit([p.write(0, [gt_batch(1, 0, [0])])], 0).action == "dropped"
+    assert left.part is not None and newer.part is not None
+    assert p.owner().run_id == "run-c" and p.inflight().locations == (newer.part.location,)
+    assert p.staged() == [newer.part.location]
+    # run-c's restart (run-d) delivers bundle 2
+    p.query_id, p.run_id = "q-c", "run-d"
+    outcome = p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert outcome.recovered == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
+    assert p.staged() == []
+
+
+# --- issue 10, finding 7: a new driver fences older runs before its query commits --------
+
+
+def test_a_driver_claim_fences_older_runs_before_the_new_query_commits() -> None:
+    p = Pipeline(sink_options(**{"fencing.token": "1"}))
+    uri = p.options.store.uri
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)  # run-a, token 1
+    owner = claim_barrier(p.store, p.layout, 2, driver="host:42:b")
+    assert owner.is_driver_claim and owner.generation == 2 and p.owner() == owner
+    p.record_batch(1, epoch=2)
+    zombie = p.write(1, [gt_batch(2, 0, [1])])
+    zombie_text = (
+        r"taken by driver host:42:b with fencing token 2 \(generation 2\) at .*, before its "
+        r"query's first commit; this driver \(run run-a\) is a zombie and stops "
+        r"\(its fencing\.token 1 < 2\)"
+    )
+    with pytest.raises(PipelineFenced, match=zombie_text):
+        p.barrier().commit([zombie], 1)
+    # without a token, the zombie is fenced as a superseded run
+    p.options = sink_options(**{"state.uri": uri})
+    with pytest.raises(PipelineFenced, match="a newer run took the pipeline over"):
+        p.barrier().commit([zombie], 1)
+    p.barrier().abort([zombie], 1)
+    assert [d[0] for d in p.consumer.delivered] == [1] and p.state().gt_last == 1
+    # the new driver's query claims the pipeline at its first commit
+    p.options, p.run_id = sink_options(**{"fencing.token": "2", "state.uri": uri}), "run-b"
+    p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert p.owner().run_id == "run-b" and not p.owner().is_driver_claim
+    assert (p.owner().generation, p.owner().token) == (3, 2)
+    assert [d[0] for d in p.consumer.delivered] == [1, 2] and p.staged() == []
+
+
+def test_claim_barrier_is_idempotent_and_never_lowers_the_token() -> None:
+    p = Pipeline()
+    first = claim_barrier(p.store, p.layout, 3, driver="d3", clock=lambda: 5.0)
+    assert p.state() == BarrierState(owner=Owner("", "", 1, 5.0, 3, "d3"))
+    assert claim_barrier(p.store, p.layout, 3, driver="d3") == first
+    with pytest.raises(PipelineFenced, match=r"fencing token 3 > ours 2"):
+        claim_barrier(p.store, p.layout, 2, driver="d2")
+    assert p.owner() == first
+
+
+def test_the_coordinator_claims_the_barrier_when_it_takes_its_token(tmp_path: Path) -> None:
+    from state.coordinator import SnapshotCoordinator
+
+    p = Pipeline(sink_options(**{"fencing.token": "1"}))
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    take_token(p.store, p.layout)  # driver A's token 1
+    with SnapshotCoordinator(None, "p1", p.options.store.uri, tmp_path / "cp", store=p.store) as b:
+        b.recover()
+        assert b.fencing_token == 2
+        assert p.owner().is_driver_claim and p.owner().token == 2
+        p.record_batch(1, epoch=2)
+        with pytest.raises(PipelineFenced, match=r"fencing\.token 1 < 2"):
+            p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert [d[0] for d in p.consumer.delivered] == [1]
+
+
+# --- issue 10, finding 6: a lost in-flight bundle, and the operator's way past it ---------
+
+
+def _file_pipeline(out: Path) -> tuple[Pipeline, dict[str, str]]:
+    raw = {
+        "pipeline.id": "p1",
+        "state.uri": f"memory://{uuid.uuid4().hex}",
+        "consumer": "file",
+        "consumer.path": str(out),
+    }
+    p = Pipeline(SinkOptions.parse(raw))
+    staging = FileStaging(str(out))
+    p.staging, p.consumer = staging, FileConsumer(str(out), staging, FaultInjector())  # type: ignore[assignment]
+    return p, raw
+
+
+def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    p, raw = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0, 1])])
+    lost = p.inflight().locations
+    for location in lost:
+        (out / location).unlink()
+    # every restart stops here, saying what is lost and naming the way out
+    for run in ("run-b", "run-c"):
+        p.run_id = run
+        replay = p.write(0, [gt_batch(1, 0, [0, 1])])
+        with pytest.raises(StateError) as info:
+            p.barrier().commit([replay], 0)
+        p.barrier().abort([replay], 0)
+        text = str(info.value)
+        assert (
+            f"pipeline 'p1': in-flight bundle 1 (epoch 1, batch 0 of query {p.query_id}, run "
+            "run-a; 2 rows in 1 part(s)) cannot be delivered: file consumer "
+        ) in text
+        assert (
+            "does not have it (it has no bundle) and 1 of its 1 staged part(s) are gone "
+            f"(2 rows): {lost[0]}."
+        ) in text
+        assert (
+            "sink.resolve_lost_inflight(<the sink's options>, bundle_id=1, acknowledge_loss=True)"
+        ) in text
+        assert p.inflight().locations == lost and p.staged() == []
+    # the way out: a report first, then the skip
+    report = resolve_lost_inflight(raw, bundle_id=1)
+    assert not report.applied and p.inflight().locations == lost
+    assert (report.bundle_id, report.rows, report.parts_missing, report.rows_missing) == (
+        1, 2, lost, 2,
+    )
+    assert report.describe() == text
+    with pytest.raises(StateError, match="bundle 1 is in flight, not bundle 2"):
+        resolve_lost_inflight(raw, bundle_id=2, acknowledge_loss=True)
+    report = resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
+    assert report.applied
+    assert "Skipped, the loss acknowledged: GT_last is now 1" in report.describe()
+    state = p.state()
+    assert state.gt_last == 1 and state.inflight is None
+    [skipped] = state.skipped
+    assert (skipped.bundle_id, skipped.batch_id, skipped.rows, skipped.parts_missing) == (
+        1, 0, 2, lost,
+    )
+    with pytest.raises(StateError, match="no bundle is in flight"):
+        resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
+    # the pipeline goes on: the replay of epoch 1 is dropped, epoch 2 delivered
+    p.run_id = "run-d"
+    assert p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0).action == "dropped"
+    p.record_batch(1, epoch=2)
+    assert p.barrier().commit([p.write(1, [gt_batch(2, 0, [2])])], 1).action == "delivered"
+    assert sorted(f.name for f in out.glob("bundle-*")) == ["bundle-000000000002.parquet"]
+    assert p.state().gt_last == 2 and p.state().skipped == (skipped,) and p.staged() == []
+
+
+def test_resolving_a_bundle_that_is_not_lost_changes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p, raw = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0])])
+    with pytest.raises(StateError, match="every staged part of in-flight bundle 1 is there"):
+        resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
+    # the consumer stored it (crash after the ack); its staged part is gone (promoted)
+    p.record_batch(1, epoch=2)
+    p.run_id = "run-b"
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=_CrashAt("after_ack")).commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
+    assert p.inflight().bundle_id == 2 and p.staging.missing(p.inflight().locations)
+    with pytest.raises(StateError, match="has bundle 2, so in-flight bundle 2 is not lost"):
+        resolve_lost_inflight(raw, bundle_id=2, acknowledge_loss=True)
+    assert p.inflight().bundle_id == 2 and p.state().skipped == ()
+
+
+def test_a_lost_in_flight_bundle_found_in_at_least_once_mode_names_the_way_out(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    p, raw = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0])])
+    for location in p.inflight().locations:
+        (out / location).unlink()
+    p.options = SinkOptions.parse({**raw, "delivery": "at-least-once"})
+    p.run_id = "run-b"
+    with pytest.raises(StateError, match=r"bundle_id=1, acknowledge_loss=True"):
+        p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)

@@ -9,9 +9,12 @@
 With ZooKeeper it owns the session (:class:`state.zookeeper.ZooKeeperSession`), takes
 the driver lock (:class:`state.zookeeper.DriverLock`) and keeps the resume point in
 ZooKeeper; without, the resume point lives in the state store and the fencing token
-(:mod:`state.fencing`) is the only protection. An expired session (``LOST``, not a mere
-disconnection) voids the token at once and calls ``on_lost``: another driver may own
-the pipeline now. ``state.zookeeper`` (kazoo) is imported only when ZooKeeper is used.
+(:mod:`state.fencing`) is the only protection. Every new token is also recorded as the
+barrier's owner at once (:func:`state.fencing.claim_barrier`), so a zombie driver is
+refused at its next commit, before this driver's query has committed anything. An
+expired session (``LOST``, not a mere disconnection) voids the token at once and calls
+``on_lost``: another driver may own the pipeline now. ``state.zookeeper`` (kazoo) is
+imported only when ZooKeeper is used.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from state.coordinator.config import CoordinatorConfig
 from state.errors import ZooKeeperUnavailable
-from state.fencing import take_token
+from state.fencing import claim_barrier, take_token
 from state.records.resume_point import ResumePoint
 from state.resume import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.retry import Retry, lost_race
@@ -75,7 +78,8 @@ class DriverOwnership:
     def acquire(self) -> int:
         """Take the pipeline if this driver does not hold it: the ZooKeeper lock (failing
         fast with :class:`DriverLockHeld`, or waiting up to ``driver_wait``), then a new
-        fencing token. Returns the token."""
+        fencing token, recorded as the barrier's owner (older drivers are fenced from
+        their next commit on). Returns the token."""
         with self._mutex:
             token = self._token
             if token is not None and self.held:
@@ -83,6 +87,7 @@ class DriverOwnership:
             if self.config.zookeeper_hosts is not None:
                 self._lock_zookeeper(self.config.zookeeper_hosts)
             token = take_token(self.store, self.layout, identifier=self.identity)
+            claim_barrier(self.store, self.layout, token, driver=self.identity)
             self._token = token
             self._on_acquired(token)
             log.info(

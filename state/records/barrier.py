@@ -4,15 +4,21 @@
 compare-and-swap::
 
     {"format": 1, "gt_last": 6, "inflight": {...} | null,
-     "owner": {"run_id", "query_id", "generation", "since", "token"} | null}
+     "owner": {"run_id", "query_id", "generation", "since", "token"[, "driver"]} | null
+     [, "skipped": [{...a lost in-flight bundle skipped by the operator...}]]}
 
 ``gt_last`` is the epoch of the last bundle the consumer acknowledged (-1: none),
 ``inflight`` the one bundle recorded before its delivery began
 (:class:`~state.records.bundle.InflightBundle`), ``owner`` the driver run that may advance
-the barrier. A state written before the ``format`` field existed decodes as format 1.
+the barrier, or a driver that took the pipeline before its query's first commit
+(:attr:`Owner.driver`), ``skipped`` the bundles whose loss an operator acknowledged
+(:class:`SkippedBundle`). A state written before the ``format`` field existed decodes as
+format 1; ``owner.driver`` and ``skipped`` are written only when set, and absent in older
+records.
 
 ``<pipeline>/barrier/runs/<runId>.json`` (:class:`RunMarker`) is created once when a run
-claims the barrier: a run whose marker exists but which is not the owner was superseded.
+claims the barrier, with the generation it claims: a run whose marker exists but which is
+not the owner was superseded.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ class Owner:
 
     ``run_id`` is Spark's streaming run id, ``generation`` grows by one at every claim,
     ``token`` is the last ``fencing.token`` seen (None: none), ``since`` a Unix time.
+
+    A *driver claim* (``driver`` set, ``run_id`` and ``query_id`` empty): the snapshot
+    coordinator ``driver`` (``host:pid:id``) took the pipeline with fencing token
+    ``token`` before its query's first commit; that commit claims it for the run.
     """
 
     run_id: str
@@ -40,15 +50,27 @@ class Owner:
     generation: int
     since: float
     token: int | None = None
+    driver: str | None = None
+
+    @classmethod
+    def driver_claim(cls, driver: str, token: int, generation: int, since: float) -> Owner:
+        return cls("", "", generation, since, token, driver)
+
+    @property
+    def is_driver_claim(self) -> bool:
+        return self.driver is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "run_id": self.run_id,
             "query_id": self.query_id,
             "generation": self.generation,
             "since": self.since,
             "token": self.token,
         }
+        if self.driver is not None:
+            out["driver"] = self.driver
+        return out
 
     @classmethod
     def from_json(cls, raw: object) -> Owner:
@@ -59,6 +81,55 @@ class Owner:
             generation=f.integer("generation", 0, minimum=0),
             since=f.number("since", 0.0),
             token=f.optional_integer("token", minimum=0),
+            driver=f.optional_string("driver"),
+        )
+
+
+@dataclass(frozen=True)
+class SkippedBundle:
+    """An in-flight bundle that could not be delivered (its staged parts were gone and the
+    consumer did not have it), skipped when an operator acknowledged the loss.
+
+    ``rows`` is the bundle's row count (all of them are lost), ``parts_missing`` the
+    staged parts that were gone and ``rows_missing`` their rows; ``since`` a Unix time.
+    """
+
+    bundle_id: int
+    batch_id: int
+    query_id: str
+    run_id: str | None
+    rows: int
+    parts_missing: tuple[str, ...]
+    rows_missing: int
+    since: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bundle_id": self.bundle_id,
+            "batch_id": self.batch_id,
+            "query_id": self.query_id,
+            "run_id": self.run_id,
+            "rows": self.rows,
+            "parts_missing": list(self.parts_missing),
+            "rows_missing": self.rows_missing,
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> SkippedBundle:
+        f = Fields(raw, "skipped bundle")
+        missing = f.array("parts_missing", [])
+        if not all(isinstance(loc, str) for loc in missing):
+            raise f.invalid("parts_missing", "a list of staged part locations (strings)")
+        return cls(
+            bundle_id=f.integer("bundle_id", minimum=0),
+            batch_id=f.integer("batch_id", 0, minimum=0),
+            query_id=f.string("query_id", ""),
+            run_id=f.optional_string("run_id"),
+            rows=f.integer("rows", 0, minimum=0),
+            parts_missing=tuple(missing),
+            rows_missing=f.integer("rows_missing", 0, minimum=0),
+            since=f.number("since", 0.0),
         )
 
 
@@ -69,14 +140,18 @@ class BarrierState:
     gt_last: int = NO_BUNDLE
     inflight: InflightBundle | None = None
     owner: Owner | None = None
+    skipped: tuple[SkippedBundle, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             FORMAT_FIELD: BARRIER_STATE_FORMAT,
             "gt_last": self.gt_last,
             "inflight": None if self.inflight is None else self.inflight.to_json(),
             "owner": None if self.owner is None else self.owner.to_json(),
         }
+        if self.skipped:
+            out["skipped"] = [s.to_json() for s in self.skipped]
+        return out
 
     @classmethod
     def from_json(cls, raw: object) -> BarrierState:
@@ -87,19 +162,29 @@ class BarrierState:
             gt_last=f.integer("gt_last", NO_BUNDLE, minimum=NO_BUNDLE),
             inflight=None if inflight is None else InflightBundle.from_json(inflight),
             owner=None if owner is None else Owner.from_json(owner),
+            skipped=tuple(SkippedBundle.from_json(s) for s in f.array("skipped", [])),
         )
 
 
 @dataclass(frozen=True)
 class RunMarker:
-    """Run ``run_id`` (of query ``query_id``) claimed the barrier at ``since`` (Unix time)."""
+    """Run ``run_id`` (of query ``query_id``) claimed the barrier at ``since`` (Unix time)
+    as ``generation`` (None in markers written before the field existed: older than any)."""
 
     run_id: str
     query_id: str
     since: float
+    generation: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"query_id": self.query_id, "run_id": self.run_id, "since": self.since}
+        out: dict[str, Any] = {
+            "query_id": self.query_id,
+            "run_id": self.run_id,
+            "since": self.since,
+        }
+        if self.generation is not None:
+            out["generation"] = self.generation
+        return out
 
     @classmethod
     def from_json(cls, raw: object) -> RunMarker:
@@ -108,4 +193,5 @@ class RunMarker:
             run_id=f.string("run_id"),
             query_id=f.string("query_id", ""),
             since=f.number("since", 0.0),
+            generation=f.optional_integer("generation", minimum=0),
         )

@@ -1,0 +1,223 @@
+"""An in-flight bundle that can no longer be delivered, and the operator's way past it.
+
+The barrier records a bundle in flight before delivering it, and a restart delivers it
+again from its staged parts unless the consumer has it. If those parts are gone (deleted
+by hand, by a storage lifecycle rule, or, before issue 10 finding 6 was fixed, by a zombie
+driver's cleanup) and the consumer does not have the bundle, nothing can deliver it:
+every restart stops with a :class:`~state.errors.StateError` that says what is lost
+(:meth:`LostBundle.describe`) and names the way out::
+
+    from sink import resolve_lost_inflight
+    resolve_lost_inflight(sink_options, bundle_id=7)                         # reports only
+    resolve_lost_inflight(sink_options, bundle_id=7, acknowledge_loss=True)  # skips it
+
+Skipping moves ``GT_last`` to the bundle (a replay of its epoch is then dropped), clears
+the in-flight record and records the loss under ``skipped`` in the barrier state
+(:class:`~state.records.barrier.SkippedBundle`). Stop the query first: the change is a
+compare-and-swap, so a commit running meanwhile makes it fail rather than race.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from sink.consumers import Consumer, open_consumer
+from sink.faults import FaultInjector
+from sink.options import SinkOptions
+from sink.staging import Staging
+from state.barrier_state import load_barrier_state
+from state.errors import ConcurrentModification, StateError
+from state.layout import PipelineLayout
+from state.records.barrier import SkippedBundle
+from state.records.bundle import InflightBundle
+from state.store import StateStore, open_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LostBundle:
+    """An in-flight bundle whose staged parts are (partly) gone while the consumer does not
+    have it: what is lost. ``applied``: it was skipped (the loss acknowledged)."""
+
+    pipeline_id: str
+    state: str
+    consumer: str
+    consumer_last: int | None
+    bundle_id: int
+    batch_id: int
+    query_id: str
+    run_id: str | None
+    rows: int
+    parts: tuple[str, ...]
+    parts_missing: tuple[str, ...]
+    rows_missing: int
+    applied: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return self.bundle_id
+
+    @classmethod
+    def check(
+        cls,
+        pipeline_id: str,
+        state: str,
+        inflight: InflightBundle,
+        *,
+        consumer: Consumer,
+        staging: Staging,
+        consumer_last: int | None,
+    ) -> LostBundle | None:
+        """What is lost of ``inflight`` (stored at ``state``); None if no part is gone."""
+        missing = set(staging.missing(inflight.locations))
+        if not missing:
+            return None
+        return cls(
+            pipeline_id=pipeline_id,
+            state=state,
+            consumer=consumer.describe(),
+            consumer_last=consumer_last,
+            bundle_id=inflight.bundle_id,
+            batch_id=inflight.batch_id,
+            query_id=inflight.query_id,
+            run_id=inflight.run_id,
+            rows=inflight.rows,
+            parts=inflight.locations,
+            parts_missing=tuple(p.location for p in inflight.parts if p.location in missing),
+            rows_missing=sum(p.rows for p in inflight.parts if p.location in missing),
+        )
+
+    def describe(self) -> str:
+        has = (
+            "it has no bundle" if self.consumer_last is None
+            else f"its last bundle is {self.consumer_last}"
+        )
+        text = (
+            f"barrier: pipeline {self.pipeline_id!r}: in-flight bundle {self.bundle_id} "
+            f"(epoch {self.epoch}, batch {self.batch_id} of query {self.query_id}, run "
+            f"{self.run_id}; {self.rows} rows in {len(self.parts)} part(s)) cannot be "
+            f"delivered: {self.consumer} does not have it ({has}) and "
+            f"{len(self.parts_missing)} of its {len(self.parts)} staged part(s) are gone "
+            f"({self.rows_missing} rows): {', '.join(self.parts_missing)}."
+        )
+        if self.applied:
+            return text + (
+                f" Skipped, the loss acknowledged: GT_last is now {self.bundle_id}, the "
+                f"bundle's {self.rows} rows are lost (recorded under 'skipped' in {self.state})."
+            )
+        return text + (
+            " Nothing can deliver it again, so every restart stops here. To skip it and "
+            f"accept the loss of its {self.rows} rows, stop the query and run "
+            f"sink.resolve_lost_inflight(<the sink's options>, bundle_id={self.bundle_id}, "
+            "acknowledge_loss=True), then restart; without acknowledge_loss it only reports "
+            '(docs/sink.md, "A lost in-flight bundle").'
+        )
+
+    def skipped(self, since: float) -> SkippedBundle:
+        return SkippedBundle(
+            bundle_id=self.bundle_id,
+            batch_id=self.batch_id,
+            query_id=self.query_id,
+            run_id=self.run_id,
+            rows=self.rows,
+            parts_missing=self.parts_missing,
+            rows_missing=self.rows_missing,
+            since=since,
+        )
+
+
+def resolve_lost_inflight(
+    options: Mapping[str, str] | SinkOptions,
+    *,
+    bundle_id: int,
+    acknowledge_loss: bool = False,
+) -> LostBundle:
+    """Report, and with ``acknowledge_loss=True`` skip, the in-flight bundle ``bundle_id``
+    of the pipeline the sink ``options`` name (the query must be stopped).
+
+    Raises :class:`~state.errors.StateError` if that bundle is not the one in flight, if the
+    consumer has it, or if none of its parts is gone (a restart resolves those cases
+    without loss), and if the barrier state changes meanwhile (a driver is running).
+    """
+    opts = options if isinstance(options, SinkOptions) else SinkOptions.parse(options)
+    store = open_store(opts.store)
+    try:
+        consumer = open_consumer(opts, store, FaultInjector())
+        try:
+            return _resolve(opts, store, consumer, bundle_id, acknowledge_loss)
+        finally:
+            consumer.close()
+    finally:
+        store.close()
+
+
+def _resolve(
+    opts: SinkOptions,
+    store: StateStore,
+    consumer: Consumer,
+    bundle_id: int,
+    acknowledge_loss: bool,
+) -> LostBundle:
+    layout = PipelineLayout(opts.pipeline_id)
+    where = f"{store.uri}/{layout.barrier_state}"
+    state, version = load_barrier_state(store, layout)
+    inflight = state.inflight
+    if inflight is None or version is None:
+        raise StateError(
+            f"barrier: no bundle is in flight in {where} (GT_last {state.gt_last}), not "
+            f"bundle {bundle_id}: nothing to resolve"
+        )
+    if inflight.bundle_id != bundle_id:
+        raise StateError(
+            f"barrier: bundle {inflight.bundle_id} is in flight, not bundle {bundle_id} "
+            f"({where}): nothing changed"
+        )
+    last = consumer.last_bundle()
+    if last is not None and last.bundle_id >= bundle_id:
+        raise StateError(
+            f"barrier: {consumer.describe()} has bundle {last.bundle_id}, so in-flight bundle "
+            f"{bundle_id} is not lost: restarting the query resolves it; nothing changed"
+        )
+    lost = LostBundle.check(
+        opts.pipeline_id,
+        where,
+        inflight,
+        consumer=consumer,
+        staging=consumer.staging,
+        consumer_last=None if last is None else last.bundle_id,
+    )
+    if lost is None:
+        raise StateError(
+            f"barrier: every staged part of in-flight bundle {bundle_id} is there: restarting "
+            "the query delivers it; nothing changed"
+        )
+    if not acknowledge_loss:
+        log.warning("%s (not applied)", lost.describe())
+        return lost
+    skipped = replace(
+        state,
+        gt_last=max(state.gt_last, inflight.epoch),
+        inflight=None,
+        skipped=(*state.skipped, lost.skipped(time.time())),
+    )
+    try:
+        store.compare_and_swap_json(layout.barrier_state, skipped.to_json(), version)
+    except ConcurrentModification:
+        raise StateError(
+            f"barrier: {where} changed while skipping bundle {bundle_id}: a driver is running "
+            "the pipeline; stop it and try again. Nothing changed"
+        ) from None
+    # Nothing references the bundle's remaining parts once the in-flight record is gone.
+    for location in inflight.locations:
+        if location not in lost.parts_missing:
+            consumer.staging.delete(location)
+    applied = replace(lost, applied=True)
+    log.warning("%s", applied.describe())
+    return applied
+
+
+__all__ = ["LostBundle", "resolve_lost_inflight"]
