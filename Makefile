@@ -14,11 +14,12 @@ PYTEST_PATHS ?= tests integration_tests
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint typecheck pytest unit integration demo bench counts
+.PHONY: help setup check test lint typecheck pytest unit integration demo bench counts
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
 	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
+	@echo "make check      the fast lane: ruff (lint + format), mypy and the unit tests (< 2 min)"
 	@echo "make setup      install only (idempotent)"
 	@echo "make lint | typecheck | unit | integration | bench | counts"
 
@@ -27,8 +28,14 @@ setup:
 
 test: setup lint typecheck pytest
 
+# The edit-test loop: everything that needs no server, in under two minutes.
+check: setup lint typecheck
+	$(PY) -m pytest tests -q -m unit $(PYTEST_ARGS)
+
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m scripts.option_docs --check
 
 typecheck: setup
 	$(VENV)/bin/mypy
