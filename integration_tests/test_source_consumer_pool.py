@@ -174,12 +174,15 @@ def test_query_rows_are_identical_with_and_without_pooling_and_packing(
     variants = {
         "pooled, packed": {},
         "pooled, a task per range": {"minRecordsPerTask": "0"},
-        "no pool, packed": {"kafkaConsumer.pool.enabled": "false"},
+        "no pool, split and packed": {
+            "kafkaConsumer.pool.enabled": "false",
+            "maxRecordsPerPartition": "40",
+            "minRecordsPerTask": "300",
+        },
         "no pool, a task per range": {
             "kafkaConsumer.pool.enabled": "false",
             "minRecordsPerTask": "0",
         },
-        "pooled, split and packed": {"maxRecordsPerPartition": "40", "minRecordsPerTask": "300"},
     }
     results: dict[str, list[tuple[bytes, bytes, Any]]] = {}
     lock = threading.Lock()
