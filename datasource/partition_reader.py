@@ -24,7 +24,9 @@ the bootstrap servers.
 
 Timing spans (:mod:`state.profiling`): ``read.client`` (getting the consumer),
 ``read.fetch`` (the polls of a range), ``read.arrow`` (building record batches) and
-``read.batch_record`` (the batch record's write).
+``read.batch_record`` (the batch record's write), each with the attributes ``partition``
+(the task's index in its batch), ``ranges`` (how many ranges the span covers) and
+``records``; the spans of one range add ``range``.
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ class RangeReader:
         r = self.range
         config = self.options.consumer_config()
         key = PoolKey.of(self.options.bootstrap_servers, config, r.topic, r.partition)
-        with profiling.span("read.client", partition=task, range=r):
+        with profiling.span("read.client", partition=task, ranges=1, range=r, records=r.size):
             lease = source.acquire(key, r.from_offset, lambda: self._create(config))
         ok = False
         try:
@@ -297,7 +299,7 @@ class RangeReader:
             # beyond it): the pool lends it for a range starting there without a seek.
             lease.position = consumer.position(tp)
         if profiling.enabled():
-            attrs = {"partition": task, "range": r, "records": self.rows}
+            attrs = {"partition": task, "ranges": 1, "range": r, "records": self.rows}
             profiling.record("read.fetch", began, fetch_s, **attrs)
             profiling.record("read.arrow", began, arrow_s, **attrs)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ from datasource.partition_reader import (
     read_partition,
 )
 from datasource.schema import arrow_schema, source_schema
+from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
 from state.memory_store import MemoryStore
@@ -296,3 +299,38 @@ def test_input_partition_pickles() -> None:
     part = KafkaInputPartition(2, (OffsetRange("t", 1, 5, 9), OffsetRange("t", 2, 0, 3)), True, 4)
     assert pickle.loads(pickle.dumps(part)) == part
     assert part.records == 7
+
+
+def test_read_spans(
+    broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(profiling.ENV, str(tmp_path))
+    broker.produce("t", 0, 5)
+    uri = f"memory://br-{uuid.uuid4().hex}"
+    opts = options(**{"pipeline.id": "p", "state.uri": uri})
+    part = KafkaInputPartition(
+        2, (OffsetRange("t", 0, 0, 3), OffsetRange("t", 0, 3, 5)), records_batch=True, index=0
+    )
+    batches = list(
+        read_partition(
+            opts,
+            part,
+            arrow_schema(source_schema(False)),
+            context=BatchContext("q", 0),
+            consumer_factory=factory(broker),
+            source=ConsumerPool(),
+        )
+    )
+    assert [b.num_rows for b in batches] == [5]
+    spans = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.open()]
+    names = [s["span"] for s in spans]
+    assert names.count("read.batch_record") == 1
+    assert names.count("read.client") == names.count("read.fetch") == 2
+    assert names.count("read.arrow") == 3  # per range, and the task's last batch
+    fetch = [s for s in spans if s["span"] == "read.fetch"]
+    assert [(s["partition"], s["ranges"], s["range"], s["records"]) for s in fetch] == [
+        (0, 1, "t-0 [0, 3)", 3),
+        (0, 1, "t-0 [3, 5)", 2),
+    ]
+    record = next(s for s in spans if s["span"] == "read.batch_record")
+    assert (record["ranges"], record["records"]) == (2, 5)
