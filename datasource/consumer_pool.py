@@ -87,6 +87,9 @@ class Lease:
     tp: Any  # kafka.TopicPartition
     position: int | None = None
     last_used: float = field(default=0.0, repr=False)
+    #: How this lease began: a new consumer, and whether it was sought (for spans, tests).
+    created: bool = False
+    sought: bool = True
 
 
 class ConsumerSource(Protocol):
@@ -269,6 +272,7 @@ class ConsumerPool:
             _close(consumer, "invalidated")
             return False
         lease.position = None  # unknown until the task says where it stopped
+        lease.created, lease.sought = False, bool(seeks)
         with self._lock:
             self._count(reused=1, seeks=seeks)
         return True
@@ -284,7 +288,7 @@ class ConsumerPool:
             raise
         with self._lock:
             self._count(created=1, seeks=1)
-        return Lease(key, consumer, tp)
+        return Lease(key, consumer, tp, created=True)
 
     def _count(self, **deltas: int) -> None:
         c = self._counts
@@ -347,7 +351,7 @@ class SingleConsumer:
         except BaseException:
             self.close()
             raise
-        return Lease(key, self._consumer, tp)
+        return Lease(key, self._consumer, tp, created=self.created == 1)
 
     def release(self, lease: Lease, *, ok: bool) -> None:
         if not ok:

@@ -26,7 +26,8 @@ Timing spans (:mod:`state.profiling`): ``read.client`` (getting the consumer),
 ``read.fetch`` (the polls of a range), ``read.arrow`` (building record batches) and
 ``read.batch_record`` (the batch record's write), each with the attributes ``partition``
 (the task's index in its batch), ``ranges`` (how many ranges the span covers) and
-``records``; the spans of one range add ``range``.
+``records``; the spans of one range add ``range`` and ``created`` (a new consumer), and
+``read.client`` adds ``sought``.
 """
 
 from __future__ import annotations
@@ -197,8 +198,14 @@ class RangeReader:
         r = self.range
         config = self.options.consumer_config()
         key = PoolKey.of(self.options.bootstrap_servers, config, r.topic, r.partition)
-        with profiling.span("read.client", partition=task, ranges=1, range=r, records=r.size):
-            lease = source.acquire(key, r.from_offset, lambda: self._create(config))
+        began = time.time()
+        t0 = time.perf_counter()
+        lease = source.acquire(key, r.from_offset, lambda: self._create(config))
+        if profiling.enabled():
+            profiling.record(
+                "read.client", began, time.perf_counter() - t0, partition=task, ranges=1,
+                range=r, records=r.size, created=lease.created, sought=lease.sought,
+            )
         ok = False
         try:
             yield from self._read(lease, builder, int(config["max_poll_records"]), task)
@@ -299,7 +306,10 @@ class RangeReader:
             # beyond it): the pool lends it for a range starting there without a seek.
             lease.position = consumer.position(tp)
         if profiling.enabled():
-            attrs = {"partition": task, "ranges": 1, "range": r, "records": self.rows}
+            attrs = {
+                "partition": task, "ranges": 1, "range": r, "records": self.rows,
+                "created": lease.created,
+            }
             profiling.record("read.fetch", began, fetch_s, **attrs)
             profiling.record("read.arrow", began, arrow_s, **attrs)
 
