@@ -15,9 +15,9 @@ from pyspark.sql.types import StructType
 
 from datasource.offset_reader import OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import ranges_between, split_ranges
+from datasource.offsets import ranges_between, task_ranges
 from datasource.options import WHERE, KafkaSourceOptions
-from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
 from datasource.schema import arrow_schema
 from state.errors import ConfigError
 
@@ -56,15 +56,16 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
                 f"ending offsets at or after the starting offsets ({shown})",
                 where=WHERE,
             )
-        ranges = split_ranges(
+        tasks = task_ranges(
             ranges_between(start, end),
             min_partitions=self.options.min_partitions,
             max_records_per_partition=self.options.max_records_per_partition,
+            min_records_per_task=self.options.min_records_per_task,
         )
         # Nothing to read: one empty partition (Spark would otherwise plan a bare
         # InputPartition(None) and hand it to read()).
-        return [KafkaInputPartition(BATCH_EPOCH, r) for r in ranges] or [
-            KafkaInputPartition(BATCH_EPOCH, None)
+        return list(input_partitions(BATCH_EPOCH, tasks, records_batch=False)) or [
+            KafkaInputPartition(BATCH_EPOCH)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -1,7 +1,8 @@
 """Batch records: which epoch Spark's micro-batch read (docs/PROTOCOL.md, "Batch records").
 
-Every read task of a streaming batch creates ``<pipeline>/batches/<queryId>/<batchId>.json``
-(:class:`~state.records.batch.BatchRecord`) before it yields its first row. The sink's
+One read task of each streaming batch (its partition marked ``records_batch``) creates
+``<pipeline>/batches/<queryId>/<batchId>.json`` (:class:`~state.records.batch.BatchRecord`)
+before it yields its first row. The sink's
 commit looks the record up to learn the global time of output that carries no ``gt`` column.
 """
 

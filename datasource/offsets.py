@@ -11,7 +11,7 @@ replayed batch reads exactly the same records in the same splits.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from state.records.source_offset import Frontier, TopicPartitionKey
@@ -22,10 +22,12 @@ __all__ = [
     "TopicPartitionKey",
     "backlog",
     "cap_frontier",
+    "pack_ranges",
     "ranges_between",
     "rate_limit",
     "split_ranges",
     "start_of",
+    "task_ranges",
 ]
 
 
@@ -168,3 +170,70 @@ def split_ranges(
             out.append(OffsetRange(r.topic, r.partition, begin, begin + length))
             begin += length
     return out
+
+
+def pack_ranges(
+    pieces: Sequence[OffsetRange],
+    *,
+    min_records_per_task: int,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[tuple[OffsetRange, ...]]:
+    """Group consecutive pieces into tasks of at least ``min_records_per_task`` records.
+
+    A piece of that size or more is a task of its own; smaller ones are packed in order
+    until their task reaches it (so a packed task holds fewer than twice as many). The
+    splitting options win: a packed task never holds more than
+    ``max_records_per_partition`` records, and with ``min_partitions`` the target shrinks
+    to ``total // min_partitions``; if packing would still leave fewer than
+    ``min_partitions`` tasks, every piece is its own task. ``min_records_per_task`` below
+    2 packs nothing. Deterministic, and the pieces keep their order.
+    """
+    singles: list[tuple[OffsetRange, ...]] = [(p,) for p in pieces]
+    target = min_records_per_task
+    total = sum(p.size for p in pieces)
+    if min_partitions is not None:
+        target = min(target, total // min_partitions)
+    if target < 2:
+        return singles
+    cap = max_records_per_partition
+    tasks: list[tuple[OffsetRange, ...]] = []
+    current: list[OffsetRange] = []
+    records = 0
+    for piece in pieces:
+        if current and (
+            piece.size >= target or (cap is not None and records + piece.size > cap)
+        ):
+            tasks.append(tuple(current))
+            current, records = [], 0
+        current.append(piece)
+        records += piece.size
+        if records >= target:
+            tasks.append(tuple(current))
+            current, records = [], 0
+    if current:
+        tasks.append(tuple(current))
+    if min_partitions is not None and len(tasks) < min_partitions:
+        return singles
+    return tasks
+
+
+def task_ranges(
+    ranges: Iterable[OffsetRange],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+    min_records_per_task: int = 0,
+) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of each Spark task: :func:`split_ranges`, then :func:`pack_ranges`."""
+    pieces = split_ranges(
+        ranges,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records_per_partition,
+    )
+    return pack_ranges(
+        pieces,
+        min_records_per_task=min_records_per_task,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records_per_partition,
+    )

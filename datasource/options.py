@@ -133,6 +133,14 @@ MAX_RECORDS_PER_PARTITION = IntegerOption(
     minimum=1,
     doc="split ranges longer than this",
 )
+MIN_RECORDS_PER_TASK = IntegerOption(
+    name="minRecordsPerTask",
+    default=10_000,
+    minimum=0,
+    doc="pack consecutive smaller ranges into one task (one after another, one consumer at "
+    "a time) until it has this many records; `0`: a task per range; `minPartitions` and "
+    "`maxRecordsPerPartition` win",
+)
 FAIL_ON_DATA_LOSS = BooleanOption(
     name="failOnDataLoss",
     default=True,
@@ -148,6 +156,25 @@ POLL_TIMEOUT_MS = IntegerOption(
     minimum=1,
     doc="an executor read that makes no progress for this long fails; bounds every "
     "driver-side call to the broker too",
+)
+POOL_ENABLED = BooleanOption(
+    name="kafkaConsumer.pool.enabled",
+    default=True,
+    doc="keep executor consumers in a pool of each Python worker between tasks (keyed by "
+    "cluster, configuration and partition); `false`: a consumer per task",
+)
+POOL_CAPACITY = IntegerOption(
+    name="kafkaConsumer.pool.capacity",
+    default=64,
+    minimum=1,
+    doc="at most this many pooled consumers per Python worker (least recently used "
+    "closed first)",
+)
+POOL_IDLE_TIMEOUT = DurationOption(
+    name="kafkaConsumer.pool.idleTimeout",
+    default=300.0,
+    positive=True,
+    doc="a pooled consumer unused for this long is closed",
 )
 FETCH_OFFSET_NUM_RETRIES = IntegerOption(
     name="fetchOffset.numRetries",
@@ -208,9 +235,13 @@ SOURCE_OPTIONS = OptionTable(
         MAX_TRIGGER_DELAY,
         MIN_PARTITIONS,
         MAX_RECORDS_PER_PARTITION,
+        MIN_RECORDS_PER_TASK,
         FAIL_ON_DATA_LOSS,
         INCLUDE_HEADERS,
         POLL_TIMEOUT_MS,
+        POOL_ENABLED,
+        POOL_CAPACITY,
+        POOL_IDLE_TIMEOUT,
         FETCH_OFFSET_NUM_RETRIES,
         FETCH_OFFSET_RETRY_INTERVAL_MS,
         FETCH_OFFSET_REFRESH_INTERVAL_MS,
@@ -291,9 +322,13 @@ class KafkaSourceOptions:
     max_trigger_delay_s: float = 15 * 60.0
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    min_records_per_task: int = 10_000
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    pool_enabled: bool = True
+    pool_capacity: int = 64
+    pool_idle_timeout_s: float = 300.0
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1_000
     fetch_offset_refresh_interval_ms: int = 1_000
@@ -344,9 +379,13 @@ class KafkaSourceOptions:
             max_trigger_delay_s=MAX_TRIGGER_DELAY.read(opts),
             min_partitions=MIN_PARTITIONS.read(opts),
             max_records_per_partition=MAX_RECORDS_PER_PARTITION.read(opts),
+            min_records_per_task=MIN_RECORDS_PER_TASK.read(opts),
             fail_on_data_loss=FAIL_ON_DATA_LOSS.read(opts),
             include_headers=INCLUDE_HEADERS.read(opts),
             poll_timeout_ms=POLL_TIMEOUT_MS.read(opts),
+            pool_enabled=POOL_ENABLED.read(opts),
+            pool_capacity=POOL_CAPACITY.read(opts),
+            pool_idle_timeout_s=POOL_IDLE_TIMEOUT.read(opts),
             fetch_offset_num_retries=FETCH_OFFSET_NUM_RETRIES.read(opts),
             fetch_offset_retry_interval_ms=FETCH_OFFSET_RETRY_INTERVAL_MS.read(opts),
             fetch_offset_refresh_interval_ms=FETCH_OFFSET_REFRESH_INTERVAL_MS.read(opts),

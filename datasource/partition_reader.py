@@ -1,9 +1,16 @@
-"""Executor side: read one offset range of one partition into Arrow record batches.
+"""Executor side: read the offset ranges of one Spark task into Arrow record batches.
 
-Mirrors Spark's ``KafkaDataConsumer``: a kafka-python consumer is created inside
-``read()`` (nothing unpicklable ever sits on the reader), assigned to the partition
-(no group), sought to the range's start, and polled until the range's end offset is
-reached; termination never depends on an empty poll. Exactly ``[from, until)`` is read.
+Mirrors Spark's ``KafkaDataConsumer``: a task reads its ranges one after another, each
+exactly ``[from, until)``, with a consumer assigned to the range's partition (no group)
+and positioned at the range's start; termination never depends on an empty poll.
+Consumers come from the Python worker's pool (:mod:`datasource.consumer_pool`): nothing
+unpicklable ever sits on the reader, and a consumer that already stands at a range's
+start is used without a seek. Polls ask for at most the records left in the range, so a
+consumer returned to the pool stands exactly at the range's end (the next batch's start)
+and keeps what it fetched ahead.
+
+The one task of a streaming batch marked ``records_batch`` writes the batch record
+(:mod:`datasource.batch_record`) before its first row; the others touch no store.
 
 Missing records:
 
@@ -14,6 +21,13 @@ Missing records:
 
 No progress for ``kafkaConsumer.pollTimeoutMs`` raises :class:`SourceUnavailable` naming
 the bootstrap servers.
+
+Timing spans (:mod:`state.profiling`): ``read.client`` (getting the consumer),
+``read.fetch`` (the polls of a range), ``read.arrow`` (building record batches) and
+``read.batch_record`` (the batch record's write), each with the attributes ``partition``
+(the task's index in its batch), ``ranges`` (how many ranges the span covers) and
+``records``; the spans of one range add ``range`` and ``created`` (a new consumer), and
+``read.client`` adds ``sought``.
 """
 
 from __future__ import annotations
@@ -27,9 +41,11 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from datasource.batch_record import BatchContext, write_batch_record
+from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
-from state.errors import DataLossError, SourceUnavailable
+from state import profiling
+from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
 from state.records.gt import arrow_array as gt_array
@@ -42,14 +58,38 @@ ARROW_BATCH_ROWS = 10_000
 
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
-    """One Spark task's work: a range of an epoch, or a marker (``range is None``).
+    """One Spark task's work: consecutive ranges of an epoch, read one after another.
 
-    A marker partition reads nothing; it exists so that every data batch writes its batch
-    record even when all of its Kafka ranges are empty.
+    ``records_batch`` marks the one partition of a streaming batch that writes the batch
+    record (the first; a marker with no ranges when all of the epoch's ranges are empty).
+    ``index`` is the partition's position in the batch (for logs and timing spans).
     """
 
     epoch: int
-    range: OffsetRange | None
+    ranges: tuple[OffsetRange, ...] = ()
+    records_batch: bool = False
+    index: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+def input_partitions(
+    epoch: int, tasks: list[tuple[OffsetRange, ...]], *, records_batch: bool
+) -> list[KafkaInputPartition]:
+    """One partition per task; with ``records_batch`` the first one records the batch."""
+    return [
+        KafkaInputPartition(epoch, ranges, records_batch and i == 0, i)
+        for i, ranges in enumerate(tasks)
+    ]
+
+
+def consumer_source(options: KafkaSourceOptions) -> ConsumerSource:
+    """The process's pool (configured by ``options``), or a consumer for one task."""
+    if options.pool_enabled:
+        return POOL.configure(options.pool_capacity, options.pool_idle_timeout_s)
+    return SingleConsumer()
 
 
 def read_partition(
@@ -59,16 +99,47 @@ def read_partition(
     *,
     context: BatchContext | None,
     consumer_factory: Callable[..., Any] | None = None,
+    source: ConsumerSource | None = None,
 ) -> Iterator[Any]:
-    """Write the batch record (streaming only), then yield the range as RecordBatches."""
-    if context is not None and options.store is not None and options.pipeline_id is not None:
-        write_batch_record(
-            open_store(options.store), PipelineLayout(options.pipeline_id), context, partition.epoch
-        )
-    if partition.range is None or partition.range.size == 0:
+    """Write the batch record (the marked partition of a streaming batch only), then
+    yield the task's ranges as RecordBatches of at most :data:`ARROW_BATCH_ROWS` rows."""
+    task = partition.index
+    if (
+        partition.records_batch
+        and context is not None
+        and options.store is not None
+        and options.pipeline_id is not None
+    ):
+        with profiling.span(
+            "read.batch_record",
+            partition=task,
+            ranges=len(partition.ranges),
+            records=partition.records,
+        ):
+            write_batch_record(
+                open_store(options.store),
+                PipelineLayout(options.pipeline_id),
+                context,
+                partition.epoch,
+            )
+    ranges = [r for r in partition.ranges if r.size > 0]
+    if not ranges:
         return
-    reader = RangeReader(options, partition.range, consumer_factory=consumer_factory)
-    yield from reader.batches(partition.epoch, arrow_schema)
+    consumers = consumer_source(options) if source is None else source
+    builder = ArrowBuilder(arrow_schema, partition.epoch)
+    try:
+        for r in ranges:
+            reader = RangeReader(options, r, consumer_factory=consumer_factory)
+            yield from reader.read_into(builder, consumers, task=task)
+        if builder.rows:
+            with profiling.span(
+                "read.arrow", partition=task, ranges=len(ranges), records=builder.rows
+            ):
+                batch = builder.flush()
+            yield batch
+    finally:
+        if isinstance(consumers, SingleConsumer) and source is None:
+            consumers.close()
 
 
 class RangeReader:
@@ -89,90 +160,58 @@ class RangeReader:
         self._factory = consumer_factory
         self._clock = clock
 
-    def _consumer(self) -> Any:
+    def _create(self, config: dict[str, Any]) -> Any:
         factory = self._factory
         if factory is None:
             from kafka import KafkaConsumer
 
             factory = KafkaConsumer
-        config = self.options.consumer_config()
         return kafka_call(
             self.options.bootstrap_servers,
             f"connecting to read {self.range}",
             lambda: factory(**config),
         )
 
-    def batches(self, epoch: int, arrow_schema: Any) -> Iterator[Any]:
-        import kafka.errors as kerr
-        from kafka import TopicPartition
-
-        r = self.range
-        builder = ArrowBuilder(arrow_schema, epoch, r.topic, r.partition)
-        consumer = self._consumer()
-        tp = TopicPartition(r.topic, r.partition)
-        poll_timeout = self.options.poll_timeout_ms / 1000.0
+    def batches(
+        self, epoch: int, arrow_schema: Any, *, source: ConsumerSource | None = None
+    ) -> Iterator[Any]:
+        """The range alone as RecordBatches (a consumer of its own unless ``source``)."""
+        builder = ArrowBuilder(arrow_schema, epoch)
+        consumers = SingleConsumer() if source is None else source
         try:
-            consumer.assign([tp])
-            consumer.seek(tp, r.from_offset)
-            next_offset = r.from_offset
-            last_progress = self._clock()
-            while next_offset < r.until_offset:
-                try:
-                    polled = consumer.poll(timeout_ms=min(1_000, self.options.poll_timeout_ms))
-                except kerr.OffsetOutOfRangeError:
-                    next_offset = self._out_of_range(consumer, tp, next_offset)
-                    last_progress = self._clock()
-                    continue
-                except Exception as err:
-                    translated = translate_kafka_error(
-                        err, servers=self.options.bootstrap_servers, what=f"reading {r}"
-                    )
-                    if translated is err:
-                        raise
-                    raise translated from err
-                records = polled.get(tp)
-                if not records:
-                    position = consumer.position(tp)
-                    if position is not None and position > next_offset:
-                        # Skipped control batches (transaction markers) or compacted offsets.
-                        next_offset = min(position, r.until_offset)
-                        last_progress = self._clock()
-                        continue
-                    high = consumer.highwater(tp)
-                    if high is not None and high <= next_offset:
-                        # The partition ends before the range does: it was truncated or recreated.
-                        self._lost(next_offset, r.until_offset, f"the partition now ends at {high}")
-                        next_offset = r.until_offset
-                        break
-                    if self._clock() - last_progress > poll_timeout:
-                        if not self._partition_exists(consumer):
-                            self._lost(next_offset, r.until_offset, "the partition was deleted")
-                            next_offset = r.until_offset
-                            break
-                        raise SourceUnavailable(
-                            f"Kafka at {self.options.bootstrap_servers} returned no records of "
-                            f"{r} at offset {next_offset} within kafkaConsumer.pollTimeoutMs="
-                            f"{self.options.poll_timeout_ms}"
-                        )
-                    continue
-                last_progress = self._clock()
-                first = records[0].offset
-                if first > next_offset:
-                    self._gap(consumer, next_offset, first)
-                if records[-1].offset >= r.until_offset:
-                    records = [rec for rec in records if rec.offset < r.until_offset]
-                    next_offset = r.until_offset
-                if records:
-                    builder.add(records)
-                    next_offset = max(next_offset, records[-1].offset + 1)
-                    while builder.rows >= ARROW_BATCH_ROWS:
-                        self.rows += ARROW_BATCH_ROWS
-                        yield builder.flush(ARROW_BATCH_ROWS)
-            if builder.rows:
-                self.rows += builder.rows
-                yield builder.flush()
+            yield from self.read_into(builder, consumers)
         finally:
-            consumer.close()
+            if source is None:
+                assert isinstance(consumers, SingleConsumer)
+                consumers.close()
+        if builder.rows:
+            yield builder.flush()
+
+    def read_into(
+        self, builder: ArrowBuilder, source: ConsumerSource, *, task: int = 0
+    ) -> Iterator[Any]:
+        """Add the range's records to ``builder``, yielding every full RecordBatch.
+
+        The consumer comes from ``source`` and goes back to it; if anything fails while
+        it is in use (or the caller stops reading), it is released as failed.
+        """
+        r = self.range
+        config = self.options.consumer_config()
+        key = PoolKey.of(self.options.bootstrap_servers, config, r.topic, r.partition)
+        began = time.time()
+        t0 = time.perf_counter()
+        lease = source.acquire(key, r.from_offset, lambda: self._create(config))
+        if profiling.enabled():
+            profiling.record(
+                "read.client", began, time.perf_counter() - t0, partition=task, ranges=1,
+                range=r, records=r.size, created=lease.created, sought=lease.sought,
+            )
+        ok = False
+        try:
+            yield from self._read(lease, builder, int(config["max_poll_records"]), task)
+            ok = True
+        finally:
+            source.release(lease, ok=ok)
         if self.skipped:
             log.warning(
                 "gtkafka: skipped %d lost record(s) of %s (failOnDataLoss=false); read %d",
@@ -180,6 +219,99 @@ class RangeReader:
                 r,
                 self.rows,
             )
+
+    def _read(
+        self, lease: Lease, builder: ArrowBuilder, max_poll: int, task: int
+    ) -> Iterator[Any]:
+        import kafka.errors as kerr
+
+        r = self.range
+        consumer, tp = lease.consumer, lease.tp
+        poll_timeout = self.options.poll_timeout_ms / 1000.0
+        clock = time.perf_counter
+        began, fetch_s, arrow_s = time.time(), 0.0, 0.0
+        next_offset = r.from_offset
+        last_progress = self._clock()
+        while next_offset < r.until_offset:
+            t0 = clock()
+            try:
+                polled = consumer.poll(
+                    timeout_ms=min(1_000, self.options.poll_timeout_ms),
+                    max_records=min(max_poll, r.until_offset - next_offset),
+                )
+            except kerr.OffsetOutOfRangeError:
+                next_offset = self._out_of_range(consumer, tp, next_offset)
+                last_progress = self._clock()
+                continue
+            except Exception as err:
+                translated = translate_kafka_error(
+                    err, servers=self.options.bootstrap_servers, what=f"reading {r}"
+                )
+                if translated is err:
+                    raise
+                raise translated from err
+            finally:
+                fetch_s += clock() - t0
+            records = polled.get(tp)
+            if not records:
+                position = consumer.position(tp)
+                if position is not None and position > next_offset:
+                    # Skipped control batches (transaction markers) or compacted offsets.
+                    next_offset = min(position, r.until_offset)
+                    last_progress = self._clock()
+                    continue
+                high = consumer.highwater(tp)
+                if high is not None and high <= next_offset:
+                    # The partition ends before the range does: it was truncated or recreated.
+                    self._lost(next_offset, r.until_offset, f"the partition now ends at {high}")
+                    next_offset = r.until_offset
+                    break
+                if self._clock() - last_progress > poll_timeout:
+                    if not self._partition_exists(consumer):
+                        self._lost(next_offset, r.until_offset, "the partition was deleted")
+                        next_offset = r.until_offset
+                        break
+                    raise SourceUnavailable(
+                        f"Kafka at {self.options.bootstrap_servers} returned no records of "
+                        f"{r} at offset {next_offset} within kafkaConsumer.pollTimeoutMs="
+                        f"{self.options.poll_timeout_ms}"
+                    )
+                continue
+            last_progress = self._clock()
+            first = records[0].offset
+            if first < next_offset:
+                # Never expected: the consumer stood before where this range has got to.
+                raise RetriableError(
+                    f"gtkafka: the consumer of {r} returned offset {first} while reading "
+                    f"from {next_offset}; the task is retried with a new consumer"
+                )
+            if first > next_offset:
+                self._gap(consumer, next_offset, first)
+            if records[-1].offset >= r.until_offset:
+                records = [rec for rec in records if rec.offset < r.until_offset]
+                next_offset = r.until_offset
+            if records:
+                t0 = clock()
+                builder.add(r.topic, r.partition, records)
+                self.rows += len(records)
+                next_offset = max(next_offset, records[-1].offset + 1)
+                arrow_s += clock() - t0
+                while builder.rows >= ARROW_BATCH_ROWS:
+                    t0 = clock()
+                    batch = builder.flush(ARROW_BATCH_ROWS)
+                    arrow_s += clock() - t0
+                    yield batch
+        if not self.skipped:
+            # Where the consumer stands (past the range's end if a poll returned records
+            # beyond it): the pool lends it for a range starting there without a seek.
+            lease.position = consumer.position(tp)
+        if profiling.enabled():
+            attrs = {
+                "partition": task, "ranges": 1, "range": r, "records": self.rows,
+                "created": lease.created,
+            }
+            profiling.record("read.fetch", began, fetch_s, **attrs)
+            profiling.record("read.arrow", began, arrow_s, **attrs)
 
     def _partition_exists(self, consumer: Any) -> bool:
         """Whether the range's partition still exists (fresh metadata)."""
@@ -236,15 +368,15 @@ class RangeReader:
 class ArrowBuilder:
     """Collects ConsumerRecords column by column and emits Arrow RecordBatches."""
 
-    def __init__(self, arrow_schema: Any, epoch: int, topic: str, partition: int) -> None:
+    def __init__(self, arrow_schema: Any, epoch: int) -> None:
         self.schema = arrow_schema
         self.epoch = epoch
-        self.topic = topic
-        self.partition = partition
         self.with_headers = "headers" in arrow_schema.names
         self._reset()
 
     def _reset(self) -> None:
+        self.topics: list[str] = []
+        self.partitions: list[int] = []
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
@@ -256,7 +388,9 @@ class ArrowBuilder:
     def rows(self) -> int:
         return len(self.offsets)
 
-    def add(self, records: list[Any]) -> None:
+    def add(self, topic: str, partition: int, records: list[Any]) -> None:
+        self.topics.extend([topic] * len(records))
+        self.partitions.extend([partition] * len(records))
         self.keys.extend([r.key for r in records])
         self.values.extend([r.value for r in records])
         self.offsets.extend([r.offset for r in records])
@@ -274,8 +408,8 @@ class ArrowBuilder:
         taken = self._take(n)
         schema = self.schema
         offsets = pa.array(taken.offsets, pa.int64())
-        topic = pa.array([self.topic] * n, pa.string())
-        partition = pa.array([self.partition] * n, pa.int32())
+        topic = pa.array(taken.topics, pa.string())
+        partition = pa.array(taken.partitions, pa.int32())
         millis = pa.array(taken.timestamps, pa.int64())
         timestamps = pc.multiply(millis, 1000).cast(schema.field("timestamp").type)
         gt = gt_array(pa.array([self.epoch] * n, pa.int64()), topic, partition, offsets)
@@ -300,13 +434,20 @@ class ArrowBuilder:
             taken.__dict__.update(self.__dict__)
             self._reset()
             return taken
-        taken.keys, self.keys = self.keys[:n], self.keys[n:]
-        taken.values, self.values = self.values[:n], self.values[n:]
-        taken.offsets, self.offsets = self.offsets[:n], self.offsets[n:]
-        taken.timestamps, self.timestamps = self.timestamps[:n], self.timestamps[n:]
-        taken.timestamp_types, self.timestamp_types = (
-            self.timestamp_types[:n],
-            self.timestamp_types[n:],
-        )
-        taken.headers, self.headers = self.headers[:n], self.headers[n:]
+        for name in _COLUMNS:
+            column = getattr(self, name)
+            setattr(taken, name, column[:n])
+            setattr(self, name, column[n:])
         return taken
+
+
+_COLUMNS = (
+    "topics",
+    "partitions",
+    "keys",
+    "values",
+    "offsets",
+    "timestamps",
+    "timestamp_types",
+    "headers",
+)

@@ -37,9 +37,9 @@ from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
 from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import backlog, ranges_between, rate_limit, split_ranges
+from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
 from datasource.options import WHERE, KafkaSourceOptions
-from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
 from datasource.schema import arrow_schema
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
@@ -405,16 +405,19 @@ def from_checkpoint(value: Any) -> SourceOffset:
 def plan_partitions(
     options: KafkaSourceOptions, start: SourceOffset, end: SourceOffset
 ) -> list[InputPartition]:
+    """The epoch's tasks (:func:`~datasource.offsets.task_ranges`); the first one writes
+    the batch record, and an epoch whose ranges are all empty gets a marker that does."""
     if start.same_as(end):
         return []
-    ranges = split_ranges(
+    tasks = task_ranges(
         ranges_between(start.offsets, end.offsets),
         min_partitions=options.min_partitions,
         max_records_per_partition=options.max_records_per_partition,
+        min_records_per_task=options.min_records_per_task,
     )
-    parts: list[InputPartition] = [KafkaInputPartition(start.epoch, r) for r in ranges]
+    parts: list[InputPartition] = list(input_partitions(start.epoch, tasks, records_batch=True))
     if not parts and start.epoch != end.epoch:
-        parts.append(KafkaInputPartition(start.epoch, None))
+        parts.append(KafkaInputPartition(start.epoch, (), records_batch=True))
     return parts
 
 

@@ -8,9 +8,11 @@ from datasource.offsets import (
     OffsetRange,
     backlog,
     cap_frontier,
+    pack_ranges,
     ranges_between,
     rate_limit,
     split_ranges,
+    task_ranges,
 )
 
 
@@ -113,3 +115,83 @@ def test_split_ranges_properties_random() -> None:
         total = sum(r.size for r in ranges)
         if min_p is not None:
             assert len(parts) >= min(min_p, total)
+
+
+def sizes(tasks: list[tuple[OffsetRange, ...]]) -> list[list[int]]:
+    return [[r.size for r in task] for task in tasks]
+
+
+def small(n: int, size: int, topic: str = "t") -> list[OffsetRange]:
+    return [OffsetRange(topic, p, 0, size) for p in range(n)]
+
+
+def test_pack_ranges_fills_tasks_in_order() -> None:
+    pieces = small(64, 100)
+    tasks = pack_ranges(pieces, min_records_per_task=1_000)
+    assert sizes(tasks) == [[100] * 10] * 6 + [[100] * 4]
+    assert [r for task in tasks for r in task] == pieces  # order unchanged, nothing lost
+    assert pack_ranges(pieces, min_records_per_task=1_000) == tasks  # deterministic
+    # 0 (or 1) packs nothing
+    assert pack_ranges(pieces, min_records_per_task=0) == [(p,) for p in pieces]
+    assert pack_ranges(pieces, min_records_per_task=1) == [(p,) for p in pieces]
+    assert pack_ranges([], min_records_per_task=10) == []
+
+
+def test_large_ranges_stay_alone_and_cut_a_packed_task() -> None:
+    pieces = [
+        OffsetRange("t", p, 0, n) for p, n in enumerate((300, 5000, 300, 800, 100))
+    ]
+    # a packed task holds fewer than twice the target: 300 + 800 reaches it
+    assert sizes(pack_ranges(pieces, min_records_per_task=1_000)) == [
+        [300], [5000], [300, 800], [100]
+    ]
+
+
+def test_max_records_per_partition_caps_a_packed_task() -> None:
+    pieces = small(6, 300)
+    assert sizes(pack_ranges(pieces, min_records_per_task=1_000)) == [[300] * 4, [300] * 2]
+    capped = pack_ranges(pieces, min_records_per_task=1_000, max_records_per_partition=700)
+    assert sizes(capped) == [[300, 300]] * 3
+    # through task_ranges: a long range is split first, its pieces are never packed beyond
+    tasks = task_ranges(
+        [OffsetRange("t", 0, 0, 2_000), *small(3, 10, "u")],
+        max_records_per_partition=700,
+        min_records_per_task=10_000,
+    )
+    assert sizes(tasks) == [[667], [667], [666, 10, 10, 10]]
+
+
+def test_min_partitions_wins_over_packing() -> None:
+    pieces = small(8, 100)
+    # the target shrinks to total // minPartitions = 200
+    assert sizes(pack_ranges(pieces, min_records_per_task=1_000, min_partitions=4)) == [
+        [100, 100]
+    ] * 4
+    # packing that would still give fewer tasks than minPartitions packs nothing
+    uneven = [OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 9), OffsetRange("t", 2, 0, 1)]
+    assert pack_ranges(uneven, min_records_per_task=100, min_partitions=3) == [
+        (p,) for p in uneven
+    ]
+    # task_ranges: splitting for minPartitions happens first, then packing keeps the count
+    tasks = task_ranges(small(4, 10), min_partitions=8, min_records_per_task=10_000)
+    assert len(tasks) >= 8
+    assert sum(r.size for task in tasks for r in task) == 40
+
+
+def test_packing_is_deterministic_over_random_inputs() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        pieces = [
+            OffsetRange("t", p, 0, rng.randint(1, 3_000)) for p in range(rng.randint(0, 40))
+        ]
+        target = rng.choice([0, 1, 500, 2_000, 10_000])
+        cap = rng.choice([None, 1_500, 5_000])
+        if cap is not None:
+            pieces = split_ranges(pieces, max_records_per_partition=cap)
+        tasks = pack_ranges(pieces, min_records_per_task=target, max_records_per_partition=cap)
+        assert [r for task in tasks for r in task] == pieces
+        for task in tasks:
+            records = sum(r.size for r in task)
+            if len(task) > 1:
+                assert records < 2 * target
+                assert cap is None or records <= cap

@@ -160,6 +160,31 @@ def test_rate_limit_options() -> None:
     assert error_of({**BASE, "failOnDataLoss": "maybe"}).option == "failOnDataLoss"
 
 
+def test_task_and_pool_options() -> None:
+    o = parse()
+    assert o.min_records_per_task == 10_000
+    assert (o.pool_enabled, o.pool_capacity, o.pool_idle_timeout_s) == (True, 64, 300.0)
+    o = parse(
+        minRecordsPerTask="0",
+        **{
+            "kafkaConsumer.pool.enabled": "false",
+            "kafkaConsumer.pool.capacity": "8",
+            "kafkaConsumer.pool.idleTimeout": "30s",
+        },
+    )
+    assert (o.min_records_per_task, o.pool_enabled, o.pool_capacity) == (0, False, 8)
+    assert o.pool_idle_timeout_s == 30.0
+    for name, bad in (
+        ("minRecordsPerTask", "-1"),
+        ("kafkaConsumer.pool.enabled", "maybe"),
+        ("kafkaConsumer.pool.capacity", "0"),
+        ("kafkaConsumer.pool.idleTimeout", "0s"),
+        ("kafkaConsumer.pool.idleTimeout", "soon"),
+    ):
+        err = error_of({**BASE, name: bad})
+        assert err.option == name and bad in str(err)
+
+
 def test_streaming_requirements() -> None:
     KafkaSourceOptions.parse(STREAMING).require_streaming()
     with pytest.raises(ConfigError) as info:

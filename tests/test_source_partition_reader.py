@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from datasource import partition_reader
 from datasource.batch_record import BatchContext, read_batch_record, write_batch_record
+from datasource.consumer_pool import ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import (
     ARROW_BATCH_ROWS,
     KafkaInputPartition,
     RangeReader,
+    input_partitions,
     read_partition,
 )
 from datasource.schema import arrow_schema, source_schema
+from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
 from state.memory_store import MemoryStore
@@ -189,18 +195,20 @@ def test_read_partition_writes_the_batch_record_first(broker: FakeBroker) -> Non
     layout = PipelineLayout("p")
     ctx = BatchContext("q-1", 7)
     schema = arrow_schema(source_schema(False))
+    pool = ConsumerPool()
     it = read_partition(
         opts,
-        KafkaInputPartition(5, OffsetRange("t", 0, 0, 3)),
+        KafkaInputPartition(5, (OffsetRange("t", 0, 0, 3),), records_batch=True),
         schema,
         context=ctx,
         consumer_factory=factory(broker),
+        source=pool,
     )
     first = next(it)
     assert read_batch_record(store, layout, "q-1", 7) == 5
     assert first.num_rows == 3
     # a marker partition writes the record and yields nothing; identical records are fine
-    marker = KafkaInputPartition(5, None)
+    marker = KafkaInputPartition(5, (), records_batch=True)
     assert list(read_partition(opts, marker, schema, context=ctx)) == []
     assert store.get_json(layout.batch("q-1", 7))[0] == {
         "batch_id": 7,
@@ -208,10 +216,73 @@ def test_read_partition_writes_the_batch_record_first(broker: FakeBroker) -> Non
         "query_id": "q-1",
     }
     with pytest.raises(EpochLogConflict):
-        list(read_partition(opts, KafkaInputPartition(6, None), schema, context=ctx))
+        list(read_partition(opts, KafkaInputPartition(6, (), True), schema, context=ctx))
     # no streaming context (a batch read): nothing written
     list(read_partition(opts, marker, schema, context=None))
     assert store.list(layout.batches_prefix()) == [layout.batch("q-1", 7)]
+
+
+def test_only_the_marked_partition_opens_a_store(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker.produce("t", 0, 4)
+    uri = f"memory://br-{uuid.uuid4().hex}"
+    opts = options(**{"pipeline.id": "p", "state.uri": uri})
+    opened: list[object] = []
+    real_open = partition_reader.open_store
+    monkeypatch.setattr(
+        partition_reader, "open_store", lambda cfg: opened.append(cfg) or real_open(cfg)
+    )
+    schema = arrow_schema(source_schema(False))
+    ctx = BatchContext("q-2", 0)
+    tasks = [(OffsetRange("t", 0, 0, 2),), (OffsetRange("t", 0, 2, 4),)]
+    parts = input_partitions(3, tasks, records_batch=True)
+    assert [p.records_batch for p in parts] == [True, False]
+    pool = ConsumerPool()
+    rows = [
+        b.num_rows
+        for p in reversed(parts)  # the unmarked one first: it must not need the record
+        for b in read_partition(
+            opts, p, schema, context=ctx, consumer_factory=factory(broker), source=pool
+        )
+    ]
+    assert rows == [2, 2]
+    assert len(opened) == 1
+    store = MemoryStore(StoreConfig(uri))
+    assert store.list(PipelineLayout("p").batches_prefix()) == [
+        PipelineLayout("p").batch("q-2", 0)
+    ]
+
+
+def test_a_task_reads_its_ranges_in_order_into_shared_batches() -> None:
+    broker = FakeBroker()
+    broker.create("t", 3)
+    for p in range(3):
+        broker.produce("t", p, 10)
+    ranges = (OffsetRange("t", 2, 3, 7), OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 6))
+    schema = arrow_schema(source_schema(False))
+    opts = options(**{"kafkaConsumer.pool.enabled": "false"})
+    batches = list(
+        read_partition(
+            opts,
+            KafkaInputPartition(9, ranges),
+            schema,
+            context=None,
+            consumer_factory=factory(broker),
+        )
+    )
+    assert [b.num_rows for b in batches] == [15]  # one RecordBatch for all three ranges
+    table = pa.Table.from_batches(batches)
+    assert list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                    strict=True)) == (
+        [(2, o) for o in range(3, 7)] + [(0, o) for o in range(10)] + [(1, 5)]
+    )
+    assert table.column("gt").to_pylist()[0] == {
+        "epoch": 9, "topic": "t", "partition": 2, "offset": 3
+    }
+    # without the pool, the task used one consumer for its three ranges and closed it
+    assert broker.calls["connect"] == 1
+    assert all(c.closed for c in broker.consumers)
 
 
 def test_batch_record_conflict_message() -> None:
@@ -225,5 +296,41 @@ def test_batch_record_conflict_message() -> None:
 
 
 def test_input_partition_pickles() -> None:
-    part = KafkaInputPartition(2, OffsetRange("t", 1, 5, 9))
+    part = KafkaInputPartition(2, (OffsetRange("t", 1, 5, 9), OffsetRange("t", 2, 0, 3)), True, 4)
     assert pickle.loads(pickle.dumps(part)) == part
+    assert part.records == 7
+
+
+def test_read_spans(
+    broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(profiling.ENV, str(tmp_path))
+    broker.produce("t", 0, 5)
+    uri = f"memory://br-{uuid.uuid4().hex}"
+    opts = options(**{"pipeline.id": "p", "state.uri": uri})
+    part = KafkaInputPartition(
+        2, (OffsetRange("t", 0, 0, 3), OffsetRange("t", 0, 3, 5)), records_batch=True, index=0
+    )
+    batches = list(
+        read_partition(
+            opts,
+            part,
+            arrow_schema(source_schema(False)),
+            context=BatchContext("q", 0),
+            consumer_factory=factory(broker),
+            source=ConsumerPool(),
+        )
+    )
+    assert [b.num_rows for b in batches] == [5]
+    spans = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.open()]
+    names = [s["span"] for s in spans]
+    assert names.count("read.batch_record") == 1
+    assert names.count("read.client") == names.count("read.fetch") == 2
+    assert names.count("read.arrow") == 3  # per range, and the task's last batch
+    fetch = [s for s in spans if s["span"] == "read.fetch"]
+    assert [(s["partition"], s["ranges"], s["range"], s["records"]) for s in fetch] == [
+        (0, 1, "t-0 [0, 3)", 3),
+        (0, 1, "t-0 [3, 5)", 2),
+    ]
+    record = next(s for s in spans if s["span"] == "read.batch_record")
+    assert (record["ranges"], record["records"]) == (2, 5)

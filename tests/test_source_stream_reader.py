@@ -71,7 +71,8 @@ class Harness:
         self.clock.now += seconds
 
     def ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[str]:
-        return [str(p.range) for p in self.reader.partitions(start, end)]
+        """The epoch's ranges, in order, over all of its tasks."""
+        return [str(r) for p in self.reader.partitions(start, end) for r in p.ranges]
 
     def latest(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         self.clock.now += 10  # past the end-offset cache
@@ -173,7 +174,10 @@ def test_epoch_log_records_and_replays(broker: FakeBroker) -> None:
     assert h.latest(end2) == end2
     assert h.store.get_or_none(h.layout.epoch(2)) is None
     parts = h.reader.partitions(end, end2)
-    assert [(p.epoch, str(p.range)) for p in parts] == [(1, "t-0 [15, 30)"), (1, "t-1 [5, 10)")]
+    # small ranges: one task reads both (minRecordsPerTask), and records the batch
+    assert [(p.epoch, [str(r) for r in p.ranges], p.records_batch) for p in parts] == [
+        (1, ["t-0 [15, 30)", "t-1 [5, 10)"], True)
+    ]
 
 
 def test_epoch_log_conflict_names_both_starts(broker: FakeBroker) -> None:
@@ -296,7 +300,7 @@ def test_new_partitions_start_at_zero(broker: FakeBroker) -> None:
     end2 = h.latest(end)
     assert offsets(end2) == {("t", 0): 5, ("t", 1): 0, ("t9", 0): 0, ("t9", 1): 7}
     parts = h.reader.partitions(end, end2)
-    assert [str(p.range) for p in parts] == ["t9-1 [0, 7)"]
+    assert [[str(r) for r in p.ranges] for p in parts] == [["t9-1 [0, 7)"]]
 
 
 def test_deleted_partition_is_data_loss(broker: FakeBroker) -> None:
@@ -335,7 +339,8 @@ def test_recreated_topic_is_data_loss(broker: FakeBroker) -> None:
     restart = lenient.latest(end)
     # the lost range is not read; the next epoch starts at the new log's start
     assert offsets(restart)[("t", 0)] == 0
-    assert [p.range for p in lenient.reader.partitions(end, restart)] == [None]  # a marker
+    marker = KafkaInputPartition(1, (), records_batch=True)
+    assert lenient.reader.partitions(end, restart) == [marker]
     again = lenient.latest(restart)
     assert offsets(again)[("t", 0)] == 20
 
@@ -369,7 +374,10 @@ def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> No
 
     restart = lenient.latest(end)
     assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
-    assert lenient.ranges(end, restart) == ["None"]  # a marker: nothing of the old topic
+    # a marker: nothing of the old topic
+    assert [(p.ranges, p.records_batch) for p in lenient.reader.partitions(end, restart)] == [
+        ((), True)
+    ]
     again = lenient.latest(restart)
     assert lenient.ranges(restart, again) == ["t-0 [0, 80)"]
     assert lenient.reader.lost_events == 1
@@ -457,11 +465,18 @@ def test_partitions_marker_and_splits(broker: FakeBroker) -> None:
     b = SourceOffset(4, {("t", 0): 10, ("t", 1): 5}).to_json()
     parts = h.reader.partitions(a, b)
     assert all(isinstance(p, KafkaInputPartition) and p.epoch == 3 for p in parts)
-    assert [str(p.range) for p in parts] == ["t-0 [0, 4)", "t-0 [4, 7)", "t-0 [7, 10)"]
+    # maxRecordsPerPartition wins over minRecordsPerTask: no packing beyond 4 records
+    assert [[str(r) for r in p.ranges] for p in parts] == [
+        ["t-0 [0, 4)"],
+        ["t-0 [4, 7)"],
+        ["t-0 [7, 10)"],
+    ]
+    # exactly one partition writes the batch record
+    assert [(p.index, p.records_batch) for p in parts] == [(0, True), (1, False), (2, False)]
     assert h.reader.partitions(a, b) == parts  # pure
     assert h.reader.partitions(a, a) == []
     empty_epoch = SourceOffset(4, {("t", 0): 0, ("t", 1): 5}).to_json()
-    assert h.reader.partitions(a, empty_epoch) == [KafkaInputPartition(3, None)]
+    assert h.reader.partitions(a, empty_epoch) == [KafkaInputPartition(3, (), records_batch=True)]
 
 
 def test_reader_pickles_without_clients(broker: FakeBroker) -> None:

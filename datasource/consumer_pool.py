@@ -1,0 +1,367 @@
+"""Kafka consumers for the read tasks: a per-process pool, or one consumer per task.
+
+Creating a kafka-python consumer costs a bootstrap connection, a Metadata and an
+ApiVersions round trip and an IO thread. Spark's Python workers are reused across tasks
+(``spark.python.worker.reuse``, on by default), so a module-level pool (:data:`POOL`)
+keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` pool does:
+
+* keyed by :class:`PoolKey`: the cluster (bootstrap servers), the whole consumer
+  configuration and the topic-partition; a pooled consumer is assigned to exactly that
+  partition;
+* a consumer is lent to one task at a time (:meth:`ConsumerPool.acquire` takes it out of
+  the pool, :meth:`ConsumerPool.release` puts it back; thread-safe);
+* a consumer whose position is where the next range starts is lent without a seek, so
+  the records it fetched ahead are used; otherwise it is sought to the range's start;
+* bounded: at most ``capacity`` consumers (idle plus lent); the least recently used idle
+  ones are closed first. A pool never blocks: when every consumer is lent it may exceed
+  its capacity for a while, as Spark's does;
+* an idle consumer is closed after ``idle_timeout`` seconds (checked on every use and by
+  a daemon thread of the module's pool);
+* a consumer lent to a task that fails (any exception, including the ``GeneratorExit``
+  of a task whose output Spark stopped reading) is closed and dropped, never lent again.
+
+:class:`SingleConsumer` is the same interface without pooling
+(``kafkaConsumer.pool.enabled=false``): one consumer for the ranges of one task, assigned
+and sought per range, closed when the task ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+#: Spark's defaults for ``spark.kafka.consumer.cache.capacity`` and ``.timeout``.
+DEFAULT_CAPACITY = 64
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+#: The longest pause of the module pool's evictor thread (Spark's evictor runs every 1m).
+EVICTOR_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """Which consumers are interchangeable: same cluster, configuration and partition."""
+
+    servers: str
+    config: tuple[tuple[str, str], ...]
+    topic: str
+    partition: int
+
+    @classmethod
+    def of(cls, servers: str, config: Mapping[str, Any], topic: str, partition: int) -> PoolKey:
+        fingerprint = tuple(sorted((k, repr(v)) for k, v in config.items()))
+        return cls(servers, fingerprint, topic, partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}@{self.servers}"
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """Counters since the pool was created (or :meth:`ConsumerPool.reset_stats`)."""
+
+    created: int = 0
+    reused: int = 0
+    seeks: int = 0
+    evicted: int = 0
+    invalidated: int = 0
+    idle: int = 0
+    in_use: int = 0
+
+
+@dataclass(eq=False)
+class Lease:
+    """A consumer lent to a task, assigned to ``key``'s partition and positioned at the
+    range's start. Before releasing it, the task sets ``position`` to where the consumer
+    stands (its next offset), or leaves ``None`` when that is not known for sure."""
+
+    key: PoolKey
+    consumer: Any
+    tp: Any  # kafka.TopicPartition
+    position: int | None = None
+    last_used: float = field(default=0.0, repr=False)
+    #: How this lease began: a new consumer, and whether it was sought (for spans, tests).
+    created: bool = False
+    sought: bool = True
+
+
+class ConsumerSource(Protocol):
+    """Where a read task gets its consumer for one range."""
+
+    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease: ...
+
+    def release(self, lease: Lease, *, ok: bool) -> None: ...
+
+
+def _topic_partition(key: PoolKey) -> Any:
+    from kafka import TopicPartition
+
+    return TopicPartition(key.topic, key.partition)
+
+
+def _close(consumer: Any, why: str) -> None:
+    """Close a consumer that is no longer used; a failure to close is logged, not raised
+    (the consumer is dropped either way, and a task may be failing already)."""
+    try:
+        consumer.close()
+    except Exception:
+        log.warning("gtkafka: closing a Kafka consumer (%s) failed", why, exc_info=True)
+
+
+class ConsumerPool:
+    """Idle consumers by :class:`PoolKey`, lent one task at a time (see the module doc)."""
+
+    def __init__(
+        self,
+        capacity: int = DEFAULT_CAPACITY,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        evictor: bool = False,
+    ) -> None:
+        self.capacity = capacity
+        self.idle_timeout = idle_timeout
+        self._clock = clock
+        self._evictor = evictor
+        self._evictor_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._idle: list[Lease] = []  # least recently used first
+        self._in_use = 0
+        self._counts = PoolStats()
+        self._pid = os.getpid()
+
+    # --- settings and counters -------------------------------------------------------
+
+    def configure(self, capacity: int, idle_timeout: float) -> ConsumerPool:
+        """Apply a query's pool options (the last task's options win in a shared process)."""
+        with self._lock:
+            self.capacity = capacity
+            self.idle_timeout = idle_timeout
+        return self
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            return replace(self._counts, idle=len(self._idle), in_use=self._in_use)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._counts = PoolStats()
+
+    # --- lending ---------------------------------------------------------------------
+
+    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
+        """A consumer for ``key`` positioned at ``start``: an idle one if the pool has
+        one (sought only if it stands elsewhere), else a new one from ``create()``."""
+        self._after_fork()
+        with self._lock:
+            victims = self._expired()
+            lease = self._take(key)
+            self._in_use += 1
+            if lease is None:
+                victims += self._over_capacity()
+        self._close_all(victims, "evicted")
+        try:
+            if lease is not None and not self._reuse(lease, start):
+                lease = None
+            if lease is None:
+                lease = self._create(key, start, create)
+        except BaseException:
+            with self._lock:
+                self._in_use -= 1
+            raise
+        return lease
+
+    def release(self, lease: Lease, *, ok: bool) -> None:
+        """Return ``lease``; ``ok=False`` (the task failed while using it) closes it."""
+        if not ok:
+            with self._lock:
+                self._in_use -= 1
+                self._count(invalidated=1)
+            log.info("gtkafka: dropping the pooled consumer of %s after an error", lease.key)
+            _close(lease.consumer, "invalidated")
+            return
+        with self._lock:
+            self._in_use -= 1
+            lease.last_used = self._clock()
+            self._idle.append(lease)
+            victims = self._expired() + self._over_capacity()
+        self._close_all(victims, "evicted")
+        self._start_evictor()
+
+    @contextmanager
+    def lease(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Iterator[Lease]:
+        """:meth:`acquire` and :meth:`release` around a block; an exception invalidates."""
+        leased = self.acquire(key, start, create)
+        ok = False
+        try:
+            yield leased
+            ok = True
+        finally:
+            self.release(leased, ok=ok)
+
+    def evict_idle(self) -> int:
+        """Close the consumers idle for ``idle_timeout`` or longer; how many were closed."""
+        with self._lock:
+            victims = self._expired()
+        self._close_all(victims, "idle")
+        return len(victims)
+
+    def close(self) -> None:
+        """Close every idle consumer (lent ones are closed or kept when released)."""
+        with self._lock:
+            victims, self._idle = self._idle, []
+        for lease in victims:
+            _close(lease.consumer, "pool closed")
+
+    # --- internals (``_lock`` held where the name says so) ---------------------------
+
+    def _take(self, key: PoolKey) -> Lease | None:
+        """Under the lock: the most recently used idle consumer of ``key``."""
+        for i in range(len(self._idle) - 1, -1, -1):
+            if self._idle[i].key == key:
+                return self._idle.pop(i)
+        return None
+
+    def _expired(self) -> list[Lease]:
+        """Under the lock: take out the consumers idle for too long."""
+        deadline = self._clock() - self.idle_timeout
+        expired = [lease for lease in self._idle if lease.last_used <= deadline]
+        if expired:
+            self._idle = [lease for lease in self._idle if lease.last_used > deadline]
+            self._count(evicted=len(expired))
+        return expired
+
+    def _over_capacity(self) -> list[Lease]:
+        """Under the lock: take out the least recently used idle consumers beyond capacity
+        (lent ones count, including one about to be created)."""
+        excess = len(self._idle) + self._in_use - self.capacity
+        victims: list[Lease] = []
+        while excess > 0 and self._idle:
+            victims.append(self._idle.pop(0))
+            excess -= 1
+        if victims:
+            self._count(evicted=len(victims))
+        return victims
+
+    def _reuse(self, lease: Lease, start: int) -> bool:
+        """Position an idle consumer at ``start``; ``False`` if it turned out unusable
+        (it is then closed and counted as invalidated)."""
+        consumer, tp = lease.consumer, lease.tp
+        try:
+            # Both must agree: what the last task saw, and what the consumer says now.
+            if lease.position == start and consumer.position(tp) == start:
+                seeks = 0
+            else:
+                consumer.seek(tp, start)
+                seeks = 1
+        except Exception as err:
+            log.warning(
+                "gtkafka: the pooled consumer of %s cannot be positioned at %d (%s: %s); "
+                "closing it and creating a new one",
+                lease.key, start, type(err).__name__, err,
+            )
+            with self._lock:
+                self._count(invalidated=1)
+            _close(consumer, "invalidated")
+            return False
+        lease.position = None  # unknown until the task says where it stopped
+        lease.created, lease.sought = False, bool(seeks)
+        with self._lock:
+            self._count(reused=1, seeks=seeks)
+        return True
+
+    def _create(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
+        consumer = create()
+        tp = _topic_partition(key)
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+        except BaseException:
+            _close(consumer, "failed to assign")
+            raise
+        with self._lock:
+            self._count(created=1, seeks=1)
+        return Lease(key, consumer, tp, created=True)
+
+    def _count(self, **deltas: int) -> None:
+        c = self._counts
+        self._counts = replace(c, **{k: getattr(c, k) + v for k, v in deltas.items()})
+
+    def _close_all(self, victims: list[Lease], why: str) -> None:
+        for lease in victims:
+            log.debug("gtkafka: closing the pooled consumer of %s (%s)", lease.key, why)
+            _close(lease.consumer, why)
+
+    def _after_fork(self) -> None:
+        """A forked child does not own its parent's consumers (nor their IO threads)."""
+        if os.getpid() != self._pid:
+            with self._lock:
+                self._pid = os.getpid()
+                self._idle = []
+                self._in_use = 0
+                self._evictor_thread = None
+
+    def _start_evictor(self) -> None:
+        if not self._evictor or self._evictor_thread is not None:
+            return
+        with self._lock:
+            if self._evictor_thread is not None:
+                return
+            thread = threading.Thread(
+                target=self._evict_forever, name="gtkafka-consumer-evictor", daemon=True
+            )
+            self._evictor_thread = thread
+        thread.start()
+
+    def _evict_forever(self) -> None:
+        while True:
+            time.sleep(max(1.0, min(EVICTOR_INTERVAL_S, self.idle_timeout / 2)))
+            try:
+                self.evict_idle()
+            except Exception:
+                log.warning("gtkafka: evicting idle Kafka consumers failed", exc_info=True)
+
+
+class SingleConsumer:
+    """No pool: one consumer for the ranges of one task, closed by :meth:`close`.
+
+    Each range assigns it to the range's partition and seeks; a failure closes it (the
+    next range, if any, creates another).
+    """
+
+    def __init__(self) -> None:
+        self._consumer: Any = None
+        self.created = 0
+
+    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
+        if self._consumer is None:
+            self._consumer = create()
+            self.created += 1
+        tp = _topic_partition(key)
+        try:
+            self._consumer.assign([tp])
+            self._consumer.seek(tp, start)
+        except BaseException:
+            self.close()
+            raise
+        return Lease(key, self._consumer, tp, created=self.created == 1)
+
+    def release(self, lease: Lease, *, ok: bool) -> None:
+        if not ok:
+            self.close()
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            _close(consumer, "task done")
+
+
+#: The pool of this process (a Spark Python worker), shared by every task it runs.
+POOL = ConsumerPool(evictor=True)

@@ -1,0 +1,212 @@
+"""gtkafka's pooled consumers against the real broker.
+
+* Interleaved ranges, task failures mid-range and a broker restart: a pooled consumer
+  never serves a record from a wrong position (every read is exactly its range, record
+  by record), and the pool reuses, seeks and invalidates as it should.
+* A query's rows (key, value, gt) are identical with and without the pool and with and
+  without packing small ranges into one task; every batch has its batch record.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kafka import KafkaConsumer
+
+from datasource.batch_record import read_batch_record
+from datasource.consumer_pool import ConsumerPool
+from datasource.offsets import OffsetRange
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import RangeReader
+from datasource.schema import arrow_schema, source_schema
+from harness.kafka import KafkaHelper
+from integration_tests.source_support import gtkafka_options, run_to_end
+from state.layout import PipelineLayout
+from state.store import StoreConfig, open_store
+
+SCHEMA = arrow_schema(source_schema(False))
+
+
+class TaskKilled(Exception):
+    """The failure injected into a read task."""
+
+
+class FlakyConsumers:
+    """Creates real consumers whose ``poll`` raises once armed, after ``after`` more polls."""
+
+    def __init__(self) -> None:
+        self.created = 0
+        self.after: int | None = None
+
+    def arm(self, after: int) -> None:
+        self.after = after
+
+    def __call__(self, **config: Any) -> Any:
+        self.created += 1
+        return _Flaky(KafkaConsumer(**config), self)
+
+
+class _Flaky:
+    def __init__(self, consumer: Any, control: FlakyConsumers) -> None:
+        self._consumer = consumer
+        self._control = control
+
+    def poll(self, *args: Any, **kwargs: Any) -> Any:
+        control = self._control
+        if control.after is not None:
+            if control.after == 0:
+                control.after = None
+                raise TaskKilled("the task failed mid-range")
+            control.after -= 1
+        return self._consumer.poll(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def produce(
+    kafka: KafkaHelper, topic: str, partitions: int, per_partition: int, tag: str
+) -> dict[tuple[int, int], bytes]:
+    """Produce distinct values; ``{(partition, offset): value}`` from the broker's answers."""
+    records = [
+        (None, f"{tag}-{p}-{i}".encode(), None, p)
+        for i in range(per_partition)
+        for p in range(partitions)
+    ]
+    sent = kafka.produce(topic, records, batch_size=100)
+    return {(m.partition, m.offset): r[1] for m, r in zip(sent, records, strict=True)}
+
+
+@pytest.mark.timeout(300)
+def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaHelper) -> None:
+    kafka = kafka_durable
+    topic = kafka.create_topic(partitions=3)
+    expected = produce(kafka, topic, 3, 600, "a")
+    opts = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap,
+            "subscribe": topic,
+            "kafka.max.poll.records": "50",  # several polls per range
+            "kafkaConsumer.pollTimeoutMs": "60000",
+        }
+    )
+    pool = ConsumerPool()
+    consumers = FlakyConsumers()
+
+    def read(partition: int, begin: int, end: int) -> None:
+        r = OffsetRange(topic, partition, begin, end)
+        reader = RangeReader(opts, r, consumer_factory=consumers)
+        table = pa.Table.from_batches(list(reader.batches(3, SCHEMA, source=pool)), SCHEMA)
+        got = list(
+            zip(
+                table.column("partition").to_pylist(),
+                table.column("offset").to_pylist(),
+                table.column("value").to_pylist(),
+                strict=True,
+            )
+        )
+        want = [(partition, o, expected[(partition, o)]) for o in range(begin, end)]
+        assert got == want, f"{r}: read {len(got)} records, first {got[:1]}, want {want[:1]}"
+        assert {g["epoch"] for g in table.column("gt").to_pylist()} == {3}
+
+    def fail(partition: int, begin: int, end: int, after_polls: int) -> None:
+        consumers.arm(after_polls)
+        with pytest.raises(TaskKilled):
+            read(partition, begin, end)
+
+    def counts() -> tuple[int, int, int, int]:
+        s = pool.stats()
+        return s.created, s.reused, s.seeks, s.invalidated
+
+    read(0, 0, 200)
+    read(1, 0, 150)
+    read(0, 200, 400)  # continues where partition 0's consumer stands: no seek
+    assert counts() == (2, 1, 2, 0)
+    read(0, 100, 300)  # a replay: sought back
+    fail(2, 0, 600, after_polls=2)  # stops inside the range: that consumer is dropped
+    assert counts() == (3, 2, 4, 1)
+    read(2, 0, 600)  # the retry: a new consumer, exactly the range
+    read(0, 300, 450)
+    assert counts() == (4, 3, 5, 1)
+
+    kafka.broker.stop()
+    kafka.broker.start()
+    # pooled consumers with dead connections: reconnect, and read exactly their ranges
+    read(1, 150, 600)
+    read(0, 450, 600)
+    expected.update(produce(kafka, topic, 3, 300, "b"))
+    read(2, 600, 900)
+    read(0, 600, 750)
+    fail(1, 600, 900, after_polls=1)
+    read(1, 600, 900)
+    read(1, 100, 200)  # far behind: sought
+    read(1, 200, 900)
+    created, reused, seeks, invalidated = counts()
+    assert invalidated == 2 and created == 5 == consumers.created
+    # reused without a seek: every read that continued where its consumer stood
+    assert (reused, seeks) == (10, 7)
+    assert reused - (seeks - created) == 8
+    pool.close()
+
+
+def rows_of(capture: list[tuple[int, list[Any]]]) -> list[tuple[bytes, bytes, Any]]:
+    return sorted(
+        (r.key, r.value, (r.gt.epoch, r.gt.topic, r.gt.partition, r.gt.offset))
+        for _, rows in capture
+        for r in rows
+    )
+
+
+@pytest.mark.timeout(600)
+def test_query_rows_are_identical_with_and_without_pooling_and_packing(
+    spark: Any, kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    topic = kafka.create_topic(partitions=8)
+    kafka.produce(
+        topic,
+        [(b"k%d" % i, b"v%d" % i, None, i % 8) for i in range(4000)],
+        batch_size=400,
+    )
+    variants = {
+        "pooled, packed": {},
+        "pooled, a task per range": {"minRecordsPerTask": "0"},
+        "no pool, split and packed": {
+            "kafkaConsumer.pool.enabled": "false",
+            "maxRecordsPerPartition": "40",
+            "minRecordsPerTask": "300",
+        },
+        "no pool, a task per range": {
+            "kafkaConsumer.pool.enabled": "false",
+            "minRecordsPerTask": "0",
+        },
+    }
+    results: dict[str, list[tuple[bytes, bytes, Any]]] = {}
+    lock = threading.Lock()
+    for i, (name, extra) in enumerate(variants.items()):
+        state = f"file://{tmp_path / f'state-{i}'}"
+        opts = gtkafka_options(kafka.bootstrap, topic, state, maxOffsetsPerTrigger="1000")
+        opts.update(extra, **{"pipeline.id": f"pool-{i}-{topic[-8:]}"})
+        capture: list[tuple[int, list[Any]]] = []
+
+        def on_batch(df: Any, batch_id: int, capture: list[Any] = capture) -> None:
+            rows = df.select("key", "value", "gt").collect()
+            with lock:
+                capture.append((batch_id, rows))
+
+        query = run_to_end(spark, opts, tmp_path / f"checkpoint-{i}", on_batch)
+        results[name] = rows_of(capture)
+        assert len(capture) >= 4, name
+        store = open_store(StoreConfig.from_options(opts))
+        layout = PipelineLayout(opts["pipeline.id"])
+        for batch_id, rows in capture:
+            assert read_batch_record(store, layout, query.id, batch_id) == rows[0].gt.epoch
+
+    first = results["pooled, packed"]
+    assert len(first) == 4000
+    assert {(gt[2], gt[3]) for _, _, gt in first} == {(p, o) for p in range(8) for o in range(500)}
+    for name, rows in results.items():
+        assert rows == first, name

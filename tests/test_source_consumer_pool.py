@@ -1,0 +1,290 @@
+"""The read tasks' consumer pool (datasource.consumer_pool) against the fake broker:
+reuse without a seek, key separation, bounds, idle eviction, invalidation after errors."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from datasource.consumer_pool import ConsumerPool, PoolKey, PoolStats, SingleConsumer
+from datasource.offsets import OffsetRange
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition, RangeReader, read_partition
+from datasource.schema import arrow_schema, source_schema
+from state.errors import SourceUnavailable
+from tests.source_fakes import FakeBroker, FakeConsumer, factory
+
+SCHEMA = arrow_schema(source_schema(False))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def options(**extra: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": "fake:9092", "subscribe": "t", **extra}
+    )
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    b = FakeBroker(tansu=True)
+    b.create("t", 3)
+    for p in range(3):
+        b.produce("t", p, 100, batch=7)
+    return b
+
+
+def read(
+    broker: FakeBroker,
+    pool: Any,
+    r: OffsetRange,
+    opts: KafkaSourceOptions | None = None,
+) -> list[int]:
+    """The offsets read for ``r`` with a consumer from ``pool``."""
+    reader = RangeReader(opts or options(), r, consumer_factory=factory(broker))
+    table = pa.Table.from_batches(list(reader.batches(4, SCHEMA, source=pool)), schema=SCHEMA)
+    assert set(table.column("partition").to_pylist()) <= {r.partition}
+    return list(table.column("offset").to_pylist())
+
+
+def key(partition: int = 0, **extra: str) -> PoolKey:
+    opts = options(**extra)
+    return PoolKey.of(opts.bootstrap_servers, opts.consumer_config(), "t", partition)
+
+
+def counts(pool: ConsumerPool) -> tuple[int, int, int, int, int]:
+    s = pool.stats()
+    return s.created, s.reused, s.seeks, s.evicted, s.invalidated
+
+
+def test_a_consumer_at_the_next_start_is_reused_without_a_seek(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 0, 0, 30)) == list(range(30))
+    assert counts(pool) == (1, 0, 1, 0, 0)  # created, and sought to 0 once
+    assert read(broker, pool, OffsetRange("t", 0, 30, 75)) == list(range(30, 75))
+    assert counts(pool) == (1, 1, 1, 0, 0)  # the next range: no seek
+    assert broker.calls["connect"] == 1
+    # a replay (an earlier start) or a jump seeks, and reads exactly the range
+    assert read(broker, pool, OffsetRange("t", 0, 10, 20)) == list(range(10, 20))
+    assert read(broker, pool, OffsetRange("t", 0, 50, 52)) == [50, 51]
+    assert counts(pool) == (1, 3, 3, 0, 0)
+    assert pool.stats() == PoolStats(1, 3, 3, 0, 0, idle=1, in_use=0)
+    assert not any(c.closed for c in broker.consumers)
+    pool.close()
+    assert all(c.closed for c in broker.consumers)
+
+
+def test_polls_never_pass_the_range_end(broker: FakeBroker) -> None:
+    """A consumer returned to the pool stands exactly at its range's end."""
+    pool = ConsumerPool()
+    opts = options(**{"kafka.max.poll.records": "8"})
+    read(broker, pool, OffsetRange("t", 1, 0, 13), opts)
+    (consumer,) = broker.consumers
+    assert consumer.position(next(iter(consumer.assigned))) == 13
+
+
+def test_position_is_checked_on_the_consumer_too(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    read(broker, pool, OffsetRange("t", 0, 0, 10))
+    (consumer,) = broker.consumers
+    tp = next(iter(consumer.assigned))
+    consumer.positions[tp] = 40  # moved behind the pool's back
+    assert read(broker, pool, OffsetRange("t", 0, 10, 20)) == list(range(10, 20))
+    assert counts(pool)[:3] == (1, 1, 2)  # reused, but sought
+
+
+def test_keys_separate_partitions_configurations_and_clusters(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    read(broker, pool, OffsetRange("t", 0, 0, 10))
+    read(broker, pool, OffsetRange("t", 1, 0, 10))
+    read(broker, pool, OffsetRange("t", 0, 10, 20), options(**{"kafka.max.poll.records": "5"}))
+    other = KafkaSourceOptions.parse({"kafka.bootstrap.servers": "other:9092", "subscribe": "t"})
+    read(broker, pool, OffsetRange("t", 0, 10, 20), other)
+    assert counts(pool)[:2] == (4, 0)
+    assert len({id(c) for c in broker.consumers}) == 4
+    # same partition, configuration and cluster: the first one again
+    read(broker, pool, OffsetRange("t", 0, 10, 20))
+    assert counts(pool)[:3] == (4, 1, 4)
+    assert key(0) != key(1) and key(0) != key(0, **{"kafka.client.id": "x"})
+    assert key(0) == key(0)
+
+
+def test_capacity_closes_the_least_recently_used(broker: FakeBroker) -> None:
+    pool = ConsumerPool(capacity=2)
+    for p in (0, 1, 2):
+        read(broker, pool, OffsetRange("t", p, 0, 5))
+    assert pool.stats().idle == 2 and pool.stats().evicted == 1
+    first = broker.consumers[0]
+    assert first.closed and not any(c.closed for c in broker.consumers[1:])
+    # partition 1 and 2 are still pooled
+    read(broker, pool, OffsetRange("t", 1, 5, 9))
+    read(broker, pool, OffsetRange("t", 2, 5, 9))
+    assert counts(pool)[:2] == (3, 2)
+
+
+def test_lending_never_blocks_beyond_capacity(broker: FakeBroker) -> None:
+    pool = ConsumerPool(capacity=1)
+    create = factory(broker)
+    leases = [
+        pool.acquire(key(p), 0, lambda: create(**options().consumer_config())) for p in (0, 1, 2)
+    ]
+    assert pool.stats().in_use == 3
+    for lease in leases:
+        lease.position = 0
+        pool.release(lease, ok=True)
+    stats = pool.stats()
+    assert (stats.in_use, stats.idle, stats.evicted) == (0, 1, 2)
+
+
+def test_idle_consumers_are_closed_after_the_timeout(broker: FakeBroker) -> None:
+    clock = Clock()
+    pool = ConsumerPool(idle_timeout=300.0, clock=clock)
+    read(broker, pool, OffsetRange("t", 0, 0, 5))
+    read(broker, pool, OffsetRange("t", 1, 0, 5))
+    clock.now += 200
+    read(broker, pool, OffsetRange("t", 1, 5, 10))  # partition 1 used again
+    clock.now += 150
+    assert pool.evict_idle() == 1  # partition 0: idle 350 s
+    assert broker.consumers[0].closed and not broker.consumers[1].closed
+    clock.now += 300
+    # an expired consumer is never lent: a new one is created
+    assert read(broker, pool, OffsetRange("t", 1, 10, 12)) == [10, 11]
+    assert counts(pool) == (3, 1, 3, 2, 0)
+    assert broker.consumers[1].closed
+
+
+def test_configure_applies_the_query_options() -> None:
+    pool = ConsumerPool()
+    assert pool.configure(3, 1.5) is pool
+    assert (pool.capacity, pool.idle_timeout) == (3, 1.5)
+    opts = options(**{"kafkaConsumer.pool.capacity": "3", "kafkaConsumer.pool.idleTimeout": "2m"})
+    assert (opts.pool_enabled, opts.pool_capacity, opts.pool_idle_timeout_s) == (True, 3, 120.0)
+
+
+def test_an_error_while_in_use_invalidates_the_consumer(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    opts = options(**{"kafkaConsumer.pollTimeoutMs": "1000"})
+    read(broker, pool, OffsetRange("t", 0, 0, 10), opts)
+    broker.down = True
+    with pytest.raises(SourceUnavailable):
+        read(broker, pool, OffsetRange("t", 0, 10, 20), opts)
+    assert counts(pool) == (1, 1, 1, 0, 1)
+    assert broker.consumers[0].closed and pool.stats().idle == 0
+    broker.down = False
+    assert read(broker, pool, OffsetRange("t", 0, 10, 20), opts) == list(range(10, 20))
+    assert counts(pool)[0] == 2
+
+
+def test_a_task_stopped_mid_range_invalidates_its_consumer(broker: FakeBroker) -> None:
+    """Spark stops reading a task's output (the generator is closed): the consumer stood
+    somewhere inside the range, so it is never lent again."""
+    pool = ConsumerPool()
+    broker.produce("t", 2, 25_000)
+    part = KafkaInputPartition(0, (OffsetRange("t", 2, 0, 25_100),))
+    it = read_partition(
+        options(), part, SCHEMA, context=None, consumer_factory=factory(broker), source=pool
+    )
+    assert next(it).num_rows == 10_000
+    it.close()
+    assert counts(pool) == (1, 0, 1, 0, 1)
+    assert broker.consumers[0].closed
+    assert read(broker, pool, OffsetRange("t", 2, 0, 100)) == list(range(100))
+
+
+def test_a_failure_after_reading_part_of_a_range_never_leaks_a_position(
+    broker: FakeBroker,
+) -> None:
+    """An exception mid-range, then the same range again: exactly the range, from a new
+    consumer; then the next range reuses that one without a seek."""
+    pool = ConsumerPool()
+    broker.produce("t", 0, 30_000)
+    boom = RuntimeError("task killed")
+    calls = {"n": 0}
+    original = FakeConsumer.poll
+
+    def failing_poll(
+        self: FakeConsumer, timeout_ms: int = 0, max_records: int | None = None
+    ) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise boom
+        return original(self, timeout_ms, max_records)
+
+    r = OffsetRange("t", 0, 0, 25_000)
+    FakeConsumer.poll = failing_poll  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="task killed"):
+            read(broker, pool, r)
+    finally:
+        FakeConsumer.poll = original  # type: ignore[method-assign]
+    assert counts(pool) == (1, 0, 1, 0, 1)
+    assert read(broker, pool, r) == list(range(25_000))
+    assert read(broker, pool, OffsetRange("t", 0, 25_000, 25_050)) == list(range(25_000, 25_050))
+    assert counts(pool) == (2, 1, 2, 0, 1)
+
+
+def test_a_reused_consumer_that_cannot_report_its_position_is_replaced(
+    broker: FakeBroker,
+) -> None:
+    pool = ConsumerPool()
+    read(broker, pool, OffsetRange("t", 0, 0, 10))
+    (consumer,) = broker.consumers
+
+    def broken(tp: Any, timeout_ms: int | None = None) -> int:
+        raise RuntimeError("no position")
+
+    consumer.position = broken  # type: ignore[method-assign]
+    assert read(broker, pool, OffsetRange("t", 0, 10, 20)) == list(range(10, 20))
+    assert counts(pool) == (2, 0, 2, 0, 1)
+    assert consumer.closed
+
+
+def test_a_failing_create_leaves_the_pool_consistent(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    broker.down = True
+    with pytest.raises(SourceUnavailable):
+        read(broker, pool, OffsetRange("t", 0, 0, 10))
+    assert pool.stats() == PoolStats()
+
+
+def test_concurrent_borrowers_never_share_a_consumer(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    create = factory(broker)
+    barrier = threading.Barrier(4)
+    got: list[Any] = []
+    lock = threading.Lock()
+
+    def borrow() -> None:
+        barrier.wait()
+        lease = pool.acquire(key(0), 0, lambda: create(**options().consumer_config()))
+        with lock:
+            got.append(lease.consumer)
+        barrier.wait()  # all four hold theirs at once
+        lease.position = 0
+        pool.release(lease, ok=True)
+
+    threads = [threading.Thread(target=borrow) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(c) for c in got}) == 4
+    assert pool.stats().idle == 4 and pool.stats().in_use == 0
+
+
+def test_without_the_pool_a_task_uses_one_consumer(broker: FakeBroker) -> None:
+    single = SingleConsumer()
+    for p in (0, 1, 2):
+        assert read(broker, single, OffsetRange("t", p, 0, 5)) == list(range(5))
+    assert single.created == 1 and broker.calls["connect"] == 1
+    single.close()
+    assert broker.consumers[0].closed
