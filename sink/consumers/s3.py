@@ -48,7 +48,7 @@ from sink.parquet_concat import (
 from sink.staging import StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
 from state.s3_store import S3Store
-from state.store import StoreConfig
+from state.store import StoreConfig, open_store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
@@ -86,8 +86,11 @@ class S3PrefixStaging(StoreStaging):
 
 
 def s3_staging(options: SinkOptions) -> S3PrefixStaging:
+    """The staging area under ``consumer.path``, on the process's shared store for it
+    (:func:`~state.store.open_store`: one boto3 client per worker, not per task or commit)."""
     assert options.consumer_path is not None
-    store = S3Store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    store = open_store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    assert isinstance(store, S3Store)
     return S3PrefixStaging(store, options.consumer_path)
 
 
@@ -129,7 +132,9 @@ class S3Consumer(Consumer):
         if len(bundle.parts) == 1:
             self._copy(bundle.parts[0].location, name, bundle)
             return 0
-        if bundle.ordered:
+        # A part's body is shorter than the part, so one part under S3's smallest multipart
+        # part rules stitching out without reading any footer.
+        if bundle.ordered and all(p.size >= MIN_PART_SIZE for p in bundle.parts):
             try:
                 layouts = [self._layout(p.location) for p in bundle.parts]
                 footer = stitched_footer(layouts)
