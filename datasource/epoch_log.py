@@ -9,12 +9,24 @@
 
 The store retries its own requests (and resolves a create whose answer was lost), so a
 ``KeyExists`` here always means another writer won.
+
+An :class:`EpochLog` lives as long as the driver's source reader and remembers what it
+learnt, to spare the store a request per micro-batch (and one per poll while idle):
+
+* a recorded epoch (and the start) never changes, so once read or created it is answered
+  from memory;
+* an epoch it found absent, or the epoch after one it created itself (nobody can know
+  where that one starts before the create), is taken as still absent: ``latestOffset``
+  then computes an end and creates the epoch without reading it first. That is the same
+  as if the read had been made at the moment the epoch was seen absent: another driver
+  that records it meanwhile wins the create, and its record is the one returned, as
+  after any lost race.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from state.errors import EpochLogConflict, KeyExists, MalformedRecord
@@ -33,37 +45,65 @@ class EpochLog:
 
     store: StateStore
     layout: PipelineLayout
+    _start: SourceOffset | None = field(default=None, init=False, repr=False)
+    _recorded: dict[int, EpochRecord] = field(default_factory=dict, init=False, repr=False)
+    _absent: int | None = field(default=None, init=False, repr=False)
+
+    #: How many recorded epochs are remembered (Spark asks for the newest ones).
+    REMEMBERED = 16
 
     # --- the resolved start ----------------------------------------------------------
 
     def start(self) -> SourceOffset | None:
         """The persisted initial offset, if any."""
-        return self._read(self.layout.source_start, SourceOffset.from_json)
+        if self._start is None:
+            self._start = self._read(self.layout.source_start, SourceOffset.from_json)
+        return self._start
 
     def create_start(self, offset: SourceOffset) -> SourceOffset:
         """Persist ``offset`` as the initial offset unless one exists; the one that won."""
         key = self.layout.source_start
-        return self._create_or_get(key, offset.to_json(), SourceOffset.from_json)
+        winner, _ = self._create_or_get(key, offset.to_json(), SourceOffset.from_json)
+        self._start = winner
+        return winner
 
     # --- epochs ------------------------------------------------------------------------
 
     def recorded_end(self, start: SourceOffset) -> SourceOffset | None:
         """The end recorded for epoch ``start.epoch``, checked against ``start``."""
         key = self.layout.epoch(start.epoch)
-        record = self._read(key, lambda raw: self._epoch_record(key, raw))
-        return None if record is None else self._check(key, record, start)
+        record = self._recorded.get(start.epoch)
+        if record is None:
+            if self._absent == start.epoch:
+                return None
+            record = self._read(key, lambda raw: self._epoch_record(key, raw))
+            if record is None:
+                self._absent = start.epoch
+                return None
+            self._remember(start.epoch, record)
+        return self._check(key, record, start)
 
     def record(self, start: SourceOffset, end: SourceOffset) -> SourceOffset:
         """Create epoch ``start.epoch = (start, end)``; if it exists, the recorded end."""
         if end.epoch != start.epoch + 1:
             raise ValueError(f"epoch {start.epoch} must end at epoch {start.epoch + 1}, not {end}")
         key = self.layout.epoch(start.epoch)
-        winner = self._create_or_get(
+        if self._absent == start.epoch:
+            self._absent = None  # whatever happens next, the store is asked again
+        winner, created = self._create_or_get(
             key,
             EpochRecord(start.epoch, start, end).to_json(),
             lambda raw: self._epoch_record(key, raw),
         )
+        self._remember(start.epoch, winner)
+        if created:
+            self._absent = end.epoch
         return self._check(key, winner, start)
+
+    def _remember(self, epoch: int, record: EpochRecord) -> None:
+        self._recorded[epoch] = record
+        while len(self._recorded) > self.REMEMBERED:
+            del self._recorded[min(self._recorded)]
 
     def _epoch_record(self, key: str, raw: object) -> EpochRecord:
         try:
@@ -91,10 +131,13 @@ class EpochLog:
         hit = self.store.get_or_none(key)
         return None if hit is None else decode(hit.data, parse, f"{self.store.uri}/{key}")
 
-    def _create_or_get(self, key: str, doc: dict[str, Any], parse: Callable[[object], R]) -> R:
+    def _create_or_get(
+        self, key: str, doc: dict[str, Any], parse: Callable[[object], R]
+    ) -> tuple[R, bool]:
+        """The value that won, and whether it is ours."""
         try:
             self.store.create_json(key, doc)
         except KeyExists:
             winner = self.store.get(key)  # another writer won: its record is the one
-            return decode(winner.data, parse, f"{self.store.uri}/{key}")
-        return parse(doc)
+            return decode(winner.data, parse, f"{self.store.uri}/{key}"), False
+        return parse(doc), True

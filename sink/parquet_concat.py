@@ -226,6 +226,23 @@ def parse_tail(size: int, tail: bytes) -> int:
     return int(length)
 
 
+def layout_of(data: bytes) -> PartLayout:
+    """The layout of a Parquet file held in memory."""
+    size = len(data)
+    length = parse_tail(size, data[size - TAIL :])
+    return PartLayout(size, size - TAIL - length, data[size - TAIL - length : size - TAIL])
+
+
+def stitch_bytes(parts: Sequence[bytes]) -> bytes:
+    """The parts (whole Parquet files in memory) stitched into one: their bodies one after
+    the other behind a new footer, no page decoded (:class:`NotStitchable` if they differ
+    in schema or metadata)."""
+    layouts = [layout_of(data) for data in parts]
+    footer = stitched_footer(layouts)
+    bodies = [data[len(MAGIC) : lay.body_end] for data, lay in zip(parts, layouts, strict=True)]
+    return b"".join([MAGIC, *bodies, footer])
+
+
 def read_layout(path: str) -> PartLayout:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size

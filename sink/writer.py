@@ -1,10 +1,11 @@
 """The barrier's stream writer: ``write`` on executors, ``commit``/``abort`` on the driver.
 
 Spark 4.3 creates the writer for every micro-batch, pickles it to the executors for
-``write()`` and creates it once more in a short-lived driver process for ``commit`` or
-``abort``: the instance that commits never wrote, so the protocol lives in the state store
-(:mod:`sink.barrier`). Clients (stores, producers, HTTP pools) are opened inside these
-calls and never pickled.
+``write()`` and creates it once more in a driver-side Python worker for ``commit`` or
+``abort`` (a worker Spark reuses from batch to batch): the instance that commits never
+wrote, so the protocol lives in the state store (:mod:`sink.barrier`). Clients are opened
+inside these calls and never pickled; stores come from ``open_store``, which shares them
+per worker process, so their ``close()`` here releases nothing a later call could reuse.
 """
 
 from __future__ import annotations

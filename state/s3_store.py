@@ -27,7 +27,12 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
   or was already superseded by a writer who read it). If the store stays unreachable,
   :class:`StoreWriteUnknown` (a :class:`StoreUnavailable`) says the outcome is unknown.
 
-The boto3 client is created on first use and dropped when the store is pickled.
+The boto3 client is created on first use and dropped when the store is pickled. Clients
+come from one boto3 session per process (and ``AWS_*`` environment), which loads the S3
+service model once: the first client of a process costs 0.1-0.5 s, later ones a few
+milliseconds. boto3 itself is imported with the first client. A store used in a process
+forked after its client was made builds a new client there (connections are not
+fork-safe).
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import boto3
 import botocore.exceptions as bce
 import urllib3.exceptions
 from botocore.config import Config as BotoConfig
@@ -55,9 +59,17 @@ from state.errors import (
     StoreWriteUnknown,
 )
 from state.retry import Retry
-from state.store import StateStore, StoreConfig, Versioned, check_key, validate_uri
+from state.store import (
+    StateStore,
+    StoreConfig,
+    Versioned,
+    aws_environment,
+    check_key,
+    validate_uri,
+)
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_s3 import S3Client
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -124,6 +136,7 @@ class S3Store(StateStore):
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._s3: S3Client | None = None
+        self._s3_pid = os.getpid()
         self.retry = self._custom_retry or Retry(
             max_attempts=DEFAULT_MAX_ATTEMPTS,
             base_delay=0.1,
@@ -133,7 +146,7 @@ class S3Store(StateStore):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_s3", "retry", "_custom_retry"):
+        for name in ("_lock", "_s3", "_s3_pid", "retry", "_custom_retry", "shared"):
             state.pop(name, None)
         return state
 
@@ -146,10 +159,11 @@ class S3Store(StateStore):
 
     @property
     def client(self) -> S3Client:
-        """The boto3 client, created on first use (thread-safe)."""
+        """The boto3 client, created on first use in this process (thread-safe)."""
         with self._lock:
-            if self._s3 is None:
-                self._s3 = self._make_client()
+            if self._s3 is None or self._s3_pid != os.getpid():
+                self._s3 = self._make_client()  # a forked child never uses the parent's
+                self._s3_pid = os.getpid()
             return self._s3
 
     def _make_client(self) -> S3Client:
@@ -168,20 +182,20 @@ class S3Store(StateStore):
             response_checksum_validation="when_required",
             max_pool_connections=16,
         )
-        session = boto3.session.Session()
-        return session.client(
-            "s3",
-            endpoint_url=s3.endpoint,  # None: the AWS chain (AWS_ENDPOINT_URL_S3...) decides
-            region_name=s3.region,
-            aws_access_key_id=s3.access_key_id,
-            aws_secret_access_key=s3.secret_access_key,
-            config=config,
-        )
+        with _sessions.lock:
+            return _sessions.get().client(
+                "s3",
+                endpoint_url=s3.endpoint,  # None: the AWS chain (AWS_ENDPOINT_URL_S3...) decides
+                region_name=s3.region,
+                aws_access_key_id=s3.access_key_id,
+                aws_secret_access_key=s3.secret_access_key,
+                config=config,
+            )
 
-    def close(self) -> None:
+    def release(self) -> None:
         with self._lock:
             client, self._s3 = self._s3, None
-        if client is not None:
+        if client is not None and self._s3_pid == os.getpid():
             client.close()
 
     @property
@@ -403,6 +417,35 @@ class S3Store(StateStore):
     def _where(self) -> str:
         s3 = self._s3
         return str(s3.meta.endpoint_url) if s3 is not None else "the S3 endpoint"
+
+
+class _Sessions:
+    """One boto3 session per process and ``AWS_*`` environment: a session caches the
+    service models, so every client after the first is cheap. A session is not safe for
+    concurrent client creation: hold :attr:`lock` around :meth:`get` and the creation."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_key: dict[tuple[int, tuple[tuple[str, str], ...]], boto3.session.Session] = {}
+
+    def get(self) -> boto3.session.Session:
+        key = (os.getpid(), aws_environment())
+        session = self.by_key.get(key)
+        if session is None:
+            import boto3  # the first S3 client of the process pays for the import
+
+            if any(pid != key[0] for pid, _ in self.by_key):
+                self.by_key = {}  # a forked child: the parent's sessions stay unused
+            session = self.by_key[key] = boto3.session.Session()
+        return session
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()  # another thread may have held it at the fork
+        self.by_key = {}
+
+
+_sessions = _Sessions()
+os.register_at_fork(after_in_child=_sessions.after_fork_in_child)
 
 
 _SUPERSEDED = (

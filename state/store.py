@@ -12,11 +12,17 @@ write. Two operations are conditional and are what makes two drivers safe:
 Stores hold configuration only until first use; clients (boto3) are created lazily and
 are dropped when a store is pickled, so a :class:`StoreConfig` or even a store may
 travel to executors. Executors open their own store with :func:`open_store`.
+
+:func:`open_store` shares one store per process and configuration (see
+:mod:`state.store_cache`): Spark reuses its Python workers (the commit process of the
+sink included), so a client built once serves every later task and commit of the worker.
+``close()`` of a shared store does nothing; :func:`close_all` closes them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -196,10 +202,22 @@ def check_key(uri: str, key: str) -> str:
 
 
 class StateStore(ABC):
-    """Get, put, conditional create, compare-and-swap, list and delete over one URI."""
+    """Get, put, conditional create, compare-and-swap, list and delete over one URI.
+
+    Safe for concurrent use by the threads of one process. A store opened by
+    :func:`open_store` is *shared* (:attr:`shared`): its :meth:`close` does nothing.
+    """
+
+    #: Set by :func:`open_store` on the instance it shares; a pickled copy is not shared.
+    shared: bool = False
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("shared", None)
+        return state
 
     @property
     def uri(self) -> str:
@@ -248,8 +266,17 @@ class StateStore(ABC):
             self.delete(k)
         return len(keys)
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release clients; the store may be used again (clients are re-created)."""
+    def close(self) -> None:
+        """Release clients; the store may be used again (clients are re-created).
+
+        Does nothing on a shared store (:func:`open_store`): others use it; see
+        :func:`close_all`.
+        """
+        if not self.shared:
+            self.release()
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Release the clients this store holds (what :meth:`close` does when unshared)."""
 
     # JSON conveniences: all protocol records are small JSON documents with sorted keys.
 
@@ -272,10 +299,25 @@ class StateStore(ABC):
 
 
 def open_store(config: StoreConfig | str) -> StateStore:
-    """The store for ``config`` (or a bare URI using the AWS configuration chain)."""
-    if isinstance(config, str):
-        validate_uri(config)
-        config = StoreConfig(uri=config)
+    """The store for ``config`` (or a bare URI using the AWS configuration chain).
+
+    ``file://`` and ``s3://`` stores are shared per process and configuration (and, for
+    S3, the ``AWS_*`` environment): every call in one process returns the same instance,
+    whose clients are created once; ``close()`` on it does nothing. A forked child never
+    inherits its parent's instances. ``memory://`` stores are cheap views of a named,
+    process-wide space and are never cached. :func:`new_store` opens an unshared store.
+    """
+    from state.store_cache import shared_store
+
+    config = _config(config)
+    if urlparse(config.uri).scheme == "memory":
+        return new_store(config)
+    return shared_store(config, new_store)
+
+
+def new_store(config: StoreConfig | str) -> StateStore:
+    """A new, unshared store for ``config``; the caller closes it."""
+    config = _config(config)
     scheme = urlparse(config.uri).scheme
     if scheme == "memory":
         from state.memory_store import MemoryStore
@@ -290,3 +332,23 @@ def open_store(config: StoreConfig | str) -> StateStore:
 
         return S3Store(config)
     raise StoreConfigError("state.uri", config.uri, "memory://, file:// or s3://")
+
+
+def close_all() -> None:
+    """Close every store :func:`open_store` shared in this process (they are forgotten;
+    a later :func:`open_store` opens new ones). Also run at interpreter exit."""
+    from state.store_cache import close_shared
+
+    close_shared()
+
+
+def _config(config: StoreConfig | str) -> StoreConfig:
+    if isinstance(config, str):
+        validate_uri(config)
+        return StoreConfig(uri=config)
+    return config
+
+
+def aws_environment() -> tuple[tuple[str, str], ...]:
+    """The ``AWS_*`` variables of this process, which the S3 client's defaults come from."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))

@@ -236,6 +236,23 @@ class StoreContract:
         assert type(again) is type(store)
         assert again.get("via/config").data == b"x"
 
+    def test_closed_store_can_be_used_again(self, store: StateStore) -> None:
+        store.put("closed/k", b"x")
+        store.close()
+        assert store.get("closed/k").data == b"x"
+        store.put("closed/k", b"y")
+        assert store.get("closed/k").data == b"y"
+
+    def test_open_store_shares_an_instance_that_survives_close(self, store: StateStore) -> None:
+        shared = open_store(store.config)
+        shared.put("shared/k", b"x")
+        shared.close()
+        again = open_store(store.config)
+        assert again.get("shared/k").data == b"x"
+        if shared.shared:
+            assert again is shared
+        assert store.get("shared/k").data == b"x"
+
     # --- races ---------------------------------------------------------------------
 
     def test_two_threads_race_on_create(

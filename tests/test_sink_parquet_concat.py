@@ -18,6 +18,7 @@ from sink.parquet_concat import (
     decode_struct,
     encode_struct,
     read_layout,
+    stitch_bytes,
     stitch_files,
 )
 
@@ -82,6 +83,20 @@ def test_stitched_file_reads_like_the_concatenated_parts(
     assert hit.column("id").to_pylist() == [1500]
     pf = pq.ParquetFile(out)
     assert pf.read_row_group(meta.num_row_groups - 1).column("id").to_pylist()[-1] == 1777
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"row_group_size": 250}, {"write_page_index": True}])
+def test_stitching_in_memory_gives_the_file_stitch(
+    tmp_path: Path, kwargs: dict[str, object]
+) -> None:
+    paths, expected = write_parts(tmp_path, [1000, 1, 777], **kwargs)
+    out = str(tmp_path / "out.parquet")
+    stitch_files(paths, out)
+    stitched = stitch_bytes([Path(p).read_bytes() for p in paths])
+    assert stitched == Path(out).read_bytes()
+    assert pq.read_table(pa.BufferReader(stitched)).equals(expected)
+    with pytest.raises(NotStitchable):
+        stitch_bytes([Path(paths[0]).read_bytes(), b"not parquet at all"])
 
 
 def test_parts_of_different_schemas_are_not_stitched(tmp_path: Path) -> None:

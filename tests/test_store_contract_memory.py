@@ -13,7 +13,14 @@ import pytest
 from state.errors import ConfigError, StoreConfigError
 from state.file_store import FileStore
 from state.memory_store import MemoryStore
-from state.store import S3Settings, StateStore, StoreConfig, open_store, validate_uri
+from state.store import (
+    S3Settings,
+    StateStore,
+    StoreConfig,
+    new_store,
+    open_store,
+    validate_uri,
+)
 from tests.store_contract import StoreContract
 
 
@@ -37,7 +44,7 @@ class TestFileStoreContract(StoreContract):
 
     @pytest.fixture
     def other_store(self, store: StateStore) -> StateStore:
-        return open_store(StoreConfig(store.uri))
+        return new_store(StoreConfig(store.uri))  # not the shared instance: independent
 
 
 # --- URIs and options --------------------------------------------------------------

@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.consumers.producer_pool import PRODUCERS
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, DeliveryUnsettled
@@ -137,6 +138,9 @@ class KafkaTopicConsumer(Consumer):
         self.config = producer_config(options)
         self.delivery_timeout = int(self.config["delivery_timeout_ms"]) / 1000.0
         self._producer: Any = None
+        self._settled = False  # the last delivery was acknowledged: the producer holds nothing
+        settings = tuple(sorted((k, repr(v)) for k, v in self.config.items()))
+        self._pool_key = (self.bootstrap, settings)
 
     def describe(self) -> str:
         return f"kafka consumer {self.topic}@{self.bootstrap}"
@@ -144,12 +148,17 @@ class KafkaTopicConsumer(Consumer):
     # --- delivery -----------------------------------------------------------------------
 
     def producer(self) -> Any:
+        """This consumer's producer: one an earlier commit of this process left settled in
+        the pool (:mod:`sink.consumers.producer_pool`), or a new one."""
         if self._producer is None:
             from kafka import KafkaProducer
 
             self._producer = self._kafka(
                 "connecting the producer",
-                lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.config),
+                lambda: PRODUCERS.take(
+                    self._pool_key,
+                    lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.config),
+                ),
             )
         return self._producer
 
@@ -175,6 +184,7 @@ class KafkaTopicConsumer(Consumer):
         """
         from kafka.errors import KafkaError, KafkaTimeoutError
 
+        self._settled = False
         present = self._scan().get(bundle.bundle_id, set()) if redelivery else set()
         attempt = _Attempt(wanted=bundle.rows - len(present))
         try:
@@ -210,6 +220,7 @@ class KafkaTopicConsumer(Consumer):
                 f"{self.describe()}: bundle {bundle.bundle_id}: the broker rejected "
                 f"{len(rejected)} of {len(attempt.futures)} message(s): {rejected[0]!r}"
             )
+        self._settled = True
         return Ack(bundle.bundle_id, bundle.rows, attempt.driver_bytes)
 
     def _send(self, producer: Any, bundle: Bundle, present: set[int], attempt: _Attempt) -> None:
@@ -410,6 +421,11 @@ class KafkaTopicConsumer(Consumer):
         return out
 
     def close(self) -> None:
+        """Give a settled producer back to the process's pool; close any other."""
+        if self._producer is not None and self._settled:
+            producer, self._producer = self._producer, None
+            PRODUCERS.give_back(self._pool_key, producer)
+            return
         self._discard_producer()
 
 

@@ -13,7 +13,8 @@ parts under ``_staging/``; delivery of a single-part bundle is a server-side
 several parts is stitched server-side when every part is at least 5 MiB (S3's smallest
 multipart part): ``UploadPartCopy`` of each part's body, then the new Parquet footer as
 the last part; smaller parts are combined on the driver (their bytes are counted in the
-ack). A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers
+ack): fetched concurrently and stitched in memory the same way (no page decoded), or
+merged with pyarrow when their ``gt`` ranges overlap. A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers
 that skip ``_``/``.`` names see only complete bundles.
 
 ``consumer.s3.layout=parts`` trades that atomicity for never moving item bytes through
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -43,12 +45,13 @@ from sink.parquet_concat import (
     PartLayout,
     merge_tables,
     parse_tail,
+    stitch_bytes,
     stitched_footer,
 )
 from sink.staging import StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
 from state.s3_store import S3Store
-from state.store import StoreConfig
+from state.store import StoreConfig, open_store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
@@ -57,6 +60,8 @@ if TYPE_CHECKING:
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 """S3's smallest multipart-upload part (all parts but the last)."""
+PARALLEL_READS = 8
+"""Staged parts fetched at once when a bundle is combined on the driver."""
 
 
 def part_object_name(epoch: int, index: int) -> str:
@@ -86,8 +91,11 @@ class S3PrefixStaging(StoreStaging):
 
 
 def s3_staging(options: SinkOptions) -> S3PrefixStaging:
+    """The staging area under ``consumer.path``, on the process's shared store for it
+    (:func:`~state.store.open_store`: one boto3 client per worker, not per task or commit)."""
     assert options.consumer_path is not None
-    store = S3Store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    store = open_store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    assert isinstance(store, S3Store)
     return S3PrefixStaging(store, options.consumer_path)
 
 
@@ -129,7 +137,9 @@ class S3Consumer(Consumer):
         if len(bundle.parts) == 1:
             self._copy(bundle.parts[0].location, name, bundle)
             return 0
-        if bundle.ordered:
+        # A part's body is shorter than the part, so one part under S3's smallest multipart
+        # part rules stitching out without reading any footer.
+        if bundle.ordered and all(p.size >= MIN_PART_SIZE for p in bundle.parts):
             try:
                 layouts = [self._layout(p.location) for p in bundle.parts]
                 footer = stitched_footer(layouts)
@@ -141,11 +151,33 @@ class S3Consumer(Consumer):
             ):
                 self._multipart_copy(bundle, name, layouts, footer)
                 return 0
-        tables = [self.staging.read_part(p.location) for p in bundle.parts]
-        out = io.BytesIO()
-        pq.write_table(merge_tables(bundle, tables), out)
-        self.store.put(name, out.getvalue())
-        return bundle.size + out.tell()
+        parts = self._read_parts(bundle)
+        body = None
+        if bundle.ordered:
+            try:
+                body = stitch_bytes(parts)  # no page decoded: the bodies behind a new footer
+            except NotStitchable:
+                body = None
+        if body is None:
+            tables = [pq.read_table(pa.BufferReader(data)) for data in parts]
+            out = io.BytesIO()
+            pq.write_table(merge_tables(bundle, tables), out)
+            body = out.getvalue()
+        self.store.put(name, body)
+        return bundle.size + len(body)
+
+    def _read_parts(self, bundle: Bundle) -> list[bytes]:
+        """The bundle's staged parts, in its order, fetched concurrently (the client is
+        thread-safe): a commit waits for about one GET, not one per part."""
+        locations = [p.location for p in bundle.parts]
+
+        def fetch(location: str) -> bytes:
+            return self.store.get(location).data
+
+        if len(locations) == 1:
+            return [fetch(locations[0])]
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_READS, len(locations))) as pool:
+            return list(pool.map(fetch, locations))
 
     def _promote_parts(self, bundle: Bundle, redelivery: bool) -> str:
         """``consumer.s3.layout=parts``: each staged part becomes ``bundle-<k>-<i>.parquet``
