@@ -126,7 +126,7 @@ def manifests(coord: Any) -> list[dict[str, Any]]:
     return [asdict(s) for s in coord.history]
 
 
-def recovery_runs(
+def recovery_runs(  # noqa: PLR0915 - one scripted scenario, step by step
     args: argparse.Namespace, server: Any, bootstrap: str, workdir: Path
 ) -> list[dict[str, Any]]:
     """Kill the pipeline's driver and restart it: same checkpoint, then an empty one."""

@@ -51,7 +51,7 @@ def subscribed_partitions(
     return sorted((t, p) for t, parts in found.items() for p in parts)
 
 
-def resolve(
+def resolve(  # noqa: PLR0913 - keyword-only role and strategy of Spark's offset rules
     spec: OffsetSpec,
     tps: list[TopicPartitionKey],
     reader: OffsetReader,

@@ -92,7 +92,7 @@ def consumer_source(options: KafkaSourceOptions) -> ConsumerSource:
     return SingleConsumer()
 
 
-def read_partition(
+def read_partition(  # noqa: PLR0913 - keyword-only batch context and injectable consumer source
     options: KafkaSourceOptions,
     partition: KafkaInputPartition,
     arrow_schema: Any,
@@ -220,7 +220,7 @@ class RangeReader:
                 self.rows,
             )
 
-    def _read(
+    def _read(  # noqa: PLR0912, PLR0915 - one loop over the broker's answers, each branch one kind of answer
         self, lease: Lease, builder: ArrowBuilder, max_poll: int, task: int
     ) -> Iterator[Any]:
         import kafka.errors as kerr

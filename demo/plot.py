@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # no pyplot: no global backend, safe in no
 DRIVER_COLOURS = {1: "#1f77b4", 2: "#2ca02c", 3: "#9467bd", 4: "#8c564b"}
 
 
-def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int) -> Path:
+def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int) -> Path:  # noqa: PLR0912, PLR0915 - one figure, panel by panel
     """Draw the run described by ``events`` into ``path`` (PNG); return ``path``."""
     if not events:
         raise ValueError("no progress events to plot")

@@ -301,7 +301,7 @@ class Runner:
                 )
             time.sleep(0.2)
 
-    def _crash_and_recover(
+    def _crash_and_recover(  # noqa: PLR0915 - the demo's scripted crash, step by step
         self, job: DemoJob, services: Services, config: GeneratorConfig
     ) -> dict[str, Any]:
         args = self.args

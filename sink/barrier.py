@@ -101,7 +101,7 @@ class CommitOutcome:
 class Barrier:
     """The protocol for one pipeline; created per commit/abort in the commit process."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - its collaborators plus an injectable clock and sleep
         self,
         options: SinkOptions,
         store: StateStore,
@@ -371,7 +371,7 @@ class Barrier:
             )
             raise
 
-    def _cas(
+    def _cas(  # noqa: PLR0913 - the swap, and what its errors must name
         self,
         old: BarrierState,
         new: BarrierState,

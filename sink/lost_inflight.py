@@ -62,7 +62,7 @@ class LostBundle:
         return self.bundle_id
 
     @classmethod
-    def check(
+    def check(  # noqa: PLR0913 - the fields of the report it checks
         cls,
         pipeline_id: str,
         state: str,

@@ -75,7 +75,7 @@ class _Decoder:
         n = self.varint()
         return (n >> 1) ^ -(n & 1)
 
-    def value(self, t: int) -> Any:
+    def value(self, t: int) -> Any:  # noqa: PLR0911 - one return per Thrift compact type
         if t in (T_TRUE, T_FALSE):  # inside containers: one byte, 1 = true
             return self.byte() == T_TRUE
         if t == T_BYTE:
@@ -140,7 +140,7 @@ class _Encoder:
     def zigzag(self, n: int) -> None:
         self.varint((n << 1) ^ (n >> 63))
 
-    def value(self, t: int, v: Any) -> None:
+    def value(self, t: int, v: Any) -> None:  # noqa: PLR0912 - one branch per Thrift compact type
         if t in (T_TRUE, T_FALSE):
             self.out.append(T_TRUE if v else T_FALSE)
         elif t == T_BYTE:

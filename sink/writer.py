@@ -30,7 +30,7 @@ from state.store import open_store
 class TaskInfo:
     """What a write task knows about itself, from Spark's ``TaskContext``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the fields of Spark's TaskContext it needs
         self,
         query_id: str,
         batch_id: int,

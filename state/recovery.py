@@ -90,7 +90,7 @@ class LocalCheckpoint:
             marker_error = str(err)
         return cls(path, True, empty, query_id, max(commits, default=None), marker, marker_error)
 
-    def foreign(self, pipeline_id: str, generation: int) -> str | None:
+    def foreign(self, pipeline_id: str, generation: int) -> str | None:  # noqa: PLR0911 - one return per reason, in the order they are checked
         """Why this checkpoint was not made for ``generation`` of ``pipeline_id``'s resume
         point (None if it was, or if it is empty: there is nothing in it to reuse)."""
         if self.empty:
@@ -160,7 +160,7 @@ class Decision:
     reason: str
 
 
-def decide(
+def decide(  # noqa: PLR0911 - a decision table: one return per row
     point: ResumePoint | None, local: LocalCheckpoint, mode: str, *, pipeline_id: str
 ) -> Decision:
     """What :func:`recover` does (pure)."""
@@ -219,7 +219,7 @@ class RecoveryResult:
     skipped: tuple[str, ...] = field(default_factory=tuple)
 
 
-def recover_checkpoint(
+def recover_checkpoint(  # noqa: PLR0913 - the decision's inputs plus a keyword-only cancel hook
     store: StateStore,
     layout: PipelineLayout,
     point: ResumePoint | None,

@@ -53,7 +53,7 @@ class Retry:
     is_retriable: Predicate = field(default=is_retriable, compare=False)
 
     @classmethod
-    def until(
+    def until(  # noqa: PLR0913 - keyword-only settings of the policy, all defaulted
         cls,
         deadline: float,
         *,
@@ -143,7 +143,7 @@ def cas_loop(
     )
 
 
-def poll_until(
+def poll_until(  # noqa: PLR0913 - keyword-only settings of the policy, all defaulted
     deadline: float,
     *,
     base_delay: float = 0.05,

@@ -375,7 +375,7 @@ class S3Store(StateStore):
     def _object_prefix(self, prefix: str) -> str:
         return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
-    def translate_error(self, err: Exception, key: str) -> GtBarrierError:
+    def translate_error(self, err: Exception, key: str) -> GtBarrierError:  # noqa: PLR0911 - one return per error class of the mapping
         """Map a boto3/transport error about ``key`` (a key or a description of the object)
         to the error hierarchy: :class:`StoreUnavailable` (retriable) for throttling, 5xx
         and transport failures, :class:`StoreConfigError` for a missing bucket or

@@ -228,7 +228,7 @@ class SnapshotWriter:
             self.known_blobs().add(sha)
         return ManifestEntry(f.path, len(data), sha), len(data) if created else 0
 
-    def write(
+    def write(  # noqa: PLR0913 - keyword-only fields of the manifest
         self,
         checkpoint: Path,
         *,
@@ -348,7 +348,7 @@ class Materialised:
     seconds: float
 
 
-def materialise(
+def materialise(  # noqa: PLR0913 - a keyword-only cancel hook and progress options
     store: StateStore,
     layout: PipelineLayout,
     manifest: Manifest,

@@ -147,7 +147,7 @@ class CoordinatorConfig:
     zookeeper_session_timeout: float = 10.0
 
     @classmethod
-    def from_arguments(  # noqa: PLR0917 - mirrors SnapshotCoordinator's signature
+    def from_arguments(  # noqa: PLR0913, PLR0917 - mirrors SnapshotCoordinator's signature
         cls,
         pipeline_id: str,
         state_uri: str,

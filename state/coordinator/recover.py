@@ -56,7 +56,7 @@ class RecoveryFuture(Future[RecoveryResult]):
 class Recoverer:
     """Runs recoveries of one pipeline; :attr:`last` is the last one that succeeded in time."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - its collaborators, injected so tests can replace them
         self,
         config: CoordinatorConfig,
         store: StateStore,

@@ -68,7 +68,7 @@ class Supervised(Protocol):
 class Supervisor:
     """One supervised run of a pipeline (see the module docstring)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - run()'s public arguments
         self,
         coord: Supervised,
         build_query: Callable[..., StreamingQuery],
