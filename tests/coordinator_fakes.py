@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from state.coordinator.batches import CompletedBatch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def write_checkpoint(
@@ -87,3 +90,9 @@ class FakeStreams:
 class FakeSpark:
     def __init__(self) -> None:
         self.streams = FakeStreams()
+
+
+def fake_spark() -> SparkSession:
+    """A :class:`FakeSpark` where a SparkSession is expected (the coordinator only uses
+    ``spark.streams``)."""
+    return cast("SparkSession", FakeSpark())

@@ -222,7 +222,7 @@ class FakeConsumer:
             if pos < part.log_start or (pos > part.end and not self.broker.tansu):
                 raise kerr.OffsetOutOfRangeError({tp: pos})
             self.high[tp] = part.end
-            got = []
+            got: list[ConsumerRecord] = []
             off = pos
             while off < part.end and len(got) < limit:
                 rec = part.records.get(off)

@@ -14,7 +14,7 @@ from state.errors import ConfigError, CoordinationError, SnapshotIncomplete
 from state.memory_store import MemoryStore, reset_memory_stores
 from state.recovery import LocalCheckpoint
 from state.store import StoreConfig, Versioned
-from tests.coordinator_fakes import FakeQuery, FakeSpark, batch, write_checkpoint
+from tests.coordinator_fakes import FakeQuery, batch, fake_spark, write_checkpoint
 
 
 class GatedStore(MemoryStore):
@@ -49,7 +49,7 @@ def _join_recoveries() -> None:
 
 def _snapshot_of_batch_3(uri: str, cp: Path) -> None:
     write_checkpoint(cp, 3)
-    with SnapshotCoordinator(FakeSpark(), "p1", uri, cp, snapshot_period="1h") as first:
+    with SnapshotCoordinator(fake_spark(), "p1", uri, cp, snapshot_period="1h") as first:
         first.watch(FakeQuery())  # type: ignore[arg-type]
         first.on_batch_completed(batch(3))
         assert first.request_snapshot(wait="10s") is not None

@@ -21,7 +21,7 @@ from state.records.bundle import InflightBundle
 from state.records.resume_point import ResumePoint
 from state.resume import advance_resume_point, read_resume_point
 from state.store import open_store
-from tests.coordinator_fakes import FakeQuery, FakeSpark, add_batch, batch, write_checkpoint
+from tests.coordinator_fakes import FakeQuery, add_batch, batch, fake_spark, write_checkpoint
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -53,9 +53,9 @@ def make(memory_uri: str, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoor
         kw.setdefault("snapshot_period", "1h")
         kw.setdefault("drain_timeout", "10s")
         c = SnapshotCoordinator(
-            FakeSpark(),
+            fake_spark(),
             pipeline_id="p1",
-            state_uri=memory_uri,  # type: ignore[arg-type]
+            state_uri=memory_uri,
             checkpoint_location=tmp_path / "cp",
             **kw,
         )
@@ -108,7 +108,11 @@ def test_period_triggers_snapshots(
     for k in range(1, 4):
         add_batch(cp, k)
         coord.on_batch_completed(batch(k))
-        wait_for(lambda k=k: (coord.resume_point() or {}).get("batch_id") == k)
+
+        def reached(k: int = k) -> bool:
+            return (coord.resume_point() or {}).get("batch_id") == k
+
+        wait_for(reached)
     assert coord.accepted == 3
 
 

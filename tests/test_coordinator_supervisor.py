@@ -44,7 +44,7 @@ class Coord:
         self.stop_error: GtBarrierError | None = None
         self.recover_errors: list[GtBarrierError] = []
 
-    def recover(self, mode: str) -> None:
+    def recover(self, mode: str = "restore") -> None:
         self.recoveries.append(mode)
         if self.recover_errors:
             raise self.recover_errors.pop(0)
@@ -74,7 +74,7 @@ def supervise(
 
     sup = Supervisor(
         coord, build, max_resets, sleep=sleeps.append, backoff="1s", max_backoff="4s", **kw
-    )  # type: ignore[arg-type]
+    )
     return sup.run(), sleeps
 
 
@@ -141,13 +141,19 @@ def test_session_loss_is_a_failure_and_recovery_errors_are_retried() -> None:
     assert got is done and len(sleeps) == 2
 
 
+def never_built() -> Any:
+    """A build_query for checks that fail before any query starts."""
+    raise AssertionError("the query must not be built")
+
+
 def test_arguments_are_checked() -> None:
     with pytest.raises(ConfigError, match="max_consecutive_reset_attempts"):
-        Supervisor(Coord(), lambda: None, -1)  # type: ignore[arg-type]
+        Supervisor(Coord(), never_built, -1)
     with pytest.raises(ConfigError, match="build_query"):
+        # deliberately not a callable: the runtime check under test
         Supervisor(Coord(), "not callable", 1)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="backoff"):
-        Supervisor(Coord(), lambda: None, 1, backoff="later")  # type: ignore[arg-type]
+        Supervisor(Coord(), never_built, 1, backoff="later")
 
 
 def test_failure_summary_names_the_python_cause() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from demo.generator import (
 )
 
 
-def bodies(config: GeneratorConfig) -> list[dict]:
+def bodies(config: GeneratorConfig) -> list[dict[str, Any]]:
     return [json.loads(e.value) for e in generate(config)]
 
 
@@ -46,9 +47,9 @@ def test_keys_partitions_and_ids() -> None:
 
 
 def test_payments_settle_earlier_orders_of_the_same_customer_once() -> None:
-    seen: dict[str, dict] = {}
+    seen: dict[str, dict[str, Any]] = {}
     paid: set[str] = set()
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for body in bodies(GeneratorConfig(events=5000, seed=2)):
         kinds[body["type"]] += 1
         if body["type"] == "order":

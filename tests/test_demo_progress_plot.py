@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,9 +30,9 @@ def test_tail_returns_only_complete_new_lines(tmp_path: Path) -> None:
     assert [e["event"] for e in read_events(path)] == ["batch", "kill"]
 
 
-def synthetic_run() -> list[dict]:
+def synthetic_run() -> list[dict[str, Any]]:
     """Two drivers: batches, snapshots, a kill at GT_last 3, replayed epochs dropped."""
-    ev: list[dict] = []
+    ev: list[dict[str, Any]] = []
     t = 1000.0
     for b in range(4):
         t += 2
@@ -65,7 +66,8 @@ def test_tracker_follows_gt_last_snapshots_and_delivered_records() -> None:
     assert track.delivered_records(1) == 2000
     assert [s["epoch"] for s in track.snapshots[1]] == [1]
     assert track.commits[(2, 2)]["action"] == "dropped"
-    assert track.first(2, "commit", action="delivered")["epoch"] == 4
+    first = track.first(2, "commit", action="delivered")
+    assert first is not None and first["epoch"] == 4
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:

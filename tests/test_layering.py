@@ -74,8 +74,8 @@ def _is_type_checking(node: ast.If) -> bool:
 def _walk(node: ast.AST, module_level: bool) -> Iterator[tuple[ast.AST, bool]]:
     """Every node below ``node``, with whether it runs when the module is imported."""
     if isinstance(node, ast.If) and _is_type_checking(node):
-        parts = [(n, False) for n in node.body] + [(n, module_level) for n in node.orelse]
-        parts = [(node.test, module_level), *parts]
+        parts: list[tuple[ast.AST, bool]] = [(node.test, module_level)]
+        parts += [(n, False) for n in node.body] + [(n, module_level) for n in node.orelse]
     else:
         inner = module_level and not isinstance(
             node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda

@@ -297,7 +297,9 @@ def test_lost_compare_and_swap_is_not_retried() -> None:
     assert p.state().gt_last == 1  # not advanced by the zombie
 
 
-def test_cas_whose_answer_was_lost_is_commit_state_unknown() -> None:
+def test_cas_whose_answer_was_lost_is_commit_state_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The store resolves a lost answer itself (S3: by the write's token, see
     test_s3_store); when it cannot, the barrier does not guess: restarting resolves it."""
     p = Pipeline()
@@ -305,29 +307,31 @@ def test_cas_whose_answer_was_lost_is_commit_state_unknown() -> None:
     real_cas = p.store.compare_and_swap
     calls = {"n": 0}
 
-    def flaky_cas(key: str, data: bytes, expected: str) -> str:
+    def flaky_cas(key: str, data: bytes, expected_version: str) -> str:
         calls["n"] += 1
-        version = real_cas(key, data, expected)
+        version = real_cas(key, data, expected_version)
         if calls["n"] == 2:  # the gt_last CAS lands but the answer is lost
             raise StoreWriteUnknown(p.store.uri, key, "timeout")
         return version
 
-    p.store.compare_and_swap = flaky_cas  # type: ignore[method-assign]
+    monkeypatch.setattr(p.store, "compare_and_swap", flaky_cas)
     with pytest.raises(CommitStateUnknown, match="could not advance GT_last to 1"):
         p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
     assert calls["n"] == 2  # not retried blindly
     assert p.state().gt_last == 1 and len(p.consumer.delivered) == 1
 
 
-def test_store_outage_during_cas_is_commit_state_unknown() -> None:
+def test_store_outage_during_cas_is_commit_state_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     p = Pipeline()
     p.record_batch(0, epoch=1)
     p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
 
-    def down(key: str, data: bytes, expected: str) -> str:
+    def down(key: str, data: bytes, expected_version: str) -> str:
         raise StoreUnavailable(p.store.uri, key, "connection refused")
 
-    p.store.compare_and_swap = down  # type: ignore[method-assign]
+    monkeypatch.setattr(p.store, "compare_and_swap", down)
     p.record_batch(1, epoch=2)
     with pytest.raises(CommitStateUnknown, match="could not record bundle 2 in flight"):
         p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)

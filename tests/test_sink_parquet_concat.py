@@ -11,7 +11,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sink.bundle import Bundle, StagedPart
+from sink.bundle import Bundle
 from sink.parquet_concat import (
     NotStitchable,
     concat_parts_to_file,
@@ -21,6 +21,7 @@ from sink.parquet_concat import (
     stitch_bytes,
     stitch_files,
 )
+from state.records.bundle import StagedPart
 
 
 def rich_table(start: int, n: int) -> pa.Table:
@@ -43,7 +44,7 @@ def write_parts(tmp_path: Path, sizes: list[int], **kwargs: object) -> tuple[lis
     for i, n in enumerate(sizes):
         t = rich_table(start, n)
         path = str(tmp_path / f"part-{i}.parquet")
-        pq.write_table(t, path, **kwargs)  # type: ignore[arg-type]
+        pq.write_table(t, path, **kwargs)
         paths.append(path)
         tables.append(t)
         start += n

@@ -213,7 +213,8 @@ def test_upload_is_verified_by_etag_or_read_back(store: StateStore, tmp_path: Pa
         """A store that silently stores something else than it was given."""
 
         def create(self, key: str, data: bytes) -> str:
-            return super().create(key, data[:-1])
+            version: str = super().create(key, data[:-1])
+            return version
 
     cp = write_checkpoint(tmp_path / "cp", 1)
     lossy = Lossy(store.config)

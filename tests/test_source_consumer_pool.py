@@ -4,7 +4,8 @@ reuse without a seek, key separation, bounds, idle eviction, invalidation after 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Generator
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -190,9 +191,10 @@ def test_a_task_stopped_mid_range_invalidates_its_consumer(broker: FakeBroker) -
     pool = ConsumerPool()
     broker.produce("t", 2, 25_000)
     part = KafkaInputPartition(0, (OffsetRange("t", 2, 0, 25_100),))
-    it = read_partition(
+    # read_partition is a generator function: Spark closes it when it stops reading
+    it = cast(Generator[Any, None, None], read_partition(
         options(), part, SCHEMA, context=None, consumer_factory=factory(broker), source=pool
-    )
+    ))
     assert next(it).num_rows == 10_000
     it.close()
     assert counts(pool) == (1, 0, 1, 0, 1)

@@ -29,7 +29,7 @@ from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
 from state.memory_store import MemoryStore
-from state.store import StoreConfig
+from state.store import StateStore, StoreConfig, open_store
 from tests.source_fakes import FakeBroker, factory
 
 
@@ -229,13 +229,17 @@ def test_only_the_marked_partition_opens_a_store(
     uri = f"memory://br-{uuid.uuid4().hex}"
     opts = options(**{"pipeline.id": "p", "state.uri": uri})
     opened: list[object] = []
-    real_open = partition_reader.open_store
-    monkeypatch.setattr(
-        partition_reader, "open_store", lambda cfg: opened.append(cfg) or real_open(cfg)
-    )
+
+    def recording_open(cfg: StoreConfig | str) -> StateStore:
+        opened.append(cfg)
+        return open_store(cfg)
+
+    monkeypatch.setattr(partition_reader, "open_store", recording_open)
     schema = arrow_schema(source_schema(False))
     ctx = BatchContext("q-2", 0)
-    tasks = [(OffsetRange("t", 0, 0, 2),), (OffsetRange("t", 0, 2, 4),)]
+    tasks: list[tuple[OffsetRange, ...]] = [
+        (OffsetRange("t", 0, 0, 2),), (OffsetRange("t", 0, 2, 4),)
+    ]
     parts = input_partitions(3, tasks, records_batch=True)
     assert [p.records_batch for p in parts] == [True, False]
     pool = ConsumerPool()

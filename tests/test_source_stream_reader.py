@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
@@ -70,9 +71,13 @@ class Harness:
     def tick(self, seconds: float) -> None:
         self.clock.now += seconds
 
+    def tasks(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[KafkaInputPartition]:
+        """``reader.partitions``: the stream reader plans only KafkaInputPartitions."""
+        return cast("Sequence[KafkaInputPartition]", self.reader.partitions(start, end))
+
     def ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[str]:
         """The epoch's ranges, in order, over all of its tasks."""
-        return [str(r) for p in self.reader.partitions(start, end) for r in p.ranges]
+        return [str(r) for p in self.tasks(start, end) for r in p.ranges]
 
     def latest(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         self.clock.now += 10  # past the end-offset cache
@@ -173,7 +178,7 @@ def test_epoch_log_records_and_replays(broker: FakeBroker) -> None:
     # nothing new: the start comes back and nothing is recorded
     assert h.latest(end2) == end2
     assert h.store.get_or_none(h.layout.epoch(2)) is None
-    parts = h.reader.partitions(end, end2)
+    parts = h.tasks(end, end2)
     # small ranges: one task reads both (minRecordsPerTask), and records the batch
     assert [(p.epoch, [str(r) for r in p.ranges], p.records_batch) for p in parts] == [
         (1, ["t-0 [15, 30)", "t-1 [5, 10)"], True)
@@ -299,7 +304,7 @@ def test_new_partitions_start_at_zero(broker: FakeBroker) -> None:
     broker.produce("t9", 1, 7)
     end2 = h.latest(end)
     assert offsets(end2) == {("t", 0): 5, ("t", 1): 0, ("t9", 0): 0, ("t9", 1): 7}
-    parts = h.reader.partitions(end, end2)
+    parts = h.tasks(end, end2)
     assert [[str(r) for r in p.ranges] for p in parts] == [["t9-1 [0, 7)"]]
 
 
@@ -375,7 +380,7 @@ def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> No
     restart = lenient.latest(end)
     assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
     # a marker: nothing of the old topic
-    assert [(p.ranges, p.records_batch) for p in lenient.reader.partitions(end, restart)] == [
+    assert [(p.ranges, p.records_batch) for p in lenient.tasks(end, restart)] == [
         ((), True)
     ]
     again = lenient.latest(restart)
@@ -463,7 +468,7 @@ def test_partitions_marker_and_splits(broker: FakeBroker) -> None:
     h = Harness(broker, maxRecordsPerPartition="4")
     a = SourceOffset(3, {("t", 0): 0, ("t", 1): 5}).to_json()
     b = SourceOffset(4, {("t", 0): 10, ("t", 1): 5}).to_json()
-    parts = h.reader.partitions(a, b)
+    parts = h.tasks(a, b)
     assert all(isinstance(p, KafkaInputPartition) and p.epoch == 3 for p in parts)
     # maxRecordsPerPartition wins over minRecordsPerTask: no packing beyond 4 records
     assert [[str(r) for r in p.ranges] for p in parts] == [

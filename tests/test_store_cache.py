@@ -43,7 +43,7 @@ def fresh_cache() -> Iterator[None]:
 
 def s3_config(uri: str = "s3://bucket/state", **settings: object) -> StoreConfig:
     values = {**NOWHERE.__dict__, **settings}
-    return StoreConfig(uri, S3Settings(**values))  # type: ignore[arg-type]
+    return StoreConfig(uri, S3Settings(**values))
 
 
 def in_child(check: Callable[[], bool]) -> bool:
