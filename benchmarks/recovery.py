@@ -154,6 +154,7 @@ class DriverRuns:
         self.timeout = timeout
         self.run_id = uuid.uuid4().hex[:8]
         self.progress = workdir / "progress.jsonl"
+        workdir.mkdir(parents=True, exist_ok=True)
 
     def _produce(self, topic: str, first: int, stop: int) -> None:
         from demo.generator import GeneratorConfig, iter_events
