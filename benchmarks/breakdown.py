@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="8,100,10000", help="records per micro-batch")
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--batches", type=int, default=4, help="measured batches per run")
+    parser.add_argument(
+        "--small", action="store_true", help="2 measured batches per run, a smaller recovery"
+    )
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-recovery", action="store_true")
     parser.add_argument("--recovery-events", type=int, default=8000)
@@ -131,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--zk-hosts", default=os.environ.get("GTB_ZK_HOSTS"))
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results")
     args = parser.parse_args(argv)
+    if args.small:
+        args.batches, args.recovery_events = 2, 4000
     sizes = [int(s) for s in args.sizes.split(",")]
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     from demo.services import Services

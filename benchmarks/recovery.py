@@ -61,6 +61,10 @@ class Timeline:
     recover_s: float | None = None
 
 
+def _seen(events: list[dict[str, Any]]) -> float | None:
+    return 1.0 if _event(events, "batch") is not None else None
+
+
 def _event(events: list[dict[str, Any]], name: str, **match: Any) -> dict[str, Any] | None:
     for e in events:
         if e["event"] == name and all(e.get(k) == v for k, v in match.items()):
@@ -268,15 +272,9 @@ class DriverRuns:
             d1, launched1 = self._start(job, 1)
             procs.append(d1)
             first = self._wait(d1, 1, "a first bundle", self._bundle(1, -1))
-            cold = timeline(
-                "cold start",
-                origin=launched1,
-                launched=launched1,
-                events=self._events(1),
-                spans=load_spans(self.workdir / "profile-1"),
-                bundle_at=first,
+            print(
+                f"  cold start: first bundle {first - launched1:.1f}s after the launch", flush=True
             )
-            print(f"  cold start: first bundle {cold.total_s:.1f}s after the launch", flush=True)
 
             def kill_point() -> float | None:
                 gt = gt_last(store, job.pipeline_id)
@@ -294,19 +292,13 @@ class DriverRuns:
             procs.append(d2)
             self._produce(topic, self.events, self.events + 4 * self.per_batch)
             new = self._wait(d2, 2, "a new bundle after the restart", self._bundle(2, at_kill))
-            recovery = timeline(
-                "SIGKILL -> restart",
-                origin=killed,
-                launched=launched2,
-                events=self._events(2),
-                spans=load_spans(self.workdir / "profile-2"),
-                bundle_at=new,
-            )
             print(
-                f"  recovery: first new bundle {recovery.total_s:.1f}s after the SIGKILL "
+                f"  recovery: first new bundle {new - killed:.1f}s after the SIGKILL "
                 f"(GT_last {at_kill} at the kill)",
                 flush=True,
             )
+            # The first batch's progress event comes after its commit: wait for it.
+            self._wait(d2, 2, "the first batch's progress", lambda: _seen(self._events(2)))
             Path(job.stop_path).touch()
             d2.stop(grace=60)
         finally:
@@ -314,6 +306,22 @@ class DriverRuns:
                 if proc.running:
                     proc.kill()
             store.close()
+        cold = timeline(
+            "cold start",
+            origin=launched1,
+            launched=launched1,
+            events=self._events(1),
+            spans=load_spans(self.workdir / "profile-1"),
+            bundle_at=first,
+        )
+        recovery = timeline(
+            "SIGKILL -> restart",
+            origin=killed,
+            launched=launched2,
+            events=self._events(2),
+            spans=load_spans(self.workdir / "profile-2"),
+            bundle_at=new,
+        )
         return RecoveryResult(
             cold, recovery, at_kill, self.zookeeper, self.lose_checkpoint, load_average()
         )
@@ -330,7 +338,7 @@ def report(result: RecoveryResult) -> None:
         f"load average {result.load_average})"
     )
     steps = list(
-        dict.fromkeys([s for s, _ in result.cold.steps] + [s for s, _ in result.recovery.steps])
+        dict.fromkeys([s for s, _ in result.recovery.steps] + [s for s, _ in result.cold.steps])
     )
     cold, rec = dict(result.cold.steps), dict(result.recovery.steps)
     rows = [[s, _s(cold.get(s)), _s(rec.get(s))] for s in steps]
