@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="no small run of each query first (tiny runs)"
+    )
     args = parser.parse_args(argv)
     from benchmarks.common import kafka_bootstrap
 
@@ -219,13 +222,16 @@ def main(argv: list[str] | None = None) -> None:
     ):
         workdir = Path(tmp)
         warm_n = max(500, args.per_batch // 5)
-        warm = make_inputs(bootstrap, workdir, warm_n, warm_n, "demo-warmup")
+        warm = None
+        if not args.no_warmup:
+            warm = make_inputs(bootstrap, workdir, warm_n, warm_n, "demo-warmup")
         inputs = make_inputs(bootstrap, workdir, args.events, args.per_batch, "demo-bench")
         with local_spark(args.cores, **conf) as spark:
-            through_gtbarrier(
-                spark, warm, warm_n, bootstrap=bootstrap, server=server, workdir=workdir
-            )
-            through_files(spark, warm, workdir)
+            if warm is not None:
+                through_gtbarrier(
+                    spark, warm, warm_n, bootstrap=bootstrap, server=server, workdir=workdir
+                )
+                through_files(spark, warm, workdir)
             runs = [
                 through_gtbarrier(
                     spark,
