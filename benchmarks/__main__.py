@@ -22,9 +22,9 @@ Then one table lists each target's value, target and verdict with the absolute f
 and the load average, then the other measurements; ``results/`` receives
 ``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 20
 minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` about 5,
-``--size tiny`` is notebook 03's test run (without the recovery benchmark). ``--skip`` leaves benchmarks out. The exit
-code is non-zero if a benchmark failed or its output could not be read (a target that
-is not met is reported, not an error).
+``--size tiny`` is notebook 03's test run (without the recovery benchmark). ``--skip``
+leaves benchmarks out. The exit code is non-zero if a benchmark failed or its output
+could not be read (a target that is not met is reported, not an error).
 """
 
 from __future__ import annotations
