@@ -3,10 +3,11 @@ down with them: which span ran in which trigger, per batch, per task and per rec
 
 A trigger is one entry of Spark's ``StreamingQueryProgress``: it starts at its
 ``timestamp`` and lasts ``durationMs.triggerExecution``. A span belongs to the trigger in
-whose window it starts. "Ours" is the wall time covered by at least one span in the
-window (the union of their intervals); the rest of ``triggerExecution`` is Spark's own
-(scheduling, planning, its offset and commit logs, moving rows between the JVM and the
-Python workers).
+whose window it starts. "Ours" is the wall time during which at least one of our spans
+ran its own code (the union of their intervals, without the time a task waited for
+Spark: :func:`own_time`); the rest of ``triggerExecution`` is Spark's own (scheduling,
+planning, its offset and commit logs, the Python workers' start, moving rows between the
+JVM and the Python workers, the query's own operators).
 """
 
 from __future__ import annotations
@@ -171,6 +172,23 @@ def in_window(spans: Iterable[Span], start: float, end: float, slack: float = 0.
     return [s for s in spans if start - slack <= s.start < end - slack]
 
 
+def own_time(spans: Iterable[Span]) -> list[Span]:
+    """The spans during which our code ran rather than waited for Spark: a read task's
+    parts (not the whole task, which also waits while Spark consumes its batches), a
+    write task's own time (at its end: the wait for its input comes first), the rest as
+    they are."""
+    out = []
+    for s in spans:
+        if s.name in ("read.task", "write.input"):
+            continue
+        if s.name == "write.stage" and "input_s" in s.attrs:
+            own = max(0.0, s.seconds - float(s.attrs["input_s"]))
+            out.append(Span("write.own", s.end - own, own, s.pid))
+            continue
+        out.append(s)
+    return out
+
+
 def covered(spans: Iterable[Span], start: float, end: float) -> float:
     """Seconds of ``[start, end]`` covered by at least one span."""
     total = 0.0
@@ -259,7 +277,8 @@ def break_down(
             )
         )
     ours = [
-        covered(batch, t.start, t.end) * 1000 for batch, t in zip(per_batch, triggers, strict=True)
+        covered(own_time(batch), t.start, t.end) * 1000
+        for batch, t in zip(per_batch, triggers, strict=True)
     ]
     spark = {
         key: statistics.median(t.durations_ms.get(key, 0.0) for t in triggers) for key in SPARK_KEYS

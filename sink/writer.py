@@ -90,12 +90,20 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         if not profiling.enabled():
             return self.write_task(iterator, task)
         timed = _TimedInput(iterator)
-        with profiling.span("write.stage", batch_id=task.batch_id, partition=task.partition):
-            message = self.write_task(timed, task)
-        profiling.record(
-            "write.input", timed.started, timed.seconds, batch_id=task.batch_id, rows=timed.rows
-        )
-        return message
+        t0 = time.perf_counter()
+        error: str | None = None
+        try:
+            return self.write_task(timed, task)
+        except BaseException as err:
+            error = type(err).__name__
+            raise
+        finally:
+            attrs = {"batch_id": task.batch_id, "rows": timed.rows, "error": error}
+            profiling.record(
+                "write.stage", timed.started, time.perf_counter() - t0, input_s=timed.seconds,
+                partition=task.partition, **attrs,
+            )
+            profiling.record("write.input", timed.started, timed.seconds, **attrs)
 
     def write_task(
         self, iterator: Iterator[pa.RecordBatch], task: TaskInfo

@@ -160,3 +160,42 @@ def test_summary_lists_the_issue_targets_first_in_order() -> None:
         "file: exactly-once's one extra step",
     ]
     assert rows[1][5] == "1.00 2.00 3.00"
+
+
+def test_own_time_leaves_out_the_waits() -> None:
+    from benchmarks.spans import own_time
+
+    spans = [
+        Span("read.task", 0.0, 5.0, 1),
+        Span("read.fetch", 0.5, 1.0, 1),
+        Span("write.stage", 0.0, 4.0, 2, {"input_s": 3.0}),
+        Span("write.input", 0.0, 3.0, 2),
+    ]
+    own = own_time(spans)
+    assert [(s.name, s.start, s.seconds) for s in own] == [
+        ("read.fetch", 0.5, 1.0),
+        ("write.own", 3.0, 1.0),
+    ]
+    assert covered(own, 0.0, 10.0) == pytest.approx(2.0)
+
+
+def test_the_commit_records_its_steps_and_the_write_its_input_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+
+    from sink import writer
+    from sink.barrier import CommitOutcome
+
+    monkeypatch.setenv(profiling.ENV, str(tmp_path))
+    timings = {"read_state": 0.5, "cas_inflight": 0.25, "deliver": 1.0, "total": 2.0}
+    writer._profile_outcome(CommitOutcome(3, 7, "delivered", 10, timings=timings), T0 + 2.0)
+    timed = writer._TimedInput(iter([pa.record_batch({"x": [1, 2]}), pa.record_batch({"x": [3]})]))
+    assert sum(b.num_rows for b in timed) == 3 and timed.rows == 3 and timed.seconds >= 0
+    spans = {s.name: s for s in load_spans(tmp_path)}
+    assert spans["commit.total"].start == T0 and spans["commit.total"].attrs["epoch"] == 7
+    assert spans["commit.cas_inflight"].start == T0 + 0.5
+    assert spans["commit.deliver"].start == T0 + 0.75
+    monkeypatch.delenv(profiling.ENV)
+    writer._profile_outcome(CommitOutcome(4, 8, "delivered", 1, timings=timings), T0)
+    assert len(load_spans(tmp_path)) == len(spans)  # nothing without GTBARRIER_PROFILE
