@@ -33,7 +33,15 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, load_average, local_spark, print_table
 from benchmarks.recovery import DriverRuns, report, to_json
 from benchmarks.source_bench import fill
-from benchmarks.spans import NESTED, Breakdown, Trigger, break_down, load_spans, table
+from benchmarks.spans import (
+    NESTED,
+    SPARK_KEYS,
+    Breakdown,
+    Trigger,
+    break_down,
+    load_spans,
+    table,
+)
 
 PARTITIONS = 8
 QUERIES = ("stateless", "demo")
@@ -120,6 +128,88 @@ def print_breakdown(b: Breakdown) -> None:
     )
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """``breakdown.json`` as Markdown: per batch size, the queries side by side."""
+    out: list[str] = []
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for b in doc["breakdowns"]:
+        by_size.setdefault(int(b["batch_records"]), []).append(b)
+    for size, runs in sorted(by_size.items()):
+        names = [r["query"] for r in runs]
+        out.append(
+            f"\n**{size:,} records per batch** (load average "
+            + "; ".join(f"{r['query']} {r['load_average']}" for r in runs)
+            + ")\n"
+        )
+        head = ["part"] + [
+            f"{n} {c}" for n in names for c in ("ms/batch", "n", "ms/task", "us/record")
+        ]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        labels: list[tuple[str, str]] = [(f"Spark {k}", f"spark:{k}") for k in SPARK_KEYS]
+        labels += [("ours (own time, union)", "ours"), ("rest: Spark's own", "rest")]
+        section = ""
+        for r in runs:
+            for row in r["rows"]:
+                if row["section"] != section:
+                    section = row["section"]
+                    labels.append((f"**{section}**", "section"))
+                entry = (row["label"], f"row:{row['name']}")
+                if entry not in labels:
+                    labels.append(entry)
+        for label, key in dict.fromkeys(labels):
+            cells = [label.replace("  ", "&nbsp;&nbsp;")]
+            for r in runs:
+                cells += [""] * 4 if key == "section" else _cells(r, key)
+            out.append("| " + " | ".join(cells) + " |")
+    if "recovery" in doc:
+        out.append(_recovery_markdown(doc["recovery"]))
+    return "\n".join(out) + "\n"
+
+
+def _recovery_markdown(rec: dict[str, Any]) -> str:
+    cold, again = dict(rec["cold"]["steps"]), dict(rec["recovery"]["steps"])
+    steps = list(dict.fromkeys([*again, *cold]))
+    lines = [
+        f"\n**Recovery** (the demo's driver; ZooKeeper {'yes' if rec['zookeeper'] else 'no'}; "
+        f"load average {rec['load_average']}; recover(): {rec['recovery']['recover_action']})\n",
+        "| step | cold start s | SIGKILL -> restart s |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {s} | {_num(cold.get(s))} | {_num(again.get(s))} |" for s in steps]
+    lines.append(
+        f"| **total, to the first (new) bundle** | {rec['cold']['total_s']:.1f} | "
+        f"{rec['recovery']['total_s']:.1f} |"
+    )
+    first_cold, first_again = rec["cold"]["first_batch_ms"], rec["recovery"]["first_batch_ms"]
+    if first_cold or first_again:
+        lines += ["", "| first micro-batch, durationMs | cold start | restart |", "|---|---|---|"]
+        for key in SPARK_KEYS:
+            lines.append(f"| {key} | {first_cold.get(key, '-')} | {first_again.get(key, '-')} |")
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _cells(run: dict[str, Any], key: str) -> list[str]:
+    kind, _, name = key.partition(":")
+    if kind == "spark":
+        return [f"{run['spark_ms'].get(name, 0):,.0f}", "", "", ""]
+    if key in ("ours", "rest"):
+        return [f"{run[key + '_ms']:,.0f}", "", "", ""]
+    for row in run["rows"]:
+        if row["name"] == name:
+            return [
+                f"{row['per_batch_ms']:,.0f}",
+                f"{row['count_per_batch']:.0f}",
+                f"{row['per_span_ms']:,.0f}",
+                f"{row['per_record_us']:,.0f}",
+            ]
+    return ["-", "", "", ""]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__)
     parser.add_argument("--sizes", default="8,100,10000", help="records per micro-batch")
@@ -136,7 +226,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     parser.add_argument("--zk-hosts", default=os.environ.get("GTB_ZK_HOSTS"))
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="only print this breakdown.json as Markdown tables (for docs/performance.md)",
+    )
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     if args.small:
         args.batches, args.recovery_events = 2, 4000
     sizes = [int(s) for s in args.sizes.split(",")]
