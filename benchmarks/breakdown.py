@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -37,6 +38,7 @@ from benchmarks.spans import (
     NESTED,
     SPARK_KEYS,
     Breakdown,
+    Span,
     Trigger,
     break_down,
     load_spans,
@@ -119,13 +121,29 @@ def print_breakdown(b: Breakdown) -> None:
     )
     print_table(*table(b))
     top = sorted(
-        (r for r in b.rows if r.name not in NESTED and r.name != "read.task"),
+        (r for r in b.rows if r.name not in NESTED),
         key=lambda r: -r.per_batch_ms,
     )[:5]
     print(
         "largest: "
         + "; ".join(f"{r.section}/{r.label.strip()} {r.per_batch_ms:,.0f} ms" for r in top)
     )
+
+
+def reanalyze(doc: dict[str, Any], spans: list[Span]) -> dict[str, Any]:
+    """``doc`` with its tables computed again from the saved spans (where the batches'
+    start times were saved)."""
+    again = []
+    for b in doc["breakdowns"]:
+        if not all("start" in t for t in b["batches"]):
+            again.append(b)
+            continue
+        triggers = [
+            Trigger(t["batch_id"], t["start"], t["input_rows"], t["records"], t["durations_ms"])
+            for t in b["batches"]
+        ]
+        again.append(break_down(b["query"], triggers, spans, b["load_average"]).to_json())
+    return doc | {"breakdowns": again}
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -234,7 +252,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.markdown is not None:
-        print(markdown(json.loads(args.markdown.read_text())))
+        doc = json.loads(args.markdown.read_text())
+        profile = args.markdown.parent / "breakdown-profile"
+        if profile.is_dir():
+            doc = reanalyze(doc, load_spans(profile))
+        print(markdown(doc))
         return
     if args.small:
         args.batches, args.recovery_events = 2, 4000
@@ -278,6 +300,10 @@ def main(argv: list[str] | None = None) -> None:
                 ).run()
                 report(result)
                 doc["recovery"] = to_json(result)
+            # The raw spans, so that the tables can be computed again (another analysis).
+            saved = args.out / "breakdown-profile"
+            shutil.rmtree(saved, ignore_errors=True)
+            shutil.copytree(profile, saved)
         finally:
             services.stop()
     doc["load_average_end"] = load_average()

@@ -152,9 +152,7 @@ def read_results(path: Path) -> tuple[list[Ratio], dict[str, Any]]:
 
 def progress_durations(progress: Sequence[dict[str, Any]], key: str) -> list[float]:
     """``durationMs[key]`` of every progress entry that read input, in ms."""
-    return [
-        float(p["durationMs"].get(key, 0)) for p in progress if p.get("numInputRows", 0) > 0
-    ]
+    return [float(p["durationMs"].get(key, 0)) for p in progress if p.get("numInputRows", 0) > 0]
 
 
 def wait_for_batches(query: Any, batches: int, timeout: float, what: str) -> None:

@@ -36,7 +36,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("read tasks", "Arrow building", "read.arrow"),
     ("read tasks", "close", "read.close"),
     ("read tasks", "whole read task", "read.task"),
-    ("sink write", "write task", "write.stage"),
+    ("sink write", "own work (sort, stage the part)", "write.own"),
+    ("sink write", "whole write task", "write.stage"),
     ("sink write", "  of which waiting for input", "write.input"),
     ("commit", "process start", "commit.process"),
     ("commit", "imports", "commit.imports"),
@@ -61,6 +62,7 @@ SECTION_OF_PREFIX = {
 NESTED = {
     "driver.epoch_log",
     "driver.kafka_offsets",
+    "write.stage",
     "write.input",
     "read.task",
     "commit.total",
@@ -179,7 +181,7 @@ def own_time(spans: Iterable[Span]) -> list[Span]:
     they are."""
     out = []
     for s in spans:
-        if s.name in ("read.task", "write.input"):
+        if s.name in ("read.task", "write.input", "write.own"):
             continue
         if s.name == "write.stage" and "input_s" in s.attrs:
             own = max(0.0, s.seconds - float(s.attrs["input_s"]))
@@ -187,6 +189,11 @@ def own_time(spans: Iterable[Span]) -> list[Span]:
             continue
         out.append(s)
     return out
+
+
+def with_own_writes(spans: list[Span]) -> list[Span]:
+    """``spans`` and, for every write task, a ``write.own`` span (its own time)."""
+    return spans + [s for s in own_time(spans) if s.name == "write.own"]
 
 
 def covered(spans: Iterable[Span], start: float, end: float) -> float:
@@ -238,7 +245,13 @@ class Breakdown:
             "rest_ms": self.rest_ms,
             "rows": [r.__dict__ for r in self.rows],
             "batches": [
-                {"batch_id": t.batch_id, "records": t.records, "durations_ms": t.durations_ms}
+                {
+                    "batch_id": t.batch_id,
+                    "start": t.start,
+                    "input_rows": t.input_rows,
+                    "records": t.records,
+                    "durations_ms": t.durations_ms,
+                }
                 for t in self.triggers
             ],
         }
@@ -250,7 +263,7 @@ def break_down(
     """Per-batch, per-span and per-record figures of every span name seen in the batches."""
     if not triggers:
         raise ValueError(f"{query}: no measured micro-batch")
-    per_batch: list[list[Span]] = [in_window(spans, t.start, t.end) for t in triggers]
+    per_batch = [with_own_writes(in_window(spans, t.start, t.end)) for t in triggers]
     records = statistics.median(t.records for t in triggers) or 1
     trigger_ms = statistics.median(t.seconds * 1000 for t in triggers) or 1.0
     names = [name for _, _, name in ROWS]
