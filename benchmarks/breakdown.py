@@ -252,11 +252,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.markdown is not None:
-        doc = json.loads(args.markdown.read_text())
-        profile = args.markdown.parent / "breakdown-profile"
-        if profile.is_dir():
-            doc = reanalyze(doc, load_spans(profile))
-        print(markdown(doc))
+        saved = json.loads(args.markdown.read_text())
+        spans_dir = args.markdown.parent / "breakdown-profile"
+        if spans_dir.is_dir():
+            saved = reanalyze(saved, load_spans(spans_dir))
+        print(markdown(saved))
         return
     if args.small:
         args.batches, args.recovery_events = 2, 4000
