@@ -203,8 +203,12 @@ def _recovery_markdown(rec: dict[str, Any]) -> str:
     if first_cold or first_again:
         lines += ["", "| first micro-batch, durationMs | cold start | restart |", "|---|---|---|"]
         for key in SPARK_KEYS:
-            lines.append(f"| {key} | {first_cold.get(key, '-')} | {first_again.get(key, '-')} |")
+            lines.append(f"| {key} | {_ms(first_cold.get(key))} | {_ms(first_again.get(key))} |")
     return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _num(value: float | None) -> str:
