@@ -12,16 +12,18 @@ PY := $(VENV)/bin/python
 # What pytest runs, and extra arguments: `make pytest PYTEST_PATHS=tests PYTEST_ARGS="-x"`.
 PYTEST_PATHS ?= tests integration_tests
 PYTEST_ARGS ?=
+# Extra arguments of `make bench` / `make breakdown`, e.g. BENCH_ARGS=--small.
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration demo bench counts
+.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
 	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
 	@echo "make check      the fast lane: ruff (lint + format), mypy and the unit tests (< 2 min)"
 	@echo "make setup      install only (idempotent)"
-	@echo "make lint | typecheck | unit | integration | bench | counts"
+	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts"
 
 setup:
 	@./scripts/setup.sh
@@ -57,13 +59,13 @@ integration: setup
 demo: setup
 	$(PY) -m demo
 
+# Issue 9's targets side by side (about 20 min on 2 cores): `make bench BENCH_ARGS=--small`
+# for about 5 min. `make breakdown`: where a micro-batch's and a recovery's time goes.
 bench: setup
-	@if [ -f benchmarks/__main__.py ]; then \
-		$(PY) -m benchmarks; \
-	else \
-		echo "make bench: no benchmarks yet (benchmarks/__main__.py does not exist)"; \
-		exit 1; \
-	fi
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+breakdown: setup
+	$(PY) -m benchmarks.breakdown $(BENCH_ARGS)
 
 # How many tests each marker selects (collection only, nothing runs).
 counts: setup

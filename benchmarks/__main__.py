@@ -1,23 +1,30 @@
-"""``python -m benchmarks`` (``make bench``): every benchmark, one table of ratios vs targets.
+"""``python -m benchmarks`` (``make bench``): issue 9's targets, measured side by side.
 
-Runs, one after the other, against one Kafka broker and one S3 server (started here, or
-``--bootstrap`` / ``--s3-endpoint``, or ``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT``):
+Runs, one after the other, each in its own process (its own SparkSession) against one
+Kafka broker and one S3 server (started here, or ``--bootstrap`` / ``--s3-endpoint``, or
+``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT``; the recovery benchmark also starts a
+ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 
-* ``benchmarks.source_bench``: gtkafka vs a plain kafka-python loop (target >= 0.9);
-* ``benchmarks.sink_bench``: barrier exactly-once vs at-least-once vs Spark's parquet
-  sink (throughput >= 0.95, <= 10 ms added per bundle, no item bytes through the driver);
-* ``benchmarks.snapshot_bench``: batch durations with and without snapshots (p99 within
-  1.1x), snapshot sizes, recovery times;
-* ``benchmarks.scaling``: throughput against Kafka partitions (1, 4, 16, 64) and Spark
-  cores.
+==============================  ==========================================================  ========
+``benchmarks.fixed_cost``       median triggerExecution of a 100-record batch, gtkafka (8   <= 2.0x
+                                partitions, S3 state) -> barrier vs rate-micro-batch -> noop
+``benchmarks.scaling``          records/s, 64 partitions vs 1 (gtkafka -> noop, ~10          >= 0.8
+                                batches); also the curve against partitions and cores
+``benchmarks.source_bench``     gtkafka -> noop (AvailableNow) vs plain kafka-python, wall   >= 0.9
+``benchmarks.demo_bench``       the demo's query over gtkafka -> barrier vs over the json    >= 0.7
+                                file source -> noop, records/s
+``benchmarks.sink_bench``       barrier exactly-once / at-least-once, file and s3 consumers  >= 0.95
+``benchmarks.recovery``         SIGKILL -> first new bundle vs cold start -> first bundle    <= 1.3x
+``benchmarks.snapshot_bench``   batch p99 with and without snapshots (extra rows)
+==============================  ==========================================================  ========
 
-Each runs in its own process (its own SparkSession) with its output shown as it goes;
-then one table lists every ratio next to its target, and ``results/`` receives
-``benchmarks.json``, ``ratios.png`` and ``scaling.png``. ``--small`` runs everything at a
-reduced size (about 5 minutes), ``--size tiny`` smaller still (notebook 03's test run);
-the default size takes 10-15 minutes on 2 cores. The exit code is non-zero if a
-benchmark failed or its output could not be read (a target that is not met is
-reported, not an error).
+Then one table lists each target's value, target and verdict with the absolute figures
+and the load average, then the other measurements; ``results/`` receives
+``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 20
+minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` about 5,
+``--size tiny`` is notebook 03's test run (without the recovery benchmark). ``--skip``
+leaves benchmarks out. The exit code is non-zero if a benchmark failed or its output
+could not be read (a target that is not met is reported, not an error).
 """
 
 from __future__ import annotations
@@ -35,25 +42,37 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, kafka_bootstrap
+from benchmarks.common import REPO_ROOT, Ratio, kafka_bootstrap, load_average, read_results
+
+__all__ = ["Outcome", "Ratio", "main"]
 
 SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
-        "source": ["--records", "500000"],
+        "fixed_cost": ["--batches", "10"],
+        "scaling": ["--records", "200000"],
+        "source": ["--records", "2000000"],
+        "demo": ["--events", "40000", "--per-batch", "10000"],
         "sink": ["--records", "200000", "--per-batch", "40000"],
-        "snapshot": [],
-        "scaling": ["--records", "100000"],
+        "recovery": ["--events", "8000", "--per-batch", "500"],
+        "snapshot": ["--skip-recovery"],
     },
     "small": {
-        "source": ["--records", "100000"],
+        "fixed_cost": ["--batches", "5"],
+        "scaling": ["--records", "40000", "--partitions", "1,64", "--cores", "2"],
+        "source": ["--records", "200000"],
+        "demo": ["--events", "10000", "--per-batch", "2500"],
         "sink": ["--records", "60000", "--per-batch", "15000"],
-        "snapshot": ["--small"],
-        "scaling": ["--records", "40000"],
+        "recovery": ["--events", "4000", "--per-batch", "500"],
+        "snapshot": ["--small", "--skip-recovery"],
     },
     "tiny": {  # the notebooks' test run: shapes, not numbers
+        "fixed_cost": ["--batches", "3"],
+        "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
         "source": ["--records", "20000"],
+        "demo": ["--events", "2000", "--per-batch", "1000", "--no-warmup"],
         "sink": ["--records", "8000", "--per-batch", "4000", "--targets", "file"],
+        # no recovery: two driver programs (JVMs) and their first batches take minutes
         "snapshot": [
             "--small",
             "--keys",
@@ -62,40 +81,30 @@ SIZES: dict[str, dict[str, list[str]]] = {
             "8",
             "--fill-batches",
             "3",
-            "--recovery-records",
-            "2000",
-            "--recovery-cases",
-            "fresh",
+            "--skip-recovery",
         ],
-        "scaling": ["--records", "4000", "--partitions", "1,4", "--cores", "1,2"],
     },
 }
-ORDER = ("source", "sink", "snapshot", "scaling")
-
-
-@dataclass
-class Ratio:
-    """One line of the final table."""
-
-    benchmark: str
-    measure: str
-    value: float | None
-    target: str
-    met: bool | None
-    unit: str = "x"
-    note: str = ""
-
-    def cells(self) -> list[str]:
-        if self.value is None:
-            shown = "-"
-        elif self.unit == "x":
-            shown = f"{self.value:.2f}"
-        elif self.unit in ("ms", "s"):
-            shown = f"{self.value:,.1f} {self.unit}"
-        else:
-            shown = f"{self.value:,.0f} {self.unit}".strip()
-        verdict = {True: "met", False: "NOT met", None: "-"}[self.met]
-        return [self.benchmark, self.measure, shown, self.target, verdict, self.note]
+ORDER = ("fixed_cost", "scaling", "source", "demo", "sink", "recovery", "snapshot")
+MODULES = {
+    "fixed_cost": "benchmarks.fixed_cost",
+    "scaling": "benchmarks.scaling",
+    "source": "benchmarks.source_bench",
+    "demo": "benchmarks.demo_bench",
+    "sink": "benchmarks.sink_bench",
+    "recovery": "benchmarks.recovery",
+    "snapshot": "benchmarks.snapshot_bench",
+}
+#: Issue 9's targets, in its order: (benchmark, measure prefix) of their rows.
+TARGETS = (
+    ("fixed cost", "fixed cost"),
+    ("partition scaling", "partition scaling"),
+    ("source", "gtkafka AvailableNow / plain kafka-python (wall)"),
+    ("demo query", "demo query"),
+    ("sink", "file: exactly-once / at-least-once throughput"),
+    ("sink", "s3: exactly-once / at-least-once throughput"),
+    ("recovery", "recovery"),
+)
 
 
 @dataclass
@@ -108,6 +117,7 @@ class Outcome:
     ratios: list[Ratio] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    load: str = ""  # the load average when it ended
 
 
 # --- reading each benchmark's output ---------------------------------------------------
@@ -326,7 +336,9 @@ def run_module(name: str, module: str, args: Sequence[str], env: dict[str, str])
         if not _noise(line):
             print("  " + line, end="", flush=True)
     code = proc.wait()
-    return Outcome(name, command, time.monotonic() - began, code, "".join(lines))
+    outcome = Outcome(name, command, time.monotonic() - began, code, "".join(lines))
+    outcome.load = load_average()
+    return outcome
 
 
 def _noise(line: str) -> bool:
@@ -349,6 +361,16 @@ def s3_endpoint(given: str | None) -> Iterator[str]:
         yield str(server.endpoint)
 
 
+def _json_results(path: Path) -> Callable[[Outcome], tuple[list[Ratio], dict[str, Any]]]:
+    return lambda _o: read_results(path)
+
+
+def _scaling(points: Path, results: Path) -> tuple[list[Ratio], dict[str, Any]]:
+    curve, data = parse_scaling(points)
+    target, _ = read_results(results)
+    return target + curve, data
+
+
 def run_all(args: argparse.Namespace) -> list[Outcome]:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -357,30 +379,41 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
         bootstrap = stack.enter_context(kafka_bootstrap(args.bootstrap))
         endpoint = stack.enter_context(s3_endpoint(args.s3_endpoint))
         env = dict(os.environ, GTB_KAFKA_BOOTSTRAP=bootstrap, GTB_S3_ENDPOINT=endpoint)
+        if args.zk_hosts:
+            env["GTB_ZK_HOSTS"] = args.zk_hosts
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
         )
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         parsers: dict[str, Callable[[Outcome], tuple[list[Ratio], dict[str, Any]]]] = {
+            "fixed_cost": _json_results(out / "fixed_cost.json"),
+            "scaling": lambda o: _scaling(out / "scaling.json", out / "scaling_target.json"),
             "source": lambda o: parse_source(o.output),
+            "demo": _json_results(out / "demo.json"),
             "sink": lambda o: parse_sink(o.output),
+            "recovery": _json_results(out / "recovery.json"),
             "snapshot": lambda o: parse_snapshot(o.output),
-            "scaling": lambda o: parse_scaling(out / "scaling.json"),
+        }
+        extras = {
+            "fixed_cost": ["--json", str(out / "fixed_cost.json")],
+            "scaling": [
+                "--json",
+                str(out / "scaling.json"),
+                "--results",
+                str(out / "scaling_target.json"),
+            ],
+            "demo": ["--json", str(out / "demo.json")],
+            "recovery": ["--json", str(out / "recovery.json")],
+            "snapshot": ["--out", str(out)],
         }
         for name in ORDER:
             if name in args.skip:
                 continue
-            extra = list(SIZES[args.size][name])
-            if name == "scaling":
-                extra += ["--json", str(out / "scaling.json")]
-            if name == "snapshot":
-                extra += ["--out", str(out)]
-            module = f"benchmarks.{name}_bench" if name != "scaling" else "benchmarks.scaling"
-            if not (REPO_ROOT / (module.replace(".", "/") + ".py")).is_file():
-                outcomes.append(
-                    Outcome(name, [module], 0.0, -1, "", error=f"{module} does not exist")
-                )
+            if name not in SIZES[args.size]:
+                print(f"\n=== {name}: not run at size {args.size}", flush=True)
                 continue
+            module = MODULES[name]
+            extra = list(SIZES[args.size][name]) + extras.get(name, [])
             outcome = run_module(name, module, extra, env)
             if outcome.returncode != 0:
                 outcome.error = f"exit code {outcome.returncode}"
@@ -396,25 +429,52 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
 # --- reporting -------------------------------------------------------------------------
 
 
+def is_target(r: Ratio) -> bool:
+    """Is ``r`` one of issue 9's targets (else an extra measurement)?"""
+    return any(r.benchmark == b and r.measure.startswith(m) for b, m in TARGETS)
+
+
+def _order(r: Ratio) -> int:
+    return next(
+        i for i, (b, m) in enumerate(TARGETS) if r.benchmark == b and r.measure.startswith(m)
+    )
+
+
 def summary_table(outcomes: Sequence[Outcome]) -> list[list[str]]:
-    rows = []
+    """Issue 9's targets in its order (and any failed benchmark), then every other row;
+    each row ends with the load average when its benchmark ended."""
+    targets: list[tuple[int, list[str]]] = []
+    others: list[list[str]] = []
     for o in outcomes:
         if o.error is not None:
-            rows.append([o.name, "FAILED: " + o.error, "-", "-", "-", ""])
+            targets.append(
+                (len(TARGETS), [o.name, "FAILED: " + o.error, "-", "-", "-", o.load, ""])
+            )
             continue
-        rows += [r.cells() for r in o.ratios]
+        for r in o.ratios:
+            cells = r.cells()
+            row = [*cells[:5], o.load, cells[5]]
+            if is_target(r):
+                targets.append((_order(r), row))
+            else:
+                others.append(row)
+    rows = [row for _, row in sorted(targets, key=lambda t: t[0])]
+    if others:
+        rows.append(["", "other measurements", "", "", "", "", ""])
+        rows += others
     return rows
 
 
 def write_results(outcomes: Sequence[Outcome], out: Path, args: argparse.Namespace) -> Path:
     doc = {
-        "machine": {"cores": os.cpu_count()},
+        "machine": {"cores": os.cpu_count(), "load_average": load_average()},
         "size": args.size,
         "benchmarks": [
             {
                 "name": o.name,
                 "command": o.command[1:],
                 "seconds": round(o.seconds, 1),
+                "load_average": o.load,
                 "error": o.error,
                 "ratios": [asdict(r) for r in o.ratios],
                 "data": o.data,
@@ -494,7 +554,7 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-        fig.suptitle("gtkafka -> barrier (file, exactly-once) throughput")
+        fig.suptitle("gtkafka -> noop throughput (Trigger.AvailableNow, about 10 batches)")
         fig.tight_layout()
         path = out / "scaling.png"
         fig.savefig(path, dpi=110)
@@ -504,10 +564,17 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
 
 def print_summary(outcomes: Sequence[Outcome]) -> None:
     total = sum(o.seconds for o in outcomes)
-    print(f"\n=== gtbarrier benchmarks: {os.cpu_count()} cores, {total / 60:.1f} min")
-    rows = [["benchmark", "measure", "value", "target", "", "note"], *summary_table(outcomes)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print(
+        f"\n=== gtbarrier benchmarks: {os.cpu_count()} cores, {total / 60:.1f} min, "
+        f"load average now {load_average()}"
+    )
+    header = ["benchmark", "measure", "value", "target", "", "load average", "note"]
+    rows = [header, *summary_table(outcomes)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for n, row in enumerate(rows):
+        if row[1] == "other measurements":
+            print(f"\n{row[1]}:")
+            continue
         cells = [
             c.rjust(w) if i == 2 else c.ljust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
@@ -527,7 +594,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--size",
         choices=sorted(SIZES),
         default="default",
-        help="default (10-15 min on 2 cores), small (about 5 min) or tiny "
+        help="default (about 20 min on 2 cores), small (about 5 min) or tiny "
         "(the notebooks' test run)",
     )
     parser.add_argument("--small", action="store_true", help="the same as --size small")
@@ -540,6 +607,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", default="", help=f"comma list of {', '.join(ORDER)}")
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
+    parser.add_argument(
+        "--zk-hosts",
+        default=os.environ.get("GTB_ZK_HOSTS"),
+        help="ZooKeeper for the recovery benchmark (default: started there)",
+    )
     args = parser.parse_args(argv)
     if args.small:
         args.size = "small"

@@ -1,12 +1,16 @@
-"""Shared pieces of the benchmarks: a Kafka broker, a local Spark session, result tables."""
+"""Shared pieces of the benchmarks: a Kafka broker, a local Spark session, result tables,
+ratios with their targets and the files that carry them to ``python -m benchmarks``."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +79,90 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     print("  ".join("-" * w for w in widths))
     for row in cells[1:]:
         print(line(row))
+
+
+def load_average() -> str:
+    """The machine's load averages (1, 5 and 15 minutes), as ``uptime`` prints them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@dataclass
+class Ratio:
+    """One measured figure next to its target (a line of ``python -m benchmarks``' table).
+
+    ``met`` is None for a figure without a target; ``note`` carries the absolute figures.
+    """
+
+    benchmark: str
+    measure: str
+    value: float | None
+    target: str
+    met: bool | None
+    unit: str = "x"
+    note: str = ""
+
+    def cells(self) -> list[str]:
+        if self.value is None:
+            shown = "-"
+        elif self.unit == "x":
+            shown = f"{self.value:.2f}"
+        elif self.unit in ("ms", "s"):
+            shown = f"{self.value:,.1f} {self.unit}"
+        else:
+            shown = f"{self.value:,.0f} {self.unit}".strip()
+        verdict = {True: "met", False: "NOT met", None: "-"}[self.met]
+        return [self.benchmark, self.measure, shown, self.target, verdict, self.note]
+
+
+def verdict(value: float, target: str) -> bool:
+    """Whether ``value`` meets ``target`` (``">= 0.9"``, ``"<= 2.0x"``)."""
+    op, bound = target.split()[:2]
+    limit = float(bound.rstrip("x"))
+    if op == ">=":
+        return value >= limit
+    if op == "<=":
+        return value <= limit
+    raise ValueError(f"a target is '>= N' or '<= N', got {target!r}")
+
+
+def target_ratio(benchmark: str, measure: str, value: float, target: str, note: str) -> Ratio:
+    """A ratio with its target and verdict, also printed as one line
+    ``<measure> = <value> (target <target>: met|NOT met); <note>``."""
+    met = verdict(value, target)
+    print(
+        f"{measure} = {value:.2f} (target {target}: {'met' if met else 'NOT met'}); {note}",
+        flush=True,
+    )
+    return Ratio(benchmark, measure, value, target, met, note=note)
+
+
+def write_results(path: Path | None, ratios: Sequence[Ratio], data: dict[str, Any]) -> None:
+    """``{"ratios": [...], "data": {...}}`` for ``python -m benchmarks`` (if ``path``)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"ratios": [asdict(r) for r in ratios], "data": data, "load_average": load_average()}
+    path.write_text(json.dumps(doc, indent=2, default=str))
+
+
+def read_results(path: Path) -> tuple[list[Ratio], dict[str, Any]]:
+    doc = json.loads(path.read_text())
+    return [Ratio(**r) for r in doc["ratios"]], dict(doc.get("data", {}))
+
+
+def progress_durations(progress: Sequence[dict[str, Any]], key: str) -> list[float]:
+    """``durationMs[key]`` of every progress entry that read input, in ms."""
+    return [float(p["durationMs"].get(key, 0)) for p in progress if p.get("numInputRows", 0) > 0]
+
+
+def wait_for_batches(query: Any, batches: int, timeout: float, what: str) -> None:
+    """Poll until ``query`` has completed ``batches`` micro-batches (batch ids 0..n-1)."""
+    deadline = time.monotonic() + timeout
+    while (query.lastProgress or {}).get("batchId", -1) < batches - 1:
+        if query.exception() is not None:
+            raise RuntimeError(f"{what} failed: {query.exception()}")
+        if not query.isActive:
+            raise RuntimeError(f"{what} stopped after {len(query.recentProgress)} batches")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: fewer than {batches} batches in {timeout:.0f}s")
+        time.sleep(0.2)

@@ -1,18 +1,21 @@
-"""How gtkafka -> barrier throughput grows with Kafka partitions and with Spark cores.
+"""How gtkafka's throughput grows with Kafka partitions and with Spark cores.
 
-    python -m benchmarks.scaling                          # 400,000 records per point
+    python -m benchmarks.scaling                          # 200,000 records per point
     python -m benchmarks.scaling --records 50000 --json out.json
+    python -m benchmarks.scaling --sink barrier           # through the barrier instead
 
 Each point fills a topic with the same number of ~100-byte records (spread over the
-topic's partitions) and runs the stateless pipeline ``gtkafka -> (key, value, gt) ->
-barrier`` (``consumer=file``, ``delivery=exactly-once``, state ``file://``) with
-``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger`` = a quarter of the records, after a
-warm-up query in the same SparkSession. Reported: records/s over the query's wall time
-and inside its triggers (Spark's ``processedRowsPerSecond`` measure, without the query's
-start and stop).
+topic's partitions) and runs ``gtkafka -> noop`` (or, ``--sink barrier``, the stateless
+pipeline ``gtkafka -> (key, value, gt) -> barrier``, ``consumer=file``, exactly-once,
+state ``file://``) with ``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger`` = a tenth
+of the records (about 10 batches), after a warm-up query in the same SparkSession.
+Reported: records/s over the query's wall time and inside its triggers (Spark's
+``processedRowsPerSecond`` measure, without the query's start and stop).
 
 * partitions: 1, 4, 16, 64 on ``local[<all cores>]``;
 * cores: ``local[1]``, ``local[2]``, ... up to the machine's cores, on 8 partitions.
+
+Target: records/s inside triggers with the most partitions / with one >= 0.8.
 """
 
 from __future__ import annotations
@@ -28,10 +31,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import kafka_bootstrap, local_spark, print_table
+from benchmarks.common import (
+    kafka_bootstrap,
+    load_average,
+    local_spark,
+    print_table,
+    target_ratio,
+    write_results,
+)
 from benchmarks.source_bench import fill
 
 PARTITIONS = (1, 4, 16, 64)
+TARGET = ">= 0.8"
+BATCHES = 10
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class Point:
     wall_s: float
     triggers_s: float
     batches: int
+    load: str = ""
 
     @property
     def rate(self) -> float:
@@ -54,9 +67,9 @@ class Point:
 
 
 def run_pipeline(
-    spark: Any, bootstrap: str, topic: str, records: int, workdir: Path
+    spark: Any, bootstrap: str, topic: str, records: int, workdir: Path, *, sink: str = "noop"
 ) -> tuple[float, float, int]:
-    """gtkafka -> barrier over the whole topic; (wall s, in-trigger s, batches)."""
+    """gtkafka -> ``sink`` over the whole topic; (wall s, in-trigger s, batches)."""
     run = uuid.uuid4().hex[:8]
     ids = {"pipeline.id": f"scale-{run}", "state.uri": f"file://{workdir}/state-{run}"}
     df = (
@@ -65,16 +78,21 @@ def run_pipeline(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(max(1, records // 4)))
+        .option("maxOffsetsPerTrigger", str(max(1, records // BATCHES)))
         .load()
     )
     began = time.perf_counter()
+    if sink == "barrier":
+        writer = (
+            df.select("key", "value", "gt")
+            .writeStream.format("barrier")
+            .options(**ids)
+            .option("consumer.path", str(workdir / f"out-{run}"))
+        )
+    else:
+        writer = df.writeStream.format("noop")
     query = (
-        df.select("key", "value", "gt")
-        .writeStream.format("barrier")
-        .options(**ids)
-        .option("consumer.path", str(workdir / f"out-{run}"))
-        .option("checkpointLocation", str(workdir / f"cp-{run}"))
+        writer.option("checkpointLocation", str(workdir / f"cp-{run}"))
         .trigger(availableNow=True)
         .start()
     )
@@ -97,6 +115,7 @@ def measure(
     partitions: Sequence[int] = PARTITIONS,
     cores: Sequence[int] | None = None,
     workdir: Path,
+    sink: str = "noop",
 ) -> list[Point]:
     """Every point of both axes (topics filled once per partition count)."""
     all_cores = os.cpu_count() or 1
@@ -115,7 +134,7 @@ def measure(
     points: list[Point] = []
     for c in sorted(set(cores) | {all_cores}):
         with local_spark(c) as spark:
-            run_pipeline(spark, bootstrap, warmup, 10_000, workdir)
+            run_pipeline(spark, bootstrap, warmup, 10_000, workdir, sink=sink)
             axes: list[tuple[str, int]] = []
             if c in cores:
                 axes.append(("cores", 8))
@@ -124,8 +143,10 @@ def measure(
             for axis, p in axes:
                 topic = topic_with(p)
                 n = records - records % p
-                wall, triggers, batches = run_pipeline(spark, bootstrap, topic, n, workdir)
-                point = Point(axis, p, c, n, wall, triggers, batches)
+                wall, triggers, batches = run_pipeline(
+                    spark, bootstrap, topic, n, workdir, sink=sink
+                )
+                point = Point(axis, p, c, n, wall, triggers, batches, load_average())
                 print(
                     f"  {axis:10} partitions={p:<3} local[{c}]: {n:,} records in {wall:.1f}s "
                     f"({point.rate:,.0f}/s; {point.trigger_rate:,.0f}/s inside triggers)",
@@ -135,7 +156,7 @@ def measure(
     return points
 
 
-def report(points: Sequence[Point]) -> None:
+def report(points: Sequence[Point]) -> list[Any]:
     for axis, label in (("partitions", "Kafka partitions"), ("cores", "Spark cores")):
         chosen = sorted(
             (p for p in points if p.axis == axis), key=lambda p: (p.partitions, p.cores)
@@ -167,15 +188,32 @@ def report(points: Sequence[Point]) -> None:
             ],
         )
         print()
+    chosen = sorted((p for p in points if p.axis == "partitions"), key=lambda p: p.partitions)
+    if len(chosen) < 2 or chosen[0].partitions != 1:
+        return []
+    one, most = chosen[0], chosen[-1]
+    return [
+        target_ratio(
+            "partition scaling",
+            f"partition scaling: records/s inside triggers, {most.partitions} partitions / "
+            "1 partition",
+            most.trigger_rate / one.trigger_rate,
+            TARGET,
+            f"{most.trigger_rate:,.0f} vs {one.trigger_rate:,.0f} records/s "
+            f"(wall {most.rate / one.rate:.2f}x); load {most.load}",
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
-    parser.add_argument("--records", type=int, default=400_000, help="records per point")
+    parser.add_argument("--records", type=int, default=200_000, help="records per point")
+    parser.add_argument("--sink", choices=("noop", "barrier"), default="noop")
     parser.add_argument("--partitions", default=",".join(map(str, PARTITIONS)))
     parser.add_argument("--cores", default=None, help="comma list (default 1..all cores)")
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--json", type=Path, default=None, help="also write the points here")
+    parser.add_argument("--results", type=Path, default=None, help="the target's ratio here")
     args = parser.parse_args(argv)
     partitions = [int(p) for p in args.partitions.split(",")]
     cores = [int(c) for c in args.cores.split(",")] if args.cores else None
@@ -184,9 +222,15 @@ def main(argv: list[str] | None = None) -> None:
         tempfile.TemporaryDirectory(prefix="gtb-scaling-") as workdir,
     ):
         points = measure(
-            bootstrap, args.records, partitions=partitions, cores=cores, workdir=Path(workdir)
+            bootstrap,
+            args.records,
+            partitions=partitions,
+            cores=cores,
+            workdir=Path(workdir),
+            sink=args.sink,
         )
-    report(points)
+    ratios = report(points)
+    write_results(args.results, ratios, {"points": [asdict(p) for p in points]})
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([asdict(p) for p in points], indent=2))

@@ -104,6 +104,23 @@ def read_partition(  # noqa: PLR0913 - keyword-only batch context and injectable
     """Write the batch record (the marked partition of a streaming batch only), then
     yield the task's ranges as RecordBatches of at most :data:`ARROW_BATCH_ROWS` rows."""
     task = partition.index
+    began, t0 = time.time(), time.perf_counter()
+    try:
+        yield from _read_task(options, partition, arrow_schema, context, consumer_factory, source)
+    finally:
+        # The whole task, including the time Spark spends consuming its batches.
+        profiling.record("read.task", began, time.perf_counter() - t0, partition=task)
+
+
+def _read_task(  # noqa: PLR0913, PLR0917 - read_partition's arguments, passed through
+    options: KafkaSourceOptions,
+    partition: KafkaInputPartition,
+    arrow_schema: Any,
+    context: BatchContext | None,
+    consumer_factory: Callable[..., Any] | None,
+    source: ConsumerSource | None,
+) -> Iterator[Any]:
+    task = partition.index
     if (
         partition.records_batch
         and context is not None

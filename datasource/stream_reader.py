@@ -43,6 +43,7 @@ from datasource.partition_reader import KafkaInputPartition, input_partitions, r
 from datasource.schema import arrow_schema
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
+from state.profiling import span
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
 from state.store import open_store
 
@@ -109,6 +110,10 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     def initialOffset(self) -> dict[str, Any]:
         """The persisted start, or the start resolved now and persisted (first writer wins)."""
+        with span("driver.initialOffset"):
+            return self._initial_offset()
+
+    def _initial_offset(self) -> dict[str, Any]:
         persisted = self.epoch_log.start()
         if persisted is None:
             found = self.offset_reader.topic_partitions()
@@ -137,21 +142,29 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         """Record the frontier to stop at: the latest offsets now (freshly fetched, every
         end confirmed by a fetch, so that a stale end does not stop the run short)."""
-        latest = dict(self.offset_reader.view(fresh=True, verify=True).latest)
+        with span("driver.availableNow"):
+            latest = dict(self.offset_reader.view(fresh=True, verify=True).latest)
         self._target = latest
         log.info("gtkafka: Trigger.AvailableNow reads up to %s", frontier_json(latest))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        with span("driver.latestOffset"):
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_checkpoint(start)
-        recorded = self.epoch_log.recorded_end(begin)
+        with span("driver.epoch_log", op="recorded_end"):
+            recorded = self.epoch_log.recorded_end(begin)
         if recorded is not None:
             self._last_trigger = self._clock()
             return recorded.to_json()
-        end = self._next_end(begin, limit)
+        with span("driver.kafka_offsets"):
+            end = self._next_end(begin, limit)
         if end is None:
             self._topic_ids.update(self._pending_ids)
             return begin.to_json()
-        winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
+        with span("driver.epoch_log", op="record"):
+            winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
         self._topic_ids.update(self._pending_ids)
         self._last_trigger = self._clock()
         return winner.to_json()
@@ -168,7 +181,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
         A pure function of ``(start, end, options)``, so a replay reads the same splits.
         """
-        return plan_partitions(self.options, from_checkpoint(start), from_checkpoint(end))
+        with span("driver.partitions"):
+            return plan_partitions(self.options, from_checkpoint(start), from_checkpoint(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaInputPartition)
@@ -181,12 +195,13 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     def commit(self, end: dict[str, Any]) -> None:
         """Publish progress to ``commitOffsetsToGroup`` (monitoring only, never recovery)."""
-        if self.options.commit_offsets_to_group is not None:
-            commit_to_group(
-                self.options,
-                self.options.commit_offsets_to_group,
-                from_checkpoint(end).offsets,
-            )
+        with span("driver.commit"):
+            if self.options.commit_offsets_to_group is not None:
+                commit_to_group(
+                    self.options,
+                    self.options.commit_offsets_to_group,
+                    from_checkpoint(end).offsets,
+                )
 
     def stop(self) -> None:
         if self._offsets is not None:

@@ -6,6 +6,7 @@
 
 from typing import Any
 
+import state.profiling  # noqa: F401 - first: dates this process's imports (benchmarks)
 from sink.data_source import BarrierSink
 from sink.lost_inflight import resolve_lost_inflight
 

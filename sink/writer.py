@@ -10,6 +10,7 @@ per worker process, so their ``close()`` here releases nothing a later call coul
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
+from state import profiling
 from state.errors import GtBarrierError
 from state.records.bundle import StagedPart
 from state.store import open_store
@@ -85,7 +87,24 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
     # --- executors --------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BarrierCommitMessage:
-        return self.write_task(iterator, TaskInfo.current())
+        task = TaskInfo.current()
+        if not profiling.enabled():
+            return self.write_task(iterator, task)
+        timed = _TimedInput(iterator)
+        t0 = time.perf_counter()
+        error: str | None = None
+        try:
+            return self.write_task(timed, task)
+        except BaseException as err:
+            error = type(err).__name__
+            raise
+        finally:
+            attrs = {"batch_id": task.batch_id, "rows": timed.rows, "error": error}
+            profiling.record(
+                "write.stage", timed.started, time.perf_counter() - t0, input_s=timed.seconds,
+                partition=task.partition, **attrs,
+            )
+            profiling.record("write.input", timed.started, timed.seconds, **attrs)
 
     def write_task(
         self, iterator: Iterator[pa.RecordBatch], task: TaskInfo
@@ -149,11 +168,16 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         self.commit_batch(messages, batchId)
 
     def commit_batch(self, messages: Sequence[Any], batchId: int) -> CommitOutcome:
-        with self._barrier() as barrier:
-            return barrier.commit(messages, batchId)
+        _profile_process_start(time.time(), batchId)
+        with profiling.span("commit.call", batch_id=batchId), self._barrier() as barrier:
+            outcome = barrier.commit(messages, batchId)
+            returned = time.time()
+        _profile_outcome(outcome, returned)
+        return outcome
 
     def abort(self, messages: Sequence[Any], batchId: int) -> None:
-        with self._barrier() as barrier:
+        _profile_process_start(time.time(), batchId)
+        with profiling.span("commit.abort", batch_id=batchId), self._barrier() as barrier:
             barrier.abort(messages, batchId)
 
     def _barrier(self) -> _OpenBarrier:
@@ -168,12 +192,74 @@ class _OpenBarrier:
 
     def __enter__(self) -> Barrier:
         faults = FaultInjector.from_environment()
-        self.store = open_store(self.options.store)
-        self.consumer = open_consumer(self.options, self.store, faults)
+        with profiling.span("commit.open"):
+            self.store = open_store(self.options.store)
+            self.consumer = open_consumer(self.options, self.store, faults)
         return Barrier(self.options, self.store, self.consumer, self.consumer.staging, faults)
 
     def __exit__(self, *exc: object) -> None:
+        with profiling.span("commit.close"):
+            try:
+                self.consumer.close()
+            finally:
+                self.store.close()
+
+
+# --- profiling (benchmarks only: nothing happens unless GTBARRIER_PROFILE is set) -----
+
+_profiled_process = False
+
+
+def _profile_process_start(entered: float, batch_id: int) -> None:
+    """Once per commit process: ``commit.process`` (process start until gtbarrier's first
+    import) and ``commit.imports`` (from there until the first commit/abort began)."""
+    global _profiled_process  # noqa: PLW0603 - once per process
+    if _profiled_process or not profiling.enabled():
+        return
+    _profiled_process = True
+    started = profiling.process_started_at()
+    imported = profiling.IMPORTED_AT
+    if started is not None and started <= imported:
+        profiling.record("commit.process", started, imported - started, batch_id=batch_id)
+    profiling.record("commit.imports", imported, entered - imported, batch_id=batch_id)
+
+
+# The barrier's steps in the order it runs them (CommitOutcome.timings keys).
+_STEPS = ("read_state", "recover", "cas_inflight", "deliver", "cas_gt_last", "cleanup")
+
+
+def _profile_outcome(outcome: CommitOutcome, returned: float) -> None:
+    """The barrier's own timings as ``commit.<step>`` spans, laid end to end before
+    ``returned`` (when :meth:`Barrier.commit` returned)."""
+    if not profiling.enabled() or not outcome.timings:
+        return
+    attrs = {"batch_id": outcome.batch_id, "epoch": outcome.epoch, "action": outcome.action}
+    total = outcome.timings.get("total", sum(outcome.timings.values()))
+    at = returned - total
+    profiling.record("commit.total", at, total, rows=outcome.rows, **attrs)
+    for step in _STEPS:
+        if step in outcome.timings:
+            profiling.record(f"commit.{step}", at, outcome.timings[step], **attrs)
+            at += outcome.timings[step]
+
+
+class _TimedInput:
+    """Wraps a write task's input and times how long it waits for each batch."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self.started = time.time()
+        self.seconds = 0.0
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        t0 = time.perf_counter()
         try:
-            self.consumer.close()
+            batch = next(self._batches)
         finally:
-            self.store.close()
+            self.seconds += time.perf_counter() - t0
+        self.rows += batch.num_rows
+        return batch

@@ -1,0 +1,251 @@
+"""The demo's query through gtbarrier vs the same query over Spark's own file source.
+
+    python -m benchmarks.demo_bench                      # 40,000 events, 10,000 per batch
+    python -m benchmarks.demo_bench --events 8000 --per-batch 2000
+
+The demo's events (:mod:`demo.generator`: orders and payments as JSON, keyed by
+customer over 8 partitions) go to a Kafka topic and, the same events, to JSON-lines files
+(one file per batch's worth, with the Kafka partition and offset as fields). In one
+SparkSession (``local[<cores>]``, 4 shuffle partitions, as the demo's driver), each after
+a small warm-up run of its own, with ``Trigger.AvailableNow``:
+
+* gtbarrier: ``gtkafka`` (``maxOffsetsPerTrigger``, state on S3) -> the demo's query
+  (:func:`demo.pipeline.shop_outputs`: enrichment, a windowed aggregation and
+  ``applyInPandasWithState``, unioned) -> ``barrier`` (``consumer=file``, exactly-once);
+* Spark alone: the ``json`` file source (``maxFilesPerTrigger=1``, the same batches) ->
+  the same query -> ``noop``.
+
+Measured: records/s over each query's wall time (start to end). Target: gtbarrier /
+Spark alone >= 0.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    Ratio,
+    load_average,
+    local_spark,
+    print_table,
+    target_ratio,
+    write_results,
+)
+from benchmarks.sink_bench import s3_endpoint
+
+TARGET = ">= 0.7"
+PARTITIONS = 8
+FILE_SCHEMA_EXTRA = ", src_partition INT, src_offset BIGINT"
+
+
+@dataclass(frozen=True)
+class Run:
+    query: str
+    records: int
+    seconds: float
+    batches: int
+    load: str
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+@dataclass(frozen=True)
+class Inputs:
+    topic: str
+    directory: Path
+    events: int
+
+
+def make_inputs(bootstrap: str, workdir: Path, events: int, per_batch: int, name: str) -> Inputs:
+    """The events in a new topic and, the same, in JSON-lines files of ``per_batch``."""
+    from demo.generator import GeneratorConfig, iter_events
+    from harness.kafka import KafkaBroker, KafkaHelper
+
+    config = GeneratorConfig(events=events, partitions=PARTITIONS)
+    kafka = KafkaHelper(KafkaBroker.external_at(bootstrap), name)
+    directory = workdir / f"{name}-json"
+    directory.mkdir(parents=True)
+    try:
+        topic = kafka.create_topic(partitions=PARTITIONS)
+        generated = list(iter_events(config))
+        kafka.produce(topic, (e.record() for e in generated), batch_size=5000)
+    finally:
+        kafka.close()
+    next_offset = [0] * PARTITIONS
+    lines = []
+    for e in generated:
+        body = json.loads(e.value)
+        body["src_partition"], body["src_offset"] = e.partition, next_offset[e.partition]
+        next_offset[e.partition] += 1
+        lines.append(json.dumps(body, separators=(",", ":")))
+    for n, first in enumerate(range(0, len(lines), per_batch)):
+        (directory / f"part-{n:05d}.json").write_text("\n".join(lines[first : first + per_batch]))
+    return Inputs(topic, directory, events)
+
+
+def _sink(out: Any) -> Any:
+    from demo.pipeline import DemoJob
+
+    # The demo's driver writes fewer, larger parts per bundle (DemoJob.output_partitions).
+    partitions = DemoJob.__dataclass_fields__["output_partitions"].default
+    return out.coalesce(partitions) if partitions else out
+
+
+def _run(query: Any, name: str, records: int, began: float) -> Run:
+    """Wait for the AvailableNow ``query`` to end; its wall time counts from ``began``."""
+    query.awaitTermination()
+    seconds = time.perf_counter() - began
+    if query.exception() is not None:
+        raise RuntimeError(f"{name} failed: {query.exception()}")
+    return Run(name, records, seconds, len(query.recentProgress), load_average())
+
+
+def through_gtbarrier(
+    spark: Any, inputs: Inputs, per_batch: int, *, bootstrap: str, server: Any, workdir: Path
+) -> Run:
+    from demo.pipeline import parse_events, reference_tables, shop_outputs
+
+    run = uuid.uuid4().hex[:8]
+    bucket = f"demo-bench-{run}"
+    server.client().create_bucket(Bucket=bucket)
+    ids = {"pipeline.id": f"demo-{run}", "state.uri": f"s3://{bucket}/gtb", **server.options()}
+    raw = (
+        spark.readStream.format("gtkafka")
+        .options(**ids)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", inputs.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch))
+        .load()
+    )
+    categories, rates = reference_tables(spark)
+    out = shop_outputs(parse_events(raw, "5 minutes"), categories, rates, "1 minute")
+    began = time.perf_counter()
+    query = (
+        _sink(out)
+        .writeStream.format("barrier")
+        .options(**ids)
+        .option("consumer", "file")
+        .option("consumer.path", str(workdir / f"out-{run}"))
+        .option("checkpointLocation", str(workdir / f"cp-{run}"))
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
+    )
+    return _run(query, "gtkafka -> demo query -> barrier (file)", inputs.events, began)
+
+
+def through_files(spark: Any, inputs: Inputs, workdir: Path) -> Run:
+    from demo.pipeline import EVENT_SCHEMA, reference_tables, shop_outputs
+
+    events = (
+        spark.readStream.format("json")
+        .schema(EVENT_SCHEMA + FILE_SCHEMA_EXTRA)
+        .option("maxFilesPerTrigger", 1)
+        .load(str(inputs.directory))
+        .withColumnRenamed("ts", "event_time")
+        .withWatermark("event_time", "5 minutes")
+    )
+    categories, rates = reference_tables(spark)
+    out = shop_outputs(events, categories, rates, "1 minute")
+    began = time.perf_counter()
+    query = (
+        _sink(out)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(workdir / f"cp-files-{uuid.uuid4().hex[:6]}"))
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
+    )
+    return _run(query, "json files -> demo query -> noop", inputs.events, began)
+
+
+def report(runs: list[Run], per_batch: int) -> list[Ratio]:
+    print()
+    print_table(
+        ["query", "records", "batches", "wall s", "records/s", "load average"],
+        [
+            [
+                r.query,
+                f"{r.records:,}",
+                str(r.batches),
+                f"{r.seconds:.1f}",
+                f"{r.rate:,.0f}",
+                r.load,
+            ]
+            for r in runs
+        ],
+    )
+    print()
+    ours, alone = runs
+    return [
+        target_ratio(
+            "demo query",
+            f"demo query ({per_batch:,} per batch), records/s: gtkafka -> barrier / "
+            "json files -> noop",
+            ours.rate / alone.rate,
+            TARGET,
+            f"{ours.rate:,.0f} vs {alone.rate:,.0f} records/s; load {ours.load}",
+        )
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo_bench", description=__doc__)
+    parser.add_argument("--events", type=int, default=40_000)
+    parser.add_argument("--per-batch", type=int, default=10_000)
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="no small run of each query first (tiny runs)"
+    )
+    args = parser.parse_args(argv)
+    from benchmarks.common import kafka_bootstrap
+
+    conf = {"spark.sql.shuffle.partitions": "4", "spark.sql.session.timeZone": "UTC"}
+    with (
+        kafka_bootstrap(args.bootstrap) as bootstrap,
+        s3_endpoint(args.s3_endpoint) as server,
+        tempfile.TemporaryDirectory(prefix="gtb-demo-bench-") as tmp,
+    ):
+        workdir = Path(tmp)
+        warm_n = max(500, args.per_batch // 5)
+        warm = None
+        if not args.no_warmup:
+            warm = make_inputs(bootstrap, workdir, warm_n, warm_n, "demo-warmup")
+        inputs = make_inputs(bootstrap, workdir, args.events, args.per_batch, "demo-bench")
+        with local_spark(args.cores, **conf) as spark:
+            if warm is not None:
+                through_gtbarrier(
+                    spark, warm, warm_n, bootstrap=bootstrap, server=server, workdir=workdir
+                )
+                through_files(spark, warm, workdir)
+            runs = [
+                through_gtbarrier(
+                    spark,
+                    inputs,
+                    args.per_batch,
+                    bootstrap=bootstrap,
+                    server=server,
+                    workdir=workdir,
+                ),
+                through_files(spark, inputs, workdir),
+            ]
+    ratios = report(runs, args.per_batch)
+    write_results(args.json, ratios, {"runs": [r.__dict__ | {"rate": r.rate} for r in runs]})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The fixed cost of a micro-batch: 100 records through gtbarrier vs through Spark alone.
+
+    python -m benchmarks.fixed_cost                 # 10 measured batches of each
+    python -m benchmarks.fixed_cost --batches 4
+
+In one SparkSession (``local[<cores>]``), one after the other, each with
+``processingTime=0`` (batches back to back) and its first batch left out:
+
+* Spark alone: ``rate-micro-batch`` (``rowsPerBatch=100``) -> ``noop``;
+* gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
+  ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3).
+
+Target: median ``triggerExecution`` of gtbarrier / of Spark alone <= 2.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    Ratio,
+    kafka_bootstrap,
+    load_average,
+    local_spark,
+    print_table,
+    target_ratio,
+    wait_for_batches,
+    write_results,
+)
+from benchmarks.sink_bench import percentile, s3_endpoint
+from benchmarks.source_bench import fill
+
+TARGET = "<= 2.0x"
+RECORDS = 100
+PARTITIONS = 8
+
+
+@dataclass(frozen=True)
+class Run:
+    query: str
+    trigger_ms: list[float]
+    add_batch_ms: list[float]
+    load: str
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.trigger_ms)
+
+
+def measure(query: Any, name: str, batches: int, timeout: float) -> Run:
+    """Let ``query`` run ``batches`` + 1 batches, stop it, keep all but the first."""
+    try:
+        wait_for_batches(query, batches + 1, timeout, name)
+    finally:
+        query.stop()
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0][1 : batches + 1]
+    return Run(
+        name,
+        [float(p["durationMs"]["triggerExecution"]) for p in progress],
+        [float(p["durationMs"].get("addBatch", 0)) for p in progress],
+        load_average(),
+    )
+
+
+def spark_alone(spark: Any, workdir: Path, batches: int) -> Run:
+    df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", RECORDS).load()
+    query = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(workdir / f"cp-rate-{uuid.uuid4().hex[:6]}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    return measure(query, "rate-micro-batch -> noop", batches, 600)
+
+
+def gtbarrier(
+    spark: Any, workdir: Path, batches: int, *, bootstrap: str, topic: str, server: Any
+) -> Run:
+    run = uuid.uuid4().hex[:8]
+    bucket = f"fixed-cost-{run}"
+    server.client().create_bucket(Bucket=bucket)
+    ids = {"pipeline.id": f"fixed-{run}", "state.uri": f"s3://{bucket}/gtb", **server.options()}
+    df = (
+        spark.readStream.format("gtkafka")
+        .options(**ids)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(RECORDS))
+        .load()
+    )
+    query = (
+        df.select("key", "value", "gt")
+        .writeStream.format("barrier")
+        .options(**ids)
+        .option("consumer", "file")
+        .option("consumer.path", str(workdir / f"out-{run}"))
+        .option("checkpointLocation", str(workdir / f"cp-{run}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    return measure(query, "gtkafka (8 partitions, S3 state) -> barrier (file)", batches, 3600)
+
+
+def report(runs: list[Run]) -> list[Ratio]:
+    print()
+    print_table(
+        [
+            "query (100 records per batch)",
+            "batches",
+            "triggerExecution p50 ms",
+            "p90 ms",
+            "addBatch p50 ms",
+            "load average",
+        ],
+        [
+            [
+                r.query,
+                str(len(r.trigger_ms)),
+                f"{r.median:,.0f}",
+                f"{percentile(r.trigger_ms, 0.9):,.0f}",
+                f"{statistics.median(r.add_batch_ms):,.0f}",
+                r.load,
+            ]
+            for r in runs
+        ],
+    )
+    print()
+    alone, ours = runs
+    return [
+        target_ratio(
+            "fixed cost",
+            "fixed cost: median triggerExecution of a 100-record batch, "
+            "gtkafka -> barrier / rate-micro-batch -> noop",
+            ours.median / alone.median,
+            TARGET,
+            f"{ours.median:,.0f} ms vs {alone.median:,.0f} ms; load {ours.load}",
+        )
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fixed_cost", description=__doc__)
+    parser.add_argument("--batches", type=int, default=10, help="measured batches of each")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    with (
+        kafka_bootstrap(args.bootstrap) as bootstrap,
+        s3_endpoint(args.s3_endpoint) as server,
+        tempfile.TemporaryDirectory(prefix="gtb-fixed-cost-") as tmp,
+    ):
+        topic = f"fixed-cost-{uuid.uuid4().hex[:8]}"
+        fill(bootstrap, topic, PARTITIONS, RECORDS * (args.batches + 3), 1)
+        with local_spark(args.cores) as spark:
+            runs = [
+                spark_alone(spark, Path(tmp), args.batches),
+                gtbarrier(
+                    spark, Path(tmp), args.batches, bootstrap=bootstrap, topic=topic, server=server
+                ),
+            ]
+    ratios = report(runs)
+    write_results(args.json, ratios, {"runs": [r.__dict__ for r in runs]})
+
+
+if __name__ == "__main__":
+    main()
