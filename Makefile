@@ -14,13 +14,13 @@ PYTEST_PATHS ?= tests integration_tests
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint typecheck pytest unit integration demo bench counts
+.PHONY: help setup test lint typecheck pytest unit integration demo bench counts chaos
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
 	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
 	@echo "make setup      install only (idempotent)"
-	@echo "make lint | typecheck | unit | integration | bench | counts"
+	@echo "make lint | typecheck | unit | integration | bench | counts | chaos"
 
 setup:
 	@./scripts/setup.sh
@@ -57,6 +57,12 @@ bench: setup
 		echo "make bench: no benchmarks yet (benchmarks/__main__.py does not exist)"; \
 		exit 1; \
 	fi
+
+# Randomized fault rounds against the real servers (docs/chaos.md):
+# `make chaos CHAOS_ARGS="--faults 100 --seed 7"`; the default is the quick run (~10 faults).
+CHAOS_ARGS ?= --quick
+chaos: setup
+	$(PY) -m integration_tests.chaos $(CHAOS_ARGS)
 
 # How many tests each marker selects (collection only, nothing runs).
 counts: setup

@@ -46,6 +46,7 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
     handler = logging.FileHandler(out / "chaos.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    level = root.level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     opts = {k: str(v) for k, v in asdict(options).items()}
@@ -86,6 +87,7 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
     finally:
         servers.stop()
         root.removeHandler(handler)
+        root.setLevel(level)
         handler.close()
     summary = summarize(options.seed, results, time.monotonic() - t0, loads)
     write_json(out / "chaos.json", summary, results, opts)

@@ -66,7 +66,7 @@ class RoundTimeout(Exception):
 @dataclass(frozen=True)
 class InjectedFault:
     kind: str
-    at: float  # seconds since the round started
+    at: float  # seconds since the round started, when it took effect (or was given up)
     fired: bool
     detail: str
     params: dict[str, Any]
@@ -370,7 +370,6 @@ class RoundRunner:
         while pending:
             spec = pending.pop(0)
             kind = FAULTS[spec.kind]
-            at = self.now()
             try:
                 if kind.armed_at_start and self.armed.get(id(spec)) != self.live_driver().label:
                     raise NotFired("not armed: the driver was not restarted before it")
@@ -380,8 +379,8 @@ class RoundRunner:
                 fired = True
             except NotFired as err:
                 detail, fired = f"not injected: {err}", False
-            self.result.faults.append(InjectedFault(spec.kind, round(at, 1), fired, detail,
-                                                    dict(spec.params)))
+            self.result.faults.append(InjectedFault(spec.kind, round(self.now(), 1), fired,
+                                                    detail, dict(spec.params)))
             self.note(f"{spec.kind}: {detail}", "fault" if fired else "fault-skipped")
             self.say(f"[{self.plan.round_id}]   {self.now():6.1f}s {spec.kind}: {detail}")
             if not self.live_driver().running:
