@@ -14,9 +14,10 @@ from integration_tests.chaos.options import QUICK_FAULTS, QUICK_SIZING, ChaosOpt
 
 pytestmark = pytest.mark.slow
 
-# Drawn rounds (docs/chaos.md): the first driver killed at a protocol step, a random
-# kill, S3 and ZooKeeper faults, a zombie driver, each query and consumer at least once.
-SEED = 17
+# Drawn rounds (docs/chaos.md): windowed -> http (S3 latency, a Python worker killed),
+# keyed -> file (killed at after_ack, S3 resets), stateless -> s3 (checkpoint deleted,
+# ZooKeeper session expired, S3 resets), stateless -> kafka (503s, a Python worker, resets).
+SEED = 968
 
 
 @pytest.mark.timeout(1500)

@@ -32,7 +32,6 @@ class DriverLife:
         label: str,
         *,
         fault_env: str | None = None,
-        zookeeper_direct: bool = False,
     ) -> None:
         assert servers.zk is not None
         self.label = label
@@ -40,10 +39,9 @@ class DriverLife:
         self.zk_proxy = FaultProxy("127.0.0.1", servers.zk.port).start()
         work = Path(job.workdir) / label
         work.mkdir(parents=True, exist_ok=True)
-        port = None if zookeeper_direct else self.zk_proxy.port
         self.job = dataclasses.replace(
             job,
-            zookeeper_hosts=servers.zookeeper_hosts(port),
+            zookeeper_hosts=servers.zookeeper_hosts(self.zk_proxy.port),
             workdir=str(work),
             stop_path=str(work / "stop"),
             session_path=str(work / "session.json"),
@@ -87,14 +85,14 @@ class DriverLife:
         """How many times the supervised run started the query (1 + resets)."""
         return sum(1 for e in self.events() if e["event"] == "started")
 
-    def delivered(self) -> int:
-        """Bundles this driver delivered so far (its commits' metrics, GTBARRIER_METRICS)."""
+    def commits(self) -> int:
+        """Batches this driver's sink committed so far (delivered, dropped as a replay, or
+        empty: its commits' metrics, ``GTBARRIER_METRICS``)."""
         path = Path(self.job.workdir) / "commits.jsonl"
         try:
-            lines = path.read_text().splitlines()
+            return len(path.read_text().splitlines())
         except OSError:
             return 0
-        return sum(1 for line in lines if '"action": "delivered"' in line)
 
     def failure(self) -> str | None:
         """The error of a supervised run that gave up, if it did."""

@@ -370,20 +370,20 @@ class Zombie(FaultKind):
         r.note(f"driver {zombie.label} cut off from ZooKeeper")
         r.wait(lambda: successor.queries_started() > 0 or not successor.running, 180.0,
                "the second driver to start its query")
-        r.produce_chunk()
-        r.wait(lambda: not zombie.running, 90.0, "the zombie to be fenced")
+        # The zombie is fenced at its next commit after the second driver's first one:
+        # give both something to commit until the zombie stops.
+        for _ in range(6):
+            r.produce_records(r.plan.max_offsets // 4)
+            if r.wait(lambda: not zombie.running, 20.0, "the zombie to be fenced"):
+                break
         fenced = not zombie.running
         zombie.zk_proxy.clear()
         if zombie.running:
-            r.wait(lambda: not zombie.running, 60.0, "the zombie to give up")
-        how = f"exited {zombie.returncode}" if not zombie.running else "killed"
-        if zombie.running:
             zombie.kill()
-        error = (zombie.failure() or "")[:160]
-        return (
-            f"second driver {successor.label} took over; zombie {zombie.label} "
-            f"{'fenced, ' if fenced else ''}{how}: {error}"
-        )
+        outcome = zombie.failure() or f"exit {zombie.returncode}"
+        if not fenced:
+            outcome = f"not fenced in time, killed ({outcome})"
+        return f"second driver {successor.label} took over; zombie {zombie.label}: {outcome[:200]}"
 
 
 # --- the consumer -------------------------------------------------------------------------

@@ -55,8 +55,8 @@ def _started_or_ended(driver: DriverLife) -> bool:
     return driver.queries_started() > 0 or not driver.running
 
 
-def _delivered_or_ended(driver: DriverLife) -> bool:
-    return driver.delivered() > 0 or not driver.running
+def _committed_or_ended(driver: DriverLife) -> bool:
+    return driver.commits() > 0 or not driver.running
 
 
 class RoundTimeout(Exception):
@@ -198,8 +198,14 @@ class RoundRunner:
         if self.chunk >= self.plan.chunks:
             return False
         self.chunk += 1
-        end = self.plan.records * self.chunk // self.plan.chunks
-        p = self.plan.partitions
+        self.produce_records(self.plan.records * self.chunk // self.plan.chunks - self.produced)
+        return True
+
+    def produce_records(self, n: int) -> None:
+        """Produce the next ``n`` records (past the planned ones if they are all out)."""
+        if n <= 0:
+            return
+        end, p = self.produced + n, self.plan.partitions
         self.kafka.produce(
             self.topic,
             ((record_key(i), b"%d" % i, None, i % p) for i in range(self.produced, end)),
@@ -207,7 +213,6 @@ class RoundRunner:
         )
         self.note(f"records {self.produced}..{end - 1} produced", "input")
         self.produced = end
-        return True
 
     def produce_until_epoch(self, epoch: int) -> None:
         """Produce chunks until the input fills epochs up to ``epoch`` (or runs out)."""
@@ -247,11 +252,11 @@ class RoundRunner:
         return driver
 
     def start_successor(self) -> DriverLife:
-        """A second driver on another "host" (its own checkpoint directory), talking to
-        ZooKeeper directly; it becomes the round's driver."""
+        """A second driver on another "host" (its own checkpoint directory); it becomes
+        the round's driver."""
         label = f"d{len(self.drivers) + 1}"
         self._job = replace(self.job, checkpoint=str(self.dir / f"cp-{label}"))
-        driver = DriverLife(self.runner, self.servers, self.job, label, zookeeper_direct=True)
+        driver = DriverLife(self.runner, self.servers, self.job, label)
         self.drivers.append(driver)
         self.driver = driver
         self.note(f"second driver {label} started (pid {driver.pid}) for the same pipeline",
@@ -277,16 +282,19 @@ class RoundRunner:
 
     def wait_moment(self, moment: dict[str, Any]) -> None:
         """Until the moment a fault was drawn for: ``delay`` seconds after the driver
-        started (``after="start"``), after its query started (``"query"``) or after it
-        delivered its first bundle (``"bundle"``)."""
+        started (``after="start"``), after its query started (``"query"``) or after its
+        sink committed a first batch (``"bundle"``; more input is produced if all of it is
+        out, so that there is a batch to commit)."""
         if moment["after"] == "start":
             self.sleep_until(self.live_driver().started_at + moment["delay"])
             return
         self.wait_query_started()
         if moment["after"] == "bundle":
             driver = self.live_driver()
-            self.wait(functools.partial(_delivered_or_ended, driver), 180.0,
-                      f"driver {driver.label} to deliver a bundle")
+            if driver.commits() == 0 and self.chunk >= self.plan.chunks:
+                self.produce_records(self.plan.max_offsets // 4)
+            self.wait(functools.partial(_committed_or_ended, driver), 180.0,
+                      f"driver {driver.label} to commit a batch")
         self.sleep(moment["delay"])
 
     def wait_query_started(self) -> None:
