@@ -29,11 +29,11 @@ class Sizing:
     """How big rounds are: records per round, per micro-batch, in how many chunks."""
 
     max_offsets: int = 400
-    min_batches: int = 4  # records per round: min_batches..max_batches x max_offsets
-    max_batches: int = 6
+    min_batches: int = 3  # records per round: min_batches..max_batches x max_offsets
+    max_batches: int = 5
     chunks: int = 3
     fault_counts: tuple[int, ...] = (1, 2, 3)
-    fault_count_weights: tuple[float, ...] = (1.0, 2.0, 3.0)
+    fault_count_weights: tuple[float, ...] = (1.0, 2.0, 4.0)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from integration_tests.chaos.reference import assign_epochs, read_epochs, read_i
 from integration_tests.chaos.servers import ChaosServers
 from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.records.barrier import BarrierState
 from state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,11 @@ class RoundRunner:
 
     # --- the pipeline's state -----------------------------------------------------------
 
+    def barrier(self) -> BarrierState:
+        return read_barrier_state(self.store, PipelineLayout(self.pipeline))
+
     def gt_last(self) -> int:
-        return read_barrier_state(self.store, PipelineLayout(self.pipeline)).gt_last
+        return self.barrier().gt_last
 
     def epoch_covering(self, partition: int, offset: int) -> int | None:
         """The recorded epoch that reads ``offset`` of ``partition``, if any yet."""
