@@ -16,14 +16,14 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts
+.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
 	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
 	@echo "make check      the fast lane: ruff (lint + format), mypy and the unit tests (< 2 min)"
 	@echo "make setup      install only (idempotent)"
-	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts"
+	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts | chaos"
 
 setup:
 	@./scripts/setup.sh
@@ -66,6 +66,12 @@ bench: setup
 
 breakdown: setup
 	$(PY) -m benchmarks.breakdown $(BENCH_ARGS)
+
+# Randomized fault rounds against the real servers (docs/chaos.md):
+# `make chaos CHAOS_ARGS="--faults 100 --seed 7"`; the default is the quick run (~10 faults).
+CHAOS_ARGS ?= --quick
+chaos: setup
+	$(PY) -m integration_tests.chaos $(CHAOS_ARGS)
 
 # How many tests each marker selects (collection only, nothing runs).
 counts: setup

@@ -11,6 +11,8 @@ when it is accepted:
   the client connection: the server *has* acted, the client cannot know it.
 * ``DELAY``: forward both ways, but hold each chunk of the response for ``delay`` s.
 * ``BLACKHOLE``: accept and read, never answer (the client runs into its read timeout).
+* ``HTTP_503``: read the request (head and ``Content-Length`` body), answer
+  ``503 Slow Down`` with S3's error body and close. Nothing reaches the server.
 
 ``inject(kind, count=n)`` faults the next ``n`` connections; ``always(kind)`` every new
 connection until ``clear()``. Arming a fault closes the idle pass-through connections
@@ -42,6 +44,7 @@ class Fault(enum.Enum):
     DROP_RESPONSE = "drop-response"
     DELAY = "delay"
     BLACKHOLE = "blackhole"
+    HTTP_503 = "http-503"
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,9 @@ class FaultProxy:
                 self._read_some(client)
                 _reset(client)
                 return
+            if armed.kind is Fault.HTTP_503:
+                self._answer_503(client)
+                return
             if armed.kind is Fault.BLACKHOLE:
                 while not self._stop.is_set() and self._read_some(client) is not None:
                     pass
@@ -189,6 +195,36 @@ class FaultProxy:
                 if s is not None:
                     with contextlib.suppress(OSError):
                         s.close()
+
+    def _answer_503(self, client: socket.socket) -> None:
+        """Read one HTTP request (unless the client waits for ``100 Continue``), answer 503."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self._read_some(client)
+            if chunk is None:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        fields = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+        }
+        if fields.get(b"expect", b"").lower() != b"100-continue":
+            length = int(fields.get(b"content-length", b"0") or 0)
+            while len(body) < length:
+                chunk = self._read_some(client)
+                if chunk is None:
+                    return
+                body += chunk
+        payload = (
+            b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+            b"<Message>Please reduce your request rate (fault proxy).</Message></Error>"
+        )
+        client.sendall(
+            b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+            b"Content-Length: " + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n"
+            + payload
+        )
 
     def _read_some(self, sock: socket.socket) -> bytes | None:
         """The next bytes from ``sock`` (waiting while the proxy runs); None at EOF."""

@@ -1,0 +1,122 @@
+"""A round's verdict: what the consumer holds against what a failure-free run delivers.
+
+Every expected item (a record for ``stateless``, a window, a key's state after an epoch)
+must be delivered exactly once, with the expected content, in the expected bundle where
+the query fixes it. ``lost`` counts expected items not delivered (and input records that
+no epoch read), ``duplicated`` the extra copies, ``differing`` items delivered with other
+content or in another bundle, and items nobody expected. Order: bundles arrive in
+strictly increasing bundle id (where the consumer shows the order), and rows within a
+bundle in ascending ``gt``. The barrier must end drained at the last epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from integration_tests.chaos.consumers import DeliveredBundle
+from integration_tests.chaos.queries import Item, Query
+from integration_tests.chaos.reference import EpochedInput
+from state.records.barrier import BarrierState
+
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    records: int
+    expected: int
+    delivered: int
+    bundles: int
+    lost: int
+    duplicated: int
+    differing: int
+    order_errors: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def exactly_once(self) -> bool:
+        return not (self.lost or self.duplicated or self.differing or self.order_errors
+                    or self.problems)
+
+
+def _gt_key(gt: dict[str, Any]) -> tuple[int, str, int, int]:
+    return int(gt["epoch"]), str(gt["topic"]), int(gt["partition"]), int(gt["offset"])
+
+
+def check_order(bundles: list[DeliveredBundle], ordered: bool) -> list[str]:
+    """Bundles in strictly increasing id (each id once); rows in ``gt`` order."""
+    problems = []
+    ids = [b.bundle_id for b in bundles]
+    if ordered and any(a >= b for a, b in itertools.pairwise(ids)):
+        problems.append(f"bundles out of order or repeated in delivery order: {ids}")
+    elif not ordered and len(set(ids)) != len(ids):
+        problems.append(f"bundle ids repeated: {ids}")
+    for b in bundles:
+        gts = [_gt_key(r["gt"]) for r in b.rows if r.get("gt") is not None]
+        if gts != sorted(gts):
+            problems.append(f"bundle {b.bundle_id}: rows not in gt order")
+    return problems
+
+
+def judge(  # noqa: PLR0917 - the round's facts, each named at the call
+    query: Query,
+    shape: str,
+    ordered: bool,
+    epoched: EpochedInput,
+    bundles: list[DeliveredBundle],
+    barrier: BarrierState,
+    final_epoch: int | None,
+) -> Verdict:
+    expected = {item.identity: item for item in query.expected(epoched.records, shape)}
+    got: list[Item] = [i for b in bundles for i in query.items(b.bundle_id, b.rows, shape)]
+    counts = Counter(i.identity for i in got)
+    first: dict[Any, Item] = {}
+    for i in got:
+        first.setdefault(i.identity, i)
+    lost = [k for k in expected if k not in counts]
+    duplicated = {k: c for k, c in counts.items() if c > 1}
+    unexpected = [k for k in counts if k not in expected]
+    wrong = [
+        k for k, e in expected.items()
+        if k in first
+        and (first[k].value != e.value or (e.bundle >= 0 and first[k].bundle != e.bundle))
+    ]
+    problems = list(epoched.problems)
+    if lost:
+        problems.append(f"lost {len(lost)}, e.g. {sorted(lost, key=repr)[:EXAMPLES]}")
+    if epoched.unread:
+        problems.append(f"{len(epoched.unread)} input record(s) in no epoch, e.g. "
+                        f"{epoched.unread[:EXAMPLES]}")
+    if duplicated:
+        problems.append(f"duplicated {sum(duplicated.values()) - len(duplicated)}, e.g. "
+                        f"{sorted(duplicated.items(), key=repr)[:EXAMPLES]}")
+    for k in wrong[:EXAMPLES]:
+        problems.append(f"differs: {k!r}: got {first[k].value} in bundle {first[k].bundle}, "
+                        f"expected {expected[k].value} in bundle {expected[k].bundle}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)}, e.g. "
+                        f"{[(k, first[k].value) for k in unexpected[:EXAMPLES]]}")
+    order = check_order(bundles, ordered)
+    problems.extend(order)
+    epochs = {e.epoch for e in epoched.epochs}
+    strays = [b.bundle_id for b in bundles if b.bundle_id not in epochs]
+    if strays:
+        problems.append(f"bundles that are no epoch of the log: {strays}")
+    if barrier.inflight is not None:
+        problems.append(f"barrier: bundle {barrier.inflight.bundle_id} still in flight at the end")
+    if final_epoch is not None and barrier.gt_last != final_epoch:
+        problems.append(f"barrier: GT_last {barrier.gt_last}, the last epoch is {final_epoch}")
+    return Verdict(
+        records=len(epoched.records) + len(epoched.unread),
+        expected=len(expected),
+        delivered=len(got),
+        bundles=len(bundles),
+        lost=len(lost) + (len(epoched.unread) if query.name == "stateless" else 0),
+        duplicated=sum(duplicated.values()) - len(duplicated),
+        differing=len(wrong) + len(unexpected),
+        order_errors=len(order),
+        problems=problems,
+    )

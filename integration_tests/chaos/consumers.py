@@ -1,0 +1,211 @@
+"""The consumers a chaos round delivers into, and how the round reads back what they hold.
+
+Pluggable: a consumer is a :class:`ChaosConsumer` subclass registered with
+:func:`register`; it names its sink options for a round and reads the bundles the
+consumer holds, in delivery order where the consumer shows it (kafka: topic order; http:
+the receiver's insertion order), else in bundle order (file and s3 name their objects by
+bundle). ``shape`` says what the sink input must look like (``"kafka"``: a ``value``
+column, see :meth:`~integration_tests.chaos.queries.Query.for_kafka`). A consumer added
+to the product later (postgres, iceberg) gets a class here and is drawn like the others.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from integration_tests.chaos.servers import ChaosServers
+
+
+@dataclass(frozen=True)
+class DeliveredBundle:
+    """One bundle as the consumer holds it (a kafka bundle: its messages' key and value)."""
+
+    bundle_id: int
+    rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ConsumerSetup:
+    """What a round gives its consumer."""
+
+    round_id: str  # unique in the run; letters, digits and '-'
+    workdir: Path
+    topic: str  # the round's input topic
+    servers: ChaosServers
+    rng: random.Random
+
+
+class ChaosConsumer(ABC):
+    """One consumer for one round."""
+
+    name: ClassVar[str]
+    shape: ClassVar[str] = "arrow"
+    ordered: ClassVar[bool] = False  # read() returns bundles in delivery order
+
+    def __init__(self, setup: ConsumerSetup) -> None:
+        self.setup = setup
+
+    @abstractmethod
+    def sink_options(self) -> dict[str, str]:
+        """The barrier sink's consumer options for this round (``s3.*`` come from the job)."""
+
+    @abstractmethod
+    def read(self) -> list[DeliveredBundle]:
+        """Every bundle the consumer holds (see the module docstring for the order)."""
+
+    def describe(self) -> str:
+        return self.name
+
+
+CONSUMERS: dict[str, type[ChaosConsumer]] = {}
+
+
+def register(cls: type[ChaosConsumer]) -> type[ChaosConsumer]:
+    """Make ``cls`` available to ``--consumers`` under ``cls.name``."""
+    CONSUMERS[cls.name] = cls
+    return cls
+
+
+_BUNDLE_NAME = re.compile(r"bundle-(\d+)(?:-(\d+))?\.parquet$")
+
+
+def _bundle_files(names: list[str]) -> dict[int, list[str]]:
+    """``bundle-<k>.parquet`` / ``bundle-<k>-<part>.parquet`` names grouped by bundle."""
+    found: dict[int, list[str]] = {}
+    for name in sorted(names):
+        m = _BUNDLE_NAME.search(name)
+        if m is not None and "/_" not in name and "/." not in name:
+            found.setdefault(int(m.group(1)), []).append(name)
+    return found
+
+
+@register
+class FileConsumer(ChaosConsumer):
+    name = "file"
+
+    @property
+    def directory(self) -> Path:
+        return self.setup.workdir / "out"
+
+    def sink_options(self) -> dict[str, str]:
+        return {"consumer": "file", "consumer.path": str(self.directory)}
+
+    def read(self) -> list[DeliveredBundle]:
+        if not self.directory.exists():
+            return []
+        names = [p.name for p in self.directory.iterdir() if not p.name.startswith((".", "_"))]
+        return [
+            DeliveredBundle(k, [r for f in files for r in pq.read_table(self.directory / f)
+                                .to_pylist()])
+            for k, files in sorted(_bundle_files(names).items())
+        ]
+
+
+@register
+class S3Consumer(ChaosConsumer):
+    name = "s3"
+
+    def __init__(self, setup: ConsumerSetup) -> None:
+        super().__init__(setup)
+        self.layout = setup.rng.choice(("bundle", "parts"))
+        self.prefix = f"{setup.round_id}/out"
+
+    def describe(self) -> str:
+        return f"s3 (layout={self.layout})"
+
+    def sink_options(self) -> dict[str, str]:
+        return {
+            "consumer": "s3",
+            "consumer.path": f"s3://{self.setup.servers.bucket}/{self.prefix}",
+            "consumer.s3.layout": self.layout,
+        }
+
+    def read(self) -> list[DeliveredBundle]:
+        assert self.setup.servers.s3 is not None
+        client = self.setup.servers.s3.client()
+        bucket = self.setup.servers.bucket
+        names: list[str] = []
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=f"{self.prefix}/bundle-"
+        ):
+            names.extend(o["Key"] for o in page.get("Contents", []))
+        out = []
+        for k, keys in sorted(_bundle_files(names).items()):
+            rows: list[dict[str, Any]] = []
+            for key in keys:
+                body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                rows.extend(pq.read_table(pa.BufferReader(body)).to_pylist())
+            out.append(DeliveredBundle(k, rows))
+        return out
+
+
+@register
+class KafkaConsumer(ChaosConsumer):
+    name = "kafka"
+    shape = "kafka"
+    ordered = True
+
+    def __init__(self, setup: ConsumerSetup) -> None:
+        super().__init__(setup)
+        self.topic = setup.servers.kafka().create_topic(1, name=f"{setup.topic}-out")
+
+    def sink_options(self) -> dict[str, str]:
+        assert self.setup.servers.broker is not None
+        return {
+            "consumer": "kafka",
+            "consumer.kafka.bootstrap.servers": self.setup.servers.broker.bootstrap,
+            "consumer.topic": self.topic,
+        }
+
+    def read(self) -> list[DeliveredBundle]:
+        out: list[DeliveredBundle] = []
+        for rec in self.setup.servers.kafka().consume_all(self.topic):
+            headers = dict(rec.headers or [])
+            if "gtb.bundle" not in headers:
+                continue
+            bundle = int(headers["gtb.bundle"])
+            row = {"key": rec.key, "value": rec.value, "index": int(headers["gtb.index"])}
+            if not out or out[-1].bundle_id != bundle:
+                out.append(DeliveredBundle(bundle, []))
+            out[-1].rows.append(row)
+        return out
+
+
+@register
+class HttpConsumer(ChaosConsumer):
+    name = "http"
+    ordered = True
+
+    @property
+    def stream(self) -> str:
+        return self.setup.round_id
+
+    def sink_options(self) -> dict[str, str]:
+        receiver = self.setup.servers.receiver
+        assert receiver is not None
+        return {"consumer": "http", "consumer.url": f"{receiver.url}/{self.stream}"}
+
+    def read(self) -> list[DeliveredBundle]:
+        receiver = self.setup.servers.receiver
+        assert receiver is not None
+        conn = sqlite3.connect(receiver.directory / "receiver.sqlite3")
+        try:
+            rows = conn.execute(
+                "SELECT bundle_id, body FROM bundles WHERE stream = ? ORDER BY rowid",
+                ("/" + self.stream,),
+            ).fetchall()
+        finally:
+            conn.close()
+        return [
+            DeliveredBundle(int(b), pa.ipc.open_stream(bytes(body)).read_all().to_pylist())
+            for b, body in rows
+        ]

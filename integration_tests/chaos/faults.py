@@ -1,0 +1,445 @@
+"""The faults a chaos round injects, one class per kind, registered in :data:`FAULTS`.
+
+A fault kind draws its parameters (:meth:`FaultKind.params`, seeded) when the round is
+planned and is injected by :meth:`FaultKind.inject` on the running round
+(:class:`~integration_tests.chaos.rounds.RoundRunner`), which returns what happened or
+raises :class:`NotFired` when the fault could not take effect (it is then not counted).
+A kind whose ``armed_at_start`` is true is not injected from outside: its
+``GTBARRIER_FAULT`` value goes into the environment of the next driver the round
+starts (:meth:`FaultKind.environment`), and injecting it means waiting for it to fire.
+
+Kinds: the driver SIGKILLed at a random time or at a protocol step; a Python worker or
+a standalone worker killed; S3 resets, 503s, lost answers and latency (through the fault
+proxy in front of moto); a ZooKeeper session expired, ZooKeeper stopped and restarted;
+the checkpoint deleted before a restart; a zombie second driver; the HTTP receiver
+killed or dropping its answer after it stored a bundle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from harness.fault_proxy import Fault
+from harness.zookeeper import end_session
+from sink.faults import KILL_STEPS
+from state.layout import PipelineLayout
+
+if TYPE_CHECKING:
+    import random
+
+    from integration_tests.chaos.plan import RoundPlan
+    from integration_tests.chaos.rounds import RoundRunner
+
+Params = dict[str, Any]
+
+
+class NotFired(Exception):
+    """The fault could not be injected (no worker to kill, the epoch was never reached...)."""
+
+
+class FaultKind(ABC):
+    """One kind of fault (see the module docstring)."""
+
+    name: ClassVar[str]
+    weight: ClassVar[float] = 1.0  # how often it is drawn, relative to the others
+    armed_at_start: ClassVar[bool] = False
+    kills_driver: ClassVar[bool] = False  # the round restarts the driver afterwards
+
+    def applies(self, plan: RoundPlan) -> bool:
+        """Whether this kind can be drawn for ``plan`` (its consumer, its master)."""
+        return True
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {}
+
+    def environment(self, r: RoundRunner, params: Params) -> str | None:
+        """``GTBARRIER_FAULT`` for the next driver (kinds that are armed at start)."""
+        return None
+
+    @abstractmethod
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        """Inject the fault; what happened, for the report."""
+
+
+FAULTS: dict[str, FaultKind] = {}
+
+
+def register(kind: type[FaultKind]) -> type[FaultKind]:
+    FAULTS[kind.name] = kind()
+    return kind
+
+
+def _uniform(rng: random.Random, low: float, high: float) -> float:
+    return round(rng.uniform(low, high), 1)
+
+
+def _moment(rng: random.Random, *, from_start: bool = False) -> dict[str, Any]:
+    """When to inject (:meth:`RoundRunner.wait_moment`): mostly once the driver delivers,
+    else soon after its query started; ``from_start`` adds its start-up and recovery."""
+    after = rng.choices(("start", "query", "bundle"),
+                        weights=(0.3 if from_start else 0.0, 0.3, 0.6))[0]
+    high = 40.0 if after == "start" else 10.0
+    return {"after": after, "delay": _uniform(rng, 0.0, high)}
+
+
+# --- the driver ---------------------------------------------------------------------------
+
+
+@register
+class KillAtRandom(FaultKind):
+    """SIGKILL the driver program and its JVM at a random moment: during its start-up and
+    recovery, soon after its query started, or once it delivers."""
+
+    name = "kill_random"
+    weight = 1.5
+    kills_driver = True
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng, from_start=True)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        r.wait_moment(params["moment"])
+        driver = r.live_driver()
+        if not driver.running:
+            raise NotFired(f"the driver had exited (code {driver.returncode})")
+        gt = r.gt_last()
+        driver.kill()
+        return (f"SIGKILL {time.monotonic() - driver.started_at:.0f}s after the driver "
+                f"started (GT_last {gt})")
+
+
+@register
+class KillAtStep(FaultKind):
+    """``GTBARRIER_FAULT=<step>:<n>``: the driver SIGKILLs itself at a protocol step of
+    bundle ``n`` (``ahead`` bundles after the next one it delivers)."""
+
+    name = "kill_step"
+    weight = 3.0
+    armed_at_start = True
+    kills_driver = True
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"step": rng.choice(KILL_STEPS), "ahead": rng.choice((0, 0, 1, 2))}
+
+    def environment(self, r: RoundRunner, params: Params) -> str:
+        # A bundle left in flight is resolved at the restart without these steps (the
+        # consumer has it: acknowledged as it is): aim past it.
+        state = r.barrier()
+        nxt = state.gt_last + 1 if state.inflight is None else state.inflight.bundle_id + 1
+        epoch = max(nxt, r.query.first_output_epoch) + params["ahead"]
+        params["epoch"] = epoch
+        return f"{params['step']}:{epoch}"
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        driver = r.live_driver()
+        epoch = params["epoch"]
+        r.produce_until_epoch(epoch + 1)
+
+        def settled() -> bool:
+            return not driver.running or r.gt_last() > epoch
+
+        r.wait(settled, 240.0, f"the driver to die at {params['step']}:{epoch}")
+        if not driver.running and driver.sigkilled:
+            return f"SIGKILL at {params['step']} of bundle {epoch}"
+        raise NotFired(
+            f"{params['step']}:{epoch} did not fire (driver exit {driver.returncode}, "
+            f"GT_last {r.gt_last()})"
+        )
+
+
+# --- Spark's processes --------------------------------------------------------------------
+
+
+@register
+class KillPythonWorker(FaultKind):
+    """SIGKILL one of Spark's Python workers (a task's worker, the sink's commit process
+    or the source's planner), by pid: a child of a ``pyspark.daemon`` of the driver's JVM
+    or, on the cluster, of an executor's."""
+
+    name = "python_worker"
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "pick": rng.random()}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        r.wait_moment(params["moment"])
+        roots = r.cluster_worker_pids()
+        found = r.wait(lambda: r.live_driver().python_workers(roots), 20.0, "a Python worker")
+        if not found:
+            raise NotFired("no Python worker found")
+        victim = found[int(params["pick"] * len(found))]
+        os.kill(victim.pid, signal.SIGKILL)
+        return f"SIGKILL Python worker pid {victim.pid} ({len(found)} found): {victim.cmdline[:80]}"
+
+
+@register
+class KillClusterWorker(FaultKind):
+    """SIGKILL a standalone Spark worker with its executors (its process group), start it
+    again ``down`` seconds later."""
+
+    name = "cluster_worker"
+
+    def applies(self, plan: RoundPlan) -> bool:
+        return plan.cluster
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "worker": rng.randrange(2), "down": _uniform(rng, 1, 6)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        cluster = r.servers.cluster
+        assert cluster is not None
+        r.wait_moment(params["moment"])
+        worker = cluster.workers[params["worker"] % len(cluster.workers)]
+        worker.process.kill()
+        r.sleep(params["down"])
+        worker.process.start()
+        r.wait(lambda: (cluster.alive_workers() or 0) >= len(cluster.workers), 120.0,
+               "the killed worker to register again")
+        return f"SIGKILL {worker.name} and its executors, restarted after {params['down']}s"
+
+
+# --- S3 -----------------------------------------------------------------------------------
+
+
+class _S3Connections(FaultKind):
+    """Fault the next ``count`` connections to S3 (every driver's, executor's and commit
+    process's client goes through the proxy)."""
+
+    fault: ClassVar[Fault]
+    most: ClassVar[int] = 6
+    weight = 0.75
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "count": rng.randint(1, self.most)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        proxy = r.servers.s3_proxy
+        assert proxy is not None
+        r.wait_moment(params["moment"])
+        proxy.inject(self.fault, params["count"])
+        r.wait(lambda: proxy.pending() == 0, 30.0, "the S3 faults to be used")
+        left = proxy.pending()
+        proxy.clear()
+        used = params["count"] - left
+        if used == 0:
+            raise NotFired("no S3 connection was opened")
+        return f"{used} S3 connection(s): {self.fault.value}"
+
+
+@register
+class S3Reset(_S3Connections):
+    name = "s3_reset"
+    fault = Fault.RESET
+
+
+@register
+class S3SlowDown(_S3Connections):
+    name = "s3_503"
+    fault = Fault.HTTP_503
+
+
+@register
+class S3LostAnswer(_S3Connections):
+    """The request reaches S3 and takes effect, the answer is lost (a reset instead)."""
+
+    name = "s3_lost_answer"
+    fault = Fault.DROP_RESPONSE
+    most = 3
+
+
+@register
+class S3Latency(FaultKind):
+    """Every new S3 connection answers ``delay`` s late, for ``seconds`` seconds."""
+
+    name = "s3_latency"
+    weight = 0.75
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {
+            "moment": _moment(rng),
+            "latency": round(rng.uniform(0.2, 1.5), 2),
+            "seconds": _uniform(rng, 3.0, 15.0),
+        }
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        proxy = r.servers.s3_proxy
+        assert proxy is not None
+        r.wait_moment(params["moment"])
+        proxy.always(Fault.DELAY, delay=params["latency"])
+        try:
+            r.sleep(params["seconds"])
+        finally:
+            proxy.clear()
+        return f"S3 answers {params['latency']}s late for {params['seconds']}s"
+
+
+# --- ZooKeeper ----------------------------------------------------------------------------
+
+
+@register
+class ZooKeeperExpiry(FaultKind):
+    """Expire the driver's ZooKeeper session (a second connection with its id and
+    password, closed): the coordinator loses its lock, stops the query, takes the lock
+    again and restarts it."""
+
+    name = "zk_expire"
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        assert r.servers.zk is not None
+        r.wait_moment(params["moment"])
+        driver = r.live_driver()
+        session = r.wait(driver.session, 20.0, "the driver's ZooKeeper session")
+        if session is None:
+            raise NotFired("the driver never wrote its ZooKeeper session")
+        end_session(r.servers.zk.hosts, *session)
+        return f"session 0x{session[0]:x} expired"
+
+
+@register
+class ZooKeeperRestart(FaultKind):
+    """Stop the ZooKeeper server (SIGTERM), start it again ``down`` seconds later."""
+
+    name = "zk_restart"
+    weight = 0.75
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "down": _uniform(rng, 1.0, 10.0)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        zk = r.servers.zk
+        assert zk is not None
+        r.wait_moment(params["moment"])
+        zk.stop()
+        try:
+            r.sleep(params["down"])
+        finally:
+            zk.start()
+        return f"ZooKeeper down for {params['down']}s"
+
+
+# --- the checkpoint and a second driver ---------------------------------------------------
+
+
+@register
+class CheckpointDeleted(FaultKind):
+    """SIGKILL the driver, delete its checkpoint directory, restart it: ``recover()``
+    materialises the checkpoint from the newest snapshot in S3 (or replays from the
+    start when there is none yet)."""
+
+    name = "checkpoint_deleted"
+    kills_driver = True
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        r.wait_moment(params["moment"])
+        driver = r.live_driver()
+        gt = r.gt_last()
+        driver.kill()
+        shutil.rmtree(r.job.checkpoint, ignore_errors=True)
+        return f"SIGKILL at GT_last {gt}, checkpoint {r.job.checkpoint} deleted"
+
+
+@register
+class Zombie(FaultKind):
+    """A second driver for the same pipeline on another "host" (its own checkpoint
+    directory): it waits for the ZooKeeper lock; the first driver is then cut off from
+    ZooKeeper (its own proxy swallows everything), so its session expires on the server
+    while it still runs and delivers: a zombie. The second driver takes the lock and the
+    pipeline; the zombie must be fenced at its next commit."""
+
+    name = "zombie"
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "cut_after": _uniform(rng, 0.0, 6.0)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        r.wait_moment(params["moment"])
+        zombie = r.live_driver()
+        successor = r.start_successor()
+        lock = PipelineLayout(r.pipeline).zookeeper_driver_lock
+        r.wait(lambda: r.lock_contenders(lock) >= 2 or not successor.running, 120.0,
+               "the second driver to queue for the lock")
+        r.sleep(params["cut_after"])
+        zombie.zk_proxy.always(Fault.BLACKHOLE)
+        r.note(f"driver {zombie.label} cut off from ZooKeeper")
+        r.wait(lambda: successor.queries_started() > 0 or not successor.running, 180.0,
+               "the second driver to start its query")
+        # The zombie is fenced at its next commit after the second driver's first one:
+        # give both something to commit until the zombie stops.
+        for _ in range(6):
+            r.produce_records(r.plan.max_offsets // 4)
+            if r.wait(lambda: not zombie.running, 20.0, "the zombie to be fenced"):
+                break
+        fenced = not zombie.running
+        zombie.zk_proxy.clear()
+        if zombie.running:
+            zombie.kill()
+        outcome = zombie.failure() or f"exit {zombie.returncode}"
+        if not fenced:
+            outcome = f"not fenced in time, killed ({outcome})"
+        return f"second driver {successor.label} took over; zombie {zombie.label}: {outcome[:200]}"
+
+
+# --- the consumer -------------------------------------------------------------------------
+
+
+@register
+class ReceiverKilled(FaultKind):
+    """SIGKILL the HTTP receiver (by pid), start it again ``down`` seconds later: the
+    consumer crashes before or after it acknowledges, whichever the moment hits."""
+
+    name = "receiver_kill"
+
+    def applies(self, plan: RoundPlan) -> bool:
+        return plan.consumer == "http"
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "down": _uniform(rng, 0.5, 5.0)}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        receiver = r.servers.receiver
+        assert receiver is not None
+        r.wait_moment(params["moment"])
+        gt = r.gt_last()
+        receiver.proc.kill()
+        r.sleep(params["down"])
+        receiver.proc.argv = receiver.proc.argv[:7]
+        receiver.start()
+        return f"receiver SIGKILLed at GT_last {gt}, back after {params['down']}s"
+
+
+@register
+class ReceiverDropsAnswer(FaultKind):
+    """Restart the HTTP receiver with ``--drop-after-store N`` for the next bundle: it
+    stores bundle ``N`` and drops the connection instead of acknowledging (once)."""
+
+    name = "receiver_drop"
+
+    def applies(self, plan: RoundPlan) -> bool:
+        return plan.consumer == "http"
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng), "ahead": rng.choice((1, 1, 2))}
+
+    def inject(self, r: RoundRunner, params: Params) -> str:
+        receiver = r.servers.receiver
+        assert receiver is not None
+        r.wait_moment(params["moment"])
+        bundle = max(r.gt_last() + params["ahead"], r.query.first_output_epoch)
+        receiver.stop()
+        receiver.start("--drop-after-store", str(bundle))
+        r.produce_until_epoch(bundle + 1)
+        r.wait(lambda: r.gt_last() >= bundle, 120.0, f"bundle {bundle} acknowledged")
+        if r.gt_last() < bundle:
+            raise NotFired(f"bundle {bundle} was not delivered in time")
+        return f"receiver dropped its answer after storing bundle {bundle}"

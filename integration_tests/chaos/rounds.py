@@ -1,0 +1,469 @@
+"""One chaos round, end to end: :class:`RoundRunner`.
+
+1. A fresh input topic, pipeline id and consumer; the first chunk of input produced.
+2. The driver program started (with ``GTBARRIER_FAULT`` when the first fault is armed at
+   start); before each further fault another chunk of input.
+3. Each fault injected (:mod:`.faults`); a driver that died is restarted at once, as an
+   operator would: a new driver program, which ``recover()``\\ s and starts the query.
+4. The end: the rest of the input, then two ticks (records far in event time, see
+   :mod:`.queries`) in two successive epochs; the round waits until ``GT_last`` reaches
+   the last epoch (restarting a driver that died by itself, which is noted), then stops
+   the driver.
+5. The verdict (:mod:`.checks`) against the reference (:mod:`.reference`).
+
+Every wait is bounded by the round's deadline; a round that runs out of it is reported
+as ``timeout`` with its logs (``<out>/<round>/``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from harness.driver import DriverRunner
+from integration_tests.chaos.checks import Verdict, judge
+from integration_tests.chaos.consumers import CONSUMERS, ChaosConsumer, ConsumerSetup
+from integration_tests.chaos.drivers import DriverLife
+from integration_tests.chaos.faults import FAULTS, NotFired
+from integration_tests.chaos.job import DriverJob
+from integration_tests.chaos.plan import FaultSpec, RoundPlan
+from integration_tests.chaos.queries import QUERIES, TICK_BASE, TICK_KEY, record_key
+from integration_tests.chaos.reference import assign_epochs, read_epochs, read_input
+from integration_tests.chaos.servers import ChaosServers
+from state.barrier_state import read_barrier_state
+from state.layout import PipelineLayout
+from state.records.barrier import BarrierState
+from state.store import StateStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+POLL = 0.3
+STOP_TIMEOUT = 60.0
+
+
+def _started_or_ended(driver: DriverLife) -> bool:
+    return driver.queries_started() > 0 or not driver.running
+
+
+def _committed_or_ended(driver: DriverLife) -> bool:
+    return driver.commits() > 0 or not driver.running
+
+
+class RoundTimeout(Exception):
+    """The round ran out of its deadline."""
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    kind: str
+    at: float  # seconds since the round started, when it took effect (or was given up)
+    fired: bool
+    detail: str
+    params: dict[str, Any]
+
+
+@dataclass
+class RoundResult:
+    plan: RoundPlan
+    status: str  # pass, fail, timeout, error
+    seconds: float
+    consumer: str
+    faults: list[InjectedFault] = field(default_factory=list)
+    verdict: Verdict | None = None
+    notes: list[str] = field(default_factory=list)
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)
+    driver_starts: int = 0
+    logs: str = ""
+
+    @property
+    def fired(self) -> list[InjectedFault]:
+        return [f for f in self.faults if f.fired]
+
+
+class RoundRunner:
+    """Runs one :class:`RoundPlan` on the shared servers (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: RoundPlan,
+        servers: ChaosServers,
+        workdir: Path,
+        *,
+        timeout: float,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.plan = plan
+        self.servers = servers
+        self.query = QUERIES[plan.query]
+        self.dir = workdir / plan.round_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.say = say
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + timeout
+        self.kafka = servers.kafka()
+        self.pipeline = f"chaos-{servers.run_tag}-{plan.round_id}"
+        self.store: StateStore = servers.store(f"{plan.round_id}/state")
+        self.runner = DriverRunner(self.dir)
+        self.drivers: list[DriverLife] = []
+        self.driver: DriverLife | None = None
+        self.armed: dict[int, str] = {}  # id(FaultSpec) -> label of the driver it is armed on
+        self.produced = 0
+        self.chunk = 0
+        self.topic = ""
+        self.consumer: ChaosConsumer | None = None
+        self._job: DriverJob | None = None
+        self._zk: KazooClient | None = None
+        self.result = RoundResult(plan, "error", 0.0, plan.consumer, logs=str(self.dir))
+
+    # --- time ---------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def note(self, text: str, kind: str = "note") -> None:
+        self.result.timeline.append((round(self.now(), 1), kind, text))
+        with (self.dir / "round.log").open("a") as f:
+            f.write(f"{self.now():7.1f}s {kind}: {text}\n")
+        log.info("%s %s: %s", self.plan.round_id, kind, text)
+
+    def check_deadline(self) -> None:
+        if time.monotonic() >= self.deadline:
+            raise RoundTimeout(f"round {self.plan.round_id} ran out of time")
+
+    def sleep(self, seconds: float) -> None:
+        self.sleep_until(time.monotonic() + seconds)
+
+    def sleep_until(self, when: float) -> None:
+        while (left := min(when, self.deadline) - time.monotonic()) > 0:
+            time.sleep(min(left, POLL))
+        self.check_deadline()
+
+    def wait(self, check: Callable[[], T], timeout: float, what: str) -> T | None:
+        """Poll ``check`` until it returns something truthy (returned), for ``timeout``
+        seconds (then None; the round's deadline raises :class:`RoundTimeout`)."""
+        end = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            self.check_deadline()
+            if time.monotonic() >= end:
+                self.note(f"gave up waiting for {what} after {timeout:.0f}s")
+                return None
+            time.sleep(POLL)
+
+    # --- the pipeline's state -----------------------------------------------------------
+
+    def barrier(self) -> BarrierState:
+        return read_barrier_state(self.store, PipelineLayout(self.pipeline))
+
+    def gt_last(self) -> int:
+        return self.barrier().gt_last
+
+    def epoch_covering(self, partition: int, offset: int) -> int | None:
+        """The recorded epoch that reads ``offset`` of ``partition``, if any yet."""
+        for e in read_epochs(self.store, self.pipeline):
+            start = e.start.offsets.get((self.topic, partition), 0)
+            end = e.end.offsets.get((self.topic, partition), 0)
+            if start <= offset < end:
+                return e.epoch
+        return None
+
+    def lock_contenders(self, path: str) -> int:
+        if self._zk is None:
+            assert self.servers.zk is not None
+            self._zk = self.servers.zk.client(self.servers.zk_chroot)
+        try:
+            return len(self._zk.get_children(path))
+        except NoNodeError:
+            return 0
+
+    def cluster_worker_pids(self) -> list[int]:
+        cluster = self.servers.cluster
+        if not self.plan.cluster or cluster is None:
+            return []
+        return [w.process.pid for w in cluster.workers if w.process.running]
+
+    # --- input --------------------------------------------------------------------------
+
+    def produce_chunk(self) -> bool:
+        """Produce the next chunk of input; False when all of it was produced."""
+        if self.chunk >= self.plan.chunks:
+            return False
+        self.chunk += 1
+        self.produce_records(self.plan.records * self.chunk // self.plan.chunks - self.produced)
+        return True
+
+    def produce_records(self, n: int) -> None:
+        """Produce the next ``n`` records (past the planned ones if they are all out)."""
+        if n <= 0:
+            return
+        end, p = self.produced + n, self.plan.partitions
+        self.kafka.produce(
+            self.topic,
+            ((record_key(i), b"%d" % i, None, i % p) for i in range(self.produced, end)),
+            batch_size=500,
+        )
+        self.note(f"records {self.produced}..{end - 1} produced", "input")
+        self.produced = end
+
+    def produce_until_epoch(self, epoch: int) -> None:
+        """Produce chunks until the input fills epochs up to ``epoch`` (or runs out)."""
+        while self.produced <= (epoch + 1) * self.plan.max_offsets and self.produce_chunk():
+            pass
+
+    def produce_tick(self, n: int) -> int:
+        """Tick ``n`` (record ``TICK_BASE + n``) to partition 0; its offset."""
+        meta = self.kafka.produce(self.topic, [(TICK_KEY, b"%d" % (TICK_BASE + n), None, 0)])
+        self.note(f"tick {n} at offset {meta[0].offset}", "input")
+        return int(meta[0].offset)
+
+    # --- drivers ------------------------------------------------------------------------
+
+    @property
+    def job(self) -> DriverJob:
+        assert self._job is not None
+        return self._job
+
+    def live_driver(self) -> DriverLife:
+        assert self.driver is not None
+        return self.driver
+
+    def start_driver(self, pending: list[FaultSpec]) -> DriverLife:
+        """Start a driver on the round's job; arm the next fault if it is armed at start."""
+        env = None
+        if pending and FAULTS[pending[0].kind].armed_at_start:
+            env = FAULTS[pending[0].kind].environment(self, pending[0].params)
+        label = f"d{len(self.drivers) + 1}"
+        driver = DriverLife(self.runner, self.servers, self.job, label, fault_env=env)
+        if env is not None:
+            self.armed[id(pending[0])] = label
+        self.drivers.append(driver)
+        self.driver = driver
+        self.note(f"driver {label} started (pid {driver.pid})"
+                  + (f", GTBARRIER_FAULT={env}" if env else ""), "driver")
+        return driver
+
+    def start_successor(self) -> DriverLife:
+        """A second driver on another "host" (its own checkpoint directory); it becomes
+        the round's driver."""
+        label = f"d{len(self.drivers) + 1}"
+        self._job = replace(self.job, checkpoint=str(self.dir / f"cp-{label}"))
+        driver = DriverLife(self.runner, self.servers, self.job, label)
+        self.drivers.append(driver)
+        self.driver = driver
+        self.note(f"second driver {label} started (pid {driver.pid}) for the same pipeline",
+                  "driver")
+        return driver
+
+    def keep_alive(self, pending: list[FaultSpec]) -> None:
+        """Restart the driver if it is not running (noting why it ended, unless a fault
+        of this round killed it)."""
+        driver = self.live_driver()
+        if driver.running:
+            return
+        if not driver.sigkilled:
+            self.result.notes.append(
+                f"driver {driver.label} exited {driver.returncode} by itself: "
+                f"{driver.failure() or 'no error event'}"
+            )
+        elif not driver.killed_by_us and driver.fault_env:
+            self.note(f"driver {driver.label}: GTBARRIER_FAULT={driver.fault_env} fired")
+        self.note(f"driver {driver.label} ended ({driver.returncode}); restarting", "driver")
+        driver.close()
+        self.start_driver(pending)
+
+    def wait_moment(self, moment: dict[str, Any]) -> None:
+        """Until the moment a fault was drawn for: ``delay`` seconds after the driver
+        started (``after="start"``), after its query started (``"query"``) or after its
+        sink committed a first batch (``"bundle"``; more input is produced if all of it is
+        out, so that there is a batch to commit)."""
+        if moment["after"] == "start":
+            self.sleep_until(self.live_driver().started_at + moment["delay"])
+            return
+        self.wait_query_started()
+        if moment["after"] == "bundle":
+            driver = self.live_driver()
+            if driver.commits() == 0 and self.chunk >= self.plan.chunks:
+                self.produce_records(self.plan.max_offsets // 4)
+            self.wait(functools.partial(_committed_or_ended, driver), 180.0,
+                      f"driver {driver.label} to commit a batch")
+        self.sleep(moment["delay"])
+
+    def wait_query_started(self) -> None:
+        """Until the current driver has started its query (restarting it if it died)."""
+        while True:
+            driver = self.live_driver()
+            if self.wait(functools.partial(_started_or_ended, driver), 240.0,
+                         f"driver {driver.label} to start its query"):
+                if driver.running:
+                    return
+                self.keep_alive([])
+            else:
+                raise NotFired(f"driver {driver.label} did not start its query in time")
+
+    # --- the round ----------------------------------------------------------------------
+
+    def run(self) -> RoundResult:
+        self.say(f"[{self.plan.round_id}] {self.plan.describe()}; faults: "
+                 + ", ".join(self._describe(f) for f in self.plan.faults))
+        try:
+            self._setup()
+            self._inject_all()
+            final = self._finish()
+            verdict = self._judge(final)
+            self.result.status = "pass" if verdict.exactly_once else "fail"
+        except RoundTimeout as err:
+            self.result.status = "timeout"
+            self.result.notes.append(str(err))
+            self._judge_quietly()
+        except Exception as err:
+            self.result.status = "error"
+            self.result.notes.append(f"{type(err).__name__}: {err}")
+            (self.dir / "error.txt").write_text(traceback.format_exc())
+            log.exception("round %s failed", self.plan.round_id)
+            self._judge_quietly()
+        finally:
+            self._cleanup()
+        self.result.seconds = round(self.now(), 1)
+        self.result.driver_starts = len(self.drivers)
+        return self.result
+
+    @staticmethod
+    def _describe(spec: FaultSpec) -> str:
+        extra = spec.params.get("step")
+        return f"{spec.kind}({extra})" if extra else spec.kind
+
+    def _setup(self) -> None:
+        self.topic = self.kafka.create_topic(self.plan.partitions, name=self.pipeline)
+        consumer = CONSUMERS[self.plan.consumer](
+            ConsumerSetup(self.plan.round_id, self.dir, self.topic, self.servers,
+                          random.Random(f"{self.plan.seed}:{self.plan.index}:consumer"))
+        )
+        self.consumer = consumer
+        self.result.consumer = consumer.describe()
+        assert self.servers.broker is not None
+        cluster = self.servers.cluster if self.plan.cluster else None
+        self._job = DriverJob(
+            pipeline=self.pipeline,
+            topic=self.topic,
+            bootstrap=self.servers.broker.bootstrap,
+            state_uri=self.servers.state_uri(f"{self.plan.round_id}/state"),
+            s3_options=self.servers.s3_options(),
+            zookeeper_hosts="",
+            checkpoint=str(self.dir / "cp"),
+            query=self.plan.query,
+            shape=consumer.shape,
+            sink_options=consumer.sink_options(),
+            workdir=str(self.dir),
+            stop_path="",
+            session_path="",
+            max_offsets=self.plan.max_offsets,
+        )
+        if cluster is not None:
+            self._job = replace(self._job, master=cluster.master_url,
+                                spark_conf=cluster.driver_conf())
+        self.produce_chunk()
+
+    def _inject_all(self) -> None:
+        pending = list(self.plan.faults)
+        self.start_driver(pending)
+        while pending:
+            spec = pending.pop(0)
+            kind = FAULTS[spec.kind]
+            try:
+                if kind.armed_at_start and self.armed.get(id(spec)) != self.live_driver().label:
+                    raise NotFired("not armed: the driver was not restarted before it")
+                if not kind.armed_at_start:
+                    self.produce_chunk()
+                detail = kind.inject(self, spec.params)
+                fired = True
+            except NotFired as err:
+                detail, fired = f"not injected: {err}", False
+            self.result.faults.append(InjectedFault(spec.kind, round(self.now(), 1), fired,
+                                                    detail, dict(spec.params)))
+            self.note(f"{spec.kind}: {detail}", "fault" if fired else "fault-skipped")
+            self.say(f"[{self.plan.round_id}]   {self.now():6.1f}s {spec.kind}: {detail}")
+            if not self.live_driver().running:
+                self.keep_alive(pending)
+
+    def _finish(self) -> int:
+        """Let the pipeline read everything and deliver the last epoch; that epoch."""
+        while self.produce_chunk():
+            pass
+        offsets = []
+        final: int | None = None
+        for n in (0, 1):
+            offsets.append(self.produce_tick(n))
+            while (final := self.epoch_covering(0, offsets[-1])) is None:
+                self.keep_alive([])
+                self.sleep(1.0)
+        assert final is not None
+        self.note(f"last epoch {final}; waiting for GT_last to reach it")
+        while self.gt_last() < final:
+            self.keep_alive([])
+            self.check_deadline()
+            time.sleep(POLL)
+        self.note(f"GT_last {final}: finished", "end")
+        self.live_driver().stop(STOP_TIMEOUT)
+        return final
+
+    def _judge(self, final: int | None) -> Verdict:
+        assert self.consumer is not None
+        epoched = assign_epochs(
+            self.topic, read_input(self.kafka, self.topic), read_epochs(self.store, self.pipeline)
+        )
+        verdict = judge(
+            self.query,
+            self.consumer.shape,
+            self.consumer.ordered,
+            epoched,
+            self.consumer.read(),
+            read_barrier_state(self.store, PipelineLayout(self.pipeline)),
+            final,
+        )
+        self.result.verdict = verdict
+        return verdict
+
+    def _judge_quietly(self) -> None:
+        """What the consumer holds after a timeout or an error, for the report."""
+        try:
+            for d in self.drivers:
+                if d.running:
+                    d.kill()
+            if self.consumer is not None and self.topic:
+                self._judge(None)
+        except Exception as err:
+            self.result.notes.append(f"no verdict: {type(err).__name__}: {err}")
+
+    def _cleanup(self) -> None:
+        for d in self.drivers:
+            try:
+                if d.running:
+                    d.stop(20.0)
+                d.close()
+            except Exception:
+                log.exception("stopping driver %s", d.label)
+        self.runner.close()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+        self.store.close()
+        receiver = self.servers.receiver
+        if receiver is not None and len(receiver.proc.argv) > 7:
+            receiver.stop()
+            receiver.proc.argv = receiver.proc.argv[:7]
+        self.servers.ensure_healthy()
+        for cp in self.dir.glob("d*/spark-local"):
+            shutil.rmtree(cp, ignore_errors=True)
