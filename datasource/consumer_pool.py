@@ -265,7 +265,10 @@ class ConsumerPool:
             log.warning(
                 "gtkafka: the pooled consumer of %s cannot be positioned at %d (%s: %s); "
                 "closing it and creating a new one",
-                lease.key, start, type(err).__name__, err,
+                lease.key,
+                start,
+                type(err).__name__,
+                err,
             )
             with self._lock:
                 self._count(invalidated=1)

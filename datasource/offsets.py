@@ -201,9 +201,7 @@ def pack_ranges(
     current: list[OffsetRange] = []
     records = 0
     for piece in pieces:
-        if current and (
-            piece.size >= target or (cap is not None and records + piece.size > cap)
-        ):
+        if current and (piece.size >= target or (cap is not None and records + piece.size > cap)):
             tasks.append(tuple(current))
             current, records = [], 0
         current.append(piece)

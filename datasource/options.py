@@ -167,8 +167,7 @@ POOL_CAPACITY = IntegerOption(
     name="kafkaConsumer.pool.capacity",
     default=64,
     minimum=1,
-    doc="at most this many pooled consumers per Python worker (least recently used "
-    "closed first)",
+    doc="at most this many pooled consumers per Python worker (least recently used closed first)",
 )
 POOL_IDLE_TIMEOUT = DurationOption(
     name="kafkaConsumer.pool.idleTimeout",

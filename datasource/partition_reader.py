@@ -220,8 +220,15 @@ class RangeReader:
         lease = source.acquire(key, r.from_offset, lambda: self._create(config))
         if profiling.enabled():
             profiling.record(
-                "read.client", began, time.perf_counter() - t0, partition=task, ranges=1,
-                range=r, records=r.size, created=lease.created, sought=lease.sought,
+                "read.client",
+                began,
+                time.perf_counter() - t0,
+                partition=task,
+                ranges=1,
+                range=r,
+                records=r.size,
+                created=lease.created,
+                sought=lease.sought,
             )
         ok = False
         try:
@@ -324,7 +331,10 @@ class RangeReader:
             lease.position = consumer.position(tp)
         if profiling.enabled():
             attrs = {
-                "partition": task, "ranges": 1, "range": r, "records": self.rows,
+                "partition": task,
+                "ranges": 1,
+                "range": r,
+                "records": self.rows,
                 "created": lease.created,
             }
             profiling.record("read.fetch", began, fetch_s, **attrs)

@@ -286,7 +286,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             settled[tp] = begin[tp]
 
         recreated = {
-            t for t, tid in view.topic_ids.items()
+            t
+            for t, tid in view.topic_ids.items()
             if self._topic_ids.get(t, tid) != tid and any(tp[0] == t for tp in begin)
         }
         behind = sorted(tp for tp in begin if tp in view.latest and view.latest[tp] < begin[tp])
@@ -306,7 +307,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             )
         if by_offsets:
             self._data_loss(
-                "offsets went backwards for " + _moves(begin, view.latest, by_offsets)
+                "offsets went backwards for "
+                + _moves(begin, view.latest, by_offsets)
                 + " (topic recreated or truncated); records may have been missed"
             )
         restart = self.offset_reader.earliest([*by_id, *by_offsets])
@@ -337,7 +339,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 "gtkafka: Kafka at %s answers ends below the frontier for %s, twice, but the "
                 "topic was not recreated (same topic id) or the end could not be confirmed "
                 "by a fetch: taken as a stale answer, the frontier stays",
-                self.options.bootstrap_servers, _moves(begin, view.latest, new),
+                self.options.bootstrap_servers,
+                _moves(begin, view.latest, new),
             )
             self._stale.update(new)
 

@@ -92,8 +92,12 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
                 )
 
     # What the restarted driver did during the recovery, at the bottom of the top panel.
-    steps = {"driver_started": "driver {d} starts", "spark_ready": "Spark up",
-             "recovered": "recover(): {action}", "query_started": "query starts"}
+    steps = {
+        "driver_started": "driver {d} starts",
+        "spark_ready": "Spark up",
+        "recovered": "recover(): {action}",
+        "query_started": "query starts",
+    }
     marks: list[tuple[float, str]] = []
     span = max(at(e) for e in events) or 1.0
     for e in events:
@@ -107,8 +111,16 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
             marks.append((at(e), text))
     for x, text in marks:
         top.axvline(x, color="#7f7f7f", linewidth=0.8, ymax=0.12)
-        top.annotate(text, (x, 0), xytext=(2, 14), textcoords="offset points", rotation=90,
-                     fontsize=7, color="#444444", va="bottom")
+        top.annotate(
+            text,
+            (x, 0),
+            xytext=(2, 14),
+            textcoords="offset points",
+            rotation=90,
+            fontsize=7,
+            color="#444444",
+            va="bottom",
+        )
 
     top.set_ylabel("Kafka records / s")
     top.set_ylim(bottom=0, top=max(top.get_ylim()[1], 1) * 1.05)
@@ -163,8 +175,15 @@ def plot_run(events: Sequence[dict[str, Any]], path: Path, *, total_records: int
 
 def _legend_above(ax: Any) -> None:
     """The legend in a row above the panel, where it hides no data."""
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01, 1, 0.1), mode="expand", ncol=3,
-              fontsize=8, frameon=False, borderaxespad=0)
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0, 1.01, 1, 0.1),
+        mode="expand",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+        borderaxespad=0,
+    )
 
 
 def _monotone_steps(points: Sequence[tuple[float, int]]) -> tuple[list[float], list[int]]:

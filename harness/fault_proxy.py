@@ -100,7 +100,9 @@ class FaultProxy:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -222,7 +224,9 @@ class FaultProxy:
         )
         client.sendall(
             b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
-            b"Content-Length: " + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n"
+            b"Content-Length: "
+            + str(len(payload)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
             + payload
         )
 

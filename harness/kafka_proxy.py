@@ -145,12 +145,16 @@ class KafkaProxy:
             pending: dict[int, tuple[int, int]] = {}
             pending_lock = threading.Lock()
             threading.Thread(
-                target=self._requests, args=(client, upstream, pending, pending_lock),
-                name="kafka-proxy-requests", daemon=True,
+                target=self._requests,
+                args=(client, upstream, pending, pending_lock),
+                name="kafka-proxy-requests",
+                daemon=True,
             ).start()
             threading.Thread(
-                target=self._responses, args=(upstream, client, pending, pending_lock),
-                name="kafka-proxy-responses", daemon=True,
+                target=self._responses,
+                args=(upstream, client, pending, pending_lock),
+                name="kafka-proxy-responses",
+                daemon=True,
             ).start()
 
     def _requests(

@@ -27,8 +27,16 @@ class Receiver:
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.proc = ManagedProcess(
             f"receiver-{self.port}",
-            [sys.executable, "-m", "sink.receiver", "--port", str(self.port),
-             "--dir", str(directory), *extra_args],
+            [
+                sys.executable,
+                "-m",
+                "sink.receiver",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(directory),
+                *extra_args,
+            ],
             log_path=log_dir / f"receiver-{self.port}.log",
             cwd=REPO_ROOT,
             env=repo_env(),

@@ -102,8 +102,7 @@ def staged_parts(directory: Path) -> list[Path]:
 
 
 def produce(kafka: Any, topic: str, n: int, partitions: int) -> None:
-    kafka.produce(topic, [(None, b"%d" % i, None, i % partitions) for i in range(n)],
-                  batch_size=50)
+    kafka.produce(topic, [(None, b"%d" % i, None, i % partitions) for i in range(n)], batch_size=50)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -126,8 +125,12 @@ def test_topic_deleted_mid_stream_fails_then_is_skipped_with_fail_on_data_loss_f
     produce(kafka, topic, 100, 2)
     state, out, checkpoint = f"file://{tmp_path}/state", tmp_path / "out", tmp_path / "cp"
     sink = {"pipeline.id": "deleted", "state.uri": state, "consumer.path": str(out)}
-    query = start(gtkafka(spark, kafka, topic, "deleted", state), sink, checkpoint,
-                  processingTime="500 milliseconds")
+    query = start(
+        gtkafka(spark, kafka, topic, "deleted", state),
+        sink,
+        checkpoint,
+        processingTime="500 milliseconds",
+    )
     wait_for((out / "_last_bundle.json").exists, QUERY_TIMEOUT, "the first bundle")
     admin = kafka.admin()
     try:
@@ -144,8 +147,9 @@ def test_topic_deleted_mid_stream_fails_then_is_skipped_with_fail_on_data_loss_f
     assert store.list(layout.epochs_prefix) == [layout.epoch(0)]
     assert values(out) == list(range(100))
 
-    run_to_end(gtkafka(spark, kafka, topic, "deleted", state, failOnDataLoss="false"), sink,
-               checkpoint)
+    run_to_end(
+        gtkafka(spark, kafka, topic, "deleted", state, failOnDataLoss="false"), sink, checkpoint
+    )
     # the vanished partitions keep their offsets (finding 2): no new epoch, nothing to read
     assert store.list(layout.epochs_prefix) == [layout.epoch(0)]
     assert values(out) == list(range(100))  # nothing lost, nothing twice
@@ -163,16 +167,18 @@ def test_starting_offsets_past_the_end_fail_at_start_then_the_fixed_option_is_us
     state, out, checkpoint = f"file://{tmp_path}/state", tmp_path / "out", tmp_path / "cp"
     sink = {"pipeline.id": "past-end", "state.uri": state, "consumer.path": str(out)}
     bad = f'{{"{topic}": {{"0": 500}}}}'
-    query = start(gtkafka(spark, kafka, topic, "past-end", state, startingOffsets=bad), sink,
-                  checkpoint)
+    query = start(
+        gtkafka(spark, kafka, topic, "past-end", state, startingOffsets=bad), sink, checkpoint
+    )
     text = failure_of(query)
     assert f"option 'startingOffsets' = '{bad}' is invalid" in text
     assert f"{topic}-0 = 500 > end 30" in text
     assert open_store(state).list() == [] and values(out) == []
 
     fixed = f'{{"{topic}": {{"0": 10}}}}'
-    run_to_end(gtkafka(spark, kafka, topic, "past-end", state, startingOffsets=fixed), sink,
-               checkpoint)
+    run_to_end(
+        gtkafka(spark, kafka, topic, "past-end", state, startingOffsets=fixed), sink, checkpoint
+    )
     assert values(out) == list(range(10, 30))
 
 
@@ -183,8 +189,12 @@ def test_checkpoint_of_another_source_fails_before_reading_then_a_new_checkpoint
     """S17. A checkpoint written by a query reading Spark's rate source."""
     checkpoint = tmp_path / "cp"
     rate = (
-        spark.readStream.format("rate").option("rowsPerSecond", "50").load()
-        .writeStream.format("noop").option("checkpointLocation", str(checkpoint)).start()
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", "50")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .start()
     )
     try:
         wait_for(lambda: (rate.lastProgress or {}).get("batchId", -1) >= 1, 60, "rate batches")
@@ -219,16 +229,18 @@ def test_pipeline_id_mismatch_between_source_and_sink_fails_the_first_commit(
     state, out, checkpoint = f"file://{tmp_path}/state", tmp_path / "out", tmp_path / "cp"
     sink = {"pipeline.id": "sink-side", "state.uri": state, "consumer.path": str(out)}
 
-    text = failure_of(start(gtkafka(spark, kafka, topic, "source-side", state), sink,
-                            checkpoint))
+    text = failure_of(start(gtkafka(spark, kafka, topic, "source-side", state), sink, checkpoint))
     assert "has no batch record" in text
     assert f"pipeline.id='sink-side', state.uri='{state}'" in text
     assert values(out) == [] and not (out / "_last_bundle.json").exists()
     assert staged_parts(out) == []
     assert open_store(state).list("sink-side/") == []  # nothing claimed, nothing in flight
 
-    run_to_end(gtkafka(spark, kafka, topic, "source-side", state),
-               {**sink, "pipeline.id": "source-side"}, checkpoint)
+    run_to_end(
+        gtkafka(spark, kafka, topic, "source-side", state),
+        {**sink, "pipeline.id": "source-side"},
+        checkpoint,
+    )
     assert values(out) == list(range(50))
 
 
@@ -255,8 +267,14 @@ def test_unreachable_consumer_fails_in_bounded_time_then_delivers_once(
     ack.timeoutMs each, plus the backoffs; the bundle stays in flight, nothing reaches the
     consumer; once the server is reachable the restarted driver delivers it once."""
     uri = f"memory://unreachable-{uuid.uuid4().hex}"
-    base = {"pipeline.id": "p1", "state.uri": uri, "consumer": kind, "ack.timeoutMs": "2000",
-            "delivery.maxRetries": "1", "delivery.retryBackoffMs": "100"}
+    base = {
+        "pipeline.id": "p1",
+        "state.uri": uri,
+        "consumer": kind,
+        "ack.timeoutMs": "2000",
+        "delivery.maxRetries": "1",
+        "delivery.retryBackoffMs": "100",
+    }
     topic = kafka.create_topic(partitions=2)
     if kind == "kafka":
         dead = f"127.0.0.1:{free_port()}"
@@ -300,8 +318,12 @@ def test_unreachable_consumer_fails_in_bounded_time_then_delivers_once(
 def test_s3_consumer_with_a_missing_bucket_fails_in_the_write_task(s3: Any) -> None:
     """K11. Named as consumer.path, before any commit; the fixed path delivers once."""
     missing = f"s3://gtb-missing-{uuid.uuid4().hex[:8]}/out"
-    base = {"pipeline.id": "p1", "state.uri": f"memory://s3c-{uuid.uuid4().hex}",
-            "consumer": "s3", **s3.options()}
+    base = {
+        "pipeline.id": "p1",
+        "state.uri": f"memory://s3c-{uuid.uuid4().hex}",
+        "consumer": "s3",
+        **s3.options(),
+    }
     p = Pipeline(SinkOptions.parse({**base, "consumer.path": missing}))
     p.record_batch(0, 1)
     with pytest.raises(ConfigError) as info:
@@ -324,10 +346,15 @@ def test_missing_state_bucket_is_named_by_the_source_and_the_coordinator(
     """T05. A missing bucket is not retried: the source fails at its first store read
     (before it asks Kafka anything), the coordinator at recover()."""
     uri = f"s3://gtb-missing-{uuid.uuid4().hex[:8]}/state"
-    options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}", "subscribe": "t",
-        "pipeline.id": "p1", "state.uri": uri, **s3.options(),
-    })
+    options = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "subscribe": "t",
+            "pipeline.id": "p1",
+            "state.uri": uri,
+            **s3.options(),
+        }
+    )
     started = time.monotonic()
     with pytest.raises(StoreConfigError) as info:
         GlobalTimeKafkaStreamReader(options, source_schema(False)).initialOffset()
@@ -335,8 +362,9 @@ def test_missing_state_bucket_is_named_by_the_source_and_the_coordinator(
     bucket = uri.split("/")[2]
     assert info.value.option == "state.uri" and repr(uri) in str(info.value)
     assert f"bucket '{bucket}' was not found at {s3.endpoint}" in str(info.value)
-    coord = SnapshotCoordinator(None, "p1", uri, tmp_path / "cp", state_options=s3.options(),
-                                reset_timeout="20s")
+    coord = SnapshotCoordinator(
+        None, "p1", uri, tmp_path / "cp", state_options=s3.options(), reset_timeout="20s"
+    )
     started = time.monotonic()
     with pytest.raises(StoreConfigError, match=f"bucket '{bucket}' was not found"):
         coord.recover()
@@ -353,12 +381,22 @@ def test_unreachable_s3_state_store_is_named_by_source_and_sink_in_bounded_time(
     s3.retryDeadline per store call; the source's epoch log and the barrier retry a store
     call up to 6 times within 30 s (docs/bad-input.md, "Found and left")."""
     endpoint = f"http://127.0.0.1:{free_port()}"
-    s3 = {"s3.endpoint": endpoint, "s3.accessKeyId": "x", "s3.secretAccessKey": "y",
-          "s3.region": "us-east-1", "s3.retryDeadline": "500ms"}
-    options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}", "subscribe": "t",
-        "pipeline.id": "p1", "state.uri": "s3://gtb-state/x", **s3,
-    })
+    s3 = {
+        "s3.endpoint": endpoint,
+        "s3.accessKeyId": "x",
+        "s3.secretAccessKey": "y",
+        "s3.region": "us-east-1",
+        "s3.retryDeadline": "500ms",
+    }
+    options = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "subscribe": "t",
+            "pipeline.id": "p1",
+            "state.uri": "s3://gtb-state/x",
+            **s3,
+        }
+    )
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as info:
         GlobalTimeKafkaStreamReader(options, source_schema(False)).initialOffset()
@@ -366,8 +404,11 @@ def test_unreachable_s3_state_store_is_named_by_source_and_sink_in_bounded_time(
     assert "s3://gtb-state/x" in str(info.value) and endpoint in str(info.value)
 
     out = tmp_path / "out"
-    p = Pipeline(SinkOptions.parse({"pipeline.id": "p1", "state.uri": "s3://gtb-state/x",
-                                    "consumer.path": str(out), **s3}))
+    p = Pipeline(
+        SinkOptions.parse(
+            {"pipeline.id": "p1", "state.uri": "s3://gtb-state/x", "consumer.path": str(out), **s3}
+        )
+    )
     _use(p, p.options)
     msgs = [p.write(0, [gt_batch(1, 0, range(5))])]  # file staging: no store request
     started = time.monotonic()
@@ -388,8 +429,14 @@ def test_missing_zookeeper_chroot_is_created(zk: Any, tmp_path: Path) -> None:
     hosts = f"{zk.hosts}/missing/deeper"
     client = zk.client()
     assert client.exists("/missing") is None
-    with SnapshotCoordinator(None, "p1", f"file://{tmp_path}/state", tmp_path / "cp",
-                             zookeeper_hosts=hosts, reset_timeout="30s") as coord:
+    with SnapshotCoordinator(
+        None,
+        "p1",
+        f"file://{tmp_path}/state",
+        tmp_path / "cp",
+        zookeeper_hosts=hosts,
+        reset_timeout="30s",
+    ) as coord:
         assert coord.recover().action == "keep"
         assert coord.fencing_token == 1
         assert client.get_children("/missing/deeper/gtbarrier/p1/driver")  # the lock

@@ -104,9 +104,7 @@ def test_zombie_is_fenced_before_the_new_drivers_first_commit(  # noqa: PLR0917
             timeout=180,
             what="driver A's next commit (fenced, or delivering as a zombie)",
         )
-        delivered_by_zombie = [bundle_id for bundle_id, _ in bundles(out)][
-            len(delivered_before) :
-        ]
+        delivered_by_zombie = [bundle_id for bundle_id, _ in bundles(out)][len(delivered_before) :]
         assert gt_last(store, PIPELINE) == cut and not delivered_by_zombie, (
             f"the zombie delivered bundle(s) {delivered_by_zombie} (GT_last {cut} -> "
             f"{gt_last(store, PIPELINE)}) after driver B took fencing token 2 and before "

@@ -43,9 +43,14 @@ def check_table(out: str, workdir: Path) -> dict[str, str]:
     assert table["recovery"].startswith("recover(): materialise")
     assert float(table["recovery time"].split()[0]) > 0
     # What it did, in the order it did it.
-    steps = ["produced", "SIGKILL driver 1", "deleted its checkpoint directory",
-             "coordinator.recover() -> materialise", "recovered: first new bundle",
-             "end-of-stream heartbeats processed"]
+    steps = [
+        "produced",
+        "SIGKILL driver 1",
+        "deleted its checkpoint directory",
+        "coordinator.recover() -> materialise",
+        "recovered: first new bundle",
+        "end-of-stream heartbeats processed",
+    ]
     positions = [out.find(s) for s in steps]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), positions
     png = workdir / "demo.png"
@@ -59,8 +64,14 @@ def check_table(out: str, workdir: Path) -> dict[str, str]:
 @pytest.fixture
 def servers(kafka_broker: Any, s3_server: Any, zk: Any) -> list[str]:
     """The harness's Kafka, S3 and ZooKeeper (a fresh chroot), as demo arguments."""
-    return ["--kafka", kafka_broker.bootstrap, "--s3-endpoint", s3_server.endpoint,
-            "--zookeeper", zk.hosts]
+    return [
+        "--kafka",
+        kafka_broker.bootstrap,
+        "--s3-endpoint",
+        s3_server.endpoint,
+        "--zookeeper",
+        zk.hosts,
+    ]
 
 
 @pytest.mark.timeout(600)
@@ -78,7 +89,11 @@ def test_demo_small_on_the_standalone_cluster(
     conf = {k: v for k, v in spark_cluster.driver_conf().items() if k != "spark.master"}
     workdir = tmp_path / "demo"
     out = run_demo(
-        driver, workdir, servers, "--master", spark_cluster.master_url,
+        driver,
+        workdir,
+        servers,
+        "--master",
+        spark_cluster.master_url,
         *[arg for k, v in conf.items() for arg in ("--conf", f"{k}={v}")],
     )
     check_table(out, workdir)

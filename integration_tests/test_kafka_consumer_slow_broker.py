@@ -125,9 +125,7 @@ def test_unsettled_delivery_stops_instead_of_redelivering(kafka: Any) -> None:
     topic = kafka.create_topic(partitions=2)
     slow = SlowProduce(count=1_000, delay=2.5)
     with KafkaProxy(kafka.bootstrap, slow) as proxy:
-        p = kafka_pipeline(
-            proxy.bootstrap, topic, **{"consumer.kafka.delivery.timeout.ms": "3000"}
-        )
+        p = kafka_pipeline(proxy.bootstrap, topic, **{"consumer.kafka.delivery.timeout.ms": "3000"})
         try:
             with pytest.raises(CommitStateUnknown) as info:
                 commit_bundle(p, 0, 1)
@@ -148,4 +146,3 @@ def test_unsettled_delivery_stops_instead_of_redelivering(kafka: Any) -> None:
             p.consumer.close()
     assert outcome.recovered == 1 and outcome.action == "delivered"
     assert_exactly_once(copies(kafka, topic), [1, 2])
-

@@ -26,13 +26,20 @@ def execute(
 ) -> Any:
     path = NOTEBOOKS / name
     nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
-    leftovers = [i for i, c in enumerate(nb.cells)
-                 if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    leftovers = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
+    ]
     assert not leftovers, f"{name} is committed with outputs in cells {leftovers}; clear them"
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = NotebookClient(
+        nb,
+        timeout=cell_timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
     client.execute()
     return nb
 
@@ -48,8 +55,11 @@ def text_of(nb: Any) -> str:
 
 @pytest.mark.timeout(300)
 def test_01_quickstart(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any) -> None:
-    nb = execute("01_quickstart.ipynb", monkeypatch, {
-        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_NOTEBOOK_EVENTS": "4000"})
+    nb = execute(
+        "01_quickstart.ipynb",
+        monkeypatch,
+        {"GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_NOTEBOOK_EVENTS": "4000"},
+    )
     out = text_of(nb)
     assert "4000 rows" in out and "_last_bundle.json" in out
     assert "rows in the consumer" in out
@@ -59,10 +69,17 @@ def test_01_quickstart(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any) -> No
 def test_02_exactly_once_under_failure(
     monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any, zk: Any
 ) -> None:
-    nb = execute("02_exactly_once_under_failure.ipynb", monkeypatch, {
-        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_S3_ENDPOINT": s3_server.endpoint,
-        "GTB_ZK_HOSTS": zk.hosts, "GTB_NOTEBOOK_EVENTS": "2000",
-        "GTB_NOTEBOOK_DEMO_EVENTS": "2500"})
+    nb = execute(
+        "02_exactly_once_under_failure.ipynb",
+        monkeypatch,
+        {
+            "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+            "GTB_S3_ENDPOINT": s3_server.endpoint,
+            "GTB_ZK_HOSTS": zk.hosts,
+            "GTB_NOTEBOOK_EVENTS": "2000",
+            "GTB_NOTEBOOK_DEMO_EVENTS": "2500",
+        },
+    )
     out = text_of(nb)
     assert "SIGKILL driver 1" in out and "| verdict                 | PASS" in out
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
@@ -70,12 +87,17 @@ def test_02_exactly_once_under_failure(
 
 
 @pytest.mark.timeout(1200)
-def test_03_performance(
-    monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any
-) -> None:
-    nb = execute("03_performance.ipynb", monkeypatch, {
-        "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap, "GTB_S3_ENDPOINT": s3_server.endpoint,
-        "GTB_NOTEBOOK_BENCH_SIZE": "tiny"}, cell_timeout=1080)
+def test_03_performance(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any) -> None:
+    nb = execute(
+        "03_performance.ipynb",
+        monkeypatch,
+        {
+            "GTB_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+            "GTB_S3_ENDPOINT": s3_server.endpoint,
+            "GTB_NOTEBOOK_BENCH_SIZE": "tiny",
+        },
+        cell_timeout=1080,
+    )
     out = text_of(nb)
     assert "=== gtbarrier benchmarks" in out and "FAILED" not in out
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]

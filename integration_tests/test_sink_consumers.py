@@ -77,8 +77,11 @@ def test_s3_consumer_promotes_parts_server_side(s3: Any) -> None:
     assert several.rows == 3
     client = s3.client()
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3.bucket)["Contents"])
-    assert keys == ["out/_last_bundle.json", "out/bundle-000000000001.parquet",
-                    "out/bundle-000000000002.parquet"]
+    assert keys == [
+        "out/_last_bundle.json",
+        "out/bundle-000000000001.parquet",
+        "out/bundle-000000000002.parquet",
+    ]
     body = client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000002.parquet")["Body"]
     table = pq.read_table(pa.BufferReader(body.read()))
     assert [v.as_py() for v in table.column("value")] == [b"0:5", b"0:6", b"1:0"]
@@ -91,14 +94,20 @@ def test_s3_consumer_promotes_parts_server_side(s3: Any) -> None:
 
 
 def test_s3_consumer_parts_layout_never_moves_items_through_the_driver(s3: Any) -> None:
-    p = pipeline(consumer="s3", **{"consumer.path": s3.uri("out"),
-                                   "consumer.s3.layout": "parts"}, **s3.options())
+    p = pipeline(
+        consumer="s3",
+        **{"consumer.path": s3.uri("out"), "consumer.s3.layout": "parts"},
+        **s3.options(),
+    )
     outcome = commit_epoch(p, 0, 4, [[gt_batch(4, 1, [0])], [gt_batch(4, 0, [5, 6])]])
     assert outcome.driver_bytes == 0
     client = s3.client()
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3.bucket)["Contents"])
-    assert keys == ["out/_last_bundle.json", "out/bundle-000000000004-00000.parquet",
-                    "out/bundle-000000000004-00001.parquet"]
+    assert keys == [
+        "out/_last_bundle.json",
+        "out/bundle-000000000004-00000.parquet",
+        "out/bundle-000000000004-00001.parquet",
+    ]
     values = []
     for key in keys[1:]:
         body = client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
@@ -139,13 +148,18 @@ def test_s3_consumer_stitches_large_parts_server_side(s3: Any) -> None:
     client = s3.client()
     obj = client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000001.parquet")
     table = pq.read_table(pa.BufferReader(obj["Body"].read()))
-    expected = pa.concat_tables(
-        [pa.Table.from_batches(b) for b in parts]
-    )
+    expected = pa.concat_tables([pa.Table.from_batches(b) for b in parts])
     assert table.column("value").equals(expected.column("value"))
-    assert pq.ParquetFile(pa.BufferReader(
-        client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000001.parquet")["Body"].read()
-    )).metadata.num_rows == 2300
+    assert (
+        pq.ParquetFile(
+            pa.BufferReader(
+                client.get_object(Bucket=s3.bucket, Key="out/bundle-000000000001.parquet")[
+                    "Body"
+                ].read()
+            )
+        ).metadata.num_rows
+        == 2300
+    )
 
 
 # --- http ----------------------------------------------------------------------------
@@ -177,8 +191,9 @@ def test_http_dropped_connection_after_store_is_retried_without_duplicate(
     receiver: Receiver,
 ) -> None:
     receiver.start("--drop-after-store", "1")
-    p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
-                                     "delivery.retryBackoffMs": "50"})
+    p = pipeline(
+        consumer="http", **{"consumer.url": f"{receiver.url}/s", "delivery.retryBackoffMs": "50"}
+    )
     outcome = commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1, 2])]])
     assert outcome.action == "delivered"
     assert [(b["bundle_id"], b["rows"]) for b in receiver.bundles("s")] == [(1, 3)]
@@ -186,8 +201,14 @@ def test_http_dropped_connection_after_store_is_retried_without_duplicate(
 
 
 def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -> None:
-    p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
-                                     "delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"})
+    p = pipeline(
+        consumer="http",
+        **{
+            "consumer.url": f"{receiver.url}/s",
+            "delivery.maxRetries": "1",
+            "delivery.retryBackoffMs": "10",
+        },
+    )
     with pytest.raises(DeliveryFailed, match="cannot connect"):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0, 1])]])
     assert p.inflight().bundle_id == 1
@@ -200,8 +221,9 @@ def test_http_unreachable_receiver_fails_and_loses_nothing(receiver: Receiver) -
 
 def test_http_receiver_crash_after_store_then_recovery(receiver: Receiver) -> None:
     receiver.start("--drop-after-store", "1")
-    p = pipeline(consumer="http", **{"consumer.url": f"{receiver.url}/s",
-                                     "delivery.maxRetries": "0"})
+    p = pipeline(
+        consumer="http", **{"consumer.url": f"{receiver.url}/s", "delivery.maxRetries": "0"}
+    )
     with pytest.raises(CommitStateUnknown, match="may have been stored"):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0])]])
     # recovery (a new run) asks /last: the receiver has bundle 1, so it is not sent again
@@ -215,8 +237,10 @@ def test_http_receiver_crash_after_store_then_recovery(receiver: Receiver) -> No
 
 
 def kafka_pipeline(kafka: Any, topic: str) -> Pipeline:
-    return pipeline(consumer="kafka", **{"consumer.kafka.bootstrap.servers": kafka.bootstrap,
-                                         "consumer.topic": topic})
+    return pipeline(
+        consumer="kafka",
+        **{"consumer.kafka.bootstrap.servers": kafka.bootstrap, "consumer.topic": topic},
+    )
 
 
 def kafka_items(kafka: Any, topic: str) -> list[tuple[int, int, bytes]]:
@@ -267,10 +291,15 @@ def test_kafka_half_delivered_bundle_is_completed_not_repeated(kafka: Any) -> No
 def test_kafka_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     from harness.ports import free_port
 
-    p = pipeline(consumer="kafka", **{
-        "consumer.kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
-        "consumer.topic": "t", "delivery.maxRetries": "0", "ack.timeoutMs": "2000",
-    })
+    p = pipeline(
+        consumer="kafka",
+        **{
+            "consumer.kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "consumer.topic": "t",
+            "delivery.maxRetries": "0",
+            "ack.timeoutMs": "2000",
+        },
+    )
     with pytest.raises((DeliveryFailed, CommitStateUnknown), match="kafka consumer t@127"):
         commit_epoch(p, 0, 1, [[gt_batch(1, 0, [0])]])
     assert p.inflight().bundle_id == 1

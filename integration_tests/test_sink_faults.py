@@ -43,13 +43,30 @@ class Chain:
         self.store = open_store(self.state_uri)
         self.layout = PipelineLayout(pipeline)
 
-    def run(self, checkpoint: str, *extra: str, fault: str | None = None,
-            options: dict[str, str] | None = None) -> Any:
+    def run(
+        self,
+        checkpoint: str,
+        *extra: str,
+        fault: str | None = None,
+        options: dict[str, str] | None = None,
+    ) -> Any:
         args = [
-            "--bootstrap", self.kafka.bootstrap, "--topic", self.topic,
-            "--pipeline", self.pipeline, "--state", self.state_uri,
-            "--checkpoint", str(self.tmp_path / checkpoint), "--max-offsets", "1000",
-            "--sink-option", "consumer=file", "--sink-option", f"consumer.path={self.out}",
+            "--bootstrap",
+            self.kafka.bootstrap,
+            "--topic",
+            self.topic,
+            "--pipeline",
+            self.pipeline,
+            "--state",
+            self.state_uri,
+            "--checkpoint",
+            str(self.tmp_path / checkpoint),
+            "--max-offsets",
+            "1000",
+            "--sink-option",
+            "consumer=file",
+            "--sink-option",
+            f"consumer.path={self.out}",
             *extra,
         ]
         for key, value in (options or {}).items():
@@ -128,8 +145,11 @@ def test_sigkill_at_every_protocol_step_then_restart_is_exactly_once(
     assert not (tmp_path / "cp2" / "commits" / "5").exists()
 
     # 6. the consumer raises on bundle 6, the retries are spent, the query fails
-    failing = c.run("cp2", fault="deliver_error:6",
-                    options={"delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"})
+    failing = c.run(
+        "cp2",
+        fault="deliver_error:6",
+        options={"delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"},
+    )
     assert failing.wait(DRIVER_TIMEOUT) == 1
     assert "injected fault deliver_error:6" in failing.output()
     assert c.progress() == (5, 6)
@@ -151,24 +171,36 @@ def test_two_drivers_at_once_the_older_is_fenced(driver: Any, kafka: Any, tmp_pa
     produce_numbered(kafka, topic, 4000, partitions)
     c = Chain(driver, kafka, tmp_path, "twins", topic)
     first = c.run("cp-a", "--interval", "1")
-    wait_until(lambda: (c.pointer() or -1) >= 1, timeout=DRIVER_TIMEOUT,
-               what="the first driver to deliver two bundles")
+    wait_until(
+        lambda: (c.pointer() or -1) >= 1,
+        timeout=DRIVER_TIMEOUT,
+        what="the first driver to deliver two bundles",
+    )
     owner_a = c.owner()
     # a second driver for the same pipeline, elsewhere (its own checkpoint): it replays
     # from the start, its first commit claims the pipeline
     second = c.run("cp-b", "--interval", "1")
-    wait_until(lambda: c.owner().generation == 2, timeout=DRIVER_TIMEOUT,
-               what="the second driver to claim the pipeline")
+    wait_until(
+        lambda: c.owner().generation == 2,
+        timeout=DRIVER_TIMEOUT,
+        what="the second driver to claim the pipeline",
+    )
     assert c.owner().run_id != owner_a.run_id
     # more input: the first driver's next commit finds itself fenced
-    kafka.produce(topic, ((b"k%d" % i, b"%d" % i, None, i % partitions)
-                          for i in range(4000, 8000)), batch_size=2000)
+    kafka.produce(
+        topic,
+        ((b"k%d" % i, b"%d" % i, None, i % partitions) for i in range(4000, 8000)),
+        batch_size=2000,
+    )
     assert first.wait(DRIVER_TIMEOUT) == 1
     out = first.output()
     assert "PipelineFenced" in out and "is a zombie" in out, out[-3000:]
     expected = len([i for i in range(8000) if i % 3])
-    wait_until(lambda: c.out.exists() and read_bundles(c.out).num_rows >= expected,
-               timeout=DRIVER_TIMEOUT, what="the second driver to deliver everything")
+    wait_until(
+        lambda: c.out.exists() and read_bundles(c.out).num_rows >= expected,
+        timeout=DRIVER_TIMEOUT,
+        what="the second driver to deliver everything",
+    )
     second.terminate()
     check_exactly_once_in_gt_order(read_bundles(c.out), 8000, partitions)
     assert c.owner().generation == 2 and c.state().inflight is None

@@ -29,9 +29,7 @@ def epoch_records(c: Chain, epoch: int, partitions: int) -> set[tuple[int, int]]
     record, _ = c.store.get_json(c.layout.epoch(epoch))
     start, end = record["start"]["offsets"][c.topic], record["end"]["offsets"][c.topic]
     return {
-        (p, o)
-        for p in range(partitions)
-        for o in range(start.get(str(p), 0), end.get(str(p), 0))
+        (p, o) for p in range(partitions) for o in range(start.get(str(p), 0), end.get(str(p), 0))
     }
 
 
@@ -87,7 +85,9 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     assert report.applied and c.progress() == (2, None)
     [skipped] = c.state().skipped
     assert (skipped.bundle_id, skipped.rows, skipped.parts_missing) == (
-        2, inflight.rows, inflight.locations,
+        2,
+        inflight.rows,
+        inflight.locations,
     )
 
     # 4. the pipeline goes on: everything but bundle 2 exactly once, in gt order
@@ -97,10 +97,14 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     assert c.bundle_files() == [0, 1, 3] and c.pointer() == 3
     table = read_bundles(c.out)
     gt = table.column("gt").combine_chunks()
-    keys = list(zip(
-        gt.field("epoch").to_pylist(), gt.field("partition").to_pylist(),
-        gt.field("offset").to_pylist(), strict=True,
-    ))
+    keys = list(
+        zip(
+            gt.field("epoch").to_pylist(),
+            gt.field("partition").to_pylist(),
+            gt.field("offset").to_pylist(),
+            strict=True,
+        )
+    )
     assert keys == sorted(keys), "items are not in gt order"
     delivered = [(p, o) for _, p, o in keys]
     assert len(delivered) == len(set(delivered)), "duplicate items"

@@ -17,9 +17,7 @@ from integration_tests.sink_helpers import read_bundles
 QUERY_TIMEOUT = 600.0
 
 
-def source(
-    spark: Any, kafka: Any, topic: str, pipeline: str, state_uri: str, **extra: str
-) -> Any:
+def source(spark: Any, kafka: Any, topic: str, pipeline: str, state_uri: str, **extra: str) -> Any:
     opts = {
         "kafka.bootstrap.servers": kafka.bootstrap,
         "subscribe": topic,
@@ -31,8 +29,9 @@ def source(
     return spark.readStream.format("gtkafka").options(**opts).load()
 
 
-def run_available_now(df: Any, sink_options: dict[str, str], checkpoint: Path,
-                      output_mode: str = "append") -> Any:
+def run_available_now(
+    df: Any, sink_options: dict[str, str], checkpoint: Path, output_mode: str = "append"
+) -> Any:
     query = (
         df.writeStream.format("barrier")
         .options(**sink_options)
@@ -82,10 +81,15 @@ def expected_survivors(n: int, partitions: int) -> set[tuple[int, int]]:
 
 def check_exactly_once_in_gt_order(table: pa.Table, n: int, partitions: int) -> None:
     gt = table.column("gt").combine_chunks()
-    keys = list(zip(
-        gt.field("epoch").to_pylist(), gt.field("topic").to_pylist(),
-        gt.field("partition").to_pylist(), gt.field("offset").to_pylist(), strict=True,
-    ))
+    keys = list(
+        zip(
+            gt.field("epoch").to_pylist(),
+            gt.field("topic").to_pylist(),
+            gt.field("partition").to_pylist(),
+            gt.field("offset").to_pylist(),
+            strict=True,
+        )
+    )
     assert keys == sorted(keys), "items are not in gt order"
     pairs = [(k[2], k[3]) for k in keys]
     assert len(pairs) == len(set(pairs)), f"{len(pairs) - len(set(pairs))} duplicate item(s)"
@@ -112,8 +116,12 @@ def test_stateless_pipeline_into_file_consumer_small(
     state = f"file://{tmp_path}/state"
     df = source(spark, kafka, topic, "small", state, maxOffsetsPerTrigger="5000")
     out = tmp_path / "out"
-    opts = {"pipeline.id": "small", "state.uri": state, "consumer": "file",
-            "consumer.path": str(out)}
+    opts = {
+        "pipeline.id": "small",
+        "state.uri": state,
+        "consumer": "file",
+        "consumer.path": str(out),
+    }
     query = run_available_now(stateless(df), opts, tmp_path / "cp")
     table = read_bundles(out)
     check_exactly_once_in_gt_order(table, n, partitions)
@@ -142,15 +150,21 @@ def test_stateless_pipeline_one_million_records_into_file_consumer(
     state = f"file://{tmp_path}/state"
     df = source(spark, kafka, topic, "million", state, maxOffsetsPerTrigger="250000")
     out = tmp_path / "out"
-    opts = {"pipeline.id": "million", "state.uri": state, "consumer": "file",
-            "consumer.path": str(out)}
+    opts = {
+        "pipeline.id": "million",
+        "state.uri": state,
+        "consumer": "file",
+        "consumer.path": str(out),
+    }
     t1 = time.monotonic()
     run_available_now(stateless(df), opts, tmp_path / "cp")
     ran = time.monotonic() - t1
     table = read_bundles(out)
     check_exactly_once_in_gt_order(table, n, partitions)
-    print(f"1M records: produced in {produced:.1f}s, query ran {ran:.1f}s "
-          f"({n / ran:,.0f} records/s), {table.num_rows} delivered")
+    print(
+        f"1M records: produced in {produced:.1f}s, query ran {ran:.1f}s "
+        f"({n / ran:,.0f} records/s), {table.num_rows} delivered"
+    )
 
 
 def s3_bundles(s3: Any, prefix: str) -> tuple[list[str], pa.Table]:
@@ -176,8 +190,13 @@ def test_stateless_pipeline_into_s3_consumer(
     produce_numbered(kafka, topic, n, partitions)
     state = s3.uri("state")
     df = source(spark, kafka, topic, "to-s3", state, maxOffsetsPerTrigger="30000", **s3.options())
-    opts = {"pipeline.id": "to-s3", "state.uri": state, "consumer": "s3",
-            "consumer.path": s3.uri("out"), **s3.options()}
+    opts = {
+        "pipeline.id": "to-s3",
+        "state.uri": state,
+        "consumer": "s3",
+        "consumer.path": s3.uri("out"),
+        **s3.options(),
+    }
     run_available_now(stateless(df), opts, tmp_path / "cp")
     keys, table = s3_bundles(s3, "out/")
     check_exactly_once_in_gt_order(table, n, partitions)
@@ -186,9 +205,7 @@ def test_stateless_pipeline_into_s3_consumer(
 
 
 @pytest.mark.timeout(300)
-def test_stateless_pipeline_into_kafka_consumer(
-    spark: Any, kafka: Any, tmp_path: Path
-) -> None:
+def test_stateless_pipeline_into_kafka_consumer(spark: Any, kafka: Any, tmp_path: Path) -> None:
     from sink.consumers.kafka import H_BUNDLE, H_INDEX
 
     n, partitions = 100_000, 2
@@ -197,8 +214,13 @@ def test_stateless_pipeline_into_kafka_consumer(
     produce_numbered(kafka, topic, n, partitions)
     state = f"file://{tmp_path}/state"
     df = source(spark, kafka, topic, "to-kafka", state, maxOffsetsPerTrigger="25000")
-    opts = {"pipeline.id": "to-kafka", "state.uri": state, "consumer": "kafka",
-            "consumer.kafka.bootstrap.servers": kafka.bootstrap, "consumer.topic": out_topic}
+    opts = {
+        "pipeline.id": "to-kafka",
+        "state.uri": state,
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": kafka.bootstrap,
+        "consumer.topic": out_topic,
+    }
     run_available_now(stateless(df), opts, tmp_path / "cp")
     items = []
     for rec in kafka.consume_all(out_topic):
@@ -226,9 +248,14 @@ def test_stateless_pipeline_into_http_consumer_unreachable_then_dropped_ack(
     topic = kafka.create_topic(partitions=partitions)
     produce_numbered(kafka, topic, n, partitions)
     state = f"file://{tmp_path}/state"
-    opts = {"pipeline.id": "to-http", "state.uri": state, "consumer": "http",
-            "consumer.url": f"{receiver.url}/orders", "delivery.maxRetries": "1",
-            "delivery.retryBackoffMs": "50"}
+    opts = {
+        "pipeline.id": "to-http",
+        "state.uri": state,
+        "consumer": "http",
+        "consumer.url": f"{receiver.url}/orders",
+        "delivery.maxRetries": "1",
+        "delivery.retryBackoffMs": "50",
+    }
 
     def df() -> Any:
         return stateless(
@@ -252,9 +279,7 @@ def test_stateless_pipeline_into_http_consumer_unreachable_then_dropped_ack(
 # --- stateful queries: the consumer's final content vs a batch query ---------------------
 
 
-def produce_events(
-    kafka: Any, topic: str, rows: list[tuple[int, int]], partitions: int
-) -> None:
+def produce_events(kafka: Any, topic: str, rows: list[tuple[int, int]], partitions: int) -> None:
     """Values ``"<key>,<event second>"``, row i to partition i % partitions."""
     kafka.produce(
         topic,
@@ -296,8 +321,7 @@ def test_windowed_aggregation_with_watermark_in_append_mode_equals_batch_query(
     opts = {"pipeline.id": "windows", "state.uri": state, "consumer.path": str(out)}
 
     def query() -> Any:
-        df = parse_events(source(spark, kafka, topic, "windows", state,
-                                 maxOffsetsPerTrigger="700"))
+        df = parse_events(source(spark, kafka, topic, "windows", state, maxOffsetsPerTrigger="700"))
         return windowed_counts(df.withWatermark("event_time", "30 seconds"))
 
     run_available_now(query(), opts, tmp_path / "cp")
@@ -308,10 +332,13 @@ def test_windowed_aggregation_with_watermark_in_append_mode_equals_batch_query(
     got = read_bundles(out).to_pylist()
     keys = [(r["start"], r["k"]) for r in got]
     assert len(keys) == len(set(keys)), "a window was delivered twice"
-    batch = windowed_counts(parse_events(
-        spark.read.format("gtkafka")
-        .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}).load()
-    )).where("start < 10000")
+    batch = windowed_counts(
+        parse_events(
+            spark.read.format("gtkafka")
+            .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+            .load()
+        )
+    ).where("start < 10000")
     expected = {(r["start"], r["k"], r["count"]) for r in batch.collect()}
     assert len(expected) == 20 * 3
     assert {(r["start"], r["k"], r["count"]) for r in got} == expected
@@ -348,10 +375,15 @@ def test_aggregation_in_complete_mode_equals_batch_query_and_update_mode_is_refu
     totals = [sum(r["count"] for r in pq.read_table(f).to_pylist()) for f in files]
     assert totals == [1000, 2000, 3000]  # each bundle is the aggregate so far
     final = {r["k"]: r["count"] for r in pq.read_table(files[-1]).to_pylist()}
-    batch = parse_events(
-        spark.read.format("gtkafka")
-        .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}).load()
-    ).groupBy("k").count()
+    batch = (
+        parse_events(
+            spark.read.format("gtkafka")
+            .options(**{"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+            .load()
+        )
+        .groupBy("k")
+        .count()
+    )
     assert final == {r["k"]: r["count"] for r in batch.collect()}
 
 
@@ -371,22 +403,28 @@ def test_bad_options_wrong_gt_type_and_unwritable_directory_fail_before_data_mov
     out = tmp_path / "out"
     base = {"pipeline.id": "bad", "state.uri": state, "consumer.path": str(out)}
 
-    text = query_failure(df.select("key", "value"), {**base, "consumer.url": "http://x"},
-                         tmp_path / "cp1")
+    text = query_failure(
+        df.select("key", "value"), {**base, "consumer.url": "http://x"}, tmp_path / "cp1"
+    )
     assert "option 'consumer.url'" in text and "not to be set with consumer=file" in text
-    text = query_failure(df.select("key", "value"), {**base, "consumer.pth": "/x"},
-                         tmp_path / "cp2")
+    text = query_failure(
+        df.select("key", "value"), {**base, "consumer.pth": "/x"}, tmp_path / "cp2"
+    )
     assert "unknown option(s) 'consumer.pth'" in text
 
     text = query_failure(
-        df.select("key", "value", sf.col("offset").cast("string").alias("gt")), base,
+        df.select("key", "value", sf.col("offset").cast("string").alias("gt")),
+        base,
         tmp_path / "cp3",
     )
     assert "option 'gt' = 'string'" in text and "struct<epoch: bigint" in text
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    text = query_failure(df.select("key", "value", "gt"),
-                         {**base, "consumer.path": str(blocker / "out")}, tmp_path / "cp4")
+    text = query_failure(
+        df.select("key", "value", "gt"),
+        {**base, "consumer.path": str(blocker / "out")},
+        tmp_path / "cp4",
+    )
     assert f"consumer.path '{blocker / 'out'}' is not a writable directory" in text
     assert not out.exists()  # nothing was staged or delivered anywhere

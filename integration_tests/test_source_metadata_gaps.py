@@ -65,16 +65,18 @@ class Driver:
     """The stream reader's driver side plus reads of every planned partition."""
 
     def __init__(self, bootstrap: str, topic: str, **extra: str) -> None:
-        self.options = KafkaSourceOptions.parse({
-            "kafka.bootstrap.servers": bootstrap,
-            "subscribe": topic,
-            "pipeline.id": "p-" + uuid.uuid4().hex[:8],
-            "state.uri": f"memory://{uuid.uuid4().hex}",
-            "startingOffsets": "earliest",
-            "fetchOffset.refreshIntervalMs": "0",
-            "kafkaConsumer.pollTimeoutMs": "30000",
-            **extra,
-        })
+        self.options = KafkaSourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": topic,
+                "pipeline.id": "p-" + uuid.uuid4().hex[:8],
+                "state.uri": f"memory://{uuid.uuid4().hex}",
+                "startingOffsets": "earliest",
+                "fetchOffset.refreshIntervalMs": "0",
+                "kafkaConsumer.pollTimeoutMs": "30000",
+                **extra,
+            }
+        )
         self.schema = source_schema(False)
         self.reader = GlobalTimeKafkaStreamReader(self.options, self.schema)
         self.offset = self.reader.initialOffset()
@@ -90,8 +92,9 @@ class Driver:
             for part in self.reader.partitions(self.offset, end):
                 for batch in self.reader.read(part):
                     rows = batch.to_pydict()
-                    for p, o, v in zip(rows["partition"], rows["offset"], rows["value"],
-                                       strict=True):
+                    for p, o, v in zip(
+                        rows["partition"], rows["offset"], rows["value"], strict=True
+                    ):
                         self.read[(p, o)] += 1
                         self.values.append(v)
             self.offset = end

@@ -67,7 +67,8 @@ def test_file_store_race_between_processes(tmp_path: Path, op: str) -> None:
     results = ctx.Queue()
     procs = [
         ctx.Process(
-            target=process_race_worker, args=(config, me),
+            target=process_race_worker,
+            args=(config, me),
             kwargs={"rounds": RACE_ROUNDS, "op": op, "barrier": barrier, "results": results},
         )
         for me in (0, 1)
@@ -155,7 +156,8 @@ def test_store_at_bucket_root(s3: S3Bucket) -> None:
     store.put("c", b"2")
     assert store.list() == ["a/b", "c"]
     assert sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=s3.bucket)["Contents"]) == [
-        "a/b", "c",
+        "a/b",
+        "c",
     ]
 
 
@@ -184,10 +186,14 @@ def proxied(
     s3: S3Bucket, proxy: FaultProxy, *, deadline: float = 3.0, read_timeout: float = 1.0
 ) -> tuple[S3Store, Sleeps]:
     sleeps = Sleeps()
-    retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=deadline,
-                  sleep=sleeps)
-    store = s3.store("faults", retry=retry, endpoint=proxy.endpoint, read_timeout=read_timeout,
-                     connect_timeout=1.0)
+    retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=deadline, sleep=sleeps)
+    store = s3.store(
+        "faults",
+        retry=retry,
+        endpoint=proxy.endpoint,
+        read_timeout=read_timeout,
+        connect_timeout=1.0,
+    )
     return store, sleeps
 
 
@@ -266,9 +272,7 @@ def test_lost_response_then_another_writer_is_reported_as_lost(
     store.client.put_object = put_then_interfere  # type: ignore[method-assign]
     with pytest.raises(KeyExists) as info:
         store.create("c", b"mine")
-    assert "never took effect, or another writer has replaced it" in "".join(
-        info.value.__notes__
-    )
+    assert "never took effect, or another writer has replaced it" in "".join(info.value.__notes__)
     assert other.get("c").data == b"theirs"
 
 
@@ -346,4 +350,4 @@ def test_paused_server_gives_store_unavailable_and_keeps_data(
         s3_server.resume()
     assert store.get("k").version == v
     with pytest.raises(ConcurrentModification):
-        store.compare_and_swap("k", b"x", "\"stale\"")
+        store.compare_and_swap("k", b"x", '"stale"')

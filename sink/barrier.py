@@ -198,7 +198,10 @@ class Barrier:
             self.faults.at("before_inflight", epoch)
             t1 = t()
             state, version = self._cas(
-                state, replace(state, inflight=bundle.to_record()), version, me,
+                state,
+                replace(state, inflight=bundle.to_record()),
+                version,
+                me,
                 f"record bundle {epoch} in flight",
             )
             timings["cas_inflight"] = t() - t1
@@ -210,7 +213,10 @@ class Barrier:
         self.faults.at("after_ack", epoch)
         t1 = t()
         state, version = self._cas(
-            state, replace(state, gt_last=epoch, inflight=None), version, me,
+            state,
+            replace(state, gt_last=epoch, inflight=None),
+            version,
+            me,
             f"advance GT_last to {epoch}",
         )
         timings["cas_gt_last"] = t() - t1
@@ -231,9 +237,7 @@ class Barrier:
             return None
         record = decode(hit.data, BatchRecord.from_json, f"{self.store.uri}/{key}")
         if (record.query_id, record.batch_id) != (query_id, batch_id):
-            raise StateError(
-                f"barrier: batch record {key} names another batch: {record.to_json()}"
-            )
+            raise StateError(f"barrier: batch record {key} names another batch: {record.to_json()}")
         return record.epoch
 
     def _load(self) -> tuple[BarrierState, str | None]:
@@ -361,9 +365,11 @@ class Barrier:
         try:
             return retry(attempt)
         except (DeliveryFailed, CommitStateUnknown) as err:
-            inflight = " It stays recorded in flight; restarting the query resolves it." if (
-                self.options.exactly_once
-            ) else ""
+            inflight = (
+                " It stays recorded in flight; restarting the query resolves it."
+                if (self.options.exactly_once)
+                else ""
+            )
             err.add_note(
                 f"barrier: bundle {bundle.bundle_id} (batch {bundle.batch_id}, "
                 f"{bundle.rows} rows) was not acknowledged after {attempts[0]} "

@@ -147,4 +147,3 @@ class Bundle:
         if not tables:
             raise ValueError(f"bundle {self.bundle_id} has no parts")
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-

@@ -43,6 +43,8 @@ class BarrierSink(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         raise ConfigError(
-            "format", "barrier", "writeStream: the barrier sink delivers streaming micro-batches",
+            "format",
+            "barrier",
+            "writeStream: the barrier sink delivers streaming micro-batches",
             where="barrier",
         )

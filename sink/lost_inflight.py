@@ -93,7 +93,8 @@ class LostBundle:
 
     def describe(self) -> str:
         has = (
-            "it has no bundle" if self.consumer_last is None
+            "it has no bundle"
+            if self.consumer_last is None
             else f"its last bundle is {self.consumer_last}"
         )
         text = (

@@ -68,8 +68,16 @@ class BundleDb:
                 "INSERT OR IGNORE INTO bundles "
                 "(stream, bundle_id, gt, pipeline, rows, content_type, body, received_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (stream, bundle_id, gt, meta.get("pipeline"), meta.get("rows"),
-                 meta.get("content_type"), body, time.time()),
+                (
+                    stream,
+                    bundle_id,
+                    gt,
+                    meta.get("pipeline"),
+                    meta.get("rows"),
+                    meta.get("content_type"),
+                    body,
+                    time.time(),
+                ),
             )
             return cur.rowcount == 1
 
@@ -101,11 +109,13 @@ class DroppedConnection(Response):
     """Start a response and stop: uvicorn closes the connection without an answer."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-length", b"64")],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"64")],
+            }
+        )
 
 
 def create_app(directory: str, *, drop_after_store: int | None = None) -> Starlette:
@@ -172,8 +182,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True, help="directory of the SQLite database")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--drop-after-store", type=int, default=None, metavar="N",
-                        help="store bundle N, then drop the connection without answering (once)")
+    parser.add_argument(
+        "--drop-after-store",
+        type=int,
+        default=None,
+        metavar="N",
+        help="store bundle N, then drop the connection without answering (once)",
+    )
     args = parser.parse_args(argv)
     import uvicorn
 

@@ -101,8 +101,12 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         finally:
             attrs = {"batch_id": task.batch_id, "rows": timed.rows, "error": error}
             profiling.record(
-                "write.stage", timed.started, time.perf_counter() - t0, input_s=timed.seconds,
-                partition=task.partition, **attrs,
+                "write.stage",
+                timed.started,
+                time.perf_counter() - t0,
+                input_s=timed.seconds,
+                partition=task.partition,
+                **attrs,
             )
             profiling.record("write.input", timed.started, timed.seconds, **attrs)
 

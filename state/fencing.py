@@ -110,9 +110,7 @@ def claim_barrier(
                 )
             if owner.token == token:
                 return owner
-        claimed = Owner.driver_claim(
-            driver, token, (owner.generation + 1) if owner else 1, clock()
-        )
+        claimed = Owner.driver_claim(driver, token, (owner.generation + 1) if owner else 1, clock())
         new = replace(state, owner=claimed)
         if version is None:
             store.create_json(key, new.to_json())

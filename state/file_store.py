@@ -243,14 +243,18 @@ class FileStore(StateStore):
                     raise _LockBusyError(f"lock {lock_path} is busy") from None
 
             wait = Retry(
-                max_attempts=1_000_000, base_delay=0.0005, max_delay=0.02,
-                deadline=self.lock_timeout, jitter=0.5,
+                max_attempts=1_000_000,
+                base_delay=0.0005,
+                max_delay=0.02,
+                deadline=self.lock_timeout,
+                jitter=0.5,
             )
             try:
                 wait(try_lock)
             except _LockBusyError:
                 raise StoreUnavailable(
-                    self.uri, key,
+                    self.uri,
+                    key,
                     f"lock file {lock_path} held by another process for over {self.lock_timeout}s",
                 ) from None
             yield

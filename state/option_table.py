@@ -81,7 +81,6 @@ class OptionSpec:
     requires: str | None = None
     default_doc: str | None = None
 
-
     def name_cell(self) -> str:
         return f"`{self.name}`"
 
@@ -122,7 +121,6 @@ class JsonOption(StringOption):
     """JSON text (or a keyword such as ``latest``); the component parses it."""
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class IntegerOption(OptionSpec, Generic[DI]):
     """An integer within ``[minimum, maximum]``; ``read`` is ``int`` when the default is."""
@@ -130,7 +128,6 @@ class IntegerOption(OptionSpec, Generic[DI]):
     default: DI
     minimum: int | None = None
     maximum: int | None = None
-
 
     def read(self, opts: Options) -> int | DI:
         return opts.integer(self.name, self.default, minimum=self.minimum, maximum=self.maximum)
@@ -145,7 +142,6 @@ class BooleanOption(OptionSpec, Generic[DB]):
 
     default: DB
 
-
     def read(self, opts: Options) -> bool | DB:
         return opts.boolean(self.name, self.default)
 
@@ -159,7 +155,6 @@ class DurationOption(OptionSpec, Generic[DF]):
 
     default: DF
     positive: bool = False
-
 
     def read(self, opts: Options) -> float | DF:
         seconds = opts.duration(self.name, self.default)
@@ -178,7 +173,6 @@ class ChoiceOption(OptionSpec, Generic[L]):
     choices: tuple[L, ...]
     default: L
 
-
     def read(self, opts: Options) -> L:
         return opts.choice(self.name, self.choices, self.default)
 
@@ -189,7 +183,6 @@ class ChoiceOption(OptionSpec, Generic[L]):
 @dataclass(frozen=True, kw_only=True)
 class PrefixOption(OptionSpec):
     """Every option under ``name`` (which ends with a dot), passed on to a client."""
-
 
     def name_cell(self) -> str:
         return f"`{self.name}*`"
@@ -280,6 +273,7 @@ class OptionTable:
                 name,
                 f"not to be set with {option}={value} ({subject} applies to {only.describe()})",
             )
+
 
 def render_markdown(rows: Iterable[Documented], headers: tuple[str, ...] = HEADERS) -> str:
     """A Markdown table of ``rows`` (specs, shared rows or :class:`DocRow`s), one per line."""

@@ -77,9 +77,7 @@ class Options:
     @overload
     def string(self, name: str, default: str, *, required: bool = False) -> str: ...
     @overload
-    def string(
-        self, name: str, default: None = None, *, required: bool = False
-    ) -> str | None: ...
+    def string(self, name: str, default: None = None, *, required: bool = False) -> str | None: ...
     def string(
         self, name: str, default: str | None = None, *, required: bool = False
     ) -> str | None:

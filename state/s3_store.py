@@ -80,13 +80,25 @@ TOKEN_METADATA = "gtb-write"
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _THROTTLING = {
-    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-    "TooManyRequestsException", "ServiceUnavailable", "RequestThrottled",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "ServiceUnavailable",
+    "RequestThrottled",
 }
 _TRANSIENT = {"InternalError", "RequestTimeout", "OperationAborted", "BadGateway"}
 _PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict"}
-_AUTH = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-         "InvalidToken", "AllAccessDisabled", "AuthorizationHeaderMalformed"}
+_AUTH = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AllAccessDisabled",
+    "AuthorizationHeaderMalformed",
+}
 
 # Failures where the request never reached the server: a write cannot have happened.
 _UNSENT = (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError)
@@ -117,7 +129,8 @@ class S3Store(StateStore):
         self.bucket = parsed.netloc
         if not _BUCKET.match(self.bucket) or ".." in self.bucket:
             raise StoreConfigError(
-                "state.uri", config.uri,
+                "state.uri",
+                config.uri,
                 "s3://bucket[/prefix] with a valid bucket name (3-63 characters of a-z, 0-9, "
                 f"'.', '-'), not {self.bucket!r}",
             )
@@ -168,8 +181,10 @@ class S3Store(StateStore):
 
     def _make_client(self) -> S3Client:
         s3 = self.config.s3
-        endpoint = s3.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-            "AWS_ENDPOINT_URL"
+        endpoint = (
+            s3.endpoint
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
         )
         path_style = s3.path_style if s3.path_style is not None else bool(endpoint)
         config = BotoConfig(
@@ -282,7 +297,8 @@ class S3Store(StateStore):
                     resp = self.client.delete_objects(
                         Bucket=self.bucket,
                         Delete={
-                            "Objects": [{"Key": self._object(k)} for k in batch], "Quiet": True
+                            "Objects": [{"Key": self._object(k)} for k in batch],
+                            "Quiet": True,
                         },
                     )
                 except Exception as err:
@@ -342,8 +358,10 @@ class S3Store(StateStore):
                     )
             except Exception as err:
                 code = _code(err)
-                if code in _PRECONDITION or _status(err) == 412 or (
-                    expected is not None and code in ("NoSuchKey", "404")
+                if (
+                    code in _PRECONDITION
+                    or _status(err) == 412
+                    or (expected is not None and code in ("NoSuchKey", "404"))
                 ):
                     if ambiguous:
                         return resolve(err)
@@ -360,7 +378,8 @@ class S3Store(StateStore):
             if not ambiguous:
                 raise
             unknown = StoreWriteUnknown(
-                self.uri, key,
+                self.uri,
+                key,
                 f"{'create' if expected is None else 'compare-and-swap'} may or may not have "
                 f"taken effect: the connection failed after the request was sent, then {err}",
             )
@@ -385,12 +404,14 @@ class S3Store(StateStore):
         status = _status(err)
         if code == "NoSuchBucket":
             return StoreConfigError(
-                "state.uri", self.uri,
+                "state.uri",
+                self.uri,
                 f"a bucket that exists: bucket '{self.bucket}' was not found at {self._where()}",
             )
         if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
             return StoreConfigError(
-                "s3.accessKeyId", None,
+                "s3.accessKeyId",
+                None,
                 f"credentials for {self.uri}: set s3.accessKeyId and s3.secretAccessKey or the "
                 "AWS configuration chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)",
             )
@@ -403,8 +424,11 @@ class S3Store(StateStore):
         if isinstance(err, bce.ClientError):
             message = err.response.get("Error", {}).get("Message", "")
             cause = f"{code} (HTTP {status}) from {self._where()}: {message}".rstrip(": ")
-            if code in _THROTTLING or code in _TRANSIENT or status == 429 or (
-                status is not None and status >= 500
+            if (
+                code in _THROTTLING
+                or code in _TRANSIENT
+                or status == 429
+                or (status is not None and status >= 500)
             ):
                 return StoreUnavailable(self.uri, key, cause)
             if code in _AUTH:

@@ -155,14 +155,20 @@ class StoreConfig:
 
     @classmethod
     def from_options(
-        cls, options: Options | Mapping[str, str], *, uri_option: str = "state.uri",
-        default_uri: str | None = None, s3_prefix: str = "",
+        cls,
+        options: Options | Mapping[str, str],
+        *,
+        uri_option: str = "state.uri",
+        default_uri: str | None = None,
+        s3_prefix: str = "",
     ) -> StoreConfig:
         """Parse ``uri_option`` and the ``s3.*`` options (under ``s3_prefix``)."""
         opts = options if isinstance(options, Options) else Options(options, where="state")
         uri = opts.string(uri_option, default_uri)
         if uri is None:
-            raise opts.error(uri_option, "a store URI: memory://name, file:///abs/path or s3://bucket/prefix")
+            raise opts.error(
+                uri_option, "a store URI: memory://name, file:///abs/path or s3://bucket/prefix"
+            )
         validate_uri(uri, option=uri_option, where=opts.where)
         s3 = S3Settings(
             endpoint=_under(s3_prefix, S3_ENDPOINT).read(opts),

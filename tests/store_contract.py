@@ -255,11 +255,10 @@ class StoreContract:
 
     # --- races ---------------------------------------------------------------------
 
-    def test_two_threads_race_on_create(
-        self, store: StateStore, other_store: StateStore
-    ) -> None:
+    def test_two_threads_race_on_create(self, store: StateStore, other_store: StateStore) -> None:
         outcomes = race_in_threads(
-            [store, other_store], self.RACE_ROUNDS,
+            [store, other_store],
+            self.RACE_ROUNDS,
             lambda s, r, me: s.create(f"race/create/{r:05d}", f"writer {me}".encode()),
             expected=KeyExists,
         )
@@ -272,7 +271,8 @@ class StoreContract:
     ) -> None:
         store.put("race/cas", b"start")
         outcomes = race_in_threads(
-            [store, other_store], self.RACE_ROUNDS,
+            [store, other_store],
+            self.RACE_ROUNDS,
             lambda s, r, me, v: s.compare_and_swap("race/cas", f"{r} by {me}".encode(), v),
             expected=ConcurrentModification,
             read=lambda s: s.get("race/cas").version,

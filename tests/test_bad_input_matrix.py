@@ -92,24 +92,39 @@ def memory_store() -> StateStore:
     ("extra", "error", "option", "says"),
     [
         pytest.param(
-            {"subscribe": "t,nope"}, ConfigError, "subscribe",
-            "'nope' does not exist on Kafka at fake:9092", id="S09-nonexistent-topic",
+            {"subscribe": "t,nope"},
+            ConfigError,
+            "subscribe",
+            "'nope' does not exist on Kafka at fake:9092",
+            id="S09-nonexistent-topic",
         ),
         pytest.param(
-            {"startingOffsets": '{"t": {"0": 25}}'}, ConfigError, "startingOffsets",
-            "a value for every partition of the subscription", id="S10-json-misses-partition",
+            {"startingOffsets": '{"t": {"0": 25}}'},
+            ConfigError,
+            "startingOffsets",
+            "a value for every partition of the subscription",
+            id="S10-json-misses-partition",
         ),
         pytest.param(
-            {"startingOffsets": '{"t": {"0": 51, "1": 0}}'}, ConfigError, "startingOffsets",
-            "t-0 = 51 > end 50", id="S11-json-past-the-end",
+            {"startingOffsets": '{"t": {"0": 51, "1": 0}}'},
+            ConfigError,
+            "startingOffsets",
+            "t-0 = 51 > end 50",
+            id="S11-json-past-the-end",
         ),
         pytest.param(
-            {"startingOffsets": '{"t": {"0": 5, "1": 0}}'}, DataLossError, "startingOffsets",
-            "t-0 = 5 < log start 20", id="S12-json-below-log-start",
+            {"startingOffsets": '{"t": {"0": 5, "1": 0}}'},
+            DataLossError,
+            "startingOffsets",
+            "t-0 = 5 < log start 20",
+            id="S12-json-below-log-start",
         ),
         pytest.param(
-            {"startingOffsets": "", "startingTimestamp": "999999999999"}, ConfigError,
-            "startingTimestamp", "no record of t-0, t-1 is that late", id="S13-timestamp-too-late",
+            {"startingOffsets": "", "startingTimestamp": "999999999999"},
+            ConfigError,
+            "startingTimestamp",
+            "no record of t-0, t-1 is that late",
+            id="S13-timestamp-too-late",
         ),
     ],
 )
@@ -157,9 +172,7 @@ def test_start_below_the_log_start_with_fail_on_data_loss_false_warns_and_reads_
     [1, {"t": {"0": 5}}, {"0": 5}, {"epoch": "x", "offsets": {}}],
     ids=["rate-source", "kafka-source", "kafka-source-v2", "bad-epoch"],
 )
-def test_checkpoint_of_another_source_names_the_checkpoint(
-    broker: FakeBroker, offset: Any
-) -> None:
+def test_checkpoint_of_another_source_names_the_checkpoint(broker: FakeBroker, offset: Any) -> None:
     store = memory_store()
     reader = stream_reader(broker, store)
     with pytest.raises(MalformedOffset) as info:
@@ -198,11 +211,23 @@ def test_unsupported_state_uri_is_named_by_source_sink_and_coordinator(
     uri: str, expected: str, tmp_path: Path
 ) -> None:
     attempts: list[tuple[str, Any]] = [
-        ("state.uri", lambda: GlobalTimeKafkaSource(
-            {"kafka.bootstrap.servers": BOOTSTRAP, "subscribe": "t", "pipeline.id": "p",
-             "state.uri": uri})),
-        ("state.uri", lambda: BarrierSink(
-            {"pipeline.id": "p", "state.uri": uri, "consumer.path": str(tmp_path / "out")})),
+        (
+            "state.uri",
+            lambda: GlobalTimeKafkaSource(
+                {
+                    "kafka.bootstrap.servers": BOOTSTRAP,
+                    "subscribe": "t",
+                    "pipeline.id": "p",
+                    "state.uri": uri,
+                }
+            ),
+        ),
+        (
+            "state.uri",
+            lambda: BarrierSink(
+                {"pipeline.id": "p", "state.uri": uri, "consumer.path": str(tmp_path / "out")}
+            ),
+        ),
         ("state_uri", lambda: SnapshotCoordinator(None, "p", uri, tmp_path / "cp")),
     ]
     for option, make in attempts:
@@ -249,13 +274,15 @@ def _schema(**columns: Any) -> StructType:
 @pytest.mark.parametrize(
     ("schema", "column", "shown"),
     [
-        (_schema(key=BinaryType(), payload=LongType()), "value",
-         "<missing> (columns: key, payload)"),
+        (
+            _schema(key=BinaryType(), payload=LongType()),
+            "value",
+            "<missing> (columns: key, payload)",
+        ),
         (_schema(value=LongType()), "value", "bigint"),
         (_schema(value=BinaryType(), key=IntegerType()), "key", "int"),
         (_schema(value=BinaryType(), partition=LongType()), "partition", "bigint"),
-        (_schema(value=BinaryType(), headers=ArrayType(StringType())), "headers",
-         "array<string>"),
+        (_schema(value=BinaryType(), headers=ArrayType(StringType())), "headers", "array<string>"),
     ],
 )
 def test_kafka_consumer_input_shape_is_checked_at_planning(
@@ -268,7 +295,9 @@ def test_kafka_consumer_input_shape_is_checked_at_planning(
     assert info.value.option == column and shown in str(info.value)
     assert "consumer=kafka" in str(info.value)
     good = _schema(
-        key=StringType(), value=BinaryType(), partition=IntegerType(),
+        key=StringType(),
+        value=BinaryType(),
+        partition=IntegerType(),
         headers=ArrayType(_schema(key=StringType(), value=BinaryType())),
     )
     BarrierSink(dict(KAFKA_SINK)).streamWriter(good, False)

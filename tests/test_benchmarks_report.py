@@ -99,11 +99,27 @@ def test_output_without_results_is_an_error() -> None:
 
 def test_summary_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     points = [
-        {"axis": "partitions", "partitions": p, "cores": 2, "records": 4000, "wall_s": 4.0 * p,
-         "triggers_s": 2.0 * p, "batches": 4} for p in (1, 4)
+        {
+            "axis": "partitions",
+            "partitions": p,
+            "cores": 2,
+            "records": 4000,
+            "wall_s": 4.0 * p,
+            "triggers_s": 2.0 * p,
+            "batches": 4,
+        }
+        for p in (1, 4)
     ] + [
-        {"axis": "cores", "partitions": 8, "cores": c, "records": 4000, "wall_s": 8.0 / c,
-         "triggers_s": 4.0 / c, "batches": 4} for c in (1, 2)
+        {
+            "axis": "cores",
+            "partitions": 8,
+            "cores": c,
+            "records": 4000,
+            "wall_s": 8.0 / c,
+            "triggers_s": 4.0 / c,
+            "batches": 4,
+        }
+        for c in (1, 2)
     ]
     (tmp_path / "scaling.json").write_text(json.dumps(points))
     scaling_ratios, scaling_data = parse_scaling(tmp_path / "scaling.json")

@@ -27,8 +27,11 @@ def epochs(*ends: int) -> list[EpochRecord]:
     """One-partition epochs ending at ``ends``."""
     out, start = [], 0
     for k, end in enumerate(ends):
-        out.append(EpochRecord(k, SourceOffset(k, {(TOPIC, 0): start}),
-                               SourceOffset(k + 1, {(TOPIC, 0): end})))
+        out.append(
+            EpochRecord(
+                k, SourceOffset(k, {(TOPIC, 0): start}), SourceOffset(k + 1, {(TOPIC, 0): end})
+            )
+        )
         start = end
     return out
 
@@ -69,8 +72,10 @@ def test_exactly_once_passes_and_each_violation_is_counted() -> None:
     assert judge(query, "arrow", False, epoched, lost, BarrierState(gt_last=1), 1).lost == 1
     twice = [bundles[0], DeliveredBundle(1, bundles[1].rows + bundles[1].rows[:1])]
     assert judge(query, "arrow", False, epoched, twice, BarrierState(gt_last=1), 1).duplicated == 1
-    moved = [DeliveredBundle(0, bundles[0].rows + bundles[1].rows[:1]),
-             DeliveredBundle(1, bundles[1].rows[1:])]
+    moved = [
+        DeliveredBundle(0, bundles[0].rows + bundles[1].rows[:1]),
+        DeliveredBundle(1, bundles[1].rows[1:]),
+    ]
     v = judge(query, "arrow", False, epoched, moved, BarrierState(gt_last=1), 1)
     assert v.differing == 1 and not v.exactly_once
     backwards = [bundles[1], bundles[0]]
@@ -94,7 +99,8 @@ def test_windowed_reference_leaves_out_the_ticks() -> None:
     epoched = assign_epochs(TOPIC, recs, epochs(100, 251))
     items = QUERIES["windowed"].expected(epoched.records, "arrow")
     assert [(i.identity, i.value) for i in items] == [
-        (0, (100, sum(range(100)))), (100, (100, sum(range(100, 200)))),
+        (0, (100, sum(range(100)))),
+        (100, (100, sum(range(100, 200)))),
         (200, (50, sum(range(200, 250)))),
     ]
 
@@ -109,8 +115,14 @@ def test_kafka_rows_are_read_back_as_json() -> None:
 
 def test_plans_are_reproducible_and_armed_faults_come_first() -> None:
     def plan(index: int) -> Any:
-        return draw_plan(7, index, queries=list(QUERIES), consumers=["file", "http"],
-                         sizing=Sizing(), cluster_share=0.2)
+        return draw_plan(
+            7,
+            index,
+            queries=list(QUERIES),
+            consumers=["file", "http"],
+            sizing=Sizing(),
+            cluster_share=0.2,
+        )
 
     assert plan(5) == plan(5)
     for i in range(40):
@@ -121,26 +133,62 @@ def test_plans_are_reproducible_and_armed_faults_come_first() -> None:
 
 
 def test_only_cluster_faults_force_a_cluster_round() -> None:
-    p = draw_plan(1, 0, queries=["stateless"], consumers=["file"], sizing=Sizing(),
-                  cluster_share=0.1, fault_kinds=["cluster_worker"])
+    p = draw_plan(
+        1,
+        0,
+        queries=["stateless"],
+        consumers=["file"],
+        sizing=Sizing(),
+        cluster_share=0.1,
+        fault_kinds=["cluster_worker"],
+    )
     assert p.cluster and {f.kind for f in p.faults} == {"cluster_worker"}
     with pytest.raises(ValueError, match="no fault kind"):
-        draw_plan(1, 0, queries=["stateless"], consumers=["file"], sizing=Sizing(),
-                  cluster_share=0.0, fault_kinds=["receiver_kill"])
+        draw_plan(
+            1,
+            0,
+            queries=["stateless"],
+            consumers=["file"],
+            sizing=Sizing(),
+            cluster_share=0.0,
+            fault_kinds=["receiver_kill"],
+        )
 
 
 def test_descendants_walk_the_process_tree() -> None:
-    table_ = {pid: ProcessInfo(pid, ppid, "") for pid, ppid in
-              [(1, 0), (10, 1), (11, 10), (12, 11), (13, 10), (20, 1)]}
+    table_ = {
+        pid: ProcessInfo(pid, ppid, "")
+        for pid, ppid in [(1, 0), (10, 1), (11, 10), (12, 11), (13, 10), (20, 1)]
+    }
     assert sorted(p.pid for p in descendants(10, table_)) == [11, 12, 13]
 
 
 def test_the_table_names_every_count(tmp_path: Path) -> None:
-    summary = RunSummary(seed=3, rounds=2, passed=2, faults=4,
-                         by_kind={"kill_step:after_ack": 2, "s3_reset": 2}, skipped=0,
-                         records=100, lost=0, duplicated=0, differing=0, order_errors=0,
-                         seconds=120.0, load=(1.0, 2.0, 3.0), failures=[])
+    summary = RunSummary(
+        seed=3,
+        rounds=2,
+        passed=2,
+        faults=4,
+        by_kind={"kill_step:after_ack": 2, "s3_reset": 2},
+        skipped=0,
+        records=100,
+        lost=0,
+        duplicated=0,
+        differing=0,
+        order_errors=0,
+        seconds=120.0,
+        load=(1.0, 2.0, 3.0),
+        failures=[],
+    )
     text = table(summary)
-    for word in ("rounds", "kill_step", "after_ack 2", "records", "lost", "duplicated",
-                 "differing", "PASS"):
+    for word in (
+        "rounds",
+        "kill_step",
+        "after_ack 2",
+        "records",
+        "lost",
+        "duplicated",
+        "differing",
+        "PASS",
+    ):
         assert word in text

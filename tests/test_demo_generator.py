@@ -62,7 +62,10 @@ def test_payments_settle_earlier_orders_of_the_same_customer_once() -> None:
             assert body["order_id"] not in paid
             paid.add(body["order_id"])
             assert (body["customer_id"], body["amount"], body["currency"]) == (
-                order["customer_id"], order["amount"], order["currency"])
+                order["customer_id"],
+                order["amount"],
+                order["currency"],
+            )
     assert 0.3 < kinds["payment"] / 5000 < 0.45
 
 
@@ -90,8 +93,10 @@ def test_iso_millis_and_ticks() -> None:
     assert iso_millis(int(START.timestamp() * 1000) + 120) == "2025-03-01T09:00:00.120Z"
     beats = ticks(4, 1_000)
     assert [b.partition for b in beats] == [0, 1, 2, 3]
-    assert all(b.key is None and json.loads(b.value) == {"type": "tick", "ts": iso_millis(1000)}
-               for b in beats)
+    assert all(
+        b.key is None and json.loads(b.value) == {"type": "tick", "ts": iso_millis(1000)}
+        for b in beats
+    )
 
 
 def test_bad_configs_are_refused() -> None:

@@ -28,7 +28,8 @@ def test_first_batch_of_a_customer_starts_from_zero() -> None:
     (out,) = customer_totals(("c-1",), iter([frame(("order", 100), ("payment", 40))]), state)
     assert list(out.columns) == CUSTOMER_COLUMNS
     assert out.to_dict("records") == [
-        {"customer_id": "c-1", "ordered": 100, "paid": 40, "orders": 1, "payments": 1}]
+        {"customer_id": "c-1", "ordered": 100, "paid": 40, "orders": 1, "payments": 1}
+    ]
     assert state.updates == [(100, 40, 1, 1)]
 
 
@@ -37,7 +38,12 @@ def test_totals_continue_from_the_state_across_chunks() -> None:
     chunks = [frame(("order", 10), ("order", 20)), frame(("payment", 7))]
     (out,) = customer_totals(("c-2",), iter(chunks), state)
     assert out.iloc[0].to_dict() == {
-        "customer_id": "c-2", "ordered": 1030, "paid": 507, "orders": 5, "payments": 3}
+        "customer_id": "c-2",
+        "ordered": 1030,
+        "paid": 507,
+        "orders": 5,
+        "payments": 3,
+    }
     assert state.updates == [(1030, 507, 5, 3)]
 
 

@@ -36,23 +36,67 @@ def synthetic_run() -> list[dict[str, Any]]:
     t = 1000.0
     for b in range(4):
         t += 2
-        ev += [{"t": t - 0.1, "driver": 1, "event": "commit", "batch_id": b, "epoch": b,
-                "action": "delivered", "rows": 100},
-               {"t": t, "driver": 1, "event": "gt_last", "gt_last": b},
-               {"t": t, "driver": 1, "event": "batch", "batch_id": b, "epoch": b, "rows": 500,
-                "duration_ms": 1500, "offsets": 500 * (b + 1), "watermark": None}]
+        ev += [
+            {
+                "t": t - 0.1,
+                "driver": 1,
+                "event": "commit",
+                "batch_id": b,
+                "epoch": b,
+                "action": "delivered",
+                "rows": 100,
+            },
+            {"t": t, "driver": 1, "event": "gt_last", "gt_last": b},
+            {
+                "t": t,
+                "driver": 1,
+                "event": "batch",
+                "batch_id": b,
+                "epoch": b,
+                "rows": 500,
+                "duration_ms": 1500,
+                "offsets": 500 * (b + 1),
+                "watermark": None,
+            },
+        ]
         if b == 1:
-            ev.append({"t": t + 0.5, "driver": 1, "event": "snapshot", "epoch": 1, "batch_id": 1,
-                       "snapshot_id": 1})
+            ev.append(
+                {
+                    "t": t + 0.5,
+                    "driver": 1,
+                    "event": "snapshot",
+                    "epoch": 1,
+                    "batch_id": 1,
+                    "snapshot_id": 1,
+                }
+            )
     ev.append({"t": t + 1, "driver": 0, "event": "kill", "pid": 1, "gt_last": 3})
     t += 10
     for b in range(2, 6):
         t += 2
         action = "dropped" if b <= 3 else "delivered"
-        ev += [{"t": t, "driver": 2, "event": "commit", "batch_id": b, "epoch": b,
-                "action": action, "rows": 100},
-               {"t": t, "driver": 2, "event": "batch", "batch_id": b, "epoch": b, "rows": 500,
-                "duration_ms": 1200, "offsets": 500 * (b + 1), "watermark": None}]
+        ev += [
+            {
+                "t": t,
+                "driver": 2,
+                "event": "commit",
+                "batch_id": b,
+                "epoch": b,
+                "action": action,
+                "rows": 100,
+            },
+            {
+                "t": t,
+                "driver": 2,
+                "event": "batch",
+                "batch_id": b,
+                "epoch": b,
+                "rows": 500,
+                "duration_ms": 1200,
+                "offsets": 500 * (b + 1),
+                "watermark": None,
+            },
+        ]
         if action == "delivered":
             ev.append({"t": t, "driver": 2, "event": "gt_last", "gt_last": b})
     return ev
@@ -83,9 +127,15 @@ def test_plot_refuses_an_empty_run(tmp_path: Path) -> None:
 
 def test_job_file_round_trip_and_options(tmp_path: Path) -> None:
     job = DemoJob(
-        pipeline_id="p-1", topic="t", bootstrap="127.0.0.1:1", state_uri="s3://b/g",
-        s3_options={"s3.endpoint": "http://127.0.0.1:2"}, zookeeper_hosts="127.0.0.1:3",
-        checkpoint="/tmp/cp", consumer="http", consumer_url="http://127.0.0.1:4/s",
+        pipeline_id="p-1",
+        topic="t",
+        bootstrap="127.0.0.1:1",
+        state_uri="s3://b/g",
+        s3_options={"s3.endpoint": "http://127.0.0.1:2"},
+        zookeeper_hosts="127.0.0.1:3",
+        checkpoint="/tmp/cp",
+        consumer="http",
+        consumer_url="http://127.0.0.1:4/s",
     )
     job.save(tmp_path / "job.json")
     again = DemoJob.load(tmp_path / "job.json")
@@ -104,8 +154,9 @@ def test_runner_arguments() -> None:
 
     assert parse_args(["--small"]).events == SMALL_EVENTS
     assert parse_args([]).events == DEFAULT_EVENTS
-    args = parse_args(["--small", "--events", "123", "--conf", "spark.x=1", "--master",
-                       "spark://127.0.0.1:7077"])
+    args = parse_args(
+        ["--small", "--events", "123", "--conf", "spark.x=1", "--master", "spark://127.0.0.1:7077"]
+    )
     assert (args.events, args.conf, args.master) == (123, ["spark.x=1"], "spark://127.0.0.1:7077")
     assert args.workdir.is_absolute()
     for bad in (["--crash-at", "0.99"], ["--conf", "novalue"], ["--consumer", "kafka"]):

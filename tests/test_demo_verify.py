@@ -43,7 +43,8 @@ def delivered_from(expected: Expected, bundles: int = 4) -> pd.DataFrame:
     ev["bundle_id"] = ev["src_offset"] * bundles // (ev["src_offset"].max() + 1)
     last = bundles
     w = expected.windows.rename(columns={"revenue": "amount_usd_cents"}).assign(
-        kind="category_minute", bundle_id=last)
+        kind="category_minute", bundle_id=last
+    )
     c = expected.customers.rename(columns={"ordered": "amount_usd_cents", "paid": "paid_usd_cents"})
     c = c.assign(kind="customer_total", bundle_id=last)
     return pd.concat([ev, w, c], ignore_index=True)
@@ -56,14 +57,46 @@ def expected() -> Expected:
 
 def test_batch_computation_by_hand() -> None:
     orders = [
-        {"type": "order", "order_id": "o-1", "customer_id": "c-1", "category": "books",
-         "quantity": 1, "amount": 1000, "currency": "EUR", "ts": iso_millis(T0 + 5_000)},
-        {"type": "order", "order_id": "o-2", "customer_id": "c-2", "category": "books",
-         "quantity": 2, "amount": 300, "currency": "USD", "ts": iso_millis(T0 + 59_999)},
-        {"type": "order", "order_id": "o-3", "customer_id": "c-1", "category": "books",
-         "quantity": 1, "amount": 10000, "currency": "JPY", "ts": iso_millis(T0 + 60_000)},
-        {"type": "payment", "payment_id": "p-1", "order_id": "o-1", "customer_id": "c-1",
-         "amount": 1000, "currency": "EUR", "method": "card", "ts": iso_millis(T0 + 61_000)},
+        {
+            "type": "order",
+            "order_id": "o-1",
+            "customer_id": "c-1",
+            "category": "books",
+            "quantity": 1,
+            "amount": 1000,
+            "currency": "EUR",
+            "ts": iso_millis(T0 + 5_000),
+        },
+        {
+            "type": "order",
+            "order_id": "o-2",
+            "customer_id": "c-2",
+            "category": "books",
+            "quantity": 2,
+            "amount": 300,
+            "currency": "USD",
+            "ts": iso_millis(T0 + 59_999),
+        },
+        {
+            "type": "order",
+            "order_id": "o-3",
+            "customer_id": "c-1",
+            "category": "books",
+            "quantity": 1,
+            "amount": 10000,
+            "currency": "JPY",
+            "ts": iso_millis(T0 + 60_000),
+        },
+        {
+            "type": "payment",
+            "payment_id": "p-1",
+            "order_id": "o-1",
+            "customer_id": "c-1",
+            "amount": 1000,
+            "currency": "EUR",
+            "method": "card",
+            "ts": iso_millis(T0 + 61_000),
+        },
         {"type": "tick", "ts": iso_millis(T0 + 600_000)},
     ]
     got = expected_from_records((0, i, json.dumps(o).encode()) for i, o in enumerate(orders))

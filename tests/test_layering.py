@@ -128,9 +128,7 @@ def test_every_package_imports_only_what_its_layer_allows() -> None:
 
 def test_the_allowed_exception_is_only_inside_a_function() -> None:
     """``datasource`` reaches ``gtbarrier`` only from a function body, never at import time."""
-    hits = [
-        i for i in all_imports(("datasource",)) if top(i.target) == "gtbarrier"
-    ]
+    hits = [i for i in all_imports(("datasource",)) if top(i.target) == "gtbarrier"]
     assert [(i.importer, i.module_level) for i in hits] == [("datasource", False)]
 
 
@@ -187,10 +185,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         ("from sink import bundle\n", [("sink.bundle", True)]),
         ("from sink import BarrierSink\n", [("sink", True)]),
         ("def f():\n    import sink\n", [("sink", False)]),
-        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import sink\n",
-         [("typing", True), ("sink", False)]),
-        ("if TYPE_CHECKING:\n    import sink\nelse:\n    import state\n",
-         [("sink", False), ("state", True)]),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import sink\n",
+            [("typing", True), ("sink", False)],
+        ),
+        (
+            "if TYPE_CHECKING:\n    import sink\nelse:\n    import state\n",
+            [("sink", False), ("state", True)],
+        ),
     ],
 )
 def test_imports_are_read_with_their_place(

@@ -77,8 +77,9 @@ def test_integer_values() -> None:
     assert opts().integer("n", 7) == 7
 
 
-@pytest.mark.parametrize(("raw", "value"), [("true", True), ("ON", True), ("0", False),
-                                            ("No", False)])
+@pytest.mark.parametrize(
+    ("raw", "value"), [("true", True), ("ON", True), ("0", False), ("No", False)]
+)
 def test_boolean_values(raw: str, value: bool) -> None:
     assert opts(b=raw).boolean("b", not value) is value
 
@@ -101,8 +102,16 @@ def test_choice() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "seconds"),
-    [("250ms", 0.25), ("30s", 30.0), ("5m", 300.0), ("2min", 120.0), ("1h", 3600.0),
-     ("12", 12.0), (" 1.5 s ", 1.5), ("0", 0.0)],
+    [
+        ("250ms", 0.25),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("2min", 120.0),
+        ("1h", 3600.0),
+        ("12", 12.0),
+        (" 1.5 s ", 1.5),
+        ("0", 0.0),
+    ],
 )
 def test_duration_values(raw: str, seconds: float) -> None:
     assert opts(t=raw).duration("t", None) == pytest.approx(seconds)
@@ -186,15 +195,28 @@ def test_default_cells_of_the_docs() -> None:
         PrefixOption(name="kafka.", doc="d"),
     ]
     assert [c.default_cell() for c in cells] == [
-        "`30000`", "none", "`true`", "`15m`", "`b`", "required", "required for kafka",
-        "AWS chain", "",
+        "`30000`",
+        "none",
+        "`true`",
+        "`15m`",
+        "`b`",
+        "required",
+        "required for kafka",
+        "AWS chain",
+        "",
     ]
     assert PrefixOption(name="kafka.", doc="d").doc_row() == DocRow("`kafka.*`", "", "d")
 
 
 def test_format_duration_reads_back() -> None:
-    for seconds, text in [(900.0, "15m"), (30.0, "30s"), (0.5, "500ms"), (7200.0, "2h"),
-                          (90.0, "90s"), (0.0, "0s")]:
+    for seconds, text in [
+        (900.0, "15m"),
+        (30.0, "30s"),
+        (0.5, "500ms"),
+        (7200.0, "2h"),
+        (90.0, "90s"),
+        (0.0, "0s"),
+    ]:
         assert format_duration(seconds) == text
         assert parse_duration(text, option="x") == seconds
 
@@ -231,9 +253,7 @@ def test_table_checks_requires_and_only_with() -> None:
     err = error_of(lambda: TABLE.check_requires(opts(delay="5s")))
     assert err.option == "delay" and "to be set only together with min" in str(err)
     TABLE.check_only_with(opts(**{"consumer.url": "http://x"}), "consumer", "http")
-    err = error_of(
-        lambda: TABLE.check_only_with(opts(**{"consumer.url": "u"}), "consumer", "file")
-    )
+    err = error_of(lambda: TABLE.check_only_with(opts(**{"consumer.url": "u"}), "consumer", "file"))
     assert str(err).endswith(
         "expected not to be set with consumer=file (it applies to consumer=http)"
     )

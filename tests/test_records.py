@@ -28,21 +28,37 @@ from state.store import open_store
 START = SourceOffset(7, {("orders", 0): 1200, ("orders", 1): 1187})
 END = SourceOffset(8, {("orders", 0): 1300, ("orders", 1): 1290})
 PART = StagedPart(
-    "p1/staging/q/000000000003/p00000-t1-rrun.parquet", 600, 18000,
-    GlobalTime(7, "t", 0, 5), GlobalTime(7, "t", 0, 604),
+    "p1/staging/q/000000000003/p00000-t1-rrun.parquet",
+    600,
+    18000,
+    GlobalTime(7, "t", 0, 5),
+    GlobalTime(7, "t", 0, 604),
 )
 PART2 = StagedPart(
-    "p1/staging/q/000000000003/p00001-t2-rrun.parquet", 400, 12000,
-    GlobalTime(7, "t", 1, 0), GlobalTime(7, "t", 1, 399),
+    "p1/staging/q/000000000003/p00001-t2-rrun.parquet",
+    400,
+    12000,
+    GlobalTime(7, "t", 1, 0),
+    GlobalTime(7, "t", 1, 399),
 )
 BUNDLE = InflightBundle(7, "q", 3, "run", (PART, PART2), has_gt=True, ordered=True)
 OWNER = Owner("run", "q", 4, 1760000000.5, 3)
 REF = SnapshotRef(12, "p1/snapshots/000000000012/manifest.json", "ab" * 32, 41, 41)
 POINT = ResumePoint(0, 3, 41, 41, "q", START.to_json(), 1760000000.0, (REF,))
 MANIFEST = Manifest(
-    "p1", 12, 0, 3, 41, 41, END.to_json(), "q", 1760000000.0,
+    "p1",
+    12,
+    0,
+    3,
+    41,
+    41,
+    END.to_json(),
+    "q",
+    1760000000.0,
     (ManifestEntry("commits/41", 29, "cd" * 32), ManifestEntry("metadata", 45, "ef" * 32)),
-    uploaded_files=1, uploaded_bytes=29, copy_seconds=0.4123,
+    uploaded_files=1,
+    uploaded_bytes=29,
+    copy_seconds=0.4123,
 )
 
 # Every record, as ``(value, from_json)``.
@@ -115,14 +131,21 @@ def test_stored_bytes_are_todays_plus_the_format_field() -> None:
 def test_in_flight_record_keeps_todays_fields() -> None:
     raw = BUNDLE.to_json()
     assert raw == {
-        "bundle_id": 7, "epoch": 7, "query_id": "q", "batch_id": 3, "run_id": "run",
+        "bundle_id": 7,
+        "epoch": 7,
+        "query_id": "q",
+        "batch_id": 3,
+        "run_id": "run",
         "parts": [PART.location, PART2.location],
         "part_info": [PART.info_json(), PART2.info_json()],
-        "rows": 1000, "has_gt": True, "ordered": True,
+        "rows": 1000,
+        "has_gt": True,
+        "ordered": True,
         "max_gt": {"epoch": 7, "topic": "t", "partition": 1, "offset": 399},
     }
     assert raw["part_info"][0] == {
-        "rows": 600, "size": 18000,
+        "rows": 600,
+        "size": 18000,
         "min_gt": {"epoch": 7, "topic": "t", "partition": 0, "offset": 5},
         "max_gt": {"epoch": 7, "topic": "t", "partition": 0, "offset": 604},
     }
@@ -161,15 +184,17 @@ def test_old_minimal_records_decode_with_todays_defaults() -> None:
     assert BarrierState.from_json({"gt_last": 2, "inflight": None}) == BarrierState(2)
     assert BarrierState.from_json({}) == BarrierState()
     assert Owner.from_json({"run_id": "r"}) == Owner("r", "", 0, 0.0, None)
-    inflight = InflightBundle.from_json({"epoch": 5, "query_id": "q", "batch_id": 1,
-                                         "parts": ["a", "b"]})
+    inflight = InflightBundle.from_json(
+        {"epoch": 5, "query_id": "q", "batch_id": 1, "parts": ["a", "b"]}
+    )
     assert [(p.rows, p.size, p.min_gt) for p in inflight.parts] == [(0, 0, None), (0, 0, None)]
     assert inflight.has_gt is False and inflight.ordered is True and inflight.run_id is None
     assert EpochRecord.from_json(
         {"epoch": 0, "start": START.to_json(), "end": END.to_json()}
     ) == EpochRecord(0, START, END)
-    point = ResumePoint.from_json({"generation": 1, "token": 2, "epoch": -1, "manifest": None,
-                                   "retained": []})
+    point = ResumePoint.from_json(
+        {"generation": 1, "token": 2, "epoch": -1, "manifest": None, "retained": []}
+    )
     assert point == ResumePoint.empty(generation=1, token=2, created_at=0.0)
     assert DriverRecord.from_json({"token": 4}) == DriverRecord(4)
 
@@ -183,18 +208,25 @@ def test_gt_type_is_defined_once() -> None:
     import pyarrow as pa
 
     column = arrow_array(
-        pa.array([1, 1], pa.int64()), pa.array(["t", "t"]), pa.array([0, 0], pa.int32()),
+        pa.array([1, 1], pa.int64()),
+        pa.array(["t", "t"]),
+        pa.array([0, 0], pa.int32()),
         pa.array([5, 6], pa.int64()),
     )
     assert column.type == arrow_type()
     assert [GlobalTime.from_tuple(tuple(r.values())) for r in column.to_pylist()] == [
-        GlobalTime(1, "t", 0, 5), GlobalTime(1, "t", 0, 6)
+        GlobalTime(1, "t", 0, 5),
+        GlobalTime(1, "t", 0, 6),
     ]
 
 
 def test_global_time_orders_as_the_gt_column() -> None:
-    times = [GlobalTime(2, "a", 0, 0), GlobalTime(1, "b", 0, 9), GlobalTime(1, "a", 1, 0),
-             GlobalTime(1, "a", 0, 3)]
+    times = [
+        GlobalTime(2, "a", 0, 0),
+        GlobalTime(1, "b", 0, 9),
+        GlobalTime(1, "a", 1, 0),
+        GlobalTime(1, "a", 0, 3),
+    ]
     assert sorted(times) == sorted(times, key=GlobalTime.to_tuple)
     assert GlobalTime.from_tuple(times[0].to_tuple()) == times[0]
 
@@ -210,23 +242,53 @@ def test_global_time_orders_as_the_gt_column() -> None:
         (BarrierState.from_json, {"gt_last": -2}, r"'gt_last' = -2 .*an integer >= -1"),
         (BarrierState.from_json, {"format": 2}, r"'format' = 2 .*written by a newer gtbarrier"),
         (BarrierState.from_json, {"owner": {"generation": 1}}, r"owner: field 'run_id' is miss"),
-        (InflightBundle.from_json, {"epoch": 1, "query_id": "q", "batch_id": 0},
-         r"in-flight bundle: field 'parts' is missing"),
-        (InflightBundle.from_json, {"epoch": 1, "bundle_id": 2, "query_id": "q",
-                                    "batch_id": 0, "parts": []},
-         r"'bundle_id' = 2 is invalid: expected the bundle's epoch 1"),
-        (InflightBundle.from_json, {"epoch": 1, "query_id": "q", "batch_id": 0, "parts": ["a"],
-                                    "part_info": [{"rows": 1, "size": 1}, {}]},
-         r"'part_info' .* a list of 1 part"),
-        (InflightBundle.from_json, {"epoch": 1, "query_id": "q", "batch_id": 0, "parts": ["a"],
-                                    "part_info": [{"rows": 1, "size": 1, "min_gt": {"epoch": 1}}]},
-         r"global time: field 'topic' is missing"),
-        (BatchRecord.from_json, {"batch_id": 1, "epoch": True, "query_id": "q"},
-         r"batch record: field 'epoch' = true is invalid: expected an integer >= 0"),
-        (EpochRecord.from_json, {"epoch": 0, "start": START.to_json()},
-         r"epoch record: field 'end' is missing"),
-        (ResumePoint.from_json, {"retained": [{"snapshot_id": 1}]},
-         r"retained snapshot: field 'manifest' is missing"),
+        (
+            InflightBundle.from_json,
+            {"epoch": 1, "query_id": "q", "batch_id": 0},
+            r"in-flight bundle: field 'parts' is missing",
+        ),
+        (
+            InflightBundle.from_json,
+            {"epoch": 1, "bundle_id": 2, "query_id": "q", "batch_id": 0, "parts": []},
+            r"'bundle_id' = 2 is invalid: expected the bundle's epoch 1",
+        ),
+        (
+            InflightBundle.from_json,
+            {
+                "epoch": 1,
+                "query_id": "q",
+                "batch_id": 0,
+                "parts": ["a"],
+                "part_info": [{"rows": 1, "size": 1}, {}],
+            },
+            r"'part_info' .* a list of 1 part",
+        ),
+        (
+            InflightBundle.from_json,
+            {
+                "epoch": 1,
+                "query_id": "q",
+                "batch_id": 0,
+                "parts": ["a"],
+                "part_info": [{"rows": 1, "size": 1, "min_gt": {"epoch": 1}}],
+            },
+            r"global time: field 'topic' is missing",
+        ),
+        (
+            BatchRecord.from_json,
+            {"batch_id": 1, "epoch": True, "query_id": "q"},
+            r"batch record: field 'epoch' = true is invalid: expected an integer >= 0",
+        ),
+        (
+            EpochRecord.from_json,
+            {"epoch": 0, "start": START.to_json()},
+            r"epoch record: field 'end' is missing",
+        ),
+        (
+            ResumePoint.from_json,
+            {"retained": [{"snapshot_id": 1}]},
+            r"retained snapshot: field 'manifest' is missing",
+        ),
         (ResumePoint.from_json, {"created_at": "now"}, r"'created_at' = \"now\" .*a number"),
         (Manifest.from_json, {"format": 1}, r"snapshot manifest: field 'pipeline_id' is missing"),
         (DriverRecord.from_json, {"token": 1.5}, r"driver record: field 'token' = 1.5"),

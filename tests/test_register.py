@@ -41,7 +41,12 @@ def test_importing_datasource_imports_neither_sink_nor_gtbarrier() -> None:
         "assert not loaded, loaded\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, env=repo_env(),
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -28,8 +28,13 @@ class FakeTime:
 class Flaky:
     """Fails with ``errors`` (in order), then returns ``result``."""
 
-    def __init__(self, errors: Sequence[Exception], result: str = "done", cost: float = 0.0,
-                 time: FakeTime | None = None) -> None:
+    def __init__(
+        self,
+        errors: Sequence[Exception],
+        result: str = "done",
+        cost: float = 0.0,
+        time: FakeTime | None = None,
+    ) -> None:
         self.errors = list(errors)
         self.result = result
         self.calls = 0
@@ -63,8 +68,11 @@ def test_succeeds_after_retriable_failures() -> None:
 
 def test_non_retriable_errors_pass_through_at_once() -> None:
     t = FakeTime()
-    for err in (KeyExists("s3://b", "k"), ConcurrentModification("s3://b", "k", "v1"),
-                ValueError("plain")):
+    for err in (
+        KeyExists("s3://b", "k"),
+        ConcurrentModification("s3://b", "k", "v1"),
+        ValueError("plain"),
+    ):
         fn = Flaky([err])
         with pytest.raises(type(err)) as info:
             make(t)(fn)

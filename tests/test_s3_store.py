@@ -289,10 +289,19 @@ def test_client_config_turns_botocore_retries_down_and_sets_timeouts(
 ) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    store = S3Store(StoreConfig(URI, S3Settings(
-        endpoint="http://127.0.0.1:9", region="eu-west-1", access_key_id="AK",
-        secret_access_key="SK", connect_timeout=1.5, read_timeout=7.0,
-    )))
+    store = S3Store(
+        StoreConfig(
+            URI,
+            S3Settings(
+                endpoint="http://127.0.0.1:9",
+                region="eu-west-1",
+                access_key_id="AK",
+                secret_access_key="SK",
+                connect_timeout=1.5,
+                read_timeout=7.0,
+            ),
+        )
+    )
     config: Any = store.client.meta.config
     assert config.retries == {"total_max_attempts": 1, "mode": "standard"}
     assert (config.connect_timeout, config.read_timeout) == (1.5, 7.0)
@@ -326,12 +335,18 @@ def test_pickling_drops_client_and_custom_retry() -> None:
 
 
 def test_s3_timeout_options_are_parsed_and_checked() -> None:
-    config = StoreConfig.from_options({
-        "state.uri": URI, "s3.connectTimeout": "500ms", "s3.readTimeout": "3s",
-        "s3.retryDeadline": "2m",
-    })
+    config = StoreConfig.from_options(
+        {
+            "state.uri": URI,
+            "s3.connectTimeout": "500ms",
+            "s3.readTimeout": "3s",
+            "s3.retryDeadline": "2m",
+        }
+    )
     assert (config.s3.connect_timeout, config.s3.read_timeout, config.s3.retry_deadline) == (
-        0.5, 3.0, 120.0,
+        0.5,
+        3.0,
+        120.0,
     )
     assert S3Store(config).retry.deadline == 120.0
     with pytest.raises(ConfigError) as info:

@@ -589,7 +589,10 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     report = resolve_lost_inflight(raw, bundle_id=1)
     assert not report.applied and p.inflight().locations == lost
     assert (report.bundle_id, report.rows, report.parts_missing, report.rows_missing) == (
-        1, 2, lost, 2,
+        1,
+        2,
+        lost,
+        2,
     )
     assert report.describe() == text
     with pytest.raises(StateError, match="bundle 1 is in flight, not bundle 2"):
@@ -601,7 +604,10 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     assert state.gt_last == 1 and state.inflight is None
     [skipped] = state.skipped
     assert (skipped.bundle_id, skipped.batch_id, skipped.rows, skipped.parts_missing) == (
-        1, 0, 2, lost,
+        1,
+        0,
+        2,
+        lost,
     )
     with pytest.raises(StateError, match="no bundle is in flight"):
         resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)

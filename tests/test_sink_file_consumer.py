@@ -23,8 +23,13 @@ from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 def file_pipeline(root: Path, **extra: str) -> Pipeline:
     opts = sink_options(**{"consumer": "file", "consumer.path": str(root), "consumer.url": ""})
     if extra:
-        raw = {"pipeline.id": "p1", "state.uri": opts.store.uri, "consumer": "file",
-               "consumer.path": str(root), **extra}
+        raw = {
+            "pipeline.id": "p1",
+            "state.uri": opts.store.uri,
+            "consumer": "file",
+            "consumer.path": str(root),
+            **extra,
+        }
         opts = type(opts).parse(raw)
     p = Pipeline(opts)
     consumer = open_consumer(opts, p.store, FaultInjector())
@@ -52,7 +57,12 @@ def test_one_file_per_bundle_names_sort_in_delivery_order(tmp_path: Path) -> Non
     table = ds.dataset(str(tmp_path), format="parquet").to_table()
     assert table.column_names == ["value", "gt"]
     assert [v.as_py() for v in table.column("value")] == [
-        b"0:10", b"0:11", b"0:20", b"0:21", b"0:100", b"0:101"
+        b"0:10",
+        b"0:11",
+        b"0:20",
+        b"0:21",
+        b"0:100",
+        b"0:101",
     ]
     assert p.staged() == [] and not list((tmp_path / "_staging").rglob("*.parquet"))
 

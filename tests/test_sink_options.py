@@ -31,20 +31,33 @@ def parse(**extra: str) -> SinkOptions:
 def test_defaults() -> None:
     o = parse()
     assert (o.consumer, o.delivery, o.ack_timeout, o.max_retries, o.retry_backoff) == (
-        "file", "exactly-once", 30.0, 3, 0.5
+        "file",
+        "exactly-once",
+        30.0,
+        3,
+        0.5,
     )
     assert o.consumer_path == "/data/out" and o.exactly_once
     assert pickle.loads(pickle.dumps(o)) == o
 
 
 def test_all_options_case_insensitive() -> None:
-    o = SinkOptions.parse({
-        "PIPELINE.ID": "p", "state.uri": "memory://x", "consumer": "KAFKA",
-        "consumer.kafka.bootstrap.servers": "h:9092", "consumer.topic": "out",
-        "consumer.kafka.linger.ms": "5", "delivery": "At-Least-Once", "ack.timeoutMs": "1500",
-        "delivery.maxRetries": "0", "delivery.retryBackoffMs": "20", "fencing.token": "7",
-        "checkpointLocation": "/cp",
-    })
+    o = SinkOptions.parse(
+        {
+            "PIPELINE.ID": "p",
+            "state.uri": "memory://x",
+            "consumer": "KAFKA",
+            "consumer.kafka.bootstrap.servers": "h:9092",
+            "consumer.topic": "out",
+            "consumer.kafka.linger.ms": "5",
+            "delivery": "At-Least-Once",
+            "ack.timeoutMs": "1500",
+            "delivery.maxRetries": "0",
+            "delivery.retryBackoffMs": "20",
+            "fencing.token": "7",
+            "checkpointLocation": "/cp",
+        }
+    )
     assert o.consumer == "kafka" and o.delivery == "at-least-once" and not o.exactly_once
     assert (o.ack_timeout, o.max_retries, o.retry_backoff, o.fencing_token) == (1.5, 0, 0.02, 7)
     assert o.kafka_bootstrap == "h:9092" and o.topic == "out"
@@ -107,8 +120,13 @@ def test_fault_injection_is_not_an_option() -> None:
 
 
 def test_kafka_settings_managed_by_the_sink_are_refused() -> None:
-    base = {"pipeline.id": "p", "state.uri": "memory://x", "consumer": "kafka",
-            "consumer.kafka.bootstrap.servers": "h:1", "consumer.topic": "t"}
+    base = {
+        "pipeline.id": "p",
+        "state.uri": "memory://x",
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": "h:1",
+        "consumer.topic": "t",
+    }
     with pytest.raises(ConfigError, match="acks=all"):
         SinkOptions.parse({**base, "consumer.kafka.acks": "1"})
     with pytest.raises(ConfigError, match="kafka-python producer setting"):
@@ -116,14 +134,25 @@ def test_kafka_settings_managed_by_the_sink_are_refused() -> None:
 
 
 def test_http_url_and_format() -> None:
-    o = SinkOptions.parse({
-        "pipeline.id": "p", "state.uri": "memory://x", "consumer": "http",
-        "consumer.url": "http://127.0.0.1:8080/bundles/", "consumer.format": "jsonl",
-    })
+    o = SinkOptions.parse(
+        {
+            "pipeline.id": "p",
+            "state.uri": "memory://x",
+            "consumer": "http",
+            "consumer.url": "http://127.0.0.1:8080/bundles/",
+            "consumer.format": "jsonl",
+        }
+    )
     assert o.url == "http://127.0.0.1:8080/bundles" and o.format == "jsonl"
     with pytest.raises(ConfigError, match="an http:// or https:// URL"):
-        SinkOptions.parse({"pipeline.id": "p", "state.uri": "memory://x", "consumer": "http",
-                           "consumer.url": "ftp://x"})
+        SinkOptions.parse(
+            {
+                "pipeline.id": "p",
+                "state.uri": "memory://x",
+                "consumer": "http",
+                "consumer.url": "ftp://x",
+            }
+        )
 
 
 def test_file_uri_consumer_path() -> None:
@@ -146,8 +175,10 @@ def _gt(*fields: StructField) -> StructType:
 
 def test_gt_column_type_is_checked() -> None:
     good = _gt(
-        StructField("epoch", LongType()), StructField("topic", StringType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
+        StructField("epoch", LongType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
     )
     assert check_spark_schema(good)
     assert not check_spark_schema(StructType([StructField("value", BinaryType())]))
@@ -182,7 +213,8 @@ def test_fault_injector_is_armed_by_the_environment_only(
 
 def test_fault_specs() -> None:
     assert parse_faults("after_inflight:3, write_fail") == (
-        Fault("after_inflight", 3), Fault("write_fail", None)
+        Fault("after_inflight", 3),
+        Fault("write_fail", None),
     )
     with pytest.raises(ConfigError):
         parse_faults("after_inflight:x")

@@ -26,17 +26,21 @@ from state.records.bundle import StagedPart
 
 def rich_table(start: int, n: int) -> pa.Table:
     ids = list(range(start, start + n))
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "name": pa.array([f"name-{i % 7}" if i % 5 else None for i in ids], pa.string()),
-        "blob": pa.array([bytes([i % 256]) * (i % 13) for i in ids], pa.binary()),
-        "ts": pa.array([dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i) for i in ids],
-                       pa.timestamp("us", tz="UTC")),
-        "score": pa.array([i / 3 for i in ids], pa.float64()),
-        "flag": pa.array([i % 2 == 0 for i in ids]),
-        "tags": pa.array([[f"t{i % 3}"] * (i % 3) for i in ids], pa.list_(pa.string())),
-        "gt": pa.array([{"epoch": 1, "topic": "t", "partition": 0, "offset": i} for i in ids]),
-    })
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"name-{i % 7}" if i % 5 else None for i in ids], pa.string()),
+            "blob": pa.array([bytes([i % 256]) * (i % 13) for i in ids], pa.binary()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i) for i in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "score": pa.array([i / 3 for i in ids], pa.float64()),
+            "flag": pa.array([i % 2 == 0 for i in ids]),
+            "tags": pa.array([[f"t{i % 3}"] * (i % 3) for i in ids], pa.list_(pa.string())),
+            "gt": pa.array([{"epoch": 1, "topic": "t", "partition": 0, "offset": i} for i in ids]),
+        }
+    )
 
 
 def write_parts(tmp_path: Path, sizes: list[int], **kwargs: object) -> tuple[list[str], pa.Table]:
@@ -51,19 +55,31 @@ def write_parts(tmp_path: Path, sizes: list[int], **kwargs: object) -> tuple[lis
     return paths, pa.concat_tables(tables)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, {"row_group_size": 100}, {"compression": "zstd"}, {"write_page_index": True},
-    {"use_dictionary": False, "write_statistics": False},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"row_group_size": 100},
+        {"compression": "zstd"},
+        {"write_page_index": True},
+        {"use_dictionary": False, "write_statistics": False},
+    ],
+)
 def test_footer_codec_round_trips(tmp_path: Path, kwargs: dict[str, object]) -> None:
     [path], _ = write_parts(tmp_path, [1000], **kwargs)
     footer = read_layout(path).footer
     assert encode_struct(decode_struct(footer)) == footer
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, {"row_group_size": 250}, {"compression": "zstd"}, {"write_page_index": True},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"row_group_size": 250},
+        {"compression": "zstd"},
+        {"write_page_index": True},
+    ],
+)
 def test_stitched_file_reads_like_the_concatenated_parts(
     tmp_path: Path, kwargs: dict[str, object]
 ) -> None:

@@ -10,14 +10,23 @@ from typing import Any
 from sink.receiver import BundleDb, create_app
 
 
-def call(app: Any, method: str, path: str, body: bytes = b"",
-         headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def call(
+    app: Any, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Run one request through the ASGI app; the messages it sent."""
     sent: list[dict[str, Any]] = []
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1234),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1234),
         "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
     }
     chunks = [{"type": "http.request", "body": body, "more_body": False}]
@@ -38,10 +47,18 @@ def status_and_json(sent: list[dict[str, Any]]) -> tuple[int, Any]:
 
 
 def post(app: Any, stream: str, bundle_id: int, body: bytes = b"x") -> list[dict[str, Any]]:
-    return call(app, "POST", f"/{stream}", body, {
-        "X-Gtbarrier-Bundle-Id": str(bundle_id), "X-Gtbarrier-Gt": str(bundle_id),
-        "X-Gtbarrier-Rows": "1", "Content-Type": "application/x-ndjson",
-    })
+    return call(
+        app,
+        "POST",
+        f"/{stream}",
+        body,
+        {
+            "X-Gtbarrier-Bundle-Id": str(bundle_id),
+            "X-Gtbarrier-Gt": str(bundle_id),
+            "X-Gtbarrier-Rows": "1",
+            "Content-Type": "application/x-ndjson",
+        },
+    )
 
 
 def test_db_stores_each_bundle_once(tmp_path: Path) -> None:

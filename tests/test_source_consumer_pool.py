@@ -192,9 +192,12 @@ def test_a_task_stopped_mid_range_invalidates_its_consumer(broker: FakeBroker) -
     broker.produce("t", 2, 25_000)
     part = KafkaInputPartition(0, (OffsetRange("t", 2, 0, 25_100),))
     # read_partition is a generator function: Spark closes it when it stops reading
-    it = cast(Generator[Any, None, None], read_partition(
-        options(), part, SCHEMA, context=None, consumer_factory=factory(broker), source=pool
-    ))
+    it = cast(
+        Generator[Any, None, None],
+        read_partition(
+            options(), part, SCHEMA, context=None, consumer_factory=factory(broker), source=pool
+        ),
+    )
     assert next(it).num_rows == 10_000
     it.close()
     assert counts(pool) == (1, 0, 1, 0, 1)

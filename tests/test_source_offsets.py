@@ -138,12 +138,13 @@ def test_pack_ranges_fills_tasks_in_order() -> None:
 
 
 def test_large_ranges_stay_alone_and_cut_a_packed_task() -> None:
-    pieces = [
-        OffsetRange("t", p, 0, n) for p, n in enumerate((300, 5000, 300, 800, 100))
-    ]
+    pieces = [OffsetRange("t", p, 0, n) for p, n in enumerate((300, 5000, 300, 800, 100))]
     # a packed task holds fewer than twice the target: 300 + 800 reaches it
     assert sizes(pack_ranges(pieces, min_records_per_task=1_000)) == [
-        [300], [5000], [300, 800], [100]
+        [300],
+        [5000],
+        [300, 800],
+        [100],
     ]
 
 
@@ -164,14 +165,12 @@ def test_max_records_per_partition_caps_a_packed_task() -> None:
 def test_min_partitions_wins_over_packing() -> None:
     pieces = small(8, 100)
     # the target shrinks to total // minPartitions = 200
-    assert sizes(pack_ranges(pieces, min_records_per_task=1_000, min_partitions=4)) == [
-        [100, 100]
-    ] * 4
+    assert (
+        sizes(pack_ranges(pieces, min_records_per_task=1_000, min_partitions=4)) == [[100, 100]] * 4
+    )
     # packing that would still give fewer tasks than minPartitions packs nothing
     uneven = [OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 9), OffsetRange("t", 2, 0, 1)]
-    assert pack_ranges(uneven, min_records_per_task=100, min_partitions=3) == [
-        (p,) for p in uneven
-    ]
+    assert pack_ranges(uneven, min_records_per_task=100, min_partitions=3) == [(p,) for p in uneven]
     # task_ranges: splitting for minPartitions happens first, then packing keeps the count
     tasks = task_ranges(small(4, 10), min_partitions=8, min_records_per_task=10_000)
     assert len(tasks) >= 8
@@ -181,9 +180,7 @@ def test_min_partitions_wins_over_packing() -> None:
 def test_packing_is_deterministic_over_random_inputs() -> None:
     rng = random.Random(7)
     for _ in range(200):
-        pieces = [
-            OffsetRange("t", p, 0, rng.randint(1, 3_000)) for p in range(rng.randint(0, 40))
-        ]
+        pieces = [OffsetRange("t", p, 0, rng.randint(1, 3_000)) for p in range(rng.randint(0, 40))]
         target = rng.choice([0, 1, 500, 2_000, 10_000])
         cap = rng.choice([None, 1_500, 5_000])
         if cap is not None:

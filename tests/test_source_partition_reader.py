@@ -238,7 +238,8 @@ def test_only_the_marked_partition_opens_a_store(
     schema = arrow_schema(source_schema(False))
     ctx = BatchContext("q-2", 0)
     tasks: list[tuple[OffsetRange, ...]] = [
-        (OffsetRange("t", 0, 0, 2),), (OffsetRange("t", 0, 2, 4),)
+        (OffsetRange("t", 0, 0, 2),),
+        (OffsetRange("t", 0, 2, 4),),
     ]
     parts = input_partitions(3, tasks, records_batch=True)
     assert [p.records_batch for p in parts] == [True, False]
@@ -253,9 +254,7 @@ def test_only_the_marked_partition_opens_a_store(
     assert rows == [2, 2]
     assert len(opened) == 1
     store = MemoryStore(StoreConfig(uri))
-    assert store.list(PipelineLayout("p").batches_prefix()) == [
-        PipelineLayout("p").batch("q-2", 0)
-    ]
+    assert store.list(PipelineLayout("p").batches_prefix()) == [PipelineLayout("p").batch("q-2", 0)]
 
 
 def test_a_task_reads_its_ranges_in_order_into_shared_batches() -> None:
@@ -277,12 +276,14 @@ def test_a_task_reads_its_ranges_in_order_into_shared_batches() -> None:
     )
     assert [b.num_rows for b in batches] == [15]  # one RecordBatch for all three ranges
     table = pa.Table.from_batches(batches)
-    assert list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
-                    strict=True)) == (
-        [(2, o) for o in range(3, 7)] + [(0, o) for o in range(10)] + [(1, 5)]
-    )
+    assert list(
+        zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
+    ) == ([(2, o) for o in range(3, 7)] + [(0, o) for o in range(10)] + [(1, 5)])
     assert table.column("gt").to_pylist()[0] == {
-        "epoch": 9, "topic": "t", "partition": 2, "offset": 3
+        "epoch": 9,
+        "topic": "t",
+        "partition": 2,
+        "offset": 3,
     }
     # without the pool, the task used one consumer for its three ranges and closed it
     assert broker.calls["connect"] == 1
@@ -305,9 +306,7 @@ def test_input_partition_pickles() -> None:
     assert part.records == 7
 
 
-def test_read_spans(
-    broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_read_spans(broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(profiling.ENV, str(tmp_path))
     broker.produce("t", 0, 5)
     uri = f"memory://br-{uuid.uuid4().hex}"

@@ -380,9 +380,7 @@ def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> No
     restart = lenient.latest(end)
     assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
     # a marker: nothing of the old topic
-    assert [(p.ranges, p.records_batch) for p in lenient.tasks(end, restart)] == [
-        ((), True)
-    ]
+    assert [(p.ranges, p.records_batch) for p in lenient.tasks(end, restart)] == [((), True)]
     again = lenient.latest(restart)
     assert lenient.ranges(restart, again) == ["t-0 [0, 80)"]
     assert lenient.reader.lost_events == 1

@@ -29,8 +29,11 @@ from state.store import (
 )
 
 NOWHERE = S3Settings(
-    endpoint="http://127.0.0.1:9", region="us-east-1", access_key_id="a",
-    secret_access_key="b", path_style=True,
+    endpoint="http://127.0.0.1:9",
+    region="us-east-1",
+    access_key_id="a",
+    secret_access_key="b",
+    path_style=True,
 )
 
 

@@ -71,16 +71,20 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
                 fault_kinds=options.fault_kinds,
             )
             starts.append(time.monotonic() - t0)
-            result = RoundRunner(plan, servers, out, timeout=options.round_timeout,
-                                 say=say).run()
+            result = RoundRunner(plan, servers, out, timeout=options.round_timeout, say=say).run()
             results.append(result)
             loads.append(os.getloadavg()[0])
             fired = sum(len(r.fired) for r in results)
-            say(f"{round_line(result)}  [total: {fired} faults, "
-                f"{time.monotonic() - t0:.0f}s, load {loads[-1]:.1f}]")
-            write_json(out / "chaos.json",
-                       summarize(options.seed, results, time.monotonic() - t0, loads),
-                       results, opts)
+            say(
+                f"{round_line(result)}  [total: {fired} faults, "
+                f"{time.monotonic() - t0:.0f}s, load {loads[-1]:.1f}]"
+            )
+            write_json(
+                out / "chaos.json",
+                summarize(options.seed, results, time.monotonic() - t0, loads),
+                results,
+                opts,
+            )
             index += 1
     except KeyboardInterrupt:
         say("interrupted: reporting the rounds so far")
@@ -104,9 +108,18 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     summary = run(options)
-    print(json.dumps({"lost": summary.lost, "duplicated": summary.duplicated,
-                      "differing": summary.differing, "rounds": summary.rounds,
-                      "passed": summary.passed}), flush=True)
+    print(
+        json.dumps(
+            {
+                "lost": summary.lost,
+                "duplicated": summary.duplicated,
+                "differing": summary.differing,
+                "rounds": summary.rounds,
+                "passed": summary.passed,
+            }
+        ),
+        flush=True,
+    )
     return 0 if summary.clean and summary.rounds else 1
 
 

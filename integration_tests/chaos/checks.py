@@ -38,8 +38,9 @@ class Verdict:
 
     @property
     def exactly_once(self) -> bool:
-        return not (self.lost or self.duplicated or self.differing or self.order_errors
-                    or self.problems)
+        return not (
+            self.lost or self.duplicated or self.differing or self.order_errors or self.problems
+        )
 
 
 def _gt_key(gt: dict[str, Any]) -> tuple[int, str, int, int]:
@@ -80,7 +81,8 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
     duplicated = {k: c for k, c in counts.items() if c > 1}
     unexpected = [k for k in counts if k not in expected]
     wrong = [
-        k for k, e in expected.items()
+        k
+        for k, e in expected.items()
         if k in first
         and (first[k].value != e.value or (e.bundle >= 0 and first[k].bundle != e.bundle))
     ]
@@ -88,17 +90,24 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
     if lost:
         problems.append(f"lost {len(lost)}, e.g. {sorted(lost, key=repr)[:EXAMPLES]}")
     if epoched.unread:
-        problems.append(f"{len(epoched.unread)} input record(s) in no epoch, e.g. "
-                        f"{epoched.unread[:EXAMPLES]}")
+        problems.append(
+            f"{len(epoched.unread)} input record(s) in no epoch, e.g. {epoched.unread[:EXAMPLES]}"
+        )
     if duplicated:
-        problems.append(f"duplicated {sum(duplicated.values()) - len(duplicated)}, e.g. "
-                        f"{sorted(duplicated.items(), key=repr)[:EXAMPLES]}")
+        problems.append(
+            f"duplicated {sum(duplicated.values()) - len(duplicated)}, e.g. "
+            f"{sorted(duplicated.items(), key=repr)[:EXAMPLES]}"
+        )
     for k in wrong[:EXAMPLES]:
-        problems.append(f"differs: {k!r}: got {first[k].value} in bundle {first[k].bundle}, "
-                        f"expected {expected[k].value} in bundle {expected[k].bundle}")
+        problems.append(
+            f"differs: {k!r}: got {first[k].value} in bundle {first[k].bundle}, "
+            f"expected {expected[k].value} in bundle {expected[k].bundle}"
+        )
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)}, e.g. "
-                        f"{[(k, first[k].value) for k in unexpected[:EXAMPLES]]}")
+        problems.append(
+            f"unexpected {len(unexpected)}, e.g. "
+            f"{[(k, first[k].value) for k in unexpected[:EXAMPLES]]}"
+        )
     order = check_order(bundles, ordered)
     problems.extend(order)
     epochs = {e.epoch for e in epoched.epochs}

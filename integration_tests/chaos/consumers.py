@@ -104,8 +104,9 @@ class FileConsumer(ChaosConsumer):
             return []
         names = [p.name for p in self.directory.iterdir() if not p.name.startswith((".", "_"))]
         return [
-            DeliveredBundle(k, [r for f in files for r in pq.read_table(self.directory / f)
-                                .to_pylist()])
+            DeliveredBundle(
+                k, [r for f in files for r in pq.read_table(self.directory / f).to_pylist()]
+            )
             for k, files in sorted(_bundle_files(names).items())
         ]
 

@@ -138,8 +138,13 @@ def main(argv: list[str]) -> int:
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    emit("driver", pid=os.getpid(), checkpoint=job.checkpoint, master=job.master,
-         fault=os.environ.get("GTBARRIER_FAULT"))
+    emit(
+        "driver",
+        pid=os.getpid(),
+        checkpoint=job.checkpoint,
+        master=job.master,
+        fault=os.environ.get("GTBARRIER_FAULT"),
+    )
     spark = spark_session(job)
     from state import SnapshotCoordinator
     from state.errors import GtBarrierError
@@ -164,8 +169,13 @@ def main(argv: list[str]) -> int:
     def build(c: Any) -> Any:
         recovery = c.last_recovery
         if recovery is not None:
-            emit("recovered", action=recovery.action, batch_id=recovery.batch_id,
-                 epoch=recovery.epoch, token=c.fencing_token)
+            emit(
+                "recovered",
+                action=recovery.action,
+                batch_id=recovery.batch_id,
+                epoch=recovery.epoch,
+                token=c.fencing_token,
+            )
         token = c.fencing_token
         q = start_query(spark, job, token)
         monitor.query = q
@@ -176,8 +186,12 @@ def main(argv: list[str]) -> int:
 
     code = 0
     try:
-        coord.run(build, max_consecutive_reset_attempts=job.reset_attempts, backoff="500ms",
-                  max_backoff="5s")
+        coord.run(
+            build,
+            max_consecutive_reset_attempts=job.reset_attempts,
+            backoff="500ms",
+            max_backoff="5s",
+        )
         emit("finished")
     except GtBarrierError as err:
         emit("failed", error=f"{type(err).__name__}: {err}"[:3000])

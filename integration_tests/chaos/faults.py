@@ -81,8 +81,9 @@ def _uniform(rng: random.Random, low: float, high: float) -> float:
 def _moment(rng: random.Random, *, from_start: bool = False) -> dict[str, Any]:
     """When to inject (:meth:`RoundRunner.wait_moment`): mostly once the driver delivers,
     else soon after its query started; ``from_start`` adds its start-up and recovery."""
-    after = rng.choices(("start", "query", "bundle"),
-                        weights=(0.3 if from_start else 0.0, 0.3, 0.6))[0]
+    after = rng.choices(
+        ("start", "query", "bundle"), weights=(0.3 if from_start else 0.0, 0.3, 0.6)
+    )[0]
     high = 40.0 if after == "start" else 10.0
     return {"after": after, "delay": _uniform(rng, 0.0, high)}
 
@@ -109,8 +110,10 @@ class KillAtRandom(FaultKind):
             raise NotFired(f"the driver had exited (code {driver.returncode})")
         gt = r.gt_last()
         driver.kill()
-        return (f"SIGKILL {time.monotonic() - driver.started_at:.0f}s after the driver "
-                f"started (GT_last {gt})")
+        return (
+            f"SIGKILL {time.monotonic() - driver.started_at:.0f}s after the driver "
+            f"started (GT_last {gt})"
+        )
 
 
 @register
@@ -198,8 +201,11 @@ class KillClusterWorker(FaultKind):
         worker.process.kill()
         r.sleep(params["down"])
         worker.process.start()
-        r.wait(lambda: (cluster.alive_workers() or 0) >= len(cluster.workers), 120.0,
-               "the killed worker to register again")
+        r.wait(
+            lambda: (cluster.alive_workers() or 0) >= len(cluster.workers),
+            120.0,
+            "the killed worker to register again",
+        )
         return f"SIGKILL {worker.name} and its executors, restarted after {params['down']}s"
 
 
@@ -367,13 +373,19 @@ class Zombie(FaultKind):
         zombie = r.live_driver()
         successor = r.start_successor()
         lock = PipelineLayout(r.pipeline).zookeeper_driver_lock
-        r.wait(lambda: r.lock_contenders(lock) >= 2 or not successor.running, 120.0,
-               "the second driver to queue for the lock")
+        r.wait(
+            lambda: r.lock_contenders(lock) >= 2 or not successor.running,
+            120.0,
+            "the second driver to queue for the lock",
+        )
         r.sleep(params["cut_after"])
         zombie.zk_proxy.always(Fault.BLACKHOLE)
         r.note(f"driver {zombie.label} cut off from ZooKeeper")
-        r.wait(lambda: successor.queries_started() > 0 or not successor.running, 180.0,
-               "the second driver to start its query")
+        r.wait(
+            lambda: successor.queries_started() > 0 or not successor.running,
+            180.0,
+            "the second driver to start its query",
+        )
         # The zombie is fenced at its next commit after the second driver's first one:
         # give both something to commit until the zombie stops.
         for _ in range(6):

@@ -14,8 +14,9 @@ from integration_tests.chaos.plan import Sizing
 from integration_tests.chaos.queries import QUERIES
 
 QUICK_FAULTS = 10
-QUICK_SIZING = Sizing(min_batches=3, max_batches=3, chunks=2, fault_counts=(2, 3),
-                      fault_count_weights=(1.0, 2.0))
+QUICK_SIZING = Sizing(
+    min_batches=3, max_batches=3, chunks=2, fault_counts=(2, 3), fault_count_weights=(1.0, 2.0)
+)
 
 
 @dataclass(frozen=True)
@@ -61,23 +62,51 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--rounds", type=int, help="run this many rounds")
     stop.add_argument("--faults", type=int, help="stop once this many faults were injected")
-    p.add_argument("--quick", action="store_true",
-                   help=f"small rounds, {QUICK_FAULTS} faults, no standalone cluster")
-    p.add_argument("--first-round", type=int, default=0,
-                   help="number of the first round (to re-run round N of a seed: "
-                   "--seed S --first-round N --rounds 1)")
-    p.add_argument("--queries", type=lambda s: _names(s, dict(QUERIES), "--queries"),
-                   default=list(QUERIES), help=f"comma list of {', '.join(QUERIES)}")
-    p.add_argument("--consumers", type=lambda s: _names(s, dict(CONSUMERS), "--consumers"),
-                   default=list(CONSUMERS), help=f"comma list of {', '.join(CONSUMERS)}")
-    p.add_argument("--fault-kinds", type=lambda s: _names(s, dict(FAULTS), "--fault-kinds"),
-                   default=list(FAULTS), help=f"comma list of {', '.join(FAULTS)}")
-    p.add_argument("--cluster-share", type=float, default=None,
-                   help="share of rounds on a standalone cluster (default 0.15, --quick 0)")
-    p.add_argument("--round-timeout", type=float, default=900.0,
-                   help="seconds a round may take before it is a failure (default 900)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="results directory (default results/chaos-<time>)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small rounds, {QUICK_FAULTS} faults, no standalone cluster",
+    )
+    p.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        help="number of the first round (to re-run round N of a seed: "
+        "--seed S --first-round N --rounds 1)",
+    )
+    p.add_argument(
+        "--queries",
+        type=lambda s: _names(s, dict(QUERIES), "--queries"),
+        default=list(QUERIES),
+        help=f"comma list of {', '.join(QUERIES)}",
+    )
+    p.add_argument(
+        "--consumers",
+        type=lambda s: _names(s, dict(CONSUMERS), "--consumers"),
+        default=list(CONSUMERS),
+        help=f"comma list of {', '.join(CONSUMERS)}",
+    )
+    p.add_argument(
+        "--fault-kinds",
+        type=lambda s: _names(s, dict(FAULTS), "--fault-kinds"),
+        default=list(FAULTS),
+        help=f"comma list of {', '.join(FAULTS)}",
+    )
+    p.add_argument(
+        "--cluster-share",
+        type=float,
+        default=None,
+        help="share of rounds on a standalone cluster (default 0.15, --quick 0)",
+    )
+    p.add_argument(
+        "--round-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a round may take before it is a failure (default 900)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="results directory (default results/chaos-<time>)"
+    )
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else secrets.randbelow(1_000_000)
     out = a.out or Path("results") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -92,7 +121,8 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         consumers=a.consumers,
         fault_kinds=a.fault_kinds,
         sizing=QUICK_SIZING if a.quick else Sizing(),
-        cluster_share=a.cluster_share if a.cluster_share is not None
+        cluster_share=a.cluster_share
+        if a.cluster_share is not None
         else (0.0 if a.quick else 0.15),
         round_timeout=a.round_timeout,
     )

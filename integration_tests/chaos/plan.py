@@ -89,9 +89,11 @@ def draw_plan(
         max_offsets=sizing.max_offsets,
         cluster=cluster_share > 0 and rng.random() < cluster_share,
     )
+
     def applicable(plan: RoundPlan) -> list[FaultKind]:
         return [
-            k for k in FAULTS.values()
+            k
+            for k in FAULTS.values()
             if k.applies(plan) and (fault_kinds is None or k.name in fault_kinds)
         ]
 

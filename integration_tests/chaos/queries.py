@@ -103,8 +103,11 @@ class Stateless(Query):
     def expected(self, records: list[InputRecord], shape: str) -> list[Item]:
         # The kafka consumer sends key and value only: the gt column is not in the topic.
         return [
-            Item(r.number, (r.key, None if shape == "kafka" else (r.epoch, r.partition, r.offset)),
-                 r.epoch)
+            Item(
+                r.number,
+                (r.key, None if shape == "kafka" else (r.epoch, r.partition, r.offset)),
+                r.epoch,
+            )
             for r in records
         ]
 

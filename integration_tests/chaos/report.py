@@ -48,7 +48,8 @@ def summarize(
         f"round {r.plan.round_id} (--seed {seed} --first-round {r.plan.index} --rounds 1): "
         f"{r.status}, {r.plan.describe()}; faults "
         + ", ".join(f"{_kind_label(f.kind, f.params)}" for f in r.faults)
-        + "; " + "; ".join((r.verdict.problems if r.verdict else []) + r.notes)
+        + "; "
+        + "; ".join((r.verdict.problems if r.verdict else []) + r.notes)
         + f" (logs: {r.logs})"
         for r in results
         if r.status != "pass"
@@ -75,7 +76,8 @@ def round_line(r: RoundResult) -> str:
     v = r.verdict
     counts = (
         f"records {v.records}, lost {v.lost}, duplicated {v.duplicated}, differing {v.differing}"
-        if v is not None else "no verdict"
+        if v is not None
+        else "no verdict"
     )
     faults = ", ".join(
         _kind_label(f.kind, f.params) + ("" if f.fired else " (not injected)") for f in r.faults
@@ -98,8 +100,10 @@ def table(s: RunSummary) -> str:
     rows = [
         ("seed", str(s.seed)),
         ("rounds", f"{s.rounds} ({s.passed} passed, {s.rounds - s.passed} failed)"),
-        ("faults injected", f"{s.faults}" + (f" ({s.skipped} drawn but not injected)"
-                                             if s.skipped else "")),
+        (
+            "faults injected",
+            f"{s.faults}" + (f" ({s.skipped} drawn but not injected)" if s.skipped else ""),
+        ),
     ]
     for kind, n in sorted(kinds.items()):
         detail = ""
@@ -120,21 +124,30 @@ def table(s: RunSummary) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def write_json(path: Path, summary: RunSummary, results: list[RoundResult],
-               options: dict[str, Any]) -> None:
+def write_json(
+    path: Path, summary: RunSummary, results: list[RoundResult], options: dict[str, Any]
+) -> None:
     def result(r: RoundResult) -> dict[str, Any]:
         raw = asdict(r)
         raw["plan"] = asdict(r.plan)
         return raw
 
-    path.write_text(json.dumps(
-        {"options": options, "summary": asdict(summary), "rounds": [result(r) for r in results]},
-        indent=1, default=str,
-    ))
+    path.write_text(
+        json.dumps(
+            {
+                "options": options,
+                "summary": asdict(summary),
+                "rounds": [result(r) for r in results],
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
-def write_plot(path: Path, summary: RunSummary, results: list[RoundResult],
-               starts: list[float]) -> None:
+def write_plot(
+    path: Path, summary: RunSummary, results: list[RoundResult], starts: list[float]
+) -> None:
     """Each round as a bar over the run's time, faults as markers; faults by kind."""
     import matplotlib
 
@@ -145,27 +158,46 @@ def write_plot(path: Path, summary: RunSummary, results: list[RoundResult],
     cmap = plt.get_cmap("tab20")
     colour = {k: cmap(i % 20) for i, k in enumerate(kinds)}
     fig, (ax, bars) = plt.subplots(
-        1, 2, figsize=(15, max(4.0, 0.28 * len(results) + 2)),
+        1,
+        2,
+        figsize=(15, max(4.0, 0.28 * len(results) + 2)),
         gridspec_kw={"width_ratios": [3, 1]},
     )
     status_colour = {"pass": "#9bd49b", "fail": "#e06666", "timeout": "#f6b26b", "error": "#b4a7d6"}
     seen: set[str] = set()
     for y, (r, start) in enumerate(zip(results, starts, strict=True)):
-        ax.barh(y, r.seconds / 60, left=start / 60, color=status_colour.get(r.status, "grey"),
-                edgecolor="none", height=0.7)
+        ax.barh(
+            y,
+            r.seconds / 60,
+            left=start / 60,
+            color=status_colour.get(r.status, "grey"),
+            edgecolor="none",
+            height=0.7,
+        )
         for f in r.faults:
             label = f.kind if f.kind not in seen else None
             seen.add(f.kind)
-            ax.plot((start + f.at) / 60, y, marker="o" if f.fired else "x",
-                    color=colour[f.kind], markersize=6, label=label, linestyle="none")
+            ax.plot(
+                (start + f.at) / 60,
+                y,
+                marker="o" if f.fired else "x",
+                color=colour[f.kind],
+                markersize=6,
+                label=label,
+                linestyle="none",
+            )
     ax.set_yticks(range(len(results)))
-    ax.set_yticklabels([f"{r.plan.round_id} {r.plan.query[:4]}/{r.plan.consumer}"
-                        for r in results], fontsize=7)
+    ax.set_yticklabels(
+        [f"{r.plan.round_id} {r.plan.query[:4]}/{r.plan.consumer}" for r in results], fontsize=7
+    )
     ax.invert_yaxis()
     ax.set_xlabel("minutes since the run started")
-    ax.set_title(f"chaos run, seed {summary.seed}: {summary.rounds} rounds, {summary.faults} "
-                 f"faults, lost {summary.lost}, duplicated {summary.duplicated}, "
-                 f"differing {summary.differing}", fontsize=10)
+    ax.set_title(
+        f"chaos run, seed {summary.seed}: {summary.rounds} rounds, {summary.faults} "
+        f"faults, lost {summary.lost}, duplicated {summary.duplicated}, "
+        f"differing {summary.differing}",
+        fontsize=10,
+    )
     ax.legend(fontsize=7, loc="lower right", ncols=2)
     counts = Counter(f.kind for r in results for f in r.fired)
     names = sorted(counts)

@@ -251,8 +251,11 @@ class RoundRunner:
             self.armed[id(pending[0])] = label
         self.drivers.append(driver)
         self.driver = driver
-        self.note(f"driver {label} started (pid {driver.pid})"
-                  + (f", GTBARRIER_FAULT={env}" if env else ""), "driver")
+        self.note(
+            f"driver {label} started (pid {driver.pid})"
+            + (f", GTBARRIER_FAULT={env}" if env else ""),
+            "driver",
+        )
         return driver
 
     def start_successor(self) -> DriverLife:
@@ -263,8 +266,9 @@ class RoundRunner:
         driver = DriverLife(self.runner, self.servers, self.job, label)
         self.drivers.append(driver)
         self.driver = driver
-        self.note(f"second driver {label} started (pid {driver.pid}) for the same pipeline",
-                  "driver")
+        self.note(
+            f"second driver {label} started (pid {driver.pid}) for the same pipeline", "driver"
+        )
         return driver
 
     def keep_alive(self, pending: list[FaultSpec]) -> None:
@@ -297,16 +301,22 @@ class RoundRunner:
             driver = self.live_driver()
             if driver.commits() == 0 and self.chunk >= self.plan.chunks:
                 self.produce_records(self.plan.max_offsets // 4)
-            self.wait(functools.partial(_committed_or_ended, driver), 180.0,
-                      f"driver {driver.label} to commit a batch")
+            self.wait(
+                functools.partial(_committed_or_ended, driver),
+                180.0,
+                f"driver {driver.label} to commit a batch",
+            )
         self.sleep(moment["delay"])
 
     def wait_query_started(self) -> None:
         """Until the current driver has started its query (restarting it if it died)."""
         while True:
             driver = self.live_driver()
-            if self.wait(functools.partial(_started_or_ended, driver), 240.0,
-                         f"driver {driver.label} to start its query"):
+            if self.wait(
+                functools.partial(_started_or_ended, driver),
+                240.0,
+                f"driver {driver.label} to start its query",
+            ):
                 if driver.running:
                     return
                 self.keep_alive([])
@@ -316,8 +326,10 @@ class RoundRunner:
     # --- the round ----------------------------------------------------------------------
 
     def run(self) -> RoundResult:
-        self.say(f"[{self.plan.round_id}] {self.plan.describe()}; faults: "
-                 + ", ".join(self._describe(f) for f in self.plan.faults))
+        self.say(
+            f"[{self.plan.round_id}] {self.plan.describe()}; faults: "
+            + ", ".join(self._describe(f) for f in self.plan.faults)
+        )
         try:
             self._setup()
             self._inject_all()
@@ -348,8 +360,13 @@ class RoundRunner:
     def _setup(self) -> None:
         self.topic = self.kafka.create_topic(self.plan.partitions, name=self.pipeline)
         consumer = CONSUMERS[self.plan.consumer](
-            ConsumerSetup(self.plan.round_id, self.dir, self.topic, self.servers,
-                          random.Random(f"{self.plan.seed}:{self.plan.index}:consumer"))
+            ConsumerSetup(
+                self.plan.round_id,
+                self.dir,
+                self.topic,
+                self.servers,
+                random.Random(f"{self.plan.seed}:{self.plan.index}:consumer"),
+            )
         )
         self.consumer = consumer
         self.result.consumer = consumer.describe()
@@ -372,8 +389,9 @@ class RoundRunner:
             max_offsets=self.plan.max_offsets,
         )
         if cluster is not None:
-            self._job = replace(self._job, master=cluster.master_url,
-                                spark_conf=cluster.driver_conf())
+            self._job = replace(
+                self._job, master=cluster.master_url, spark_conf=cluster.driver_conf()
+            )
         self.produce_chunk()
 
     def _inject_all(self) -> None:
@@ -391,8 +409,9 @@ class RoundRunner:
                 fired = True
             except NotFired as err:
                 detail, fired = f"not injected: {err}", False
-            self.result.faults.append(InjectedFault(spec.kind, round(self.now(), 1), fired,
-                                                    detail, dict(spec.params)))
+            self.result.faults.append(
+                InjectedFault(spec.kind, round(self.now(), 1), fired, detail, dict(spec.params))
+            )
             self.note(f"{spec.kind}: {detail}", "fault" if fired else "fault-skipped")
             self.say(f"[{self.plan.round_id}]   {self.now():6.1f}s {spec.kind}: {detail}")
             if not self.live_driver().running:

@@ -112,8 +112,10 @@ def producer_config(options: SinkOptions) -> dict[str, Any]:
     # default ack.timeoutMs). kafka-python requires at least linger + request timeout.
     config.setdefault(
         "delivery_timeout_ms",
-        max(4 * int(options.ack_timeout * 1000),
-            int(config["linger_ms"]) + int(config["request_timeout_ms"])),
+        max(
+            4 * int(options.ack_timeout * 1000),
+            int(config["linger_ms"]) + int(config["request_timeout_ms"]),
+        ),
     )
     config.update(acks="all", max_in_flight_requests_per_connection=1)
     return config
@@ -168,7 +170,9 @@ class KafkaTopicConsumer(Consumer):
             return fn()
         except Exception as err:
             translated = translate_kafka_error(
-                err, servers=self.bootstrap, what=f"{self.describe()}: {what}",
+                err,
+                servers=self.bootstrap,
+                what=f"{self.describe()}: {what}",
                 retriable=DeliveryFailed,
             )
             if translated is err:
@@ -239,7 +243,10 @@ class KafkaTopicConsumer(Consumer):
                     ]
                     attempt.futures.append(
                         producer.send(
-                            self.topic, value=value, key=key, headers=all_headers,
+                            self.topic,
+                            value=value,
+                            key=key,
+                            headers=all_headers,
                             partition=partition,
                         )
                     )
@@ -348,11 +355,14 @@ class KafkaTopicConsumer(Consumer):
                 bootstrap_timeout_ms=int(self.ack_timeout * 1000),
             ),
         )
+
         def scan() -> list[PartitionTail]:
             partitions = reader.partitions_for_topic(self.topic)
             if not partitions:
                 raise ConfigError(
-                    "consumer.topic", self.topic, f"a topic that exists on {self.bootstrap}",
+                    "consumer.topic",
+                    self.topic,
+                    f"a topic that exists on {self.bootstrap}",
                     where="barrier",
                 )
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
@@ -447,7 +457,9 @@ def check_spark_schema(schema: Any) -> None:
 
     def refuse(column: str, actual: str) -> ConfigError:
         return ConfigError(
-            column, actual, f"a sink input for consumer=kafka with columns {shape}",
+            column,
+            actual,
+            f"a sink input for consumer=kafka with columns {shape}",
             where="barrier",
         )
 
@@ -472,8 +484,10 @@ def _messages(
     names = table.column_names
     if "value" not in names:
         raise ConfigError(
-            "value", None, "a 'value' column (binary or string) in the sink input for "
-            "consumer=kafka", where="barrier",
+            "value",
+            None,
+            "a 'value' column (binary or string) in the sink input for consumer=kafka",
+            where="barrier",
         )
     n = table.num_rows
     values = table.column("value").to_pylist()

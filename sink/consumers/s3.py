@@ -86,7 +86,9 @@ class S3PrefixStaging(StoreStaging):
             return super().write_part(location, table)
         except StoreConfigError as err:
             raise ConfigError(
-                "consumer.path", self.consumer_path, f"a writable S3 prefix: {err}",
+                "consumer.path",
+                self.consumer_path,
+                f"a writable S3 prefix: {err}",
                 where="barrier",
             ) from err
 
@@ -225,7 +227,10 @@ class S3Consumer(Consumer):
             for i, (part, lay) in enumerate(zip(bundle.parts, layouts, strict=True)):
                 start = 0 if i == 0 else len(MAGIC)
                 copied = client.upload_part_copy(
-                    Bucket=bucket, Key=key, UploadId=upload, PartNumber=i + 1,
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload,
+                    PartNumber=i + 1,
                     CopySource={"Bucket": bucket, "Key": self._key(part.location)},
                     CopySourceRange=f"bytes={start}-{lay.body_end - 1}",
                 )

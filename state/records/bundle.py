@@ -127,4 +127,3 @@ class InflightBundle:
             has_gt=f.boolean("has_gt", False),
             ordered=f.boolean("ordered", True),
         )
-

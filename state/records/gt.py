@@ -91,7 +91,9 @@ def spark_type() -> StructType:
     )
 
     types: dict[str, type[DataType]] = {
-        "bigint": LongType, "string": StringType, "int": IntegerType,
+        "bigint": LongType,
+        "string": StringType,
+        "int": IntegerType,
     }
     return StructType([StructField(name, types[sql](), False) for name, sql in GT_STRUCT])
 
