@@ -16,9 +16,10 @@ from pyspark.sql.types import StructType
 from datasource.offset_reader import OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import ranges_between, task_ranges
-from datasource.options import WHERE, KafkaSourceOptions
+from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
 from datasource.schema import arrow_schema
+from datasource.subscription import WHERE
 from state.errors import ConfigError
 
 BATCH_EPOCH = 0

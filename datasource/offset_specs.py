@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Literal
 
 from datasource.offset_reader import OffsetReader
-from datasource.options import EARLIEST, LATEST, WHERE, KafkaSourceOptions, OffsetSpec
+from datasource.options import KafkaSourceOptions
+from datasource.subscription import EARLIEST, LATEST, WHERE, OffsetSpec
 from state.errors import ConfigError, DataLossError
 from state.records.source_offset import Frontier, TopicPartitionKey
 

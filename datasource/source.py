@@ -11,9 +11,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from datasource.batch_reader import GlobalTimeKafkaBatchReader
-from datasource.options import WHERE, KafkaSourceOptions
+from datasource.options import KafkaSourceOptions
 from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from datasource.subscription import WHERE
 from state.errors import ConfigError
 
 

@@ -38,9 +38,10 @@ from datasource.group_commit import commit_to_group
 from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
-from datasource.options import WHERE, KafkaSourceOptions
+from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
 from datasource.schema import arrow_schema
+from datasource.subscription import WHERE
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
 from state.profiling import span

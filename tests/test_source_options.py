@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from datasource.options import EARLIEST, LATEST, KafkaSourceOptions
+from datasource.options import KafkaSourceOptions
+from datasource.subscription import EARLIEST, LATEST
 from state.errors import ConfigError, UnknownOptionError
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
