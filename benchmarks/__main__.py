@@ -237,11 +237,11 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         data["s3_layout_parts"] = {"driver_bytes": moved, "throughput_ratio": float(parts["ratio"])}
     rows = table_rows(text, "sink")
     rates = {r["sink"]: number(r["records/s"]) for r in rows}
-    for r in ratios:
-        target = r.measure.split(":")[0]
+    for ratio in ratios:
+        target = ratio.measure.split(":")[0]
         eo, alo = rates.get(f"{target} exactly-once"), rates.get(f"{target} at-least-once")
-        if r.measure.endswith("throughput") and eo is not None and alo is not None:
-            r.note = f"{eo:,.0f} vs {alo:,.0f} records/s"
+        if ratio.measure.endswith("throughput") and eo is not None and alo is not None:
+            ratio.note = f"{eo:,.0f} vs {alo:,.0f} records/s"
     data["runs"] = {
         r["sink"]: {"records_per_s": number(r["records/s"]), "vs_alo": number(r["vs ALO"])}
         for r in rows
