@@ -162,7 +162,13 @@ def parse_source(text: str) -> tuple[list[Ratio], dict[str, Any]]:
             continue
         value = number(rows[mode]["ratio"])
         if targeted:
-            ratios.append(Ratio("source", label, value, ">= 0.9", value >= 0.9))
+            note = (
+                f"{number(rows[mode]['records/s']):,.0f} vs "
+                f"{number(rows['plain kafka-python']['records/s']):,.0f} records/s"
+                if "plain kafka-python" in rows
+                else ""
+            )
+            ratios.append(Ratio("source", label, value, ">= 0.9", value >= 0.9, note=note))
         else:
             ratios.append(Ratio("source", label, value, "-", None))
     data = {
@@ -230,6 +236,12 @@ def parse_sink(text: str) -> tuple[list[Ratio], dict[str, Any]]:
         )
         data["s3_layout_parts"] = {"driver_bytes": moved, "throughput_ratio": float(parts["ratio"])}
     rows = table_rows(text, "sink")
+    rates = {r["sink"]: number(r["records/s"]) for r in rows}
+    for ratio in ratios:
+        target = ratio.measure.split(":")[0]
+        eo, alo = rates.get(f"{target} exactly-once"), rates.get(f"{target} at-least-once")
+        if ratio.measure.endswith("throughput") and eo is not None and alo is not None:
+            ratio.note = f"{eo:,.0f} vs {alo:,.0f} records/s"
     data["runs"] = {
         r["sink"]: {"records_per_s": number(r["records/s"]), "vs_alo": number(r["vs ALO"])}
         for r in rows

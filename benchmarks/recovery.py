@@ -9,9 +9,10 @@ state on moto, a :class:`~state.SnapshotCoordinator` with ZooKeeper unless
 ``--zookeeper none``) runs as a subprocess with ``GTBARRIER_PROFILE`` set:
 
 1. **cold start**: a new pipeline on a filled topic, from the launch to its first bundle;
-2. after two more bundles and a snapshot behind ``GT_last``, the driver's process group
-   is SIGKILLed and the same program started again on the same checkpoint (or an empty
-   one: ``--lose-checkpoint``, the checkpoint is then materialised from S3);
+2. after two more bundles and a snapshot behind ``GT_last``, while the next batch runs
+   (Spark finished the batch of ``GT_last``), the driver's process group is SIGKILLed and
+   the same program started again on the same checkpoint (or an empty one:
+   ``--lose-checkpoint``, the checkpoint is then materialised from S3);
 3. **recovery**: from the SIGKILL to the first *new* bundle (an epoch above the
    ``GT_last`` at the kill).
 
@@ -277,12 +278,18 @@ class DriverRuns:
             )
 
             def kill_point() -> float | None:
+                # Killed mid-batch, as a crash usually is: after Spark finished the batch
+                # of GT_last (its commit log written), while the next one runs. Killed
+                # between the barrier's commit and Spark's commit log instead, the restart
+                # would first replay a delivered batch (one batch more).
                 gt = gt_last(store, job.pipeline_id)
-                snaps = [e for e in self._events(1) if e["event"] == "snapshot"]
-                ok = gt >= 2 and snaps and int(snaps[-1]["epoch"]) < gt
+                events = self._events(1)
+                snaps = [e for e in events if e["event"] == "snapshot"]
+                done = any(e["event"] == "batch" and e.get("epoch") == gt for e in events)
+                ok = gt >= 2 and done and snaps and int(snaps[-1]["epoch"]) < gt
                 return 1.0 if ok else None
 
-            self._wait(d1, 1, "two bundles and a snapshot behind GT_last", kill_point)
+            self._wait(d1, 1, "two bundles, a snapshot behind GT_last, mid-batch", kill_point)
             d1.kill()  # SIGKILL to the driver's process group: Python, its JVM, its workers
             killed = time.time()
             at_kill = gt_last(store, job.pipeline_id)
