@@ -14,8 +14,9 @@ several parts is stitched server-side when every part is at least 5 MiB (S3's sm
 multipart part): ``UploadPartCopy`` of each part's body, then the new Parquet footer as
 the last part; smaller parts are combined on the driver (their bytes are counted in the
 ack): fetched concurrently and stitched in memory the same way (no page decoded), or
-merged with pyarrow when their ``gt`` ranges overlap. A bundle object appears complete or not at all (S3 PUT/COPY are atomic), so readers
-that skip ``_``/``.`` names see only complete bundles.
+merged with pyarrow when their ``gt`` ranges overlap. A bundle object appears complete
+or not at all (S3 PUT/COPY are atomic), so readers that skip ``_``/``.`` names see only
+complete bundles.
 
 ``consumer.s3.layout=parts`` trades that atomicity for never moving item bytes through
 the driver: a bundle of several parts becomes the objects ``bundle-<k>-00000.parquet``,
