@@ -1,7 +1,8 @@
 """The barrier protocol, run by ``commit``/``abort`` on the driver.
 
-Spark runs ``commit(messages, batchId)`` in a fresh Python process each micro-batch, so
-everything the barrier knows is in the state store, in one record
+Spark runs ``commit(messages, batchId)`` on a writer object made anew for each micro-batch
+(in a Python worker that Spark may reuse, or a new one after a restart), so everything the
+barrier knows is in the state store, in one record
 (``<pipeline>/barrier/state.json``, :class:`~state.records.barrier.BarrierState`,
 docs/PROTOCOL.md)::
 
