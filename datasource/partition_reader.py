@@ -32,7 +32,6 @@ from datasource.options import KafkaSourceOptions
 from state.errors import DataLossError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
-from state.profiling import record, span
 from state.records.gt import arrow_array as gt_array
 from state.store import open_store
 
@@ -62,20 +61,14 @@ def read_partition(
     consumer_factory: Callable[..., Any] | None = None,
 ) -> Iterator[Any]:
     """Write the batch record (streaming only), then yield the range as RecordBatches."""
-    began = time.time()
-    t0 = time.perf_counter()
     if context is not None and options.store is not None and options.pipeline_id is not None:
-        with span("read.batch_record"):
-            write_batch_record(
-                open_store(options.store), PipelineLayout(options.pipeline_id), context,
-                partition.epoch,
-            )
+        write_batch_record(
+            open_store(options.store), PipelineLayout(options.pipeline_id), context, partition.epoch
+        )
     if partition.range is None or partition.range.size == 0:
-        record("read.task", began, time.perf_counter() - t0, rows=0)
         return
     reader = RangeReader(options, partition.range, consumer_factory=consumer_factory)
     yield from reader.batches(partition.epoch, arrow_schema)
-    record("read.task", began, time.perf_counter() - t0, rows=reader.rows)
 
 
 class RangeReader:
@@ -115,24 +108,17 @@ class RangeReader:
 
         r = self.range
         builder = ArrowBuilder(arrow_schema, epoch, r.topic, r.partition)
-        client_began = time.time()
-        t0 = time.perf_counter()
         consumer = self._consumer()
         tp = TopicPartition(r.topic, r.partition)
         poll_timeout = self.options.poll_timeout_ms / 1000.0
-        fetch_began = arrow_s = fetch_s = 0.0
         try:
             consumer.assign([tp])
             consumer.seek(tp, r.from_offset)
-            record("read.client", client_began, time.perf_counter() - t0)
-            fetch_began = time.time()
             next_offset = r.from_offset
             last_progress = self._clock()
             while next_offset < r.until_offset:
                 try:
-                    t1 = time.perf_counter()
                     polled = consumer.poll(timeout_ms=min(1_000, self.options.poll_timeout_ms))
-                    fetch_s += time.perf_counter() - t1
                 except kerr.OffsetOutOfRangeError:
                     next_offset = self._out_of_range(consumer, tp, next_offset)
                     last_progress = self._clock()
@@ -177,28 +163,16 @@ class RangeReader:
                     records = [rec for rec in records if rec.offset < r.until_offset]
                     next_offset = r.until_offset
                 if records:
-                    t1 = time.perf_counter()
                     builder.add(records)
-                    arrow_s += time.perf_counter() - t1
                     next_offset = max(next_offset, records[-1].offset + 1)
                     while builder.rows >= ARROW_BATCH_ROWS:
                         self.rows += ARROW_BATCH_ROWS
-                        t1 = time.perf_counter()
-                        flushed = builder.flush(ARROW_BATCH_ROWS)
-                        arrow_s += time.perf_counter() - t1
-                        yield flushed
+                        yield builder.flush(ARROW_BATCH_ROWS)
             if builder.rows:
                 self.rows += builder.rows
-                t1 = time.perf_counter()
-                flushed = builder.flush()
-                arrow_s += time.perf_counter() - t1
-                yield flushed
+                yield builder.flush()
         finally:
-            t1 = time.perf_counter()
             consumer.close()
-            record("read.fetch", fetch_began, fetch_s, rows=self.rows)
-            record("read.arrow", fetch_began, arrow_s, rows=self.rows)
-            record("read.close", time.time(), time.perf_counter() - t1)
         if self.skipped:
             log.warning(
                 "gtkafka: skipped %d lost record(s) of %s (failOnDataLoss=false); read %d",
