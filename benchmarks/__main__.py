@@ -20,9 +20,11 @@ ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 
 Then one table lists each target's value, target and verdict with the absolute figures
 and the load average, then the other measurements; ``results/`` receives
-``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 20
-minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` about 5,
-``--size tiny`` is notebook 03's test run (without the recovery benchmark). ``--skip``
+``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size is meant to
+take about 20 minutes on 2 quiet cores once a micro-batch costs what the targets say (the
+source reads 2,000,000 records); ``--small`` a quarter of that (24 minutes on a loaded
+machine before issue 9's optimisations); ``--size tiny`` is notebook 03's test run
+(without the recovery benchmark; 12 minutes on the loaded machine). ``--skip``
 leaves benchmarks out. The exit code is non-zero if a benchmark failed or its output
 could not be read (a target that is not met is reported, not an error).
 """
