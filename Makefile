@@ -59,8 +59,8 @@ integration: setup
 demo: setup
 	$(PY) -m demo
 
-# Issue 9's targets side by side (about 20 min on 2 cores): `make bench BENCH_ARGS=--small`
-# for about 5 min. `make breakdown`: where a micro-batch's and a recovery's time goes.
+# Issue 9's targets side by side (meant for ~20 min on 2 quiet cores): BENCH_ARGS=--small
+# for a quarter of that. `make breakdown`: where a micro-batch's and a recovery's time goes.
 bench: setup
 	$(PY) -m benchmarks $(BENCH_ARGS)
 

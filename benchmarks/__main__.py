@@ -20,9 +20,11 @@ ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 
 Then one table lists each target's value, target and verdict with the absolute figures
 and the load average, then the other measurements; ``results/`` receives
-``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 20
-minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` about 5,
-``--size tiny`` is notebook 03's test run (without the recovery benchmark). ``--skip``
+``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size is meant to
+take about 20 minutes on 2 quiet cores once a micro-batch costs what the targets say (the
+source reads 2,000,000 records); ``--small`` a quarter of that (24 minutes on a loaded
+machine before issue 9's optimisations); ``--size tiny`` is notebook 03's test run
+(without the recovery benchmark; 12 minutes on the loaded machine). ``--skip``
 leaves benchmarks out. The exit code is non-zero if a benchmark failed or its output
 could not be read (a target that is not met is reported, not an error).
 """
@@ -50,7 +52,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
         "fixed_cost": ["--batches", "10"],
-        "scaling": ["--records", "200000"],
+        "scaling": ["--records", "200000", "--partitions", "1,16,64"],
         "source": ["--records", "2000000"],
         "demo": ["--events", "40000", "--per-batch", "10000"],
         "sink": ["--records", "200000", "--per-batch", "40000"],
@@ -499,6 +501,13 @@ def write_results(outcomes: Sequence[Outcome], out: Path, args: argparse.Namespa
     return path
 
 
+def _short(r: Ratio, width: int = 75) -> str:
+    """A plot label: the measure (prefixed by its benchmark unless it starts with it)."""
+    measure = r.measure.strip()
+    label = measure if measure.startswith(r.benchmark) else f"{r.benchmark}: {measure}"
+    return label if len(label) <= width else label[: width - 3] + "..."
+
+
 def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
     from matplotlib.figure import Figure  # no pyplot: no global backend
 
@@ -510,30 +519,24 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
         if r.unit == "x" and r.value is not None and r.target[:2] in (">=", "<=")
     ]
     if ratios:
-        fig = Figure(figsize=(10, 0.55 * len(ratios) + 1.5))
+        fig = Figure(figsize=(12, 0.5 * len(ratios) + 1.6))
         ax = fig.subplots()
-        labels = [f"{r.benchmark}: {r.measure.strip()}" for r in ratios]
+        labels = [_short(r) for r in ratios]
         colours = ["#2ca02c" if r.met else "#d62728" for r in ratios]
         ys = list(range(len(ratios)))[::-1]
-        ax.barh(ys, [r.value or 0 for r in ratios], color=colours)
-        for y, r in zip(ys, ratios, strict=True):
+        values = [max(r.value or 0.0, 1e-3) for r in ratios]
+        ax.barh(ys, values, color=colours)
+        for y, r, v in zip(ys, ratios, values, strict=True):
             target = float(r.target.split()[-1].rstrip("x"))
             ax.plot([target, target], [y - 0.4, y + 0.4], color="black", linewidth=2)
-            ax.annotate(
-                f"{r.value:.2f}",
-                (r.value or 0, y),
-                xytext=(3, -3),
-                textcoords="offset points",
-                fontsize=8,
-            )
+            ax.annotate(f"{v:.2f}", (v, y), xytext=(3, -3), textcoords="offset points", fontsize=8)
         ax.set_yticks(ys, labels, fontsize=8)
-        limit = max(
-            [r.value or 0 for r in ratios]
-            + [float(r.target.split()[-1].rstrip("x")) for r in ratios]
-        )
-        ax.set_xlim(0, limit * 1.12)
+        # Ratios from 0.05 to 25 and more: a log scale keeps both ends readable.
+        ax.set_xscale("log")
+        bounds = values + [float(r.target.split()[-1].rstrip("x")) for r in ratios]
+        ax.set_xlim(min(bounds) / 1.5, max(bounds) * 2)
         ax.set_xlabel(
-            "ratio (black bar: the target; '>=' targets: higher is better, "
+            "ratio, log scale (black bar: the target; '>=' targets: higher is better, "
             "'<=' targets: lower is better)"
         )
         ax.set_title(f"gtbarrier benchmarks: ratios vs targets ({os.cpu_count()} cores)")
