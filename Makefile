@@ -16,13 +16,14 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos
+.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos notebooks
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
 	@echo "make test       install everything; ruff, mypy and the whole pytest suite"
 	@echo "make check      the fast lane: ruff (lint + format), mypy and the unit tests (< 2 min)"
 	@echo "make setup      install only (idempotent)"
+	@echo "make notebooks  run notebooks/*.ipynb and store them with their outputs"
 	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts | chaos"
 
 setup:
@@ -66,6 +67,10 @@ bench: setup
 
 breakdown: setup
 	$(PY) -m benchmarks.breakdown $(BENCH_ARGS)
+
+# Re-run the notebooks top to bottom and store them with their outputs (docs: scripts/notebooks.py).
+notebooks: setup
+	$(PY) -m scripts.notebooks
 
 # Randomized fault rounds against the real servers (docs/chaos.md):
 # `make chaos CHAOS_ARGS="--faults 100 --seed 7"`; the default is the quick run (~10 faults).
