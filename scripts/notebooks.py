@@ -5,7 +5,10 @@ Each notebook is cleared, executed top to bottom in a fresh kernel (it starts th
 harness's servers itself unless ``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT`` /
 ``GTB_ZK_HOSTS`` name running ones) and written back with its outputs, so a reader on a
 code host sees the tables and plots of a real run. Paths of the machine that ran them
-(the checkout, the home directory) are replaced by ``<repo>`` and ``~`` in the outputs.
+(the checkout, the virtualenv, the home directory) are replaced by ``<repo>``,
+``<venv>`` and ``~`` in the outputs, and what went to stderr (Spark's and the JVM's logs,
+the Python workers' broken pipes when a query stops) is not stored: an error raised by a
+cell is an ``error`` output, which is.
 The notebook's metadata records when and from which commit it was run
 (``metadata.gtbarrier``); ``tests/test_notebook_outputs.py`` checks that every stored
 notebook ran completely, in order and without an error.
@@ -44,9 +47,14 @@ def scrub(text: str, replacements: list[tuple[str, str]]) -> str:
 
 
 def scrub_outputs(nb: Any, replacements: list[tuple[str, str]]) -> None:
-    """Replace this machine's paths in every textual output."""
+    """Drop stderr streams; replace this machine's paths in every other textual output."""
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
+        if cell.cell_type != "code":
+            continue
+        cell.outputs = [
+            o for o in cell.outputs if not (o["output_type"] == "stream" and o["name"] == "stderr")
+        ]
+        for out in cell.outputs:
             if "text" in out:
                 out["text"] = scrub(out["text"], replacements)
             if "traceback" in out:
@@ -58,8 +66,15 @@ def scrub_outputs(nb: Any, replacements: list[tuple[str, str]]) -> None:
 
 
 def path_replacements() -> list[tuple[str, str]]:
-    """This checkout and the home directory, longest first (the checkout may lie in it)."""
-    pairs = [(str(REPO_ROOT), "<repo>"), (str(Path.home()), "~")]
+    """This checkout, the virtualenv and the home directory, longest first (one may lie in
+    another); both the paths as given and as resolved (a symlinked ``.venv``)."""
+    venv = Path(sys.prefix)
+    pairs = [
+        (str(venv.resolve()), "<venv>"),
+        (str(venv), "<venv>"),
+        (str(REPO_ROOT), "<repo>"),
+        (str(Path.home()), "~"),
+    ]
     return sorted((p for p in pairs if len(p[0]) > 1), key=lambda p: -len(p[0]))
 
 
@@ -107,11 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.notebooks", description=__doc__)
     p.add_argument("names", nargs="*", help="notebook file names (default: all)")
     p.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell")
+    p.add_argument(
+        "--scrub-only",
+        action="store_true",
+        help="do not run: apply the stderr and path scrubbing to the stored outputs",
+    )
     a = p.parse_args(argv)
     paths = [NOTEBOOKS / n for n in a.names] or sorted(NOTEBOOKS.glob("*.ipynb"))
     for path in paths:
         if not path.is_file():
             p.error(f"no notebook {path.name} in notebooks/")
+    if a.scrub_only:
+        import nbformat
+
+        for path in paths:
+            nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+            scrub_outputs(nb, path_replacements())
+            nbformat.write(nb, path)  # type: ignore[no-untyped-call]
+        return 0
     for path in paths:
         print(f"running {path.name} ...", flush=True)
         took = run(path, a.timeout)

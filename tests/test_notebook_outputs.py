@@ -1,0 +1,74 @@
+"""The notebooks are stored with the outputs of a complete run (``make notebooks``): every
+code cell ran, in order, none failed, the plots are there, and no output names a path of
+the machine that ran them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.notebooks import NOTEBOOKS, path_replacements
+
+PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+MIN_IMAGES = {
+    "01_quickstart.ipynb": 0,
+    "02_exactly_once_under_failure.ipynb": 2,
+    "03_performance.ipynb": 2,
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def code_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_there_are_notebooks() -> None:
+    assert [p.name for p in PATHS][:3] == [
+        "01_quickstart.ipynb",
+        "02_exactly_once_under_failure.ipynb",
+        "03_performance.ipynb",
+    ]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_cell_ran_in_order(path: Path) -> None:
+    counts = [c["execution_count"] for c in code_cells(load(path))]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{path.name}: execution counts {counts}; run `make notebooks` and commit the result"
+    )
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_no_cell_failed(path: Path) -> None:
+    for i, cell in enumerate(code_cells(load(path))):
+        for out in cell.get("outputs", []):
+            assert out["output_type"] != "error", f"{path.name}, code cell {i}: {out.get('ename')}"
+            assert "Traceback (most recent call last)" not in "".join(out.get("text", "")), (
+                f"{path.name}, code cell {i} printed a traceback"
+            )
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_plots_are_stored(path: Path) -> None:
+    images = [
+        o
+        for c in code_cells(load(path))
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
+    assert len(images) >= MIN_IMAGES.get(path.name, 1), f"{path.name}: {len(images)} plot(s)"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_run_is_recorded_without_machine_paths(path: Path) -> None:
+    nb = load(path)
+    assert {"executed", "commit"} <= set(nb["metadata"].get("gtbarrier", {})), path.name
+    text = path.read_text()
+    for machine_path, _ in path_replacements():
+        assert machine_path not in text, f"{path.name} names {machine_path}"
