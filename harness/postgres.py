@@ -258,6 +258,11 @@ class PostgresSchema:
         with self.connect() as conn:
             return list(conn.execute(query.replace("{schema}", self.schema), params).fetchall())
 
+    def execute(self, query: str, params: Any = None) -> None:
+        """Run one statement (``{schema}`` in it is replaced by this schema)."""
+        with self.connect() as conn:
+            conn.execute(query.replace("{schema}", self.schema), params)
+
     def drop(self) -> None:
         with self.connect() as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
