@@ -80,7 +80,7 @@ def pg_pipeline(
     p = Pipeline(SinkOptions.parse({**given, "state.uri": "memory://unused"}))
     p.options = SinkOptions.parse({**given, "state.uri": f"memory://{p.query_id}"})
     p.store = open_store(p.options.store)
-    faults = faults or FaultInjector()
+    faults = faults if faults is not None else FaultInjector()
     p.consumer = open_consumer(p.options, p.store, faults)  # type: ignore[assignment]
     p.staging = p.consumer.staging
     return p
@@ -101,6 +101,10 @@ def consumer(p: Pipeline) -> PostgresConsumer:
 
 
 def values(postgres: PostgresSchema, table: str = "events") -> list[bytes]:
+    """The ``value`` of every row in gt order ([] while the table does not exist)."""
+    [(exists,)] = postgres.rows(f'SELECT to_regclass(\'"{{schema}}"."{table}"\') IS NOT NULL')
+    if not exists:
+        return []
     rows = postgres.rows(
         f'SELECT value FROM "{{schema}}"."{table}" '
         "ORDER BY gt_epoch, gt_topic, gt_partition, gt_offset"
