@@ -131,6 +131,12 @@ def test_bundles_are_copied_with_their_id_in_one_transaction(postgres: PostgresS
     assert values(postgres) == [b"0:0", b"0:1", b"0:2", b"1:0", b"1:1", b"0:3"]
     assert bundles(postgres) == [(1, 1, 5), (2, 2, 1)]
     assert consumer(p).last_bundle() == LastBundle(2, 2)
+    # one transaction per bundle: a row's xmin is its bundle's (docs/sink.md)
+    per_bundle = postgres.rows(
+        'SELECT b.bundle_id, count(*) FROM "{schema}".events e JOIN "{schema}".gtbarrier_bundles b '
+        "ON b.xmin = e.xmin GROUP BY 1 ORDER BY 1"
+    )
+    assert per_bundle == [(1, 5), (2, 1)]
     gt = postgres.rows('SELECT gt_epoch, gt_topic, gt_partition, gt_offset FROM "{schema}".events')
     assert (1, "t", 1, 1) in gt
     # a replayed batch is dropped by the barrier; a redelivery is recognised by the consumer
