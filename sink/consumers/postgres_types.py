@@ -54,7 +54,6 @@ GT_COLUMNS: tuple[tuple[str, str], ...] = tuple(
 SEQ_COLUMN = "gtbarrier_seq"
 """The extra column of the upsert staging table: a row's position in the bundle."""
 
-_HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint8).reshape(256, 2)
 
 
 @dataclass(frozen=True)
@@ -163,35 +162,24 @@ def columns_for_spark(schema: Any) -> tuple[PgColumn, ...]:
 
 
 def hex_bytea(arr: pa.Array) -> pa.Array:
-    """Binary values as PostgreSQL's hex ``bytea`` input (``\\x0a1b``); nulls kept."""
+    """Binary values as PostgreSQL's hex ``bytea`` input (``\\x0a1b``); nulls kept.
+
+    The values' bytes are contiguous, so their hex digits are too: one ``bytes.hex()`` of
+    the data buffer and doubled offsets make the digits, and pyarrow prepends ``\\x``."""
     arr = arr.cast(pa.large_binary())
-    if arr.offset:
-        arr = pa.concat_arrays([arr.slice(0, 0), arr])  # a copy from offset 0
     n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], np.int64, count=n + 1)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, count=n + 1, offset=arr.offset * 8)
     data_buf = arr.buffers()[2]
-    data = (
-        np.frombuffer(data_buf, np.uint8)[offsets[0] : offsets[-1]]
-        if data_buf is not None
-        else np.empty(0, np.uint8)
+    first, last = int(offsets[0]), int(offsets[-1])
+    digits = b"" if data_buf is None else memoryview(data_buf)[first:last].hex().encode()
+    hexed = pa.Array.from_buffers(
+        pa.large_string(), n, [None, pa.py_buffer((offsets - first) * 2), pa.py_buffer(digits)]
     )
-    lengths = np.diff(offsets)
-    new_offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths * 2 + 2, out=new_offsets[1:])
-    out = np.empty(int(new_offsets[-1]), np.uint8)
-    starts = new_offsets[:-1]
-    keep = np.ones(len(out), bool)
-    keep[starts] = False
-    keep[starts + 1] = False
-    out[starts] = ord("\\")
-    out[starts + 1] = ord("x")
-    out[keep] = _HEX[data].ravel()
-    strings = pa.Array.from_buffers(
-        pa.large_string(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
-    )
+    empty = pa.scalar("", pa.large_string())
+    out = pc.binary_join_element_wise(pa.scalar("\\x", pa.large_string()), hexed, empty)
     if arr.null_count:
-        strings = pc.if_else(arr.is_valid(), strings, pa.scalar(None, pa.large_string()))
-    return strings
+        out = pc.if_else(arr.is_valid(), out, pa.scalar(None, pa.large_string()))
+    return out
 
 
 def _element(value: Any) -> str:  # noqa: PLR0911 - one form per Python type
