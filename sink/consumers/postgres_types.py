@@ -55,7 +55,6 @@ SEQ_COLUMN = "gtbarrier_seq"
 """The extra column of the upsert staging table: a row's position in the bundle."""
 
 
-
 @dataclass(frozen=True)
 class PgColumn:
     """One column of the target table: its name and SQL type."""
