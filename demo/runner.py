@@ -229,7 +229,12 @@ class Runner:
 
         server = PostgresServer.from_env() or PostgresServer(self.workdir / "postgres")
         if not server.external:
-            server.start_on_free_port()
+            try:
+                server.start_on_free_port()
+            except BaseException:
+                server.stop()
+                server.remove()
+                raise
         self.say(f"consumer: PostgreSQL at {server.dsn}, table demo.orders")
         return server
 

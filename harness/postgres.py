@@ -172,6 +172,7 @@ class PostgresServer(Server):
             "--no-sync",
         ]
         proc = self._owned()
+        proc.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(proc.log_path, "ab") as log:
             result = subprocess.run(
                 self._as_service_user(argv),
