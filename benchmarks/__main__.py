@@ -16,6 +16,8 @@ ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ``benchmarks.sink_bench``       barrier exactly-once / at-least-once, file and s3 consumers  >= 0.95
 ``benchmarks.recovery``         SIGKILL -> first new bundle vs cold start -> first bundle    <= 1.3x
 ``benchmarks.snapshot_bench``   batch p99 with and without snapshots (extra rows)
+``benchmarks.postgres_bench``   consumer=postgres: a 50,000-row bundle's commit; exactly-   < 1 s,
+                                once / at-least-once rows/s (no Spark, its own server)      >= 0.95
 ==============================  ==========================================================  ========
 
 Then one table lists each target's value, target and verdict with the absolute figures
@@ -58,6 +60,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "sink": ["--records", "200000", "--per-batch", "40000"],
         "recovery": ["--events", "8000", "--per-batch", "500"],
         "snapshot": ["--skip-recovery"],
+        "postgres": ["--rows", "50000", "--bundles", "8"],
     },
     "small": {
         "fixed_cost": ["--batches", "5"],
@@ -67,6 +70,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "sink": ["--records", "60000", "--per-batch", "15000"],
         "recovery": ["--events", "4000", "--per-batch", "500"],
         "snapshot": ["--small", "--skip-recovery"],
+        "postgres": ["--rows", "50000", "--bundles", "4"],
     },
     "tiny": {  # the notebooks' test run: shapes, not numbers
         "fixed_cost": ["--batches", "3"],
@@ -85,9 +89,10 @@ SIZES: dict[str, dict[str, list[str]]] = {
             "3",
             "--skip-recovery",
         ],
+        "postgres": ["--rows", "10000", "--bundles", "2", "--repeat", "1"],
     },
 }
-ORDER = ("fixed_cost", "scaling", "source", "demo", "sink", "recovery", "snapshot")
+ORDER = ("fixed_cost", "scaling", "source", "demo", "sink", "recovery", "snapshot", "postgres")
 MODULES = {
     "fixed_cost": "benchmarks.fixed_cost",
     "scaling": "benchmarks.scaling",
@@ -96,6 +101,7 @@ MODULES = {
     "sink": "benchmarks.sink_bench",
     "recovery": "benchmarks.recovery",
     "snapshot": "benchmarks.snapshot_bench",
+    "postgres": "benchmarks.postgres_bench",
 }
 #: Issue 9's targets, in its order: (benchmark, measure prefix) of their rows.
 TARGETS = (
@@ -106,6 +112,7 @@ TARGETS = (
     ("sink", "file: exactly-once / at-least-once throughput"),
     ("sink", "s3: exactly-once / at-least-once throughput"),
     ("recovery", "recovery"),
+    ("postgres", "postgres: "),
 )
 
 
@@ -407,6 +414,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
             "sink": lambda o: parse_sink(o.output),
             "recovery": _json_results(out / "recovery.json"),
             "snapshot": lambda o: parse_snapshot(o.output),
+            "postgres": _json_results(out / "postgres.json"),
         }
         extras = {
             "fixed_cost": ["--json", str(out / "fixed_cost.json")],
@@ -419,6 +427,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
             "demo": ["--json", str(out / "demo.json")],
             "recovery": ["--json", str(out / "recovery.json")],
             "snapshot": ["--out", str(out)],
+            "postgres": ["--json", str(out / "postgres.json")],
         }
         for name in ORDER:
             if name in args.skip:

@@ -86,9 +86,11 @@ class DemoJob:
     s3_options: dict[str, str]
     zookeeper_hosts: str | None
     checkpoint: str
-    consumer: str  # file | http
+    consumer: str  # file | http | postgres
     consumer_path: str | None = None
     consumer_url: str | None = None
+    consumer_dsn: str | None = None  # postgres
+    consumer_table: str | None = None  # postgres
     progress_path: str = "progress.jsonl"
     stop_path: str = "stop"
     driver: int = 1
@@ -135,6 +137,10 @@ class DemoJob:
         if self.consumer == "http":
             assert self.consumer_url is not None
             opts["consumer.url"] = self.consumer_url
+        elif self.consumer == "postgres":
+            assert self.consumer_dsn is not None and self.consumer_table is not None
+            opts["consumer.postgres.dsn"] = self.consumer_dsn
+            opts["consumer.postgres.table"] = self.consumer_table
         else:
             assert self.consumer_path is not None
             opts["consumer.path"] = self.consumer_path

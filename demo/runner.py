@@ -35,6 +35,7 @@ from demo.verify import (
     expected_from_records,
     read_file_consumer,
     read_http_consumer,
+    read_postgres_consumer,
     render_table,
     table_rows,
     verify,
@@ -45,6 +46,7 @@ from harness.process import REPO_ROOT, ManagedProcess, repo_env
 SMALL_EVENTS = 4_000
 DEFAULT_EVENTS = 120_000
 STREAM = "orders-demo"
+PG_TABLE = "demo.orders"
 
 
 class DemoFailed(RuntimeError):
@@ -178,6 +180,7 @@ class Runner:
             zookeeper=args.zookeeper,
         )
         receiver: Any = None
+        self.postgres: Any = None
         try:
             services.start()
             for line in services.describe():
@@ -185,6 +188,8 @@ class Runner:
             services.create_bucket(self.bucket)
             if args.consumer == "http":
                 receiver = self._start_receiver()
+            if args.consumer == "postgres":
+                self.postgres = self._start_postgres()
             self._produce(services, config)
             job = self._job(services, receiver)
             timings = self._crash_and_recover(job, services, config)
@@ -197,6 +202,9 @@ class Runner:
                     proc.stop(grace=15)
             if receiver is not None:
                 receiver.stop()
+            if self.postgres is not None and not self.postgres.external:
+                self.postgres.shutdown()
+                self.postgres.remove()
             services.stop()
         self.say(
             render_table(
@@ -215,6 +223,20 @@ class Runner:
         receiver = Receiver(self.workdir / "receiver", self.workdir).start()
         self.say(f"consumer: reference HTTP receiver (python -m sink.receiver) at {receiver.url}")
         return receiver
+
+    def _start_postgres(self) -> Any:
+        from harness.postgres import PostgresServer
+
+        server = PostgresServer.from_env() or PostgresServer(self.workdir / "postgres")
+        if not server.external:
+            try:
+                server.start_on_free_port()
+            except BaseException:
+                server.stop()
+                server.remove()
+                raise
+        self.say(f"consumer: PostgreSQL at {server.dsn}, table demo.orders")
+        return server
 
     def _produce(self, services: Services, config: GeneratorConfig) -> None:
         kafka = services.kafka()
@@ -238,7 +260,7 @@ class Runner:
         consumer_url = None
         if args.consumer == "http":
             consumer_url = f"{receiver.url}/{STREAM}"
-        else:
+        elif args.consumer == "file":
             consumer_path = str(self.workdir / "consumer")
         spark_conf = dict(kv.split("=", 1) for kv in args.conf)
         return DemoJob(
@@ -252,6 +274,8 @@ class Runner:
             consumer=args.consumer,
             consumer_path=consumer_path,
             consumer_url=consumer_url,
+            consumer_dsn=self.postgres.dsn if self.postgres is not None else None,
+            consumer_table=PG_TABLE if self.postgres is not None else None,
             progress_path=str(self.progress_path),
             master=args.master,
             spark_conf=spark_conf,
@@ -428,6 +452,8 @@ class Runner:
         expected = expected_from_records(records)
         if self.args.consumer == "http":
             delivered = read_http_consumer(receiver.directory, STREAM)
+        elif self.args.consumer == "postgres":
+            delivered = read_postgres_consumer(self.postgres.dsn, PG_TABLE)
         else:
             delivered = read_file_consumer(self.workdir / "consumer")
         result = verify(delivered, expected)
@@ -514,10 +540,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=8, help="Kafka partitions (8)")
     parser.add_argument(
         "--consumer",
-        choices=("file", "http"),
+        choices=("file", "http", "postgres"),
         default="file",
         help="file: Parquet bundles in a directory (default); http: the "
-        "reference receiver, python -m sink.receiver",
+        "reference receiver, python -m sink.receiver; postgres: a table in a local "
+        "PostgreSQL (Debian's package; GTB_POSTGRES_DSN for another server)",
     )
     parser.add_argument(
         "--master",

@@ -140,6 +140,27 @@ def read_http_consumer(receiver_dir: Path, stream: str) -> pd.DataFrame:
     return _to_frame(tables)
 
 
+def read_postgres_consumer(dsn: str, table: str) -> pd.DataFrame:
+    """Every row a ``postgres`` consumer stored in ``table`` (``schema.table``), with a
+    ``bundle_id`` column: each bundle is one transaction, so a row's ``xmin`` is that of
+    its bundle's row in ``gtbarrier_bundles`` (docs/sink.md)."""
+    import psycopg
+    from psycopg import sql
+
+    schema, name = table.split(".")
+    query = sql.SQL(
+        "SELECT b.bundle_id, e.* FROM {} e JOIN {} b ON b.xmin = e.xmin ORDER BY b.bundle_id"
+    ).format(sql.Identifier(schema, name), sql.Identifier(schema, "gtbarrier_bundles"))
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(query)
+        names = [d.name for d in cur.description or []]
+        rows = cur.fetchall()
+    if not rows:
+        return _to_frame([])
+    columns = {n: [r[i] for r in rows] for i, n in enumerate(names)}
+    return _to_frame([pa.table(columns)])
+
+
 def _to_frame(tables: Sequence[pa.Table]) -> pd.DataFrame:
     if not tables:
         return pd.DataFrame(columns=["kind", "bundle_id"])

@@ -14,4 +14,5 @@ pytest_plugins = [
     "integration_tests.fixtures.zookeeper",
     "integration_tests.fixtures.spark",
     "integration_tests.fixtures.receiver",
+    "integration_tests.fixtures.postgres",
 ]

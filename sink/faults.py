@@ -16,6 +16,8 @@ driver (see :func:`kill_driver`):
 * ``after_deliver``    - the consumer holds (part of) the bundle, the ack has not arrived
   (file/s3: data promoted, pointer not yet replaced; kafka: half of the messages sent;
   http: the POST answered, before its status is read)
+* ``after_consumer_commit`` - postgres: the bundle's transaction committed, the
+  acknowledgement not yet returned (``after_deliver`` is before the COMMIT)
 * ``after_ack``        - the consumer acknowledged, ``GT_last`` not yet advanced
 * ``after_gt_last``    - ``GT_last`` advanced, before Spark writes its commit log
 
@@ -35,7 +37,14 @@ from dataclasses import dataclass
 from state.errors import ConfigError, GtBarrierError
 
 ENV = "GTBARRIER_FAULT"
-KILL_STEPS = ("before_inflight", "after_inflight", "after_deliver", "after_ack", "after_gt_last")
+KILL_STEPS = (
+    "before_inflight",
+    "after_inflight",
+    "after_deliver",
+    "after_consumer_commit",
+    "after_ack",
+    "after_gt_last",
+)
 STEPS = (*KILL_STEPS, "deliver_error", "write_fail")
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlparse
 
+from sink import postgres_options
+from sink.postgres_options import PostgresTarget
 from state.layout import validate_pipeline_id
 from state.option_table import (
     ChoiceOption,
@@ -31,11 +33,11 @@ from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 
-Consumer = Literal["file", "s3", "kafka", "http"]
+Consumer = Literal["file", "s3", "kafka", "http", "postgres"]
 Delivery = Literal["exactly-once", "at-least-once"]
 BodyFormat = Literal["arrow", "jsonl"]
 S3Layout = Literal["bundle", "parts"]
-CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http")
+CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http", "postgres")
 DELIVERIES: tuple[Delivery, ...] = ("exactly-once", "at-least-once")
 
 # --- the option table ------------------------------------------------------------------
@@ -57,7 +59,10 @@ STATE_URI = StringOption(
     "`s3://bucket/prefix`.",
 )
 CONSUMER = ChoiceOption(
-    name="consumer", choices=CONSUMERS, default="file", doc="`file`, `s3`, `kafka` or `http`."
+    name="consumer",
+    choices=CONSUMERS,
+    default="file",
+    doc="`file`, `s3`, `kafka`, `http` or `postgres`.",
 )
 CONSUMER_PATH = StringOption(
     name="consumer.path",
@@ -160,6 +165,7 @@ SINK_OPTIONS = OptionTable(
         URL,
         FORMAT,
         S3_LAYOUT,
+        *postgres_options.SPECS,
         FENCING_TOKEN,
     ),
 )
@@ -194,6 +200,7 @@ class SinkOptions:
     format: BodyFormat = "arrow"
     s3_layout: S3Layout = "bundle"
     fencing_token: int | None = None
+    postgres: PostgresTarget | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -226,6 +233,7 @@ class SinkOptions:
             kafka_config = _kafka_config(opts)
         fmt = FORMAT.read(opts)
         s3_layout = S3_LAYOUT.read(opts)
+        postgres = postgres_options.parse_target(opts) if consumer == "postgres" else None
         if consumer == "http":
             url = URL.read_required(opts).rstrip("/")
             parsed = urlparse(url)
@@ -248,6 +256,7 @@ class SinkOptions:
             format=fmt,
             s3_layout=s3_layout,
             fencing_token=token,
+            postgres=postgres,
         )
 
 

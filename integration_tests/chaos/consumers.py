@@ -6,7 +6,7 @@ consumer holds, in delivery order where the consumer shows it (kafka: topic orde
 the receiver's insertion order), else in bundle order (file and s3 name their objects by
 bundle). ``shape`` says what the sink input must look like (``"kafka"``: a ``value``
 column, see :meth:`~integration_tests.chaos.queries.Query.for_kafka`). A consumer added
-to the product later (postgres, iceberg) gets a class here and is drawn like the others.
+to the product later (iceberg) gets a class here and is drawn like the others.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from integration_tests.chaos.servers import ChaosServers
+from state.records.gt import GT_FIELDS
 
 
 @dataclass(frozen=True)
@@ -210,3 +211,55 @@ class HttpConsumer(ChaosConsumer):
             DeliveredBundle(int(b), pa.ipc.open_stream(bytes(body)).read_all().to_pylist())
             for b, body in rows
         ]
+
+
+@register
+class PostgresConsumer(ChaosConsumer):
+    """A table per round; a row's bundle is the one whose ``gtbarrier_bundles`` row has
+    its ``xmin`` (one transaction per bundle), bundles in commit order."""
+
+    name = "postgres"
+    ordered = True
+
+    @property
+    def table(self) -> str:
+        return "r_" + re.sub(r"[^A-Za-z0-9]", "_", self.setup.round_id)
+
+    def sink_options(self) -> dict[str, str]:
+        server = self.setup.servers.postgres
+        assert server is not None
+        return {
+            "consumer": "postgres",
+            "consumer.postgres.dsn": server.dsn,
+            "consumer.postgres.table": f"chaos.{self.table}",
+        }
+
+    def read(self) -> list[DeliveredBundle]:
+        server = self.setup.servers.postgres
+        assert server is not None
+        with server.connect() as conn:
+            found = conn.execute(
+                "SELECT to_regclass(%s), to_regclass('chaos.gtbarrier_bundles')",
+                (f"chaos.{self.table}",),
+            ).fetchone()
+            if found is None or found[0] is None or found[1] is None:
+                return []
+            cur = conn.execute(
+                f"SELECT b.bundle_id, e.* FROM chaos.{self.table} e "
+                "JOIN chaos.gtbarrier_bundles b ON b.xmin = e.xmin "
+                "ORDER BY b.committed_at, b.bundle_id"
+            )
+            names = [d.name for d in cur.description or []]
+            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        out: list[DeliveredBundle] = []
+        for row in rows:
+            bundle = int(row.pop("bundle_id"))
+            if "gt_epoch" in row:
+                row["gt"] = {f: row.pop(f"gt_{f}") for f in GT_FIELDS}
+            if not out or out[-1].bundle_id != bundle:
+                out.append(DeliveredBundle(bundle, []))
+            out[-1].rows.append(row)
+        for b in out:
+            if b.rows and "gt" in b.rows[0]:
+                b.rows.sort(key=lambda r: tuple(r["gt"].values()))
+        return out

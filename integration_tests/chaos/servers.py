@@ -1,7 +1,8 @@
 """The servers of a chaos run, started once and shared by every round.
 
 Kafka (Tansu), S3 (moto) behind a :class:`~harness.fault_proxy.FaultProxy` (drivers talk
-to the proxy, the checks to moto itself), ZooKeeper, the reference HTTP receiver and,
+to the proxy, the checks to moto itself), ZooKeeper, the reference HTTP receiver,
+PostgreSQL (``GTB_POSTGRES_DSN`` may name another) and,
 when asked, a Spark standalone cluster with two workers. ``GTB_KAFKA_BOOTSTRAP`` and
 ``GTB_S3_ENDPOINT`` may name external servers; ZooKeeper, the receiver and the cluster are
 always local, since faults stop and restart them.
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 from harness.fault_proxy import FaultProxy
 from harness.kafka import KafkaBroker, KafkaHelper
+from harness.postgres import PostgresServer
 from harness.process import wait_until
 from harness.receiver import Receiver
 from harness.s3 import S3Server
@@ -44,6 +46,7 @@ class ChaosServers:
         self.s3_proxy: FaultProxy | None = None
         self.zk: ZooKeeperServer | None = None
         self.receiver: Receiver | None = None
+        self.postgres: PostgresServer | None = None
         self.cluster: SparkCluster | None = None
         self._kafka: KafkaHelper | None = None
 
@@ -59,6 +62,9 @@ class ChaosServers:
             self.zk = self._local(ZooKeeperServer(self._dir("zookeeper")))
             self.receiver = Receiver(self._dir("receiver") / "data", self._dir("receiver"))
             self.receiver.start()
+            self.postgres = PostgresServer.from_env() or self._local(
+                PostgresServer(self._dir("postgres"))
+            )
             if self.want_cluster:
                 self.cluster = SparkCluster(self._dir("spark-cluster"), n_workers=2)
                 self.cluster.start()
@@ -81,8 +87,11 @@ class ChaosServers:
         """Stop everything started here, last started first (by pid)."""
         if self._kafka is not None:
             self._kafka.close()
+        own_pg = self.postgres if self.postgres is not None and not self.postgres.external else None
         for stop in (
             self.cluster.stop if self.cluster is not None else None,
+            own_pg.shutdown if own_pg is not None else None,
+            own_pg.remove if own_pg is not None else None,
             self.receiver.stop if self.receiver is not None else None,
             self.zk.stop if self.zk is not None and not self.zk.external else None,
             self.s3_proxy.stop if self.s3_proxy is not None else None,
@@ -135,6 +144,8 @@ class ChaosServers:
             self.zk.start()
         if not self.receiver.proc.running:
             self.receiver.start()
+        if self.postgres is not None and not self.postgres.running:
+            self.postgres.start()
         if self.cluster is not None:
             for worker in self.cluster.workers:
                 if not worker.process.running:

@@ -47,6 +47,10 @@ def open_consumer(
         from sink.consumers.kafka import KafkaTopicConsumer
 
         return KafkaTopicConsumer(options, staging, faults)
+    if options.consumer == "postgres":
+        from sink.consumers.postgres import PostgresConsumer
+
+        return PostgresConsumer(options, staging, faults)
     from sink.consumers.http import HttpConsumer
 
     return HttpConsumer(options, staging, faults)

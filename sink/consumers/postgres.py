@@ -1,0 +1,442 @@
+"""``consumer=postgres``: each bundle's rows and its id in one PostgreSQL transaction.
+
+A delivery is one transaction on a connection kept per process
+(:mod:`sink.consumers.postgres_connections`)::
+
+    SELECT ... FROM gtbarrier_bundles WHERE pipeline = $1 AND bundle_id = $2   -- stored?
+    COPY <table> (<columns>) FROM STDIN (FORMAT csv)                           -- the rows
+    INSERT INTO gtbarrier_bundles VALUES ($pipeline, $bundle_id, $gt, $rows, clock_timestamp())
+    COMMIT
+
+so the rows are in the table exactly when the bundle's row is in ``gtbarrier_bundles``, and
+:meth:`PostgresConsumer.last_bundle` reads the newest of those back: exactly once across
+any crash. With ``consumer.postgres.mode=upsert`` the rows are COPYed into a temporary
+table and merged with ``INSERT ... SELECT DISTINCT ON (<keys>) ... ON CONFLICT (<keys>)
+DO UPDATE`` (the last row of a key in gt order wins). ``delivery=at-least-once`` writes
+the rows only.
+
+The bookkeeping table, in the target table's schema (created when missing)::
+
+    gtbarrier_bundles(
+        pipeline     text        -- the sink's pipeline.id
+        bundle_id    bigint      -- the bundle (= the source epoch)
+        gt           bigint      -- the bundle's global time (= its id)
+        rows         bigint      -- rows the bundle carried
+        committed_at timestamptz -- when its transaction wrote the row
+        PRIMARY KEY (pipeline, bundle_id))
+
+A connection lost while ``COMMIT`` is under way leaves the outcome unknown: the consumer
+reads ``gtbarrier_bundles`` on a new connection and acknowledges the bundle if its row is
+there, fails the attempt (it is retried) if not, and raises
+:class:`~state.errors.CommitStateUnknown` if the table cannot be read (the in-flight
+record resolves it on restart). Types: :mod:`sink.consumers.postgres_types`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from sink.bundle import Bundle
+from sink.consumers import postgres_connections as pgc
+from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.consumers.postgres_types import (
+    SEQ_COLUMN,
+    PgColumn,
+    columns_for,
+    columns_for_spark,
+    encode_csv,
+)
+from sink.faults import FaultInjector
+from sink.postgres_options import CREATE_TABLE, DSN, KEY_COLUMNS, TABLE, PostgresTarget
+from sink.staging import Staging
+from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
+from state.retry import store_requests
+
+if TYPE_CHECKING:
+    from sink.options import SinkOptions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Cursor = psycopg.Cursor[Any]
+
+BOOKKEEPING = "gtbarrier_bundles"
+STAGE = "gtbarrier_stage"
+WHERE = "barrier"
+
+
+class Sql:
+    """The SQL of one target: quoted names and statements."""
+
+    def __init__(self, target: PostgresTarget) -> None:
+        self.target = target
+        names = (target.schema,) if target.schema else ()
+        self.table = sql.Identifier(*names, target.table)
+        self.bookkeeping = sql.Identifier(*names, BOOKKEEPING)
+
+    def create_bookkeeping(self) -> sql.Composed:
+        return sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, bundle_id bigint NOT NULL, "
+            "gt bigint NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL "
+            "DEFAULT clock_timestamp(), PRIMARY KEY (pipeline, bundle_id))"
+        ).format(self.bookkeeping)
+
+    def create_table(self, columns: Sequence[PgColumn]) -> sql.Composed:
+        parts = [
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type)) for c in columns
+        ]
+        if self.target.key_columns:
+            keys = sql.SQL(", ").join(map(sql.Identifier, self.target.key_columns))
+            parts.append(sql.SQL("PRIMARY KEY ({})").format(keys))
+        return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+            self.table, sql.SQL(", ").join(parts)
+        )
+
+    def create_schema(self) -> sql.Composed | None:
+        if not self.target.schema:
+            return None
+        return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.target.schema))
+
+
+def _names(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, names))
+
+
+class PostgresConsumer(Consumer):
+    name = "postgres"
+
+    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+        super().__init__(staging, faults)
+        assert options.postgres is not None
+        self.target = options.postgres
+        self.sql = Sql(self.target)
+        self.pipeline_id = options.pipeline_id
+        self.exactly_once = options.exactly_once
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def describe(self) -> str:
+        return f"postgres consumer {self.target.qualified} ({self.target.safe_dsn})"
+
+    # --- connections ------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            try:
+                self._conn = pgc.take(self.target.dsn)
+            except psycopg.Error as err:
+                raise pgc.translate(err, f"{self.describe()}: cannot connect") from err
+        return self._conn
+
+    def _drop(self) -> None:
+        """Close the connection after an error (the server rolls its transaction back)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            pgc.give_back(self.target.dsn, conn)
+
+    def _read(self, what: str, fn: Callable[[Cursor], T]) -> T:
+        """Run the read-only ``fn`` in a transaction of its own, retrying lost connections
+        (the ``store_requests`` policy: an idempotent read, like a store's own request)."""
+
+        def attempt() -> T:
+            conn = self._connection()
+            try:
+                with conn.cursor() as cur:
+                    result = fn(cur)
+                conn.rollback()
+                return result
+            except psycopg.Error as err:
+                self._drop()
+                raise pgc.translate(err, f"{self.describe()}: {what}") from err
+
+        return store_requests()(attempt)
+
+    # --- the contract -----------------------------------------------------------------
+
+    def last_bundle(self) -> LastBundle | None:
+        def read(cur: Cursor) -> LastBundle | None:
+            if not self._exists(cur, self.sql.bookkeeping):
+                return None
+            cur.execute(
+                sql.SQL(
+                    "SELECT bundle_id, gt FROM {} WHERE pipeline = %s "
+                    "ORDER BY bundle_id DESC LIMIT 1"
+                ).format(self.sql.bookkeeping),
+                (self.pipeline_id,),
+            )
+            row = cur.fetchone()
+            return None if row is None else LastBundle(int(row[0]), int(row[1]))
+
+        return self._read(f"reading {BOOKKEEPING}", read)
+
+    def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        conn = self._connection()
+        ack = Ack(bundle.bundle_id, bundle.rows, bundle.size)
+        try:
+            with conn.cursor() as cur:
+                if self.exactly_once:
+                    self._ensure_bookkeeping(cur)
+                    if self._stored(cur, bundle.bundle_id):
+                        conn.rollback()
+                        return Ack(bundle.bundle_id, bundle.rows)
+                self._load(cur, bundle)
+                if self.exactly_once:
+                    cur.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (pipeline, bundle_id, gt, rows) VALUES (%s, %s, %s, %s)"
+                        ).format(self.sql.bookkeeping),
+                        (self.pipeline_id, bundle.bundle_id, bundle.gt, bundle.rows),
+                    )
+            self.faults.at("after_deliver", bundle.bundle_id)
+        except psycopg.Error as err:
+            self._drop()
+            if self.exactly_once and pgc.sqlstate(err) == pgc.UNIQUE_VIOLATION:
+                return self._resolve(bundle, err)  # another attempt stored it meanwhile
+            raise pgc.translate(
+                err, f"{self.describe()}: bundle {bundle.bundle_id} was not stored"
+            ) from err
+        except BaseException:
+            self._drop()
+            raise
+        try:
+            conn.commit()
+        except psycopg.Error as err:
+            self._drop()
+            if pgc.sqlstate(err) is None or pgc.is_retriable(err):
+                return self._resolve(bundle, err)
+            raise pgc.translate(
+                err, f"{self.describe()}: COMMIT of bundle {bundle.bundle_id} refused"
+            ) from err
+        self.faults.at("after_consumer_commit", bundle.bundle_id)
+        return ack
+
+    def _resolve(self, bundle: Bundle, err: BaseException) -> Ack:
+        """The outcome of a COMMIT whose answer was lost, from ``gtbarrier_bundles``."""
+        cause = f"{type(err).__name__}: {str(err).strip()}"
+        try:
+            stored = self._read(
+                f"reading {BOOKKEEPING}", lambda cur: self._stored(cur, bundle.bundle_id)
+            )
+        except GtBarrierError as read_err:
+            raise CommitStateUnknown(
+                f"{self.describe()}: the connection was lost while bundle {bundle.bundle_id} "
+                f"was committed ({cause}) and {BOOKKEEPING} cannot be read ({read_err}); "
+                "restarting the query resolves it"
+            ) from err
+        if stored:
+            log.info("%s: bundle %d was committed (%s)", self.describe(), bundle.bundle_id, cause)
+            return Ack(bundle.bundle_id, bundle.rows, bundle.size)
+        raise DeliveryFailed(
+            f"{self.describe()}: bundle {bundle.bundle_id} was not committed ({cause})"
+        ) from err
+
+    # --- one delivery's statements ----------------------------------------------------
+
+    def _exists(self, cur: Cursor, ident: sql.Identifier) -> bool:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (ident.as_string(cur.connection),))
+        row = cur.fetchone()
+        return bool(row and row[0])
+
+    def _ensure_bookkeeping(self, cur: Cursor) -> None:
+        if self._exists(cur, self.sql.bookkeeping):
+            return
+        if (schema := self.sql.create_schema()) is not None:
+            cur.execute(schema)
+        cur.execute(self.sql.create_bookkeeping())
+
+    def _stored(self, cur: Cursor, bundle_id: int) -> bool:
+        if not self._exists(cur, self.sql.bookkeeping):
+            return False
+        cur.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE pipeline = %s AND bundle_id = %s").format(
+                self.sql.bookkeeping
+            ),
+            (self.pipeline_id, bundle_id),
+        )
+        return cur.fetchone() is not None
+
+    def _ensure_table(self, cur: Cursor, columns: Sequence[PgColumn]) -> None:
+        if self._exists(cur, self.sql.table):
+            return
+        if not self.target.create_table:
+            raise missing_table(self.target)
+        check_keys(self.target, columns)
+        if (schema := self.sql.create_schema()) is not None:
+            cur.execute(schema)
+        cur.execute(self.sql.create_table(columns))
+
+    def _load(self, cur: Cursor, bundle: Bundle) -> None:
+        tables: Iterator[pa.Table] = bundle.tables(self.staging)
+        first = next(tables, None)
+        if first is None:
+            return
+        columns = columns_for(first.schema)
+        self._ensure_table(cur, columns)
+        names = [c.name for c in columns]
+        everything = itertools.chain([first], tables)
+        if self.target.mode == "append":
+            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                self.sql.table, _names(names)
+            )
+            with cur.copy(copy_sql) as copy:
+                for table in everything:
+                    copy.write(encode_csv(table))
+            return
+        check_keys(self.target, columns)
+        stage = sql.Identifier(STAGE)
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP").format(
+                stage, self.sql.table
+            )
+        )
+        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} bigint").format(stage, _seq()))
+        copy_sql = sql.SQL("COPY {} ({}, {}) FROM STDIN (FORMAT csv)").format(
+            stage, _names(names), _seq()
+        )
+        seq = 0
+        with cur.copy(copy_sql) as copy:
+            for table in everything:
+                copy.write(encode_csv(table, seq_start=seq))
+                seq += table.num_rows
+        keys = _names(self.target.key_columns)
+        rest = [n for n in names if n not in self.target.key_columns]
+        action = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n))
+                    for n in rest
+                )
+            )
+            if rest
+            else sql.SQL("DO NOTHING")
+        )
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {table} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stage} "
+                "ORDER BY {keys}, {seq} DESC ON CONFLICT ({keys}) {action}"
+            ).format(
+                table=self.sql.table,
+                cols=_names(names),
+                keys=keys,
+                stage=stage,
+                seq=_seq(),
+                action=action,
+            )
+        )
+
+
+def _seq() -> sql.Identifier:
+    return sql.Identifier(SEQ_COLUMN)
+
+
+def missing_table(target: PostgresTarget) -> ConfigError:
+    return ConfigError(
+        TABLE.name,
+        target.qualified,
+        f"an existing table when {CREATE_TABLE.name}=false (or {CREATE_TABLE.name}=true to "
+        "create it from the sink's input schema)",
+        where=WHERE,
+    )
+
+
+def check_keys(target: PostgresTarget, columns: Sequence[PgColumn]) -> None:
+    """With ``mode=upsert`` every key column must be a column of the sink's input."""
+    names = {c.name for c in columns}
+    missing = [k for k in target.key_columns if k not in names]
+    if missing:
+        raise ConfigError(
+            KEY_COLUMNS.name,
+            ",".join(target.key_columns),
+            f"columns of the sink's input ({', '.join(sorted(names))}); not found: "
+            f"{', '.join(missing)}",
+            where=WHERE,
+        )
+
+
+# --- the check when the query starts -----------------------------------------------------
+
+
+def check_at_start(options: SinkOptions, spark_schema: Any) -> None:
+    """Called when the query plans its first micro-batch, before any data moves: the input
+    types map to PostgreSQL, the server answers, the table exists (or is created with
+    ``createTable``) with the input's columns and, for ``upsert``, a unique key on
+    ``keyColumns``. Each error names the option or column, the value and the expectation."""
+    target = options.postgres
+    assert target is not None
+    columns = columns_for_spark(spark_schema)
+    check_keys(target, columns)
+    statements = Sql(target)
+    try:
+        conn = pgc.connect(target.dsn)
+    except psycopg.Error as err:
+        raise ConfigError(
+            DSN.name,
+            target.safe_dsn,
+            f"a PostgreSQL server that accepts the connection ({str(err).strip()})",
+            where=WHERE,
+        ) from err
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)::oid", (statements.table.as_string(conn),))
+            row = cur.fetchone()
+            oid = row[0] if row else None
+            if oid is None:
+                if not target.create_table:
+                    raise missing_table(target)
+                if (schema := statements.create_schema()) is not None:
+                    cur.execute(schema)
+                cur.execute(statements.create_table(columns))
+            else:
+                _check_existing(cur, target, oid, columns)
+            if options.exactly_once:
+                cur.execute(statements.create_bookkeeping())
+        conn.commit()
+    except psycopg.Error as err:
+        raise pgc.translate(err, f"barrier: consumer=postgres {target.qualified}") from err
+    finally:
+        conn.close()
+
+
+def _check_existing(
+    cur: Cursor, target: PostgresTarget, oid: int, columns: Sequence[PgColumn]
+) -> None:
+    cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+        (oid,),
+    )
+    present = {r[0] for r in cur.fetchall()}
+    for c in columns:
+        if c.name not in present:
+            raise ConfigError(
+                c.name,
+                c.sql_type,
+                f"a column of {target.qualified} (it has {', '.join(sorted(present))}); "
+                f"add it, or drop the table and let {CREATE_TABLE.name}=true create it",
+                where=WHERE,
+            )
+    if target.mode != "upsert":
+        return
+    cur.execute(
+        "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
+        (oid,),
+    )
+    if not any(set(r[0]) == set(target.key_columns) for r in cur.fetchall()):
+        raise ConfigError(
+            KEY_COLUMNS.name,
+            ",".join(target.key_columns),
+            f"the columns of a primary key or unique index of {target.qualified} "
+            "(INSERT ... ON CONFLICT needs one)",
+            where=WHERE,
+        )

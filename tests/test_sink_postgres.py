@@ -1,0 +1,243 @@
+"""``consumer=postgres`` without a server: its options, type mapping, CSV encoding and
+error translation."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import re
+
+import psycopg
+import pyarrow as pa
+import pytest
+from psycopg import errors as pgerrors
+
+from sink.consumers.postgres_connections import translate
+from sink.consumers.postgres_types import PgColumn, columns_for, columns_for_spark, encode_csv
+from sink.options import SinkOptions
+from sink.postgres_options import PostgresTarget, redact_dsn
+from state.errors import CommitFailed, ConfigError, DeliveryFailed
+from tests.sink_helpers import gt_batch
+
+BASE = {
+    "pipeline.id": "p",
+    "state.uri": "memory://pg",
+    "consumer": "postgres",
+    "consumer.postgres.dsn": "host=db user=u password=s3cret dbname=x",
+    "consumer.postgres.table": "out.events",
+}
+
+
+def parse(**extra: str) -> SinkOptions:
+    return SinkOptions.parse({**BASE, **extra})
+
+
+def test_defaults_and_target() -> None:
+    o = parse()
+    assert o.consumer == "postgres"
+    assert o.postgres == PostgresTarget(
+        dsn=BASE["consumer.postgres.dsn"], table="events", schema="out"
+    )
+    assert o.postgres.create_table and o.postgres.mode == "append"
+    assert "s3cret" not in o.postgres.safe_dsn and "password=***" in o.postgres.safe_dsn
+
+
+def test_upsert_url_and_unqualified_table() -> None:
+    o = parse(
+        **{
+            "consumer.postgres.dsn": "postgresql://u:pw@h:5432/db",
+            "consumer.postgres.table": "Events",
+            "consumer.postgres.mode": "UPSERT",
+            "consumer.postgres.keyColumns": "id, region",
+            "consumer.postgres.createTable": "false",
+        }
+    )
+    assert o.postgres is not None
+    assert (o.postgres.schema, o.postgres.table, o.postgres.qualified) == (None, "Events", "Events")
+    assert o.postgres.mode == "upsert" and o.postgres.key_columns == ("id", "region")
+    assert not o.postgres.create_table
+
+
+@pytest.mark.parametrize(
+    ("extra", "option", "expected"),
+    [
+        ({"consumer.postgres.dsn": ""}, "consumer.postgres.dsn", "non-empty"),
+        ({"consumer.postgres.table": ""}, "consumer.postgres.table", "non-empty"),
+        ({"consumer.postgres.table": "a.b.c"}, "consumer.postgres.table", "'schema.table'"),
+        ({"consumer.postgres.table": "my table"}, "consumer.postgres.table", "'schema.table'"),
+        ({"consumer.postgres.mode": "merge"}, "consumer.postgres.mode", "upsert"),
+        ({"consumer.postgres.mode": "upsert"}, "consumer.postgres.keyColumns", "key columns"),
+        ({"consumer.postgres.keyColumns": "id"}, "consumer.postgres.keyColumns", "not to be set"),
+        (
+            {"consumer.postgres.mode": "upsert", "consumer.postgres.keyColumns": "id,id"},
+            "consumer.postgres.keyColumns",
+            "distinct column names",
+        ),
+        ({"consumer.postgres.createTable": "maybe"}, "consumer.postgres.createTable", "true"),
+    ],
+)
+def test_bad_options_name_option_and_expectation(
+    extra: dict[str, str], option: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(**extra)
+    assert info.value.option == option
+    assert expected in str(info.value)
+
+
+def test_unparseable_dsn_is_refused_without_showing_it() -> None:
+    with pytest.raises(ConfigError, match=re.escape("consumer.postgres.dsn")) as info:
+        parse(**{"consumer.postgres.dsn": "password=s3cret nonsense"})
+    assert "s3cret" not in str(info.value)
+    assert "libpq connection string" in str(info.value)
+
+
+def test_postgres_options_only_with_consumer_postgres() -> None:
+    raw = {**BASE, "consumer": "file", "consumer.path": "/data"}
+    with pytest.raises(ConfigError, match=re.escape("not to be set with consumer=file")):
+        SinkOptions.parse(raw)
+
+
+def test_redact_dsn() -> None:
+    assert "pw" not in redact_dsn("postgresql://u:pw@h/db")
+    assert redact_dsn("host=h") == "host=h"
+
+
+# --- types ---------------------------------------------------------------------------
+
+
+def test_type_mapping() -> None:
+    schema = pa.schema(
+        [
+            ("b", pa.bool_()),
+            ("i8", pa.int8()),
+            ("i16", pa.int16()),
+            ("i32", pa.int32()),
+            ("i64", pa.int64()),
+            ("f32", pa.float32()),
+            ("f64", pa.float64()),
+            ("d", pa.decimal128(12, 3)),
+            ("s", pa.string()),
+            ("ls", pa.large_string()),
+            ("bin", pa.binary()),
+            ("day", pa.date32()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("ntz", pa.timestamp("us")),
+            ("arr", pa.list_(pa.int64())),
+            ("tags", pa.large_list(pa.string())),
+        ]
+    )
+    assert [c.sql_type for c in columns_for(schema)] == [
+        "boolean",
+        "smallint",
+        "smallint",
+        "integer",
+        "bigint",
+        "real",
+        "double precision",
+        "numeric(12, 3)",
+        "text",
+        "text",
+        "bytea",
+        "date",
+        "timestamptz",
+        "timestamp",
+        "bigint[]",
+        "text[]",
+    ]
+
+
+def test_gt_becomes_four_columns() -> None:
+    schema = pa.Table.from_batches([gt_batch(1, 0, [0])]).schema
+    assert columns_for(schema) == (
+        PgColumn("value", "bytea"),
+        PgColumn("gt_epoch", "bigint"),
+        PgColumn("gt_topic", "text"),
+        PgColumn("gt_partition", "integer"),
+        PgColumn("gt_offset", "bigint"),
+    )
+    clash = schema.append(pa.field("gt_epoch", pa.int64()))
+    with pytest.raises(ConfigError, match="distinct column names"):
+        columns_for(clash)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pa.map_(pa.string(), pa.int32()),
+        pa.struct([("a", pa.int32())]),
+        pa.list_(pa.binary()),
+        pa.list_(pa.list_(pa.int32())),
+        pa.null(),
+        pa.duration("us"),
+    ],
+)
+def test_unsupported_type_is_refused_naming_the_column(dtype: pa.DataType) -> None:
+    with pytest.raises(ConfigError) as info:
+        columns_for(pa.schema([("ok", pa.int32()), ("bad_col", dtype)]))
+    assert info.value.option == "bad_col"
+    assert "consumer=postgres" in str(info.value)
+
+
+def test_spark_schema_is_mapped_and_checked() -> None:
+    from pyspark.sql import types as st
+
+    ok = st.StructType(
+        [
+            st.StructField("k", st.BinaryType()),
+            st.StructField("n", st.LongType()),
+            st.StructField("at", st.TimestampType()),
+            st.StructField("xs", st.ArrayType(st.DoubleType())),
+        ]
+    )
+    assert [c.sql_type for c in columns_for_spark(ok)] == [
+        "bytea",
+        "bigint",
+        "timestamptz",
+        "double precision[]",
+    ]
+    bad = st.StructType([st.StructField("m", st.MapType(st.StringType(), st.LongType()))])
+    with pytest.raises(ConfigError) as info:
+        columns_for_spark(bad)
+    assert info.value.option == "m"
+
+
+def test_csv_encoding() -> None:
+    table = pa.table(
+        {
+            "bin": pa.array([b"\x00\xff", None, b""], pa.binary()),
+            "s": pa.array(['a"b', None, ""]),
+            "xs": pa.array([[1, None], [], None], pa.list_(pa.int64())),
+            "ws": pa.array([['q"\\', None], None, ["x y"]], pa.list_(pa.string())),
+            "f": pa.array([float("nan"), float("inf"), 1.5]),
+            "d": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-2.00")]),
+            "ts": pa.array(
+                [datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)] * 3,
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    lines = encode_csv(table, seq_start=10).decode().splitlines()
+    assert lines[0].startswith('"\\x00ff","a""b","{1,NULL}","{""q\\""\\\\"",NULL}",nan,1.50,')
+    assert lines[0].endswith(",10")
+    assert lines[1].startswith(',,"{}",,inf,,')
+    assert lines[2].startswith('"\\x","",,"{""x y""}",1.5,-2.00,')
+    assert lines[2].endswith(",12")
+
+
+def test_csv_of_a_sliced_binary_column() -> None:
+    arr = pa.array([b"ab", None, b"c"], pa.binary()).slice(1)
+    assert encode_csv(pa.table({"b": arr})).decode().splitlines() == ["", '"\\x63"']
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+def test_errors_are_translated_retriable_or_fatal() -> None:
+    lost = psycopg.OperationalError("server closed the connection unexpectedly")
+    assert isinstance(translate(lost, "x"), DeliveryFailed)
+    assert isinstance(translate(pgerrors.AdminShutdown("terminating"), "x"), DeliveryFailed)
+    assert isinstance(translate(pgerrors.SerializationFailure("s"), "x"), DeliveryFailed)
+    refused = translate(pgerrors.UndefinedColumn('column "x" does not exist'), "copy")
+    assert isinstance(refused, CommitFailed) and "SQLSTATE 42703" in str(refused)
+    assert isinstance(translate(pgerrors.InvalidTextRepresentation("bad"), "x"), CommitFailed)
