@@ -13,5 +13,6 @@ pytest_plugins = [
     "integration_tests.fixtures.kafka",
     "integration_tests.fixtures.zookeeper",
     "integration_tests.fixtures.spark",
+    "integration_tests.fixtures.spark_connect",
     "integration_tests.fixtures.receiver",
 ]
