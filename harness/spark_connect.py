@@ -119,7 +119,7 @@ class SparkConnectServer(Server):
         server_env = repo_env(
             {
                 "SPARK_HOME": str(home),
-                "SPARK_CONF_DIR": str(conf_dir),  # empty: no machine-wide spark-defaults.conf
+                "SPARK_CONF_DIR": str(conf_dir),  # no machine-wide spark-defaults.conf
                 "SPARK_LOCAL_IP": LOOPBACK,
                 "SPARK_CONNECT_MODE": "0",  # as sbin/start-connect-server.sh
                 "PYSPARK_PYTHON": sys.executable,
