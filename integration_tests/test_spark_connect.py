@@ -157,7 +157,7 @@ def test_gtkafka_to_barrier_through_connect_exactly_once_across_restart(
     assert bundle_files(out) == [f"bundle-{e:012d}.parquet" for e in range(5)]
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(420)
 def test_snapshot_coordinator_from_a_connect_client(
     spark_remote: Any, kafka: Any, s3: Any, tmp_path: Path
 ) -> None:
