@@ -13,6 +13,7 @@ pytest_plugins = [
     "integration_tests.fixtures.kafka",
     "integration_tests.fixtures.zookeeper",
     "integration_tests.fixtures.spark",
+    "integration_tests.fixtures.spark_connect",
     "integration_tests.fixtures.receiver",
     "integration_tests.fixtures.postgres",
 ]

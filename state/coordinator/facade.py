@@ -391,7 +391,9 @@ class SnapshotCoordinator:
         """Stop the snapshot thread, remove the listener, release the lock, close ZooKeeper."""
         self._worker.close(timeout=self.config.drain_timeout + 5)
         if self._listener is not None and self.spark is not None:
-            self.spark.streams.removeListener(self._listener)
+            from state.coordinator.listener import remove_listener
+
+            remove_listener(self.spark, self._listener)
             self._listener = None
         self.ownership.release()
         self.store.close()

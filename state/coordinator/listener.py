@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -63,4 +64,44 @@ class SnapshotListener(StreamingQueryListener):
             log.exception("gtbarrier coordinator: could not handle a termination event")
 
 
-__all__ = ["SnapshotListener"]
+def remove_listener(spark: Any, listener: StreamingQueryListener) -> None:
+    """``spark.streams.removeListener(listener)``, without PySpark 4.3's Connect deadlock.
+
+    On a Spark Connect session, PySpark's client-side bus removes its *last* listener
+    while holding its lock and then joins the thread that receives events; if an event
+    is on its way (the termination event of a query stopped just before, say), that
+    thread waits for the same lock to dispatch it and both wait forever (SPARK-59623).
+    Here the listener leaves the bus under the lock and the join happens after the lock
+    is released, so the pending events are dispatched (to nobody) and the thread ends.
+    A classic session, or a bus whose internals differ, uses ``removeListener``.
+    """
+    bus: Any = getattr(spark.streams, "_sqlb", None)
+    lock = getattr(bus, "_lock", None)
+    listeners = getattr(bus, "_listener_bus", None)
+    sqm = getattr(bus, "_sqm", None)
+    if lock is None or not isinstance(listeners, list) or sqm is None:
+        spark.streams.removeListener(listener)
+        return
+    import pyspark.sql.connect.proto as pb2
+
+    with lock:
+        if listener not in listeners:
+            return
+        if len(listeners) > 1:
+            listeners.remove(listener)
+            return
+        cmd = pb2.StreamingQueryListenerBusCommand()
+        cmd.remove_listener_bus_listener = True
+        exec_cmd = pb2.Command()
+        exec_cmd.streaming_query_listener_bus_command.CopyFrom(cmd)
+        sqm._session.client.execute_command(exec_cmd)
+        listeners.remove(listener)
+        thread = bus._execution_thread
+    if thread is not None:
+        thread.join()
+    with lock:
+        if bus._execution_thread is thread:
+            bus._execution_thread = None
+
+
+__all__ = ["SnapshotListener", "remove_listener"]
