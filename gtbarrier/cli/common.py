@@ -82,9 +82,11 @@ class PipelineArgs:
     options: dict[str, str]
 
     @classmethod
-    def parse(cls, args: argparse.Namespace, *, extra: tuple[str, ...] = ()) -> PipelineArgs:
-        """Check the pipeline arguments; ``extra`` names the options the command knows
-        besides the store's (:class:`UsageError` for any other)."""
+    def parse(
+        cls, args: argparse.Namespace, *, prefixes: tuple[str, ...] = (), check: bool = True
+    ) -> PipelineArgs:
+        """Check the pipeline arguments. ``--option`` may name the store's options and
+        any under ``prefixes``; ``check=False``: the caller checks them (the sink's)."""
         if not args.pipeline:
             raise UsageError(f"--pipeline is required (or ${PIPELINE_ENV})")
         if not args.state_uri:
@@ -92,8 +94,8 @@ class PipelineArgs:
         pipeline_id = validate_pipeline_id(args.pipeline, where="--pipeline")
         given = parse_options(args.option)
         opts = Options(given, where="--option")
-        if not extra:
-            opts.check_known(STORE_OPTIONS.names())
+        if check:
+            opts.check_known(STORE_OPTIONS.names(), prefixes)
         merged = {**CLI_STORE_DEFAULTS, **given, "state.uri": args.state_uri}
         config = StoreConfig.from_options(Options(merged, where="--state-uri/--option"))
         return cls(pipeline_id, PipelineLayout(pipeline_id), config, given)
