@@ -15,6 +15,7 @@ cannot be reached (one line on stderr naming it); 1 any other failure.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -48,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the process's exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # A command reports an unreachable server in one line; kazoo's and kafka-python's
+    # logs of each reconnection attempt would bury it.
+    for noisy in ("kazoo", "kafka"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
     where = f"{PROG} {args.command}"
     try:
         result: Result | None = args.run(args)

@@ -23,7 +23,7 @@ from gtbarrier.cli.common import (
     read_pipeline,
 )
 from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch_row, read_epochs
-from gtbarrier.cli.kafka_ends import end_offsets, kafka_settings
+from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
@@ -38,7 +38,7 @@ from state.store import StateStore
 ZOOKEEPER_ENV = "GTBARRIER_ZOOKEEPER"
 BOOTSTRAP_ENV = "GTBARRIER_BOOTSTRAP"
 NEWEST_EPOCHS = 5
-ZOOKEEPER_TIMEOUT = 10.0
+ZOOKEEPER_TIMEOUT = 5.0
 
 
 def add_parser(subparsers: Any) -> None:
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> Result:
     pipeline = PipelineArgs.parse(args, prefixes=("kafka.",))
     if args.epochs < 0:
         raise UsageError(f"--epochs {args.epochs}: expected a number >= 0")
-    settings = kafka_settings(pipeline.options) if args.bootstrap else None
+    if args.bootstrap:  # the kafka.* options are checked before anything is read
+        source_options(args.bootstrap, ["-"], pipeline.options)
     store = pipeline.open_store()
     try:
         records = read_pipeline(store, pipeline.layout)
@@ -85,9 +86,10 @@ def run(args: argparse.Namespace) -> Result:
     planned = newest[-1].end.offsets if newest else (records.start.offsets if records.start else {})
     lag = None
     if args.bootstrap:
-        assert settings is not None
         topics = {t for t, _ in planned}
-        ends = end_offsets(args.bootstrap, topics, settings) if topics else {}
+        ends = (
+            end_offsets(source_options(args.bootstrap, topics, pipeline.options)) if topics else {}
+        )
         lag = _lag_json(dict(planned), acknowledged, ends)
     data: dict[str, Any] = {
         "pipeline": pipeline.pipeline_id,

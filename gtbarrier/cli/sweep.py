@@ -35,7 +35,7 @@ from state.layout import PipelineLayout
 from state.store import StateStore
 
 TMP_PREFIX = ".tmp-"
-ZOOKEEPER_TIMEOUT = 10.0
+ZOOKEEPER_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
