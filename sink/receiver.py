@@ -1,6 +1,6 @@
 """A reference HTTP receiver for ``consumer=http`` (Starlette on uvicorn, SQLite storage).
 
-    python -m sink.receiver --port 8080 --dir /var/lib/receiver
+    gtbarrier receiver --port 8080 --dir /var/lib/receiver      # or: python -m sink.receiver
 
 ``POST /<stream>`` stores the request body as one bundle of stream ``<stream>`` (the URL
 path), keyed by the ``X-Gtbarrier-Bundle-Id`` header, in one SQLite transaction, before it

@@ -48,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the process's exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == receiver.COMMAND:
+        args.receiver_args = rest  # the receiver parses its own arguments
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     # A command reports an unreachable server in one line; kazoo's and kafka-python's
     # logs of each reconnection attempt would bury it.
     for noisy in ("kazoo", "kafka"):

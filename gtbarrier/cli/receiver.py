@@ -12,22 +12,23 @@ from typing import Any
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result
 
+COMMAND = "receiver"
 EXTRA_MODULES = ("starlette", "uvicorn")
 
 
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "receiver",
+        COMMAND,
         help="run the reference HTTP receiver (consumer=http)",
         description=__doc__,
         add_help=False,
     )
-    parser.add_argument("receiver_args", nargs=argparse.REMAINDER)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Result | None:
-    """Hand the arguments to :func:`sink.receiver.main` (which prints its own help)."""
+    """Hand the arguments (``args.receiver_args``, everything after ``receiver``) to
+    :func:`sink.receiver.main`, which parses them and prints its own help."""
     try:
         from sink import receiver
     except ImportError as err:
