@@ -78,12 +78,14 @@ def run(args: argparse.Namespace) -> Result:
         records = read_pipeline(store, pipeline.layout)
         driver = _driver_record(store, pipeline.layout)
         numbers = epoch_numbers(store, pipeline.layout)
-        newest = read_epochs(store, pipeline.layout, numbers[-args.epochs :] if args.epochs else [])
+        # the newest epoch is read even with --epochs 0: its end is where the source stands
+        read = read_epochs(store, pipeline.layout, numbers[-max(args.epochs, 1) :])
         acknowledged = _acknowledged_position(store, pipeline.layout, records)
         resume, resume_from = _resume_point(args.zookeeper, store, pipeline.layout)
     finally:
         store.close()
-    planned = newest[-1].end.offsets if newest else (records.start.offsets if records.start else {})
+    newest = read[-args.epochs :] if args.epochs else []
+    planned = read[-1].end.offsets if read else (records.start.offsets if records.start else {})
     lag = None
     if args.bootstrap:
         topics = {t for t, _ in planned}
