@@ -58,6 +58,7 @@ def s3_options(s3: Any) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_zero_call_pipeline_then_status_epochs_and_sweep(
     driver: Any, kafka: Any, s3: Any, zk: Any, tmp_path: Path
 ) -> None:
@@ -144,6 +145,7 @@ def test_zero_call_pipeline_then_status_epochs_and_sweep(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_without_the_no_data_setting_the_query_fails_naming_it(
     driver: Any, kafka: Any, tmp_path: Path
 ) -> None:

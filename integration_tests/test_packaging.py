@@ -80,6 +80,7 @@ def clean_env(venv: Path | None = None) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
     kafka: Any, tmp_path: Path
 ) -> None:
