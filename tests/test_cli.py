@@ -12,7 +12,7 @@ import pytest
 from datasource.epoch_log import EpochLog
 from gtbarrier.cli import build_parser, main
 from gtbarrier.cli.common import UsageError, parse_options
-from gtbarrier.cli.output import Result, Table, cell, render
+from gtbarrier.cli.output import Result, Table, cell, render, render_table
 from sink.faults import FaultInjector, InjectedFault
 from state.records.source_offset import SourceOffset
 from tests.sink_helpers import Pipeline, gt_batch
@@ -102,6 +102,8 @@ def test_tables_align_columns_and_cells_read_naturally() -> None:
     assert cell({"b": 1, "a": [2]}) == '{"a":[2],"b":1}' and cell(2.25) == "2.2"
     assert render(Result({}, (Table("e", ("x",), ()),)), as_json=False) == "e\n  (none)"
     assert json.loads(render(Result({"k": 1}, (table,)), as_json=True)) == {"k": 1}
+    fields = Table.fields("f", [("GT_last", 3), ("owner", "run-a")])
+    assert render_table(fields).splitlines() == ["f", "  GT_last  3", "  owner    run-a"]
 
 
 # --- the commands against a pipeline ------------------------------------------------
@@ -151,7 +153,7 @@ def test_status_shows_gt_last_in_flight_owner_and_epochs(
 
     code, out, _ = run_cli(capsys, "status", *_args(pipeline))
     assert code == 0
-    assert "in-flight bundle               1 (batch 1, 2 rows, 1 parts)" in out
+    assert "in-flight bundle               1 (batch 1, 2 rows, 1 part(s))" in out
     assert "orders[0:2-4]" in out  # epoch 1 moved partition 0 only
 
 

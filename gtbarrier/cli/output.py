@@ -14,17 +14,18 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Table:
-    """A titled table; a table of one column pair reads as ``key | value`` lines."""
+    """A titled table; ``header=False``: rows only (a ``field value`` list)."""
 
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
     empty: str = "(none)"
+    header: bool = True
 
     @classmethod
     def fields(cls, title: str, pairs: Sequence[tuple[str, Any]]) -> Table:
-        """A two-column ``field | value`` table."""
-        return cls(title, ("field", "value"), tuple((k, v) for k, v in pairs))
+        """A two-column ``field value`` list, without a header."""
+        return cls(title, ("field", "value"), tuple((k, v) for k, v in pairs), header=False)
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,16 @@ def render_table(table: Table) -> str:
     if not table.rows:
         lines.append(f"  {table.empty}")
         return "\n".join(lines)
-    grid = [list(table.columns)] + [[cell(v) for v in row] for row in table.rows]
+    grid = [list(table.columns) if table.header else [""] * len(table.columns)]
+    grid += [[cell(v) for v in row] for row in table.rows]
     widths = [max(len(r[i]) for r in grid) for i in range(len(table.columns))]
 
     def line(values: list[str]) -> str:
         return "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
-    lines.append(line(grid[0]))
-    lines.append("  " + "  ".join("-" * w for w in widths))
+    if table.header:
+        lines.append(line(grid[0]))
+        lines.append("  " + "  ".join("-" * w for w in widths))
     lines.extend(line(r) for r in grid[1:])
     return "\n".join(lines)
 

@@ -229,7 +229,7 @@ def _tables(data: dict[str, Any]) -> tuple[Table, ...]:
             None
             if inflight is None
             else f"{inflight['bundle_id']} (batch {inflight['batch_id']}, {inflight['rows']} rows, "
-            f"{len(inflight['parts'])} parts)",
+            f"{len(inflight['parts'])} part(s))",
         ),
         ("owner run", owner.get("run_id") or owner.get("driver")),
         ("owner query", owner.get("query_id") or None),
