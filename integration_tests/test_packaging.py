@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,21 @@ def clean_env(venv: Path | None = None) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def venv(tmp_path: Path) -> Iterator[Path]:
+    """A fresh virtualenv (about 900 MB once pyspark is in), deleted after the test."""
+    path = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
-    kafka: Any, tmp_path: Path
+    kafka: Any, venv: Path, tmp_path: Path
 ) -> None:
     wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
@@ -92,8 +104,6 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
     assert {"pyspark_gtkafka.py", "pyspark_barrier.py", "gtbarrier/cli/__init__.py"} <= names
     assert not any(n.startswith(("harness/", "tests/", "integration_tests/")) for n in names)
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", str(wheel)],
