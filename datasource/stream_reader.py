@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 from datasource.batch_record import BatchContext
 from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
+from datasource.lag import Lag
 from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
@@ -47,6 +48,7 @@ from state.layout import PipelineLayout
 from state.profiling import span
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
 from state.store import open_store
+from state.worker_logging import ensure_worker_logging
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,23 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
         self._topic_ids.update(self._pending_ids)
         self._last_trigger = self._clock()
+        self._log_planned(begin, winner)
         return winner.to_json()
+
+    def _log_planned(self, begin: SourceOffset, end: SourceOffset) -> None:
+        """One INFO line per epoch planned here: its size and its lag behind Kafka's end
+        (:mod:`datasource.lag`; Python sources cannot report metrics to Spark)."""
+        ensure_worker_logging()
+        if not log.isEnabledFor(logging.INFO):
+            return
+        _, latest = self.offset_reader.latest_cached()
+        log.info(
+            "gtkafka: pipeline %s: epoch %d planned, %d record(s); %s",
+            self.options.pipeline_id,
+            begin.epoch,
+            backlog(dict(begin.offsets), dict(end.offsets)),
+            Lag.between(end.offsets, latest).describe(),
+        )
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The broker's latest offsets as last fetched (no new request); no epoch yet."""

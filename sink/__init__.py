@@ -9,12 +9,9 @@ from typing import Any
 import state.profiling  # noqa: F401 - first: dates this process's imports (benchmarks)
 from sink.data_source import BarrierSink
 from sink.lost_inflight import resolve_lost_inflight
+from sink.session import NO_DATA_MICRO_BATCHES
 
 __all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register", "resolve_lost_inflight"]
-
-# The barrier refuses the output of a no-data micro-batch (it has no epoch, so its content
-# is not replay-stable): Spark must not run such batches.
-NO_DATA_MICRO_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
 def register(spark: Any) -> None:

@@ -41,6 +41,7 @@ Staged parts are deleted only under verified ownership (:mod:`sink.cleanup`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -73,6 +74,9 @@ from state.records.batch import BatchRecord
 from state.records.codec import decode
 from state.retry import delivery
 from state.store import StateStore
+from state.worker_logging import ensure_worker_logging
+
+log = logging.getLogger(__name__)
 
 RUN_ID = re.compile(r"runId\s*=\s*([0-9A-Za-z-]+)")
 METRICS_ENV = "GTBARRIER_METRICS"
@@ -128,6 +132,7 @@ class Barrier:
         self, messages: Sequence[BarrierCommitMessage | None], batch_id: int
     ) -> CommitOutcome:
         started = time.perf_counter()
+        ensure_worker_logging()
         if any(m is None for m in messages):
             raise CommitFailed(
                 f"barrier: commit of batch {batch_id} got a failed task's message (None)"
@@ -139,6 +144,7 @@ class Barrier:
         query_id, run_id = _identity(msgs, batch_id)
         outcome = self._commit(msgs, batch_id, query_id, run_id, rows)
         outcome.timings["total"] = time.perf_counter() - started
+        self._log_outcome(outcome)
         _record_metrics(self.options, outcome)
         return outcome
 
@@ -342,6 +348,16 @@ class Barrier:
             f"acknowledge in-flight bundle {bundle.epoch}",
         )
         self._delete_parts(bundle)
+        log.info(
+            "barrier: pipeline %s: in-flight bundle %d (batch %d, %d rows) resolved: %s; "
+            "GT_last=%d",
+            self.options.pipeline_id,
+            bundle.bundle_id,
+            bundle.batch_id,
+            bundle.rows,
+            "the consumer had it" if delivered else "delivered again",
+            state.gt_last,
+        )
         return state, version, bundle.bundle_id
 
     def _deliver(self, bundle: Bundle, *, redelivery: bool) -> Ack:
@@ -413,6 +429,11 @@ class Barrier:
             ) from err
 
     def _fenced(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
+        err = self._fenced_error(owner, run_id, why)
+        log.warning("%s", err)
+        return err
+
+    def _fenced_error(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
         if owner is None:
             return PipelineFenced(
                 f"barrier: pipeline {self.options.pipeline_id!r}: this driver (run {run_id}) "
@@ -431,6 +452,38 @@ class Barrier:
             f"(query {owner.query_id}, generation {owner.generation}) since {since}; this "
             f"driver (run {run_id}) is a zombie and stops ({why})"
         )
+
+    def _log_outcome(self, outcome: CommitOutcome) -> None:
+        """One line per commit: what the barrier decided (the user's record of it)."""
+        pipeline = self.options.pipeline_id
+        if outcome.action == "delivered":
+            log.info(
+                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s; "
+                "GT_last=%d",
+                pipeline,
+                outcome.epoch,
+                outcome.batch_id,
+                outcome.rows,
+                self.consumer.describe(),
+                outcome.epoch,
+            )
+        elif outcome.action == "dropped":
+            log.info(
+                "barrier: pipeline %s: batch %d dropped as replayed: bundle %d (%d rows) is "
+                "at or below GT_last",
+                pipeline,
+                outcome.batch_id,
+                outcome.epoch,
+                outcome.rows,
+            )
+        else:
+            log.debug(
+                "barrier: pipeline %s: batch %d (epoch %s) had no rows to deliver (%s)",
+                pipeline,
+                outcome.batch_id,
+                outcome.epoch,
+                outcome.action,
+            )
 
     # --- staging cleanup --------------------------------------------------------------
 

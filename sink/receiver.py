@@ -1,6 +1,6 @@
 """A reference HTTP receiver for ``consumer=http`` (Starlette on uvicorn, SQLite storage).
 
-    python -m sink.receiver --port 8080 --dir /var/lib/receiver
+    gtbarrier receiver --port 8080 --dir /var/lib/receiver      # or: python -m sink.receiver
 
 ``POST /<stream>`` stores the request body as one bundle of stream ``<stream>`` (the URL
 path), keyed by the ``X-Gtbarrier-Bundle-Id`` header, in one SQLite transaction, before it
@@ -177,8 +177,8 @@ def create_app(directory: str, *, drop_after_store: int | None = None) -> Starle
     return app
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sink.receiver", description=__doc__)
+def main(argv: list[str] | None = None, *, prog: str = "python -m sink.receiver") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True, help="directory of the SQLite database")
     parser.add_argument("--host", default="127.0.0.1")

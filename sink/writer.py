@@ -23,6 +23,7 @@ from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
+from sink.session import check_session
 from state import profiling
 from state.errors import GtBarrierError
 from state.records.bundle import StagedPart
@@ -63,6 +64,7 @@ class TaskInfo:
                 "barrier: the task has no streaming query/batch id (the barrier sink is for "
                 "writeStream micro-batch queries)"
             )
+        check_session(ctx.getLocalProperty)
         return cls(
             query_id=query_id,
             batch_id=int(batch),

@@ -1,0 +1,138 @@
+"""What the commands share: the pipeline arguments, ``--option`` parsing, the store.
+
+Every command that reads a pipeline takes ``--pipeline ID`` and ``--state-uri URI``
+(defaults: ``$GTBARRIER_PIPELINE``, ``$GTBARRIER_STATE_URI``) and the store's options
+under the names the source and the sink use, ``--option s3.endpoint=http://...``
+(repeated), or the AWS environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from state.errors import GtBarrierError
+from state.layout import PipelineLayout, validate_pipeline_id
+from state.options import Options
+from state.records.barrier import BarrierState
+from state.records.codec import decode
+from state.records.source_offset import SourceOffset
+from state.store import STORE_OPTIONS, StateStore, StoreConfig, new_store
+
+PIPELINE_ENV = "GTBARRIER_PIPELINE"
+STATE_URI_ENV = "GTBARRIER_STATE_URI"
+# An operator waits for an answer: a store that does not answer fails the command in
+# seconds, not after the sink's 30 s (``--option s3.retryDeadline=...`` overrides).
+CLI_STORE_DEFAULTS = {"s3.retryDeadline": "10s", "s3.connectTimeout": "3s"}
+
+
+class UsageError(GtBarrierError):
+    """A command's arguments, or the pipeline they name, are wrong (exit code 2)."""
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--pipeline``, ``--state-uri``, ``--option`` and ``--json``."""
+    parser.add_argument(
+        "--pipeline",
+        default=os.environ.get(PIPELINE_ENV),
+        help=f"the pipeline.id (default: ${PIPELINE_ENV})",
+    )
+    parser.add_argument(
+        "--state-uri",
+        default=os.environ.get(STATE_URI_ENV),
+        help=f"the state.uri: file:///path or s3://bucket/prefix (default: ${STATE_URI_ENV})",
+    )
+    add_option_argument(parser)
+    add_json_argument(parser)
+
+
+def add_option_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a source/sink option, e.g. s3.endpoint=http://127.0.0.1:9000 (repeatable)",
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def parse_options(pairs: list[str]) -> dict[str, str]:
+    """``["a=1", "b=x=y"]`` -> ``{"a": "1", "b": "x=y"}``; :class:`UsageError` otherwise."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--option {pair!r}: expected NAME=VALUE")
+        options[name.strip()] = value
+    return options
+
+
+@dataclass(frozen=True)
+class PipelineArgs:
+    """The pipeline a command reads: its id, layout and store configuration."""
+
+    pipeline_id: str
+    layout: PipelineLayout
+    config: StoreConfig
+    options: dict[str, str]
+
+    @classmethod
+    def parse(
+        cls, args: argparse.Namespace, *, prefixes: tuple[str, ...] = (), check: bool = True
+    ) -> PipelineArgs:
+        """Check the pipeline arguments. ``--option`` may name the store's options and
+        any under ``prefixes``; ``check=False``: the caller checks them (the sink's)."""
+        if not args.pipeline:
+            raise UsageError(f"--pipeline is required (or ${PIPELINE_ENV})")
+        if not args.state_uri:
+            raise UsageError(f"--state-uri is required (or ${STATE_URI_ENV})")
+        pipeline_id = validate_pipeline_id(args.pipeline, where="--pipeline")
+        given = parse_options(args.option)
+        opts = Options(given, where="--option")
+        if check:
+            opts.check_known(STORE_OPTIONS.names(), prefixes)
+        merged = {**CLI_STORE_DEFAULTS, **given, "state.uri": args.state_uri}
+        config = StoreConfig.from_options(Options(merged, where="--state-uri/--option"))
+        return cls(pipeline_id, PipelineLayout(pipeline_id), config, given)
+
+    def open_store(self) -> StateStore:
+        """A new store (the caller closes it)."""
+        return new_store(self.config)
+
+
+@dataclass(frozen=True)
+class PipelineRecords:
+    """The pipeline's two root records, read once; a pipeline has at least one of them."""
+
+    start: SourceOffset | None
+    barrier: BarrierState
+    barrier_written: bool
+
+
+def read_pipeline(store: StateStore, layout: PipelineLayout) -> PipelineRecords:
+    """The source's start and the barrier state; :class:`UsageError` if the store has
+    neither (no pipeline of that id ever ran against it)."""
+    start_hit = store.get_or_none(layout.source_start)
+    barrier_hit = store.get_or_none(layout.barrier_state)
+    if start_hit is None and barrier_hit is None:
+        raise UsageError(
+            f"pipeline {layout.pipeline_id!r} not found in {store.uri}: it has neither "
+            f"{layout.source_start} nor {layout.barrier_state} (check --pipeline and "
+            "--state-uri)"
+        )
+    start = (
+        None
+        if start_hit is None
+        else decode(start_hit.data, SourceOffset.from_json, f"{store.uri}/{layout.source_start}")
+    )
+    barrier = (
+        BarrierState()
+        if barrier_hit is None
+        else decode(barrier_hit.data, BarrierState.from_json, f"{store.uri}/{layout.barrier_state}")
+    )
+    return PipelineRecords(start, barrier, barrier_hit is not None)

@@ -1,0 +1,224 @@
+"""``gtbarrier sweep``: staged parts and consumer leftovers that no bundle references.
+
+A driver that dies before its first commit leaves its staged parts behind (nothing can
+tell them from the parts of a driver starting up, so the sink never deletes them), and a
+process killed mid-write leaves ``.tmp-*`` files in a file consumer's directory. This
+lists both; the parts of the bundle in flight are kept. ``--delete`` deletes what it
+lists, only when no driver runs: with ``--zookeeper`` it checks the pipeline's driver lock
+is free, without it ``--force`` says you checked. The barrier state is read again right
+before deleting (:mod:`sink.cleanup`), so a bundle recorded in flight meanwhile is kept.
+
+Give the sink's consumer options (``--option consumer=file --option
+consumer.path=/data/billing``): file and s3 consumers stage under their own path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gtbarrier.cli.common import (
+    CLI_STORE_DEFAULTS,
+    PipelineArgs,
+    UsageError,
+    add_pipeline_arguments,
+    read_pipeline,
+)
+from gtbarrier.cli.output import Result, Table
+from sink.cleanup import Authority, StagingCleanup
+from sink.consumers import open_staging
+from sink.options import SinkOptions
+from sink.staging import Staging, part_run_id
+from state.layout import PipelineLayout
+from state.store import StateStore
+
+TMP_PREFIX = ".tmp-"
+ZOOKEEPER_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One thing the sweep found: a staged part or a consumer's temporary file."""
+
+    kind: str  # "staged part" | "consumer temp file"
+    location: str
+    run_id: str | None
+    query_id: str | None
+    batch_id: int | None
+    in_flight: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "run_id": self.run_id,
+            "query_id": self.query_id,
+            "batch_id": self.batch_id,
+            "in_flight": self.in_flight,
+        }
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "sweep",
+        help="staged parts and consumer leftovers no bundle references",
+        description=__doc__,
+    )
+    add_pipeline_arguments(parser)
+    parser.add_argument("--delete", action="store_true", help="delete what is listed")
+    parser.add_argument(
+        "--zookeeper",
+        default=os.environ.get("GTBARRIER_ZOOKEEPER"),
+        metavar="HOSTS",
+        help="with --delete: check that no driver holds the pipeline's lock",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --delete and without --zookeeper: you checked that no driver runs",
+    )
+    parser.set_defaults(run=run)
+
+
+def staged_part(staging: Staging, location: str, keep: frozenset[str]) -> Leftover:
+    """A part location ``<root>/<queryId>/<batchId>/p...parquet`` as a :class:`Leftover`."""
+    rel = location[len(staging.root_prefix) :].split("/")
+    query_id = rel[0] if len(rel) >= 3 else None
+    batch_id = int(rel[1]) if len(rel) >= 3 and rel[1].isdigit() else None
+    return Leftover(
+        "staged part", location, part_run_id(location), query_id, batch_id, location in keep
+    )
+
+
+def file_temp_files(root: str) -> list[str]:
+    """``.tmp-*`` files under a file consumer's directory (relative paths), sorted."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.startswith(TMP_PREFIX):
+                found.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return sorted(found)
+
+
+def run(args: argparse.Namespace) -> Result:
+    pipeline = PipelineArgs.parse(args, check=False)
+    if args.delete and not args.zookeeper and not args.force:
+        raise UsageError(
+            "--delete needs --zookeeper HOSTS (to check that no driver holds the pipeline's "
+            "lock) or --force (you checked that no driver runs): a starting driver's parts "
+            "look like leftovers"
+        )
+    sink = SinkOptions.parse(
+        {
+            **CLI_STORE_DEFAULTS,
+            **pipeline.options,
+            "pipeline.id": pipeline.pipeline_id,
+            "state.uri": args.state_uri,
+        }
+    )
+    store = pipeline.open_store()
+    staging = open_staging(sink, store)
+    try:
+        records = read_pipeline(store, pipeline.layout)
+        inflight = records.barrier.inflight
+        keep = frozenset(inflight.locations if inflight else ())
+        found = [staged_part(staging, loc, keep) for loc in staging.list(staging.root_prefix)]
+        if sink.consumer == "file" and sink.consumer_path and os.path.isdir(sink.consumer_path):
+            found += [
+                Leftover("consumer temp file", rel, None, None, None, False)
+                for rel in file_temp_files(sink.consumer_path)
+            ]
+        deleted: list[str] = []
+        if args.delete:
+            if args.zookeeper:
+                _check_no_driver(args.zookeeper, pipeline.layout)
+            deleted = _delete(store, pipeline.layout, staging, sink, found)
+    finally:
+        staging.close()
+        store.close()
+    return _result(pipeline, sink, found, deleted, deleting=args.delete)
+
+
+def _check_no_driver(zookeeper: str, layout: PipelineLayout) -> None:
+    """:class:`UsageError` if a driver holds the pipeline's ZooKeeper lock."""
+    from kazoo.recipe.lock import Lock
+
+    from state.zookeeper import ZooKeeperSession
+
+    session = ZooKeeperSession(zookeeper, call_timeout=ZOOKEEPER_TIMEOUT)
+    session.start(ZOOKEEPER_TIMEOUT)
+    try:
+        holders = Lock(session.client, layout.zookeeper_driver_lock).contenders()
+    finally:
+        session.stop()
+    if holders:
+        raise UsageError(
+            f"pipeline {layout.pipeline_id!r} has a running driver ({holders[0]} holds "
+            f"{layout.zookeeper_driver_lock} on ZooKeeper {zookeeper}): nothing deleted"
+        )
+
+
+def _delete(
+    store: StateStore,
+    layout: PipelineLayout,
+    staging: Staging,
+    sink: SinkOptions,
+    found: list[Leftover],
+) -> list[str]:
+    """Delete what was found, but the parts of the bundle in flight on a fresh read."""
+    cleanup = StagingCleanup(store, layout, staging)
+    fresh = cleanup.verify(None, "gtbarrier-sweep")
+    auth = Authority(run_id=None, generation=None, keep=fresh.keep)
+    parts = [f.location for f in found if f.kind == "staged part" and f.location not in auth.keep]
+    cleanup.discard(parts, auth)
+    deleted = list(parts)
+    if sink.consumer == "file" and sink.consumer_path:
+        for f in found:
+            if f.kind == "consumer temp file":
+                path = os.path.join(sink.consumer_path, f.location)
+                if os.path.exists(path):
+                    os.unlink(path)
+                deleted.append(f.location)
+    return deleted
+
+
+def _result(
+    pipeline: PipelineArgs,
+    sink: SinkOptions,
+    found: list[Leftover],
+    deleted: list[str],
+    *,
+    deleting: bool,
+) -> Result:
+    leftovers = [f for f in found if not f.in_flight]
+    data = {
+        "pipeline": pipeline.pipeline_id,
+        "consumer": sink.consumer,
+        "consumer_path": sink.consumer_path,
+        "found": [f.to_json() for f in found],
+        "leftovers": len(leftovers),
+        "kept_in_flight": len(found) - len(leftovers),
+        "deleted": deleted,
+    }
+    if deleting:
+        title = f"sweep of {pipeline.pipeline_id}: {len(deleted)} deleted"
+    else:
+        title = (
+            f"sweep of {pipeline.pipeline_id}: {len(leftovers)} leftover(s) "
+            "(nothing deleted; --delete deletes them)"
+        )
+    rows = tuple(
+        (
+            f.kind,
+            f.location,
+            f.run_id,
+            f.query_id,
+            f.batch_id,
+            "kept: in flight" if f.in_flight else ("deleted" if f.location in deleted else "-"),
+        )
+        for f in found
+    )
+    table = Table(title, ("kind", "location", "run", "query", "batch", "action"), rows)
+    return Result(data, (table,))

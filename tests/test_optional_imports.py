@@ -1,0 +1,45 @@
+"""Optional dependencies stay optional: with the extras' packages unimportable, the
+source, the sink (file, s3, kafka, http consumers) and the CLI import, and ``gtbarrier
+receiver`` names the extra it needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness.process import REPO_ROOT, repo_env
+
+OPTIONAL = ("starlette", "uvicorn", "psycopg", "pyiceberg", "matplotlib", "sqlalchemy")
+
+CODE = f"""
+import importlib.abc, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {OPTIONAL!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Block())
+import gtbarrier, datasource, sink, state, pyspark_gtkafka, pyspark_barrier
+import sink.writer, sink.consumers.file, sink.consumers.s3, sink.consumers.kafka
+import sink.consumers.http, state.coordinator, gtbarrier.cli
+from gtbarrier.cli import main
+assert main(["receiver", "--port", "1", "--dir", "x"]) == 2
+loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({OPTIONAL!r}))
+assert not loaded, loaded
+"""
+
+
+def test_the_core_imports_no_optional_package() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE],
+        cwd=REPO_ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'gtbarrier[receiver]'" in proc.stderr
