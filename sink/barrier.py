@@ -458,8 +458,7 @@ class Barrier:
         pipeline = self.options.pipeline_id
         if outcome.action == "delivered":
             log.info(
-                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s; "
-                "GT_last=%d",
+                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s; GT_last=%d",
                 pipeline,
                 outcome.epoch,
                 outcome.batch_id,
