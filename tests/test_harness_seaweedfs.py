@@ -57,3 +57,8 @@ def test_weed_port_conflicts_are_recognised() -> None:
     line = "E1123 mini.go:1244 Port allocation failed: port 45923 for S3 (specified by flag"
     assert is_port_conflict(RuntimeError(line))
     assert is_port_conflict(RuntimeError("listen tcp 127.0.0.1:1: bind: address already in use"))
+
+
+def test_admin_grpc_port_is_the_http_port_plus_the_offset() -> None:
+    ports = WeedPorts.allocate()
+    assert ports.admin_grpc == ports.admin + 10000  # where weed mini's worker dials
