@@ -45,7 +45,6 @@ class TestS3StoreContract(StoreContract):
 
     REWRITE_CHANGES_VERSION = False  # the ETag is the MD5 of the body
     RACE_ROUNDS = RACE_ROUNDS
-    WIDE_RACE_ROUNDS = 20
     LIST_KEYS = 1001  # more than one page of ListObjectsV2
 
     @pytest.fixture
