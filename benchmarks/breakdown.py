@@ -3,7 +3,7 @@
     python -m benchmarks.breakdown                        # 8, 100 and 10,000 records per batch
     python -m benchmarks.breakdown --sizes 100 --batches 3 --skip-recovery
 
-Starts the harness's servers (Tansu, moto S3, ZooKeeper; or uses ``--bootstrap``,
+Starts the harness's servers (Tansu, SeaweedFS S3, ZooKeeper; or uses ``--bootstrap``,
 ``--s3-endpoint``, ``--zk-hosts`` / the ``GTB_*`` variables), sets ``GTBARRIER_PROFILE``
 (so the driver hooks, the read and write tasks and the commit record their spans, see
 :mod:`state.profiling`) and runs, in one SparkSession (``local[<cores>]``), for every

@@ -4,7 +4,7 @@
     python -m benchmarks.sink_bench --records 100000   # a quick run
 
 One topic (4 partitions, ~100-byte records) on one broker (a Tansu broker started here,
-or ``--bootstrap``) and one S3 server (moto started here, or ``--s3-endpoint``). The same
+or ``--bootstrap``) and one S3 server (SeaweedFS started here, or ``--s3-endpoint``). The same
 stateless query (gtkafka -> key, value, gt) runs with ``Trigger.AvailableNow`` and
 ``maxOffsetsPerTrigger`` into:
 
@@ -68,7 +68,7 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextmanager
 def s3_endpoint(endpoint: str | None) -> Iterator[Any]:
-    """An :class:`harness.s3.S3Server` (moto started here unless given)."""
+    """An :class:`harness.s3.S3Server` (SeaweedFS started here unless given)."""
     from harness.s3 import S3Server
 
     if endpoint:

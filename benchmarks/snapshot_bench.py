@@ -8,7 +8,7 @@
    with ``count`` and ``sum``, HDFS-backed state store, update mode into ``noop``) first
    fills ``keys`` keys of state, then runs ``--batches`` measured batches: once without a
    coordinator, once with a :class:`SnapshotCoordinator` snapshotting every
-   ``--period`` to S3 (moto started here, or ``--s3-endpoint``). The runs alternate order
+   ``--period`` to S3 (SeaweedFS started here, or ``--s3-endpoint``). The runs alternate order
    between the two sizes. Printed: p50/p99 of Spark's ``batchDuration`` and their ratio
    (target: p99 within 1.1x), and per snapshot its duration and bytes: the first one
    uploads the whole checkpoint (full), later ones only new files (incremental).
@@ -339,7 +339,7 @@ def report(runs: list[StateRun], recovery: list[dict[str, Any]], args: argparse.
     print(
         f"state query: rate-micro-batch, {args.repeat} x {args.batches} measured batches after "
         f"{args.fill_batches} filling ones, local[{args.cores}], snapshots every {args.period}, "
-        f"load average {os.getloadavg()[0]:.1f} (S3 is a moto server on the same cores)"
+        f"load average {os.getloadavg()[0]:.1f} (S3 is a SeaweedFS server on the same cores)"
     )
     rows = []
     for r in runs:

@@ -6,6 +6,6 @@ driver killed with SIGKILL and a lost checkpoint, verified against a batch compu
 * :mod:`demo.runner`: the command (servers, produce, crash, recover, verify, figure);
 * :mod:`demo.generator`: the seeded stream of orders and payments;
 * :mod:`demo.pipeline`: the streaming query and the driver program;
-* :mod:`demo.services`: Kafka (Tansu), S3 (moto), ZooKeeper on loopback ports;
+* :mod:`demo.services`: Kafka (Tansu), S3 (SeaweedFS), ZooKeeper on loopback ports;
 * :mod:`demo.verify`, :mod:`demo.plot`, :mod:`demo.progress`: the check, the figure, the log.
 """

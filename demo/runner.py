@@ -1,6 +1,6 @@
 """``python -m demo``: exactly-once through a driver crash, end to end, on real parts.
 
-1. start Kafka (Tansu), S3 (moto) and ZooKeeper on loopback ports (or use given ones);
+1. start Kafka (Tansu), S3 (SeaweedFS) and ZooKeeper on loopback ports (or use given ones);
 2. produce a deterministic stream of orders and payments (:mod:`demo.generator`);
 3. run the streaming job (:mod:`demo.pipeline`) in a driver subprocess: gtkafka -> parse
    -> enrich -> windowed revenue + per-customer totals -> barrier -> consumer, with the
@@ -581,7 +581,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--kafka", help=f"use this Kafka instead of starting Tansu (or ${'GTB_KAFKA_BOOTSTRAP'})"
     )
     parser.add_argument(
-        "--s3-endpoint", help="use this S3 endpoint instead of starting moto (or $GTB_S3_ENDPOINT)"
+        "--s3-endpoint",
+        help="use this S3 endpoint instead of starting SeaweedFS (or $GTB_S3_ENDPOINT)",
     )
     parser.add_argument(
         "--zookeeper", help="use this ZooKeeper instead of starting one (or $GTB_ZK_HOSTS)"

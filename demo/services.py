@@ -1,4 +1,4 @@
-"""The real parts the demo runs against: Kafka (Tansu), S3 (moto), ZooKeeper.
+"""The real parts the demo runs against: Kafka (Tansu), S3 (SeaweedFS), ZooKeeper.
 
 Each is either started here on a free loopback port, with the servers of the
 ``harness`` package (the ones the integration tests use), or taken from the command
@@ -65,7 +65,7 @@ class Services:
             if "kafka" in self.parts:
                 self.broker = self._start("Kafka (Tansu)", "kafka", KafkaBroker, KafkaBroker)
             if "s3" in self.parts:
-                self.s3 = self._start("S3 (moto)", "s3", S3Server, S3Server)
+                self.s3 = self._start("S3 (SeaweedFS)", "s3", S3Server, S3Server)
             if "zookeeper" in self.parts:
                 self.zk = self._start("ZooKeeper", "zookeeper", ZooKeeperServer, ZooKeeperServer)
         except BaseException:

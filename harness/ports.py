@@ -31,6 +31,20 @@ def free_port() -> int:
     raise RuntimeError("no free loopback port found in 64 attempts")
 
 
+def reserve_port(port: int) -> bool:
+    """Hand out ``port`` if it is free now and not handed out before by this process."""
+    with _lock:
+        if port in _handed_out:
+            return False
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                return False
+        _handed_out.add(port)
+        return True
+
+
 def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
     """True if something accepts TCP connections on ``host:port``."""
     try:

@@ -25,8 +25,15 @@ from harness.logs import register_log
 from harness.ports import free_port
 from harness.process import ManagedProcess, ServerStartError, wait_until
 
-# How Java, Rust (Tansu) and Python servers report a port that another process holds.
-_ADDRESS_IN_USE = ("Address already in use", "AddrInUse", "Address in use")
+# How Java, Rust (Tansu), Python and Go (SeaweedFS) servers report a port that another
+# process holds.
+_ADDRESS_IN_USE = (
+    "Address already in use",
+    "AddrInUse",
+    "Address in use",
+    "address already in use",
+    "Port allocation failed",  # weed mini, checking its ports before it binds
+)
 PORT_ATTEMPTS = 3
 
 S = TypeVar("S", bound="Server")

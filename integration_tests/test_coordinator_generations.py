@@ -5,10 +5,10 @@
 old version into the new generation:
 
 * its checkpoint: a failover to a host that still holds the old version's checkpoint
-  must not resume the old offsets and operator state (real Tansu, moto S3, ZooKeeper,
+  must not resume the old offsets and operator state (real Tansu, SeaweedFS S3, ZooKeeper,
   Spark: gtkafka -> applyInPandasWithState -> barrier, file consumer);
 * its snapshot: one that was waiting for the barrier to drain when the new generation
-  began must not become the new generation's resume point (moto S3 and ZooKeeper).
+  began must not become the new generation's resume point (SeaweedFS S3 and ZooKeeper).
 """
 
 from __future__ import annotations

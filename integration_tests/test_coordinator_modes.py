@@ -1,7 +1,7 @@
 """recover() without a snapshot, with mode="replay", and against unreachable servers.
 
 In the test's own SparkSession: gtkafka -> applyInPandasWithState -> barrier (file
-consumer), with real Tansu, moto S3 and ZooKeeper.
+consumer), with real Tansu, SeaweedFS S3 and ZooKeeper.
 """
 
 from __future__ import annotations

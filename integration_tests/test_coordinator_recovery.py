@@ -1,6 +1,6 @@
 """Recovery end to end: a driver killed, its checkpoint deleted, the pipeline restored from S3.
 
-Real Tansu, moto S3, ZooKeeper and Spark; the drivers are subprocesses
+Real Tansu, SeaweedFS S3, ZooKeeper and Spark; the drivers are subprocesses
 (``integration_tests/coordinator_driver.py``) killed with SIGKILL.
 """
 

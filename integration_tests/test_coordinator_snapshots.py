@@ -1,4 +1,4 @@
-"""Snapshot machinery against real ZooKeeper, S3 (moto) and Spark, on a stateful query.
+"""Snapshot machinery against real ZooKeeper, S3 (SeaweedFS), Spark, on a stateful query.
 
 The query is Spark's ``rate`` source -> ``groupBy(k).agg(count, max)`` -> memory sink,
 so the operator state (counts per key) is what snapshots must carry: after a restore

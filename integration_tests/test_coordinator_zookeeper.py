@@ -1,7 +1,7 @@
 """ZooKeeper faults during a run: the server stopped and restarted, a session expired.
 
 gtkafka -> applyInPandasWithState -> barrier (file consumer) in the test's SparkSession,
-real Tansu, moto S3 and ZooKeeper (the session fixture's server is stopped by pid).
+real Tansu, SeaweedFS S3 and ZooKeeper (the session fixture's server is stopped by pid).
 """
 
 from __future__ import annotations

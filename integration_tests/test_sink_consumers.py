@@ -1,7 +1,7 @@
 """The s3, http and kafka consumers under the real barrier protocol, against real servers.
 
 No Spark here: write tasks are run in-process (tests/sink_helpers.Pipeline) and the
-barrier state lives in memory://; the consumers talk to moto, the reference receiver
+barrier state lives in memory://; the consumers talk to SeaweedFS, the reference receiver
 and Tansu.
 """
 

@@ -1,10 +1,13 @@
 """The state stores against real servers and real processes.
 
-* The shared contract (``tests/store_contract.py``) against moto's S3 server, with the
-  two-writer races of ``create`` and ``compare_and_swap`` over many rounds.
+* The shared contract (``tests/store_contract.py``) against SeaweedFS (the harness's S3
+  server) and against moto, with the two-writer races of ``create`` and
+  ``compare_and_swap`` over many rounds, 32-writer races, and listings of more than one
+  page; and the servers' raw answer to ``If-Match`` on a missing key (SeaweedFS 412,
+  moto and AWS 404), which the store maps to the same error.
 * ``file://`` races between separate processes.
 * S3 faults: a loopback proxy that resets connections, drops responses after the
-  server acted, delays or swallows them; and the moto server killed by pid mid-use.
+  server acted, delays or swallows them; and the S3 server killed by pid mid-use.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ RACE_ROUNDS = 200
 
 
 class TestS3StoreContract(StoreContract):
-    """The one store contract, over HTTP against moto's S3 server."""
+    """The one store contract, over HTTP against SeaweedFS (or ``GTB_S3_ENDPOINT``)."""
 
     REWRITE_CHANGES_VERSION = False  # the ETag is the MD5 of the body
     RACE_ROUNDS = RACE_ROUNDS
+    LIST_KEYS = 1001  # more than one page of ListObjectsV2
 
     @pytest.fixture
     def store(self, s3: S3Bucket) -> StateStore:
@@ -50,6 +54,37 @@ class TestS3StoreContract(StoreContract):
     @pytest.fixture
     def other_store(self, s3: S3Bucket) -> StateStore:
         return s3.store("state/contract")
+
+
+class TestMotoS3StoreContract(TestS3StoreContract):
+    """The same contract against moto (the S3 of the tests before SeaweedFS): what the
+    store relies on must hold there too."""
+
+    @pytest.fixture
+    def store(self, moto_s3: S3Bucket) -> StateStore:
+        return moto_s3.store("state/contract")
+
+    @pytest.fixture
+    def other_store(self, moto_s3: S3Bucket) -> StateStore:
+        return moto_s3.store("state/contract")
+
+
+@pytest.mark.parametrize("bucket", ["s3", "moto_s3"])
+def test_if_match_on_a_missing_key(bucket: str, request: pytest.FixtureRequest) -> None:
+    """The raw answer differs (SeaweedFS: 412 PreconditionFailed; moto, like AWS: 404
+    NoSuchKey); the store reports both as a lost compare-and-swap."""
+    s3: S3Bucket = request.getfixturevalue(bucket)
+    client = s3.client()
+    version = client.put_object(Bucket=s3.bucket, Key="present", Body=b"x")["ETag"]
+    with pytest.raises(client.exceptions.ClientError) as info:
+        client.put_object(Bucket=s3.bucket, Key="missing", Body=b"y", IfMatch=version)
+    status = info.value.response["ResponseMetadata"]["HTTPStatusCode"]
+    if not s3.server.external:
+        assert status == (412 if s3.server.durable else 404), info.value.response
+    assert status in (404, 412)
+    with pytest.raises(ConcurrentModification):
+        s3.store().compare_and_swap("missing", b"y", version)
+    assert s3.store().get_or_none("missing") is None
 
 
 # --- file:// across processes ---------------------------------------------------------
@@ -328,10 +363,10 @@ def test_killed_server_gives_store_unavailable_then_recovers(
         store.create("k2", b"x")  # connection refused: never sent, so not "unknown"
     s3_server.start()
     assert s3_server.pid != old_pid
-    s3.ensure_bucket()  # moto keeps everything in memory: the restart is empty
-    assert store.get_or_none("k") is None
-    store.create("k", b"after")  # the same store object reconnects
-    assert store.get("k").data == b"after"
+    assert s3_server.durable  # SeaweedFS: the data on disk survives the SIGKILL
+    assert store.get("k").data == b"before"  # the same store object reconnects
+    store.create("k2", b"after")
+    assert store.get("k2").data == b"after"
 
 
 def test_paused_server_gives_store_unavailable_and_keeps_data(

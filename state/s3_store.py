@@ -13,7 +13,7 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
 * Configuration: explicit :class:`~state.store.S3Settings` win; anything left unset
   comes from the standard AWS chain (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``,
   ``AWS_ACCESS_KEY_ID``..., ``AWS_PROFILE``, ``~/.aws/config``). Path-style addressing
-  is the default whenever a custom endpoint is configured (MinIO, moto, Ceph...).
+  is the default whenever a custom endpoint is configured (MinIO, SeaweedFS, Ceph, moto...).
 * Retries: botocore's own retries are switched off; every call runs under one
   :class:`~state.retry.Retry` (bounded, jittered, with a deadline) that retries
   throttling (429/503 SlowDown), 5xx, connection failures and timeouts. When it gives

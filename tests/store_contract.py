@@ -41,6 +41,12 @@ class StoreContract:
     REWRITE_CHANGES_VERSION = True
     #: Rounds of each two-writer race.
     RACE_ROUNDS = 200
+    #: Writers and rounds of the many-writer races.
+    WIDE_RACE_WRITERS = 32
+    WIDE_RACE_ROUNDS = 5
+    #: Keys listed by the pagination test; an S3 store sets more than one page of
+    #: ListObjectsV2 (1001).
+    LIST_KEYS = 10
 
     # --- reads and writes ----------------------------------------------------------
 
@@ -160,6 +166,19 @@ class StoreContract:
         assert info.value.key == "nothing/here"
         assert store.get_or_none("nothing/here") is None
 
+    def test_compare_and_swap_on_missing_key_with_a_real_version(
+        self, store: StateStore
+    ) -> None:
+        """The expected version is one the store really gave out (another key's): a
+        missing key still fails (AWS answers 404 there, SeaweedFS 412; both mean lost)."""
+        version = store.put("elsewhere", b"x")
+        with pytest.raises(ConcurrentModification) as info:
+            store.compare_and_swap("not/written", b"x", version)
+        assert info.value.expected_version == version
+        assert not info.value.retriable
+        assert store.get_or_none("not/written") is None
+        assert store.list() == ["elsewhere"]
+
     def test_compare_and_swap_after_delete(self, store: StateStore) -> None:
         v = store.put("gone", b"x")
         store.delete("gone")
@@ -181,6 +200,16 @@ class StoreContract:
         assert store.list("a/sub/") == ["a/sub/deep/x.json"]
         assert store.list("zzz/") == []
         assert store.list("a/nope/") == []
+
+    def test_list_beyond_one_page(self, store: StateStore) -> None:
+        keys = [f"many/{i:05d}" for i in range(self.LIST_KEYS)]
+        for k in keys:
+            store.put(k, b"")
+        store.put("other", b"")
+        assert store.list("many/") == keys
+        assert store.list() == [*keys, "other"]
+        assert store.delete_prefix("many/") == len(keys)
+        assert store.list() == ["other"]
 
     def test_list_of_empty_store(self, store: StateStore) -> None:
         assert store.list() == []
@@ -281,6 +310,39 @@ class StoreContract:
             assert len(winners) == 1, f"round {r}: winners {winners}"
         last = len(outcomes) - 1
         assert store.get("race/cas").data == f"{last} by {outcomes[last][0]}".encode()
+
+    def test_many_writers_race_on_create(
+        self, store: StateStore, other_store: StateStore
+    ) -> None:
+        """WIDE_RACE_WRITERS threads ``create`` one key at once: exactly one wins."""
+        writers = [store, other_store] * (self.WIDE_RACE_WRITERS // 2)
+        outcomes = race_in_threads(
+            writers,
+            self.WIDE_RACE_ROUNDS,
+            lambda s, r, me: s.create(f"race/wide/{r:05d}", f"writer {me}".encode()),
+            expected=KeyExists,
+        )
+        for r, winners in enumerate(outcomes):
+            assert len(winners) == 1, f"round {r}: winners {winners}"
+            assert store.get(f"race/wide/{r:05d}").data == f"writer {winners[0]}".encode()
+
+    def test_many_writers_race_on_compare_and_swap(
+        self, store: StateStore, other_store: StateStore
+    ) -> None:
+        """WIDE_RACE_WRITERS threads read one version, then all swap: exactly one wins."""
+        store.put("race/wide-cas", b"start")
+        writers = [store, other_store] * (self.WIDE_RACE_WRITERS // 2)
+        outcomes = race_in_threads(
+            writers,
+            self.WIDE_RACE_ROUNDS,
+            lambda s, r, me, v: s.compare_and_swap("race/wide-cas", f"{r} by {me}".encode(), v),
+            expected=ConcurrentModification,
+            read=lambda s: s.get("race/wide-cas").version,
+        )
+        for r, winners in enumerate(outcomes):
+            assert len(winners) == 1, f"round {r}: winners {winners}"
+        last = len(outcomes) - 1
+        assert store.get("race/wide-cas").data == f"{last} by {outcomes[last][0]}".encode()
 
 
 def race_in_threads(

@@ -136,11 +136,21 @@ def test_conflict_on_cas_is_concurrent_modification_without_retry() -> None:
     assert fake.calls[0][1]["IfMatch"] == '"e1"'
 
 
-def test_cas_on_missing_key_is_concurrent_modification() -> None:
-    fake = FakeClient(put_object=[client_error("NoSuchKey", 404)])
-    store, _ = make(fake)
-    with pytest.raises(ConcurrentModification):
+# AWS answers ``If-Match`` on a missing key with 404 NoSuchKey, SeaweedFS with 412.
+MISSING_KEY_ANSWERS = [
+    pytest.param(("NoSuchKey", 404), id="aws-404"),
+    pytest.param(("PreconditionFailed", 412), id="seaweedfs-412"),
+]
+
+
+@pytest.mark.parametrize("answer", MISSING_KEY_ANSWERS)
+def test_cas_on_missing_key_is_concurrent_modification(answer: tuple[str, int]) -> None:
+    fake = FakeClient(put_object=[client_error(*answer)])
+    store, rec = make(fake)
+    with pytest.raises(ConcurrentModification) as info:
         store.compare_and_swap("k", b"x", '"e1"')
+    assert info.value.expected_version == '"e1"'
+    assert fake.ops() == ["put_object"] and rec.sleeps == []
 
 
 # --- retries -------------------------------------------------------------------------
@@ -232,14 +242,17 @@ def test_lost_answer_then_precondition_failed_with_another_token_is_a_loss() -> 
     assert any("never took effect" in n for n in info.value.__notes__)
 
 
-def test_lost_answer_then_key_gone_is_a_loss() -> None:
+@pytest.mark.parametrize("answer", MISSING_KEY_ANSWERS)
+def test_lost_answer_then_key_gone_is_a_loss(answer: tuple[str, int]) -> None:
     fake = FakeClient(
-        put_object=[bce.ConnectionClosedError(endpoint_url="x"), client_error("NoSuchKey", 404)],
+        put_object=[bce.ConnectionClosedError(endpoint_url="x"), client_error(*answer)],
         head_object=[client_error("404", 404, "HeadObject")],
     )
     store, _ = make(fake)
-    with pytest.raises(ConcurrentModification):
+    with pytest.raises(ConcurrentModification) as info:
         store.compare_and_swap("k", b"x", '"e1"')
+    assert fake.ops() == ["put_object", "put_object", "head_object"]
+    assert any("never took effect" in n for n in info.value.__notes__)
 
 
 def test_lost_answers_until_the_deadline_are_write_unknown() -> None:

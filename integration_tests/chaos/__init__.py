@@ -1,6 +1,6 @@
 """A chaos run: randomized rounds of faults against real servers, checked for exactly-once.
 
-``python -m integration_tests.chaos`` (``make chaos``) starts Kafka (Tansu), S3 (moto, behind
+``python -m integration_tests.chaos`` (``make chaos``) starts Kafka (Tansu), S3 (SeaweedFS, behind
 a fault-injecting proxy), ZooKeeper, the reference HTTP receiver and, for some rounds, a
 Spark standalone cluster, once, on free loopback ports; then runs rounds until enough
 faults were injected. A round runs one query into one consumer under the snapshot

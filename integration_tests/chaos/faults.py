@@ -10,7 +10,7 @@ starts (:meth:`FaultKind.environment`), and injecting it means waiting for it to
 
 Kinds: the driver SIGKILLed at a random time or at a protocol step; a Python worker or
 a standalone worker killed; S3 resets, 503s, lost answers and latency (through the fault
-proxy in front of moto); a ZooKeeper session expired, ZooKeeper stopped and restarted;
+proxy in front of SeaweedFS); a ZooKeeper session expired, ZooKeeper stopped and restarted;
 the checkpoint deleted before a restart; a zombie second driver; the HTTP receiver
 killed or dropping its answer after it stored a bundle.
 """

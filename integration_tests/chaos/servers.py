@@ -1,9 +1,9 @@
 """The servers of a chaos run, started once and shared by every round.
 
-Kafka (Tansu), S3 (moto) behind a :class:`~harness.fault_proxy.FaultProxy` (drivers talk
-to the proxy, the checks to moto itself), ZooKeeper, the reference HTTP receiver,
-PostgreSQL (``GTB_POSTGRES_DSN`` may name another) and,
-when asked, a Spark standalone cluster with two workers. ``GTB_KAFKA_BOOTSTRAP`` and
+Kafka (Tansu), S3 (SeaweedFS) behind a :class:`~harness.fault_proxy.FaultProxy` (drivers
+talk to the proxy, the checks to SeaweedFS itself), ZooKeeper, the reference HTTP receiver,
+PostgreSQL (``GTB_POSTGRES_DSN`` may name another) and, when asked, a Spark standalone
+cluster with two workers. ``GTB_KAFKA_BOOTSTRAP`` and
 ``GTB_S3_ENDPOINT`` may name external servers; ZooKeeper, the receiver and the cluster are
 always local, since faults stop and restart them.
 """
