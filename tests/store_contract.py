@@ -166,9 +166,7 @@ class StoreContract:
         assert info.value.key == "nothing/here"
         assert store.get_or_none("nothing/here") is None
 
-    def test_compare_and_swap_on_missing_key_with_a_real_version(
-        self, store: StateStore
-    ) -> None:
+    def test_compare_and_swap_on_missing_key_with_a_real_version(self, store: StateStore) -> None:
         """The expected version is one the store really gave out (another key's): a
         missing key still fails (AWS answers 404 there, SeaweedFS 412; both mean lost)."""
         version = store.put("elsewhere", b"x")
@@ -311,9 +309,7 @@ class StoreContract:
         last = len(outcomes) - 1
         assert store.get("race/cas").data == f"{last} by {outcomes[last][0]}".encode()
 
-    def test_many_writers_race_on_create(
-        self, store: StateStore, other_store: StateStore
-    ) -> None:
+    def test_many_writers_race_on_create(self, store: StateStore, other_store: StateStore) -> None:
         """WIDE_RACE_WRITERS threads ``create`` one key at once: exactly one wins."""
         writers = [store, other_store] * (self.WIDE_RACE_WRITERS // 2)
         outcomes = race_in_threads(
