@@ -39,6 +39,10 @@ class BarrierSink(DataSource):
             from sink.consumers.kafka import check_spark_schema as check_kafka_schema
 
             check_kafka_schema(schema)
+        elif self.sink_options.consumer == "iceberg":
+            from sink.consumers.iceberg_table import prepare_table
+
+            prepare_table(self.sink_options, schema)
         return BarrierStreamWriter(self.sink_options, has_gt)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from state.layout import validate_pipeline_id
 from state.option_table import (
+    BooleanOption,
     ChoiceOption,
     IntegerOption,
     OnlyWith,
@@ -27,15 +28,16 @@ from state.option_table import (
     StringOption,
 )
 from state.options import Options
+from state.errors import ConfigError
 from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 
-Consumer = Literal["file", "s3", "kafka", "http"]
+Consumer = Literal["file", "s3", "kafka", "http", "iceberg"]
 Delivery = Literal["exactly-once", "at-least-once"]
 BodyFormat = Literal["arrow", "jsonl"]
 S3Layout = Literal["bundle", "parts"]
-CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http")
+CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http", "iceberg")
 DELIVERIES: tuple[Delivery, ...] = ("exactly-once", "at-least-once")
 
 # --- the option table ------------------------------------------------------------------
@@ -44,6 +46,7 @@ _FILE_OR_S3 = OnlyWith("consumer", ("file", "s3"))
 _S3 = OnlyWith("consumer", ("s3",))
 _KAFKA = OnlyWith("consumer", ("kafka",))
 _HTTP = OnlyWith("consumer", ("http",))
+_ICEBERG = OnlyWith("consumer", ("iceberg",))
 
 PIPELINE_ID = StringOption(
     name="pipeline.id",
@@ -57,7 +60,10 @@ STATE_URI = StringOption(
     "`s3://bucket/prefix`.",
 )
 CONSUMER = ChoiceOption(
-    name="consumer", choices=CONSUMERS, default="file", doc="`file`, `s3`, `kafka` or `http`."
+    name="consumer",
+    choices=CONSUMERS,
+    default="file",
+    doc="`file`, `s3`, `kafka`, `http` or `iceberg`.",
 )
 CONSUMER_PATH = StringOption(
     name="consumer.path",
@@ -130,6 +136,25 @@ S3_LAYOUT = ChoiceOption[S3Layout](
     doc="s3: `bundle` (one object per bundle) or `parts` (one object per staged part: no "
     "item bytes through the driver, but readers may see part of a bundle being promoted).",
 )
+ICEBERG_TABLE = StringOption(
+    name="consumer.iceberg.table",
+    required=True,
+    only_with=_ICEBERG,
+    doc="The Iceberg table, `namespace.table` (the namespace may be nested: `a.b.table`).",
+)
+ICEBERG_CATALOG = PrefixOption(
+    name="consumer.iceberg.catalog.",
+    only_with=_ICEBERG,
+    doc="pyiceberg catalog properties (`...catalog.type=sql`, `...catalog.uri=sqlite:///...`, "
+    "`...catalog.warehouse=file:///...` or `s3://...`, `...catalog.s3.endpoint`...); "
+    "`...catalog.name` names the catalog (default `default`).",
+)
+ICEBERG_CREATE_TABLE = BooleanOption(
+    name="consumer.iceberg.createTable",
+    default=True,
+    only_with=_ICEBERG,
+    doc="Create the namespace and the table from the sink's input schema if missing.",
+)
 FENCING_TOKEN = IntegerOption(
     name="fencing.token",
     default=None,
@@ -160,6 +185,9 @@ SINK_OPTIONS = OptionTable(
         URL,
         FORMAT,
         S3_LAYOUT,
+        ICEBERG_TABLE,
+        ICEBERG_CATALOG,
+        ICEBERG_CREATE_TABLE,
         FENCING_TOKEN,
     ),
 )
@@ -194,6 +222,7 @@ class SinkOptions:
     format: BodyFormat = "arrow"
     s3_layout: S3Layout = "bundle"
     fencing_token: int | None = None
+    iceberg: IcebergSettings | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -232,6 +261,8 @@ class SinkOptions:
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
                 raise opts.error(URL.name, "an http:// or https:// URL")
 
+        iceberg = _iceberg_settings(opts) if consumer == "iceberg" else None
+
         return cls(
             pipeline_id=pipeline_id,
             store=store,
@@ -248,7 +279,57 @@ class SinkOptions:
             format=fmt,
             s3_layout=s3_layout,
             fencing_token=token,
+            iceberg=iceberg,
         )
+
+
+@dataclass(frozen=True)
+class IcebergSettings:
+    """``consumer=iceberg``: the table and the pyiceberg catalog that holds it."""
+
+    namespace: tuple[str, ...]
+    table: str
+    catalog: tuple[tuple[str, str], ...]
+    """pyiceberg catalog properties, sorted (hashable: a per-process cache key)."""
+    catalog_name: str = "default"
+    create_table: bool = True
+
+    @property
+    def identifier(self) -> str:
+        return ".".join((*self.namespace, self.table))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self.catalog)
+
+
+def _iceberg_settings(opts: Options) -> IcebergSettings:
+    table = ICEBERG_TABLE.read_required(opts)
+    parts = table.split(".")
+    if len(parts) < 2 or any(not p.strip() or p != p.strip() for p in parts):
+        raise opts.error(ICEBERG_TABLE.name, "namespace.table (non-empty names, dot-separated)")
+    props = {k: v for k, v in ICEBERG_CATALOG.read(opts).items() if k != "name"}
+    name = opts.string(ICEBERG_CATALOG.name + "name")
+    if not props and name is None:
+        raise ConfigError(
+            ICEBERG_CATALOG.name + "*",
+            None,
+            "pyiceberg catalog properties, e.g. consumer.iceberg.catalog.uri=sqlite:///... and "
+            "consumer.iceberg.catalog.warehouse=file:///...",
+            where=WHERE,
+        )
+    warehouse = props.get("warehouse")
+    if warehouse is not None and "://" not in warehouse:
+        raise opts.error(
+            ICEBERG_CATALOG.name + "warehouse", "a URI: file:///absolute/path or s3://bucket/prefix"
+        )
+    return IcebergSettings(
+        namespace=tuple(parts[:-1]),
+        table=parts[-1],
+        catalog=tuple(sorted(props.items())),
+        catalog_name=name or "default",
+        create_table=ICEBERG_CREATE_TABLE.read(opts),
+    )
 
 
 def _consumer_path(opts: Options, consumer: Consumer) -> str:
