@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlparse
 
+from state.errors import ConfigError
 from state.layout import validate_pipeline_id
 from state.option_table import (
     BooleanOption,
@@ -28,7 +29,6 @@ from state.option_table import (
     StringOption,
 )
 from state.options import Options
-from state.errors import ConfigError
 from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"

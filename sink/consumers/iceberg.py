@@ -18,12 +18,13 @@ Write tasks stage their parts under the table's location
 snapshot's ancestors (other writers' snapshots in between are skipped) and the table
 property (which survives the expiry of that snapshot: docs/sink.md).
 
-A commit that lost the race to another writer (``CommitFailedException``, after
-pyiceberg's own retries) is retried through :func:`state.retry.cas_loop`: reload, and if
-the winner was this very bundle (another attempt of it), acknowledge it; otherwise commit
-the same bundle on top. A commit whose outcome is unknown (``CommitStateUnknownException``,
-a connection lost while committing) is resolved by reading the table back; if that read
-fails too, it is :class:`~state.errors.CommitStateUnknown` and the barrier's redelivery
+A commit that lost the race to another writer (``CommitFailedException``; pyiceberg's own
+retries are turned off for it, see :func:`without_own_retries`) is retried through
+:func:`state.retry.cas_loop`: reload, and if the winner was this very bundle (another
+attempt of it), acknowledge it; otherwise commit the same bundle on top. A commit whose
+outcome is unknown (``CommitStateUnknownException``, a connection lost while committing)
+is resolved by reading the table back; if that read fails too, or the bundle is not
+there, it is :class:`~state.errors.CommitStateUnknown` and the barrier's redelivery
 resolves it through ``last_bundle()``.
 """
 
@@ -93,6 +94,22 @@ def last_bundle_of(table: Table, pipeline_id: str) -> LastBundle | None:
     return found
 
 
+def without_own_retries(table: Table) -> None:
+    """Turn off pyiceberg's commit retries for this (in-memory) table object only.
+
+    pyiceberg retries a lost commit race by committing the same files again on top of
+    the winner, without asking whether the winner was this very bundle (another attempt
+    of it): that would append the bundle twice. The retry is gtbarrier's
+    (:func:`state.retry.cas_loop` in :meth:`IcebergConsumer.deliver`), which looks first.
+    The catalog applies only the transaction's updates to its own current metadata, so
+    the table's stored properties are not changed.
+    """
+    from pyiceberg.table import TableProperties
+
+    properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    table.metadata = table.metadata.model_copy(update={"properties": properties})
+
+
 class IcebergConsumer(Consumer):
     name = "iceberg"
 
@@ -160,9 +177,12 @@ class IcebergConsumer(Consumer):
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         record = json.dumps({"bundle_id": bundle.bundle_id, "gt": bundle.gt}, sort_keys=True)
+        without_own_retries(table)
         tx = table.transaction()
         tx.set_properties({LAST_BUNDLE_PROPERTY + self.pipeline_id: record})
-        tx.add_files(paths, snapshot_properties=snapshot_marker(bundle), check_duplicate_files=False)
+        tx.add_files(
+            paths, snapshot_properties=snapshot_marker(bundle), check_duplicate_files=False
+        )
         try:
             tx.commit_transaction()
         except (CommitFailedException, ValidationException) as err:

@@ -51,9 +51,7 @@ def epoch_of_data_file(location: str) -> int | None:
 class IcebergStaging(Staging):
     """Parts and data files under one table location, through a pyarrow file system."""
 
-    def __init__(
-        self, location: str, io_properties: dict[str, str], pipeline_id: str
-    ) -> None:
+    def __init__(self, location: str, io_properties: dict[str, str], pipeline_id: str) -> None:
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
         self.location = location.rstrip("/")
@@ -87,7 +85,9 @@ class IcebergStaging(Staging):
 
     def list(self, prefix: str) -> list[str]:
         directory = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
-        selector = pafs.FileSelector(self.path(directory.rstrip("/")), recursive=True, allow_not_found=True)
+        selector = pafs.FileSelector(
+            self.path(directory.rstrip("/")), recursive=True, allow_not_found=True
+        )
         base = len(self.base_path) + 1
         out = []
         for info in self.fs.get_file_info(selector):

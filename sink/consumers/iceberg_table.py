@@ -41,9 +41,7 @@ _SECRET_WORDS = ("secret", "password", "token", "credential", "session")
 
 def shown_properties(settings: IcebergSettings) -> dict[str, str]:
     """The catalog properties for an error message, secrets masked."""
-    return {
-        k: ("***" if any(w in k for w in _SECRET_WORDS) else v) for k, v in settings.catalog
-    }
+    return {k: ("***" if any(w in k for w in _SECRET_WORDS) else v) for k, v in settings.catalog}
 
 
 @functools.lru_cache(maxsize=8)
