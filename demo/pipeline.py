@@ -86,7 +86,7 @@ class DemoJob:
     s3_options: dict[str, str]
     zookeeper_hosts: str | None
     checkpoint: str
-    consumer: str  # file | http
+    consumer: str  # file | http | iceberg
     consumer_path: str | None = None
     consumer_url: str | None = None
     progress_path: str = "progress.jsonl"
@@ -135,12 +135,28 @@ class DemoJob:
         if self.consumer == "http":
             assert self.consumer_url is not None
             opts["consumer.url"] = self.consumer_url
+        elif self.consumer == "iceberg":
+            assert self.consumer_path is not None
+            opts.update(iceberg_options(self.consumer_path))
         else:
             assert self.consumer_path is not None
             opts["consumer.path"] = self.consumer_path
         if fencing_token is not None:
             opts["fencing.token"] = str(fencing_token)
         return opts
+
+
+ICEBERG_TABLE = "demo.output"
+
+
+def iceberg_options(directory: str) -> dict[str, str]:
+    """``--consumer iceberg``: pyiceberg's SQL catalog on SQLite and a ``file://`` warehouse
+    under ``directory``."""
+    return {
+        "consumer.iceberg.table": ICEBERG_TABLE,
+        "consumer.iceberg.catalog.uri": f"sqlite:///{directory}/catalog.db",
+        "consumer.iceberg.catalog.warehouse": f"file://{directory}/warehouse",
+    }
 
 
 # --- the query ------------------------------------------------------------------------

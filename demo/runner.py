@@ -35,6 +35,7 @@ from demo.verify import (
     expected_from_records,
     read_file_consumer,
     read_http_consumer,
+    read_iceberg_consumer,
     render_table,
     table_rows,
     verify,
@@ -428,6 +429,8 @@ class Runner:
         expected = expected_from_records(records)
         if self.args.consumer == "http":
             delivered = read_http_consumer(receiver.directory, STREAM)
+        elif self.args.consumer == "iceberg":
+            delivered = read_iceberg_consumer(self.workdir / "consumer")
         else:
             delivered = read_file_consumer(self.workdir / "consumer")
         result = verify(delivered, expected)
@@ -514,10 +517,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=8, help="Kafka partitions (8)")
     parser.add_argument(
         "--consumer",
-        choices=("file", "http"),
+        choices=("file", "http", "iceberg"),
         default="file",
         help="file: Parquet bundles in a directory (default); http: the "
-        "reference receiver, python -m sink.receiver",
+        "reference receiver, python -m sink.receiver; iceberg: an Iceberg table (pyiceberg, "
+        "SQL catalog on SQLite, file:// warehouse)",
     )
     parser.add_argument(
         "--master",

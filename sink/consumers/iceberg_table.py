@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -50,6 +51,10 @@ def open_catalog(settings: IcebergSettings) -> Catalog:
     be loaded."""
     from pyiceberg.catalog import load_catalog
 
+    uri = settings.properties.get("uri", "")
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:///:memory:"):
+        # SQLite creates the database file, not its directory
+        os.makedirs(os.path.dirname(uri[len("sqlite:///") :].split("?")[0]) or ".", exist_ok=True)
     try:
         return load_catalog(settings.catalog_name, **settings.properties)
     except Exception as err:
