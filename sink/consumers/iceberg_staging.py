@@ -17,6 +17,7 @@ nothing twice), and no data file of one attempt ever overwrites another's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -56,9 +57,10 @@ class IcebergStaging(Staging):
 
         self.location = location.rstrip("/")
         self.pipeline_id = pipeline_id
-        self.io = PyArrowFileIO(io_properties)
         scheme, netloc, self.base_path = PyArrowFileIO.parse_location(self.location)
-        self.fs: pafs.FileSystem = self.io.fs_by_scheme(scheme, netloc)
+        self.fs: pafs.FileSystem = _file_system(
+            tuple(sorted(io_properties.items())), scheme, netloc
+        )
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
 
     @property
@@ -125,6 +127,17 @@ class IcebergStaging(Staging):
             except OSError:
                 break
             directory = os.path.dirname(directory)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_system(
+    io_properties: tuple[tuple[str, str], ...], scheme: str, netloc: str
+) -> pafs.FileSystem:
+    """pyiceberg's pyarrow file system for the table's FileIO properties (one per process:
+    a write task reuses its worker's S3 client)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO(dict(io_properties)).fs_by_scheme(scheme, netloc)
 
 
 def iceberg_staging(options: SinkOptions) -> IcebergStaging:
