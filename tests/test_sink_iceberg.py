@@ -401,3 +401,34 @@ def test_sweep_lists_and_deletes_files_no_snapshot_references(tmp_path: Path) ->
     assert delete_orphans(lake.options, found) == 1
     assert find_orphans(lake.options).orphans == ()
     assert lake.values() == [b"0:0", b"0:1"]
+
+
+def _process_io() -> tuple[int, int]:
+    """Bytes this process read and wrote through system calls (``rchar``, ``wchar``)."""
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_the_driver_moves_no_item_bytes(tmp_path: Path) -> None:
+    """Delivery reads the data files' footers and writes Iceberg metadata only: a small,
+    per-file amount, not the bundle (driver-side ``table.append`` reads and writes it all)."""
+    import os
+
+    from sink.bundle import Bundle
+
+    def batch(partition: int, n: int) -> pa.RecordBatch:
+        gt = gt_batch(1, partition, range(n)).column(1)
+        values = pa.array([os.urandom(200) for _ in range(n)], pa.binary())
+        return pa.RecordBatch.from_arrays([values, gt], names=["value", "gt"])
+
+    lake = Lake(tmp_path)
+    lake.p.record_batch(0, 1)
+    msgs = [lake.p.write(0, [batch(i, 20_000)], partition=i) for i in range(4)]
+    bundle = Bundle.from_messages("p1", 1, 0, msgs)
+    read0, written0 = _process_io()
+    ack = lake.consumer.deliver(bundle)
+    read1, written1 = _process_io()
+    assert ack.driver_bytes == 0 and bundle.size > 16_000_000
+    assert read1 - read0 < bundle.size / 20, f"read {read1 - read0:,} B"
+    assert written1 - written0 < bundle.size / 100, f"wrote {written1 - written0:,} B"
