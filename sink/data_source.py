@@ -30,6 +30,7 @@ class BarrierSink(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> BarrierStreamWriter:
         has_gt = check_spark_schema(schema)
+        options = self.sink_options
         if self.sink_options.consumer == "file":
             from sink.consumers.file import check_writable
 
@@ -40,10 +41,10 @@ class BarrierSink(DataSource):
 
             check_kafka_schema(schema)
         elif self.sink_options.consumer == "iceberg":
-            from sink.consumers.iceberg_table import prepare_table
+            from sink.consumers.iceberg_table import with_table
 
-            prepare_table(self.sink_options, schema)
-        return BarrierStreamWriter(self.sink_options, has_gt)
+            options = with_table(self.sink_options, schema)
+        return BarrierStreamWriter(options, has_gt)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         raise ConfigError(

@@ -293,6 +293,10 @@ class IcebergSettings:
     """pyiceberg catalog properties, sorted (hashable: a per-process cache key)."""
     catalog_name: str = "default"
     create_table: bool = True
+    location: str | None = None
+    """The table's location and FileIO properties, filled in on the driver when the query
+    starts (write tasks then never open the catalog)."""
+    io_properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def identifier(self) -> str:

@@ -35,6 +35,7 @@ from sink.consumers.iceberg_table import (
     arrow_input_schema,
     load_table,
     prepare_table,
+    with_table,
 )
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
@@ -163,6 +164,25 @@ def test_prepare_refuses_an_incompatible_existing_table(tmp_path: Path) -> None:
         prepare_table(opts, SCHEMA)
 
 
+def test_write_tasks_find_the_table_location_without_the_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sink.consumers import iceberg_table
+    from sink.consumers.iceberg_staging import iceberg_staging
+
+    opts = with_table(SinkOptions.parse(raw_options(tmp_path)), SCHEMA)
+    assert opts.iceberg is not None and opts.iceberg.location is not None
+    assert opts.iceberg.location.startswith(f"file://{tmp_path}/warehouse")
+
+    def unreachable(settings: Any) -> Any:
+        raise AssertionError("a write task opened the catalog")
+
+    monkeypatch.setattr(iceberg_table, "load_table", unreachable)
+    iceberg_table.table_location.cache_clear()
+    staging = iceberg_staging(opts)
+    assert staging.location == opts.iceberg.location
+
+
 def test_an_unloadable_catalog_is_a_config_error(tmp_path: Path) -> None:
     raw = raw_options(tmp_path, **{"consumer.iceberg.catalog.type": "nosuchtype"})
     opts = SinkOptions.parse(raw)
@@ -177,8 +197,8 @@ class Lake:
     """One pipeline into an Iceberg table, write tasks run in-process."""
 
     def __init__(self, tmp_path: Path, pipeline_id: str = "p1", run_id: str = "run-a") -> None:
-        self.options = SinkOptions.parse(raw_options(tmp_path, **{"pipeline.id": pipeline_id}))
-        prepare_table(self.options, SCHEMA)
+        raw = raw_options(tmp_path, **{"pipeline.id": pipeline_id})
+        self.options = with_table(SinkOptions.parse(raw), SCHEMA)  # as streamWriter does
         self.p = Pipeline(self.options, run_id=run_id)
         consumer = open_consumer(self.options, self.p.store, FaultInjector())
         assert isinstance(consumer, IcebergConsumer)

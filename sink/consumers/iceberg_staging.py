@@ -141,9 +141,14 @@ def _file_system(
 
 
 def iceberg_staging(options: SinkOptions) -> IcebergStaging:
-    """The staging area of ``options``' table (its location cached per process)."""
+    """The staging area of ``options``' table: at the location the driver recorded when the
+    query started (:func:`~sink.consumers.iceberg_table.with_table`), else the catalog's."""
     from sink.consumers.iceberg_table import table_location
 
-    assert options.iceberg is not None
-    location, io_properties = table_location(options.iceberg)
+    settings = options.iceberg
+    assert settings is not None
+    if settings.location is not None:
+        location, io_properties = settings.location, settings.io_properties
+    else:
+        location, io_properties = table_location(settings)
     return IcebergStaging(location, dict(io_properties), options.pipeline_id)

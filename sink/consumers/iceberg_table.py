@@ -5,10 +5,11 @@ install it (``pip install gtbarrier[iceberg]``). Catalogs are cached per process
 distinct :class:`~sink.options.IcebergSettings`): the commit process and every write
 task's Python worker open the catalog once, not once per commit or task.
 
-:func:`prepare_table` runs on the driver while Spark plans the query's first micro-batch
+:func:`with_table` runs on the driver while Spark plans the query's first micro-batch
 (``BarrierSink.streamWriter``), before any data moves: it loads the catalog, creates the
 namespace and the table from the input schema (``consumer.iceberg.createTable``) or checks
-that the existing table can take the input's columns. Every problem is a
+that the existing table can take the input's columns, and records the table's location in
+the options the write tasks receive. Every problem is a
 :class:`~state.errors.ConfigError` naming the option, the value and what was expected.
 
 The table's columns are the input's, all optional (nullable): a data file whose column is
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -74,7 +76,8 @@ def load_table(settings: IcebergSettings) -> Table:
 
 @functools.lru_cache(maxsize=8)
 def table_location(settings: IcebergSettings) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """``(location, FileIO properties)`` of the table, cached per process (write tasks)."""
+    """``(location, FileIO properties)`` of the table from the catalog, cached per process
+    (when ``settings`` do not carry them)."""
     table = load_table(settings)
     return table.location().rstrip("/"), tuple(sorted(table.io.properties.items()))
 
@@ -115,6 +118,19 @@ def iceberg_schema_of(arrow: pa.Schema, settings: IcebergSettings) -> Any:
                 where=WHERE,
             ) from err
     return Catalog._convert_schema_if_needed(arrow)
+
+
+def with_table(options: SinkOptions, spark_schema: Any) -> SinkOptions:
+    """:func:`prepare_table`, and ``options`` with the table's location and FileIO
+    properties recorded, for the write tasks (they need neither the catalog nor access
+    to it: a SQLite file on the driver, a REST catalog's credentials)."""
+    table = prepare_table(options, spark_schema)
+    assert options.iceberg is not None
+    location, io_properties = table.location().rstrip("/"), table.io.properties
+    settings = replace(
+        options.iceberg, location=location, io_properties=tuple(sorted(io_properties.items()))
+    )
+    return replace(options, iceberg=settings)
 
 
 def prepare_table(options: SinkOptions, spark_schema: Any) -> Table:
