@@ -1,10 +1,11 @@
 """``consumer=iceberg`` housekeeping: the data files of failed attempts that no snapshot uses.
 
 A delivery moves a bundle's staged parts to ``data/gtbarrier/<pipeline>/`` before it
-commits them. If the bundle is then committed by another attempt (a restart after a
-SIGKILL between the move and the commit moves nothing twice, so this is rare: a write
-task's part from a superseded run, or a state reset), some of those files are referenced
-by no snapshot. :func:`find_orphans` lists them; :func:`delete_orphans` deletes them.
+commits them. A retry, or the redelivery after a SIGKILL between the move and the commit,
+commits those same files, so they are orphaned only when the bundle is committed from
+other parts: by another driver (a zombie moved its parts, the new owner committed its
+own), or after a state reset. :func:`find_orphans` lists them; :func:`delete_orphans`
+deletes them.
 
 A file is an orphan when no snapshot of the table (any snapshot, not only the current
 one) references it and its bundle is at most the pipeline's last committed bundle: files
