@@ -9,14 +9,16 @@ stateless query (gtkafka -> key, value, gt) runs with ``Trigger.AvailableNow`` a
 ``maxOffsetsPerTrigger`` into:
 
 * ``barrier`` ``delivery=exactly-once`` and ``delivery=at-least-once``, with the ``file``
-  consumer (state ``file://``) and the ``s3`` consumer (state on S3 too);
+  consumer (state ``file://``), the ``s3`` consumer (state on S3 too) and the ``iceberg``
+  consumer (pyiceberg's SQL catalog on SQLite, a ``file://`` warehouse, state ``file://``);
 * Spark's own ``parquet`` file sink as a reference (on the local file system for both
   targets: pyspark ships no S3A connector).
 
 Printed per run: records/s over the query's wall time, the median / p99 of Spark's
 per-batch ``addBatch`` time (write tasks + commit), the median / p99 of the barrier's
 commit (the protocol in the commit process: state reads, CASes, promotion, cleanup, from
-``GTBARRIER_METRICS``) and the item bytes that passed through the driver. Then the
+``GTBARRIER_METRICS``) and the item bytes that passed through the driver (for iceberg
+also the Parquet footer bytes the driver read to commit the data files' statistics). Then the
 targets: exactly-once throughput >= 0.95 x at-least-once; exactly-once adds <= 10 ms per
 bundle at the median; zero item bytes through the driver.
 """
@@ -127,7 +129,9 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
         writer = writer.format("barrier").options(
             **{"pipeline.id": pipeline, "state.uri": state, "delivery": delivery}
         )
-        if target == "s3":
+        if target == "iceberg":
+            writer = writer.options(consumer="iceberg", **iceberg_options(workdir, run))
+        elif target == "s3":
             layout = "parts" if mode == S3_PARTS else "bundle"
             writer = writer.options(
                 consumer="s3",
@@ -160,6 +164,37 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
     return Run(target, mode, rows, seconds, add_batch, commits, driver_bytes, inflight)
 
 
+def iceberg_options(workdir: Path, run: str) -> dict[str, str]:
+    """``consumer.iceberg.*``: a table of its own per run, catalog and warehouse in workdir."""
+    return {
+        "consumer.iceberg.table": f"bench.run_{run}",
+        "consumer.iceberg.catalog.uri": f"sqlite:///{workdir}/iceberg-catalog.db",
+        "consumer.iceberg.catalog.warehouse": f"file://{workdir}/warehouse",
+    }
+
+
+def iceberg_footer_bytes(workdir: Path) -> dict[str, int]:
+    """Per table of the iceberg runs: the Parquet footer bytes of its data files (what the
+    driver reads to commit them; the rows are never read there)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(
+        "default",
+        uri=f"sqlite:///{workdir}/iceberg-catalog.db",
+        warehouse=f"file://{workdir}/warehouse",
+    )
+    out = {}
+    for ident in catalog.list_tables("bench"):
+        table = catalog.load_table(ident)
+        total = 0
+        for task in table.scan().plan_files():
+            path = task.file.file_path.removeprefix("file://")
+            total += pq.read_metadata(path).serialized_size + 8  # + length and magic
+        out[ident[-1].removeprefix("run_")] = total
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sink_bench", description=__doc__)
     parser.add_argument("--records", type=int, default=400_000)
@@ -167,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode (best kept)")
-    parser.add_argument("--targets", default="file,s3")
+    parser.add_argument("--targets", default="file,s3,iceberg")
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     args = parser.parse_args(argv)
@@ -199,14 +234,20 @@ def main(argv: list[str] | None = None) -> None:
                             f"{r.seconds:.1f}s ({r.rate:,.0f}/s)"
                         )
                         runs.append(r)
-    report(runs, targets, args)
+    footers = iceberg_footer_bytes(workdir) if "iceberg" in targets else {}
+    report(runs, targets, args, footers)
 
 
 def best(runs: list[Run], target: str, mode: str) -> Run:
     return max((r for r in runs if r.target == target and r.mode == mode), key=lambda r: r.rate)
 
 
-def report(runs: list[Run], targets: list[str], args: argparse.Namespace) -> None:
+def report(
+    runs: list[Run],
+    targets: list[str],
+    args: argparse.Namespace,
+    footers: dict[str, int] | None = None,
+) -> None:
     print()
     print(
         f"{args.records:,} records, {args.partitions} partitions, {args.per_batch:,} per "
@@ -274,6 +315,12 @@ def report(runs: list[Run], targets: list[str], args: argparse.Namespace) -> Non
                 f"s3 with consumer.s3.layout=parts: item bytes through the driver = "
                 f"{parts.driver_bytes:,}; throughput {parts.rate / alo.rate:.2f} x "
                 "at-least-once (layout=bundle)"
+            )
+        if target == "iceberg" and footers:
+            print(
+                f"iceberg: Parquet footer bytes the driver read to commit the data files "
+                f"(metadata, no rows): {sum(footers.values()):,} over "
+                f"{len(footers)} run(s); item bytes: {moved:,}"
             )
 
 

@@ -86,7 +86,7 @@ class DemoJob:
     s3_options: dict[str, str]
     zookeeper_hosts: str | None
     checkpoint: str
-    consumer: str  # file | http | postgres
+    consumer: str  # file | http | postgres | iceberg
     consumer_path: str | None = None
     consumer_url: str | None = None
     consumer_dsn: str | None = None  # postgres
@@ -141,12 +141,28 @@ class DemoJob:
             assert self.consumer_dsn is not None and self.consumer_table is not None
             opts["consumer.postgres.dsn"] = self.consumer_dsn
             opts["consumer.postgres.table"] = self.consumer_table
+        elif self.consumer == "iceberg":
+            assert self.consumer_path is not None
+            opts.update(iceberg_options(self.consumer_path))
         else:
             assert self.consumer_path is not None
             opts["consumer.path"] = self.consumer_path
         if fencing_token is not None:
             opts["fencing.token"] = str(fencing_token)
         return opts
+
+
+ICEBERG_TABLE = "demo.output"
+
+
+def iceberg_options(directory: str) -> dict[str, str]:
+    """``--consumer iceberg``: pyiceberg's SQL catalog on SQLite and a ``file://`` warehouse
+    under ``directory``."""
+    return {
+        "consumer.iceberg.table": ICEBERG_TABLE,
+        "consumer.iceberg.catalog.uri": f"sqlite:///{directory}/catalog.db",
+        "consumer.iceberg.catalog.warehouse": f"file://{directory}/warehouse",
+    }
 
 
 # --- the query ------------------------------------------------------------------------

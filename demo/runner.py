@@ -35,6 +35,7 @@ from demo.verify import (
     expected_from_records,
     read_file_consumer,
     read_http_consumer,
+    read_iceberg_consumer,
     read_postgres_consumer,
     render_table,
     table_rows,
@@ -454,6 +455,8 @@ class Runner:
             delivered = read_http_consumer(receiver.directory, STREAM)
         elif self.args.consumer == "postgres":
             delivered = read_postgres_consumer(self.postgres.dsn, PG_TABLE)
+        elif self.args.consumer == "iceberg":
+            delivered = read_iceberg_consumer(self.workdir / "consumer")
         else:
             delivered = read_file_consumer(self.workdir / "consumer")
         result = verify(delivered, expected)
@@ -540,11 +543,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=8, help="Kafka partitions (8)")
     parser.add_argument(
         "--consumer",
-        choices=("file", "http", "postgres"),
+        choices=("file", "http", "postgres", "iceberg"),
         default="file",
         help="file: Parquet bundles in a directory (default); http: the "
         "reference receiver, python -m sink.receiver; postgres: a table in a local "
-        "PostgreSQL (Debian's package; GTB_POSTGRES_DSN for another server)",
+        "PostgreSQL (Debian's package; GTB_POSTGRES_DSN for another server); iceberg: an "
+        "Iceberg table (pyiceberg, SQL catalog on SQLite, file:// warehouse)",
     )
     parser.add_argument(
         "--master",

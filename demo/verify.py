@@ -122,6 +122,26 @@ def read_file_consumer(directory: Path) -> pd.DataFrame:
     return _to_frame(tables)
 
 
+def read_iceberg_consumer(directory: Path) -> pd.DataFrame:
+    """Every row of the ``iceberg`` consumer's table (``--consumer iceberg``), with the
+    ``bundle_id`` its data file's name carries; the files are those pyiceberg's scan plans."""
+    from pyiceberg.catalog import load_catalog
+
+    from demo.pipeline import ICEBERG_TABLE, iceberg_options
+    from sink.consumers.iceberg_staging import epoch_of_data_file
+
+    props = {k.rsplit(".", 1)[-1]: v for k, v in iceberg_options(str(directory)).items()}
+    catalog = load_catalog("default", uri=props["uri"], warehouse=props["warehouse"])
+    table = catalog.load_table(ICEBERG_TABLE)
+    tables = []
+    for task in table.scan().plan_files():
+        path = task.file.file_path
+        bundle = epoch_of_data_file(path)
+        part = pq.read_table(path.removeprefix("file://"))
+        tables.append(part.append_column("bundle_id", pa.array([bundle] * part.num_rows)))
+    return _to_frame(tables)
+
+
 def read_http_consumer(receiver_dir: Path, stream: str) -> pd.DataFrame:
     """Every bundle the reference receiver (``python -m sink.receiver``) stored for ``stream``
     (the URL path), read from its SQLite file; Arrow IPC bodies."""

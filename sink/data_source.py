@@ -30,6 +30,7 @@ class BarrierSink(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> BarrierStreamWriter:
         has_gt = check_spark_schema(schema)
+        options = self.sink_options
         if self.sink_options.consumer == "file":
             from sink.consumers.file import check_writable
 
@@ -43,7 +44,11 @@ class BarrierSink(DataSource):
             from sink.consumers.postgres import check_at_start
 
             check_at_start(self.sink_options, schema)
-        return BarrierStreamWriter(self.sink_options, has_gt)
+        elif self.sink_options.consumer == "iceberg":
+            from sink.consumers.iceberg_table import with_table
+
+            options = with_table(self.sink_options, schema)
+        return BarrierStreamWriter(options, has_gt)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         raise ConfigError(

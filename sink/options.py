@@ -18,8 +18,10 @@ from urllib.parse import urlparse
 
 from sink import postgres_options
 from sink.postgres_options import PostgresTarget
+from state.errors import ConfigError
 from state.layout import validate_pipeline_id
 from state.option_table import (
+    BooleanOption,
     ChoiceOption,
     IntegerOption,
     OnlyWith,
@@ -33,11 +35,11 @@ from state.store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 
-Consumer = Literal["file", "s3", "kafka", "http", "postgres"]
+Consumer = Literal["file", "s3", "kafka", "http", "postgres", "iceberg"]
 Delivery = Literal["exactly-once", "at-least-once"]
 BodyFormat = Literal["arrow", "jsonl"]
 S3Layout = Literal["bundle", "parts"]
-CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http", "postgres")
+CONSUMERS: tuple[Consumer, ...] = ("file", "s3", "kafka", "http", "postgres", "iceberg")
 DELIVERIES: tuple[Delivery, ...] = ("exactly-once", "at-least-once")
 
 # --- the option table ------------------------------------------------------------------
@@ -46,6 +48,7 @@ _FILE_OR_S3 = OnlyWith("consumer", ("file", "s3"))
 _S3 = OnlyWith("consumer", ("s3",))
 _KAFKA = OnlyWith("consumer", ("kafka",))
 _HTTP = OnlyWith("consumer", ("http",))
+_ICEBERG = OnlyWith("consumer", ("iceberg",))
 
 PIPELINE_ID = StringOption(
     name="pipeline.id",
@@ -62,7 +65,7 @@ CONSUMER = ChoiceOption(
     name="consumer",
     choices=CONSUMERS,
     default="file",
-    doc="`file`, `s3`, `kafka`, `http` or `postgres`.",
+    doc="`file`, `s3`, `kafka`, `http`, `postgres` or `iceberg`.",
 )
 CONSUMER_PATH = StringOption(
     name="consumer.path",
@@ -135,6 +138,25 @@ S3_LAYOUT = ChoiceOption[S3Layout](
     doc="s3: `bundle` (one object per bundle) or `parts` (one object per staged part: no "
     "item bytes through the driver, but readers may see part of a bundle being promoted).",
 )
+ICEBERG_TABLE = StringOption(
+    name="consumer.iceberg.table",
+    required=True,
+    only_with=_ICEBERG,
+    doc="The Iceberg table, `namespace.table` (the namespace may be nested: `a.b.table`).",
+)
+ICEBERG_CATALOG = PrefixOption(
+    name="consumer.iceberg.catalog.",
+    only_with=_ICEBERG,
+    doc="pyiceberg catalog properties (`...catalog.type=sql`, `...catalog.uri=sqlite:///...`, "
+    "`...catalog.warehouse=file:///...` or `s3://...`, `...catalog.s3.endpoint`...); "
+    "`...catalog.name` names the catalog (default `default`).",
+)
+ICEBERG_CREATE_TABLE = BooleanOption(
+    name="consumer.iceberg.createTable",
+    default=True,
+    only_with=_ICEBERG,
+    doc="Create the namespace and the table from the sink's input schema if missing.",
+)
 FENCING_TOKEN = IntegerOption(
     name="fencing.token",
     default=None,
@@ -166,6 +188,9 @@ SINK_OPTIONS = OptionTable(
         FORMAT,
         S3_LAYOUT,
         *postgres_options.SPECS,
+        ICEBERG_TABLE,
+        ICEBERG_CATALOG,
+        ICEBERG_CREATE_TABLE,
         FENCING_TOKEN,
     ),
 )
@@ -201,6 +226,7 @@ class SinkOptions:
     s3_layout: S3Layout = "bundle"
     fencing_token: int | None = None
     postgres: PostgresTarget | None = None
+    iceberg: IcebergSettings | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -240,6 +266,8 @@ class SinkOptions:
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
                 raise opts.error(URL.name, "an http:// or https:// URL")
 
+        iceberg = _iceberg_settings(opts) if consumer == "iceberg" else None
+
         return cls(
             pipeline_id=pipeline_id,
             store=store,
@@ -257,7 +285,61 @@ class SinkOptions:
             s3_layout=s3_layout,
             fencing_token=token,
             postgres=postgres,
+            iceberg=iceberg,
         )
+
+
+@dataclass(frozen=True)
+class IcebergSettings:
+    """``consumer=iceberg``: the table and the pyiceberg catalog that holds it."""
+
+    namespace: tuple[str, ...]
+    table: str
+    catalog: tuple[tuple[str, str], ...]
+    """pyiceberg catalog properties, sorted (hashable: a per-process cache key)."""
+    catalog_name: str = "default"
+    create_table: bool = True
+    location: str | None = None
+    """The table's location and FileIO properties, filled in on the driver when the query
+    starts (write tasks then never open the catalog)."""
+    io_properties: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def identifier(self) -> str:
+        return ".".join((*self.namespace, self.table))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self.catalog)
+
+
+def _iceberg_settings(opts: Options) -> IcebergSettings:
+    table = ICEBERG_TABLE.read_required(opts)
+    parts = table.split(".")
+    if len(parts) < 2 or any(not p.strip() or p != p.strip() for p in parts):
+        raise opts.error(ICEBERG_TABLE.name, "namespace.table (non-empty names, dot-separated)")
+    props = {k: v for k, v in ICEBERG_CATALOG.read(opts).items() if k != "name"}
+    name = opts.string(ICEBERG_CATALOG.name + "name")
+    if not props and name is None:
+        raise ConfigError(
+            ICEBERG_CATALOG.name + "*",
+            None,
+            "pyiceberg catalog properties, e.g. consumer.iceberg.catalog.uri=sqlite:///... and "
+            "consumer.iceberg.catalog.warehouse=file:///...",
+            where=WHERE,
+        )
+    warehouse = props.get("warehouse")
+    if warehouse is not None and "://" not in warehouse:
+        raise opts.error(
+            ICEBERG_CATALOG.name + "warehouse", "a URI: file:///absolute/path or s3://bucket/prefix"
+        )
+    return IcebergSettings(
+        namespace=tuple(parts[:-1]),
+        table=parts[-1],
+        catalog=tuple(sorted(props.items())),
+        catalog_name=name or "default",
+        create_table=ICEBERG_CREATE_TABLE.read(opts),
+    )
 
 
 def _consumer_path(opts: Options, consumer: Consumer) -> str:

@@ -263,3 +263,58 @@ class PostgresConsumer(ChaosConsumer):
             if b.rows and "gt" in b.rows[0]:
                 b.rows.sort(key=lambda r: tuple(r["gt"].values()))
         return out
+
+
+class IcebergConsumer(ChaosConsumer):
+    """An Iceberg table (pyiceberg's SQL catalog on SQLite, a ``file://`` warehouse); a
+    bundle's rows are those of its data files (the bundle id leads their names), put in
+    ``gt`` order as a reader of the table does (a table has no row order)."""
+
+    name = "iceberg"
+
+    @property
+    def directory(self) -> Path:
+        return self.setup.workdir / "iceberg"
+
+    def sink_options(self) -> dict[str, str]:
+        return {
+            "consumer": "iceberg",
+            "consumer.iceberg.table": "chaos.out",
+            "consumer.iceberg.catalog.uri": f"sqlite:///{self.directory}/catalog.db",
+            "consumer.iceberg.catalog.warehouse": f"file://{self.directory}/warehouse",
+        }
+
+    def read(self) -> list[DeliveredBundle]:
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from sink.consumers.iceberg_staging import epoch_of_data_file
+
+        if not (self.directory / "catalog.db").exists():
+            return []
+        catalog = load_catalog(
+            "default",
+            uri=f"sqlite:///{self.directory}/catalog.db",
+            warehouse=f"file://{self.directory}/warehouse",
+        )
+        try:
+            table = catalog.load_table("chaos.out")
+        except NoSuchTableError:
+            return []
+        found: dict[int, list[dict[str, Any]]] = {}
+        for task in sorted(table.scan().plan_files(), key=lambda t: t.file.file_path):
+            path = task.file.file_path
+            bundle = epoch_of_data_file(path)
+            assert bundle is not None, f"a data file not written by gtbarrier: {path}"
+            rows = pq.read_table(path.removeprefix("file://")).to_pylist()
+            found.setdefault(bundle, []).extend(rows)
+        return [
+            DeliveredBundle(k, sorted(rows, key=_gt_order)) for k, rows in sorted(found.items())
+        ]
+
+
+def _gt_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    gt = row.get("gt")
+    if gt is None:
+        return ()
+    return (gt["epoch"], gt["topic"], gt["partition"], gt["offset"])

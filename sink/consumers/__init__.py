@@ -17,7 +17,8 @@ __all__ = ["Ack", "Consumer", "LastBundle", "open_consumer", "open_staging"]
 
 
 def open_staging(options: SinkOptions, store: StateStore) -> Staging:
-    """Where write tasks stage parts: the consumer's hidden prefix (file/s3) or the store."""
+    """Where write tasks stage parts: the consumer's hidden prefix (file/s3/iceberg) or the
+    store."""
     if options.consumer == "file":
         assert options.consumer_path is not None
         return FileStaging(options.consumer_path)
@@ -25,6 +26,10 @@ def open_staging(options: SinkOptions, store: StateStore) -> Staging:
         from sink.consumers.s3 import s3_staging
 
         return s3_staging(options)
+    if options.consumer == "iceberg":
+        from sink.consumers.iceberg_staging import iceberg_staging
+
+        return iceberg_staging(options)
     return StoreStaging(store, PipelineLayout(options.pipeline_id))
 
 
@@ -51,6 +56,10 @@ def open_consumer(
         from sink.consumers.postgres import PostgresConsumer
 
         return PostgresConsumer(options, staging, faults)
+    if options.consumer == "iceberg":
+        from sink.consumers.iceberg import IcebergConsumer
+
+        return IcebergConsumer(options, staging, faults)
     from sink.consumers.http import HttpConsumer
 
     return HttpConsumer(options, staging, faults)

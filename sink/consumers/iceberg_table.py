@@ -1,0 +1,199 @@
+"""``consumer=iceberg``: the catalog, the table and the mapping of the sink's input schema.
+
+pyiceberg is imported inside these functions, so users of the other consumers need not
+install it (``pip install gtbarrier[iceberg]``). Catalogs are cached per process (one per
+distinct :class:`~sink.options.IcebergSettings`): the commit process and every write
+task's Python worker open the catalog once, not once per commit or task.
+
+:func:`with_table` runs on the driver while Spark plans the query's first micro-batch
+(``BarrierSink.streamWriter``), before any data moves: it loads the catalog, creates the
+namespace and the table from the input schema (``consumer.iceberg.createTable``) or checks
+that the existing table can take the input's columns, and records the table's location in
+the options the write tasks receive. Every problem is a
+:class:`~state.errors.ConfigError` naming the option, the value and what was expected.
+
+The table's columns are the input's, all optional (nullable): a data file whose column is
+required is still compatible with an optional table column, never the other way round.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from state.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+    from sink.options import IcebergSettings, SinkOptions
+
+log = logging.getLogger(__name__)
+
+WHERE = "barrier"
+TABLE_OPTION = "consumer.iceberg.table"
+CATALOG_OPTION = "consumer.iceberg.catalog.*"
+_SECRET_WORDS = ("secret", "password", "token", "credential", "session")
+
+
+def shown_properties(settings: IcebergSettings) -> dict[str, str]:
+    """The catalog properties for an error message, secrets masked."""
+    return {k: ("***" if any(w in k for w in _SECRET_WORDS) else v) for k, v in settings.catalog}
+
+
+@functools.lru_cache(maxsize=8)
+def open_catalog(settings: IcebergSettings) -> Catalog:
+    """The pyiceberg catalog of ``settings`` (cached per process); ConfigError if it cannot
+    be loaded."""
+    from pyiceberg.catalog import load_catalog
+
+    uri = settings.properties.get("uri", "")
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:///:memory:"):
+        # SQLite creates the database file, not its directory
+        os.makedirs(os.path.dirname(uri[len("sqlite:///") :].split("?")[0]) or ".", exist_ok=True)
+    try:
+        return load_catalog(settings.catalog_name, **settings.properties)
+    except Exception as err:
+        raise ConfigError(
+            CATALOG_OPTION,
+            shown_properties(settings),
+            f"properties pyiceberg can load a catalog {settings.catalog_name!r} from "
+            f"({type(err).__name__}: {err})",
+            where=WHERE,
+        ) from err
+
+
+def load_table(settings: IcebergSettings) -> Table:
+    """The table, freshly loaded from the catalog (its current metadata)."""
+    return open_catalog(settings).load_table(settings.identifier)
+
+
+@functools.lru_cache(maxsize=8)
+def table_location(settings: IcebergSettings) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``(location, FileIO properties)`` of the table from the catalog, cached per process
+    (when ``settings`` do not carry them)."""
+    table = load_table(settings)
+    return table.location().rstrip("/"), tuple(sorted(table.io.properties.items()))
+
+
+def arrow_input_schema(spark_schema: Any) -> pa.Schema:
+    """The sink's input schema as Arrow, every field nullable (the table's columns)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(spark_schema, timezone="UTC")
+    return pa.schema([_nullable(f) for f in schema])
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    t = field.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_nullable(t.field(i)) for i in range(t.num_fields)])
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = pa.list_(_nullable(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(t.key_type, _nullable(t.item_field).type)
+    return field.with_type(t).with_nullable(True)
+
+
+def iceberg_schema_of(arrow: pa.Schema, settings: IcebergSettings) -> Any:
+    """The Iceberg schema for ``arrow``; a ConfigError names the first column Iceberg
+    cannot store (e.g. intervals, unsigned integers)."""
+    from pyiceberg.catalog import Catalog
+
+    for field in arrow:
+        try:
+            Catalog._convert_schema_if_needed(pa.schema([field]))
+        except Exception as err:
+            raise ConfigError(
+                TABLE_OPTION,
+                settings.identifier,
+                f"a table for the sink's input, but column {field.name!r} of Arrow type "
+                f"{field.type} has no Iceberg type ({err}); cast or drop it before the sink",
+                where=WHERE,
+            ) from err
+    return Catalog._convert_schema_if_needed(arrow)
+
+
+def with_table(options: SinkOptions, spark_schema: Any) -> SinkOptions:
+    """:func:`prepare_table`, and ``options`` with the table's location and FileIO
+    properties recorded, for the write tasks (they need neither the catalog nor access
+    to it: a SQLite file on the driver, a REST catalog's credentials)."""
+    table = prepare_table(options, spark_schema)
+    assert options.iceberg is not None
+    location, io_properties = table.location().rstrip("/"), table.io.properties
+    settings = replace(
+        options.iceberg, location=location, io_properties=tuple(sorted(io_properties.items()))
+    )
+    return replace(options, iceberg=settings)
+
+
+def prepare_table(options: SinkOptions, spark_schema: Any) -> Table:
+    """Load (or create) the table and check that it takes the input's columns."""
+    settings = options.iceberg
+    assert settings is not None
+    from pyiceberg.exceptions import NoSuchTableError
+
+    arrow = arrow_input_schema(spark_schema)
+    schema = iceberg_schema_of(arrow, settings)
+    catalog = open_catalog(settings)
+    try:
+        table = catalog.load_table(settings.identifier)
+    except NoSuchTableError:
+        if not settings.create_table:
+            raise ConfigError(
+                TABLE_OPTION,
+                settings.identifier,
+                "an existing table (consumer.iceberg.createTable=false), not found in catalog "
+                f"{settings.catalog_name!r} {shown_properties(settings)}",
+                where=WHERE,
+            ) from None
+        table = _create(catalog, settings, schema)
+    except Exception as err:
+        raise ConfigError(
+            TABLE_OPTION,
+            settings.identifier,
+            f"a table readable through catalog {shown_properties(settings)} "
+            f"({type(err).__name__}: {err})",
+            where=WHERE,
+        ) from err
+    check_compatible(table, arrow, settings)
+    return table
+
+
+def _create(catalog: Catalog, settings: IcebergSettings, schema: Any) -> Table:
+    try:
+        catalog.create_namespace_if_not_exists(settings.namespace)
+        table = catalog.create_table_if_not_exists(settings.identifier, schema=schema)
+    except Exception as err:
+        raise ConfigError(
+            TABLE_OPTION,
+            settings.identifier,
+            f"a table that can be created in catalog {shown_properties(settings)} "
+            f"({type(err).__name__}: {err})",
+            where=WHERE,
+        ) from err
+    log.info("created Iceberg table %s at %s", settings.identifier, table.location())
+    return table
+
+
+def check_compatible(table: Table, arrow: pa.Schema, settings: IcebergSettings) -> None:
+    """ConfigError unless data files with the input's columns can be added to ``table``."""
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+    try:
+        _check_pyarrow_schema_compatible(
+            table.schema(), arrow, format_version=table.metadata.format_version
+        )
+    except Exception as err:
+        raise ConfigError(
+            TABLE_OPTION,
+            settings.identifier,
+            f"a table whose schema takes the sink's input columns {arrow.names}: {err}",
+            where=WHERE,
+        ) from err
