@@ -2,13 +2,15 @@
 
 Rows are :data:`datasource.record_rows.Row` tuples, added as whole lists per
 topic-partition run; nothing is done per row in Python: :meth:`ArrowBuilder.flush` cuts
-the first rows off the runs (list slices), transposes them with one ``zip`` and builds
-each column with one ``pyarrow`` call. ``topic``, ``partition`` and ``gt``'s epoch are
-repeated per run, ``gt`` is a struct of the columns already built.
+the first rows off the runs (list slices), takes each field out in one C loop
+(``map(itemgetter(i), rows)``) and builds each column with one ``pyarrow`` call.
+``topic``, ``partition`` and ``gt``'s epoch are repeated per run, ``gt`` is a struct of
+the columns already built.
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from datasource.record_rows import Row
@@ -39,8 +41,10 @@ class ArrowBuilder:
         runs = self._take(n)
         schema = self.schema
         rows: list[Row] = runs[0][2] if len(runs) == 1 else [r for run in runs for r in run[2]]
-        columns = list(zip(*rows, strict=True)) if rows else [()] * 6
-        offsets_, timestamps_, types_, keys, values, headers = columns
+        # One C loop per column (zip(*rows) would allocate an iterator per row).
+        offsets_, timestamps_, types_, keys, values = (
+            list(map(itemgetter(i), rows)) for i in range(5)
+        )
         offsets = pa.array(offsets_, pa.int64())
         topic = _repeated([(t, len(rs)) for t, _, rs in runs], pa.string())
         partition = _repeated([(p, len(rs)) for _, p, rs in runs], pa.int32())
@@ -57,6 +61,7 @@ class ArrowBuilder:
             pa.array(types_, pa.int32()),
         ]
         if self.with_headers:
+            headers = list(map(itemgetter(5), rows))
             arrays.append(pa.array(headers, schema.field("headers").type))
         arrays.append(gt)
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
