@@ -77,11 +77,11 @@ def without_record_rows() -> Iterator[None]:
     from datasource import record_rows
 
     install = record_rows.install
-    record_rows.install = lambda consumer: False  # type: ignore[assignment]
+    record_rows.install = lambda consumer: False
     try:
         yield
     finally:
-        record_rows.install = install  # type: ignore[assignment]
+        record_rows.install = install
 
 
 def gtkafka_task(bootstrap: str, topic: str, partitions: int, records: int) -> int:
