@@ -7,7 +7,8 @@ Consumers come from the Python worker's pool (:mod:`datasource.consumer_pool`): 
 unpicklable ever sits on the reader, and a consumer that already stands at a range's
 start is used without a seek. Polls ask for at most the records left in the range, so a
 consumer returned to the pool stands exactly at the range's end (the next batch's start)
-and keeps what it fetched ahead.
+and keeps what it fetched ahead. A consumer created here polls row tuples
+(:mod:`datasource.record_rows`), collected by :class:`datasource.arrow_builder.ArrowBuilder`.
 
 The one task of a streaming batch marked ``records_batch`` writes the batch record
 (:mod:`datasource.batch_record`) before its first row; the others touch no store.
