@@ -7,7 +7,8 @@ Consumers come from the Python worker's pool (:mod:`datasource.consumer_pool`): 
 unpicklable ever sits on the reader, and a consumer that already stands at a range's
 start is used without a seek. Polls ask for at most the records left in the range, so a
 consumer returned to the pool stands exactly at the range's end (the next batch's start)
-and keeps what it fetched ahead.
+and keeps what it fetched ahead. A consumer created here polls row tuples
+(:mod:`datasource.record_rows`), collected by :class:`datasource.arrow_builder.ArrowBuilder`.
 
 The one task of a streaming batch marked ``records_batch`` writes the batch record
 (:mod:`datasource.batch_record`) before its first row; the others touch no store.
@@ -40,6 +41,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from datasource import record_rows
+from datasource.arrow_builder import ArrowBuilder
 from datasource.batch_record import BatchContext, write_batch_record
 from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
 from datasource.offsets import OffsetRange
@@ -48,7 +51,6 @@ from state import profiling
 from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
-from state.records.gt import arrow_array as gt_array
 from state.store import open_store
 
 log = logging.getLogger(__name__)
@@ -183,11 +185,13 @@ class RangeReader:
             from kafka import KafkaConsumer
 
             factory = KafkaConsumer
-        return kafka_call(
+        consumer = kafka_call(
             self.options.bootstrap_servers,
             f"connecting to read {self.range}",
             lambda: factory(**config),
         )
+        record_rows.install(consumer)
+        return consumer
 
     def batches(
         self, epoch: int, arrow_schema: Any, *, source: ConsumerSource | None = None
@@ -251,6 +255,7 @@ class RangeReader:
 
         r = self.range
         consumer, tp = lease.consumer, lease.tp
+        as_rows = not record_rows.installed(consumer)
         poll_timeout = self.options.poll_timeout_ms / 1000.0
         clock = time.perf_counter
         began, fetch_s, arrow_s = time.time(), 0.0, 0.0
@@ -302,7 +307,9 @@ class RangeReader:
                     )
                 continue
             last_progress = self._clock()
-            first = records[0].offset
+            if as_rows:
+                records = record_rows.rows_of(records)
+            first = records[0][0]
             if first < next_offset:
                 # Never expected: the consumer stood before where this range has got to.
                 raise RetriableError(
@@ -311,14 +318,14 @@ class RangeReader:
                 )
             if first > next_offset:
                 self._gap(consumer, next_offset, first)
-            if records[-1].offset >= r.until_offset:
-                records = [rec for rec in records if rec.offset < r.until_offset]
+            if records[-1][0] >= r.until_offset:
+                records = [rec for rec in records if rec[0] < r.until_offset]
                 next_offset = r.until_offset
             if records:
                 t0 = clock()
                 builder.add(r.topic, r.partition, records)
                 self.rows += len(records)
-                next_offset = max(next_offset, records[-1].offset + 1)
+                next_offset = max(next_offset, records[-1][0] + 1)
                 arrow_s += clock() - t0
                 while builder.rows >= ARROW_BATCH_ROWS:
                     t0 = clock()
@@ -390,91 +397,3 @@ class RangeReader:
             )
         log.warning("gtkafka: %s; skipping them (failOnDataLoss=false)", what)
         self.skipped += end - begin
-
-
-class ArrowBuilder:
-    """Collects ConsumerRecords column by column and emits Arrow RecordBatches."""
-
-    def __init__(self, arrow_schema: Any, epoch: int) -> None:
-        self.schema = arrow_schema
-        self.epoch = epoch
-        self.with_headers = "headers" in arrow_schema.names
-        self._reset()
-
-    def _reset(self) -> None:
-        self.topics: list[str] = []
-        self.partitions: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.headers: list[list[tuple[str, bytes | None]]] = []
-
-    @property
-    def rows(self) -> int:
-        return len(self.offsets)
-
-    def add(self, topic: str, partition: int, records: list[Any]) -> None:
-        self.topics.extend([topic] * len(records))
-        self.partitions.extend([partition] * len(records))
-        self.keys.extend([r.key for r in records])
-        self.values.extend([r.value for r in records])
-        self.offsets.extend([r.offset for r in records])
-        self.timestamps.extend([r.timestamp for r in records])
-        self.timestamp_types.extend([r.timestamp_type for r in records])
-        if self.with_headers:
-            self.headers.extend([r.headers or [] for r in records])
-
-    def flush(self, limit: int | None = None) -> Any:
-        """A RecordBatch of the first ``limit`` rows collected (all by default)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        n = self.rows if limit is None else min(limit, self.rows)
-        taken = self._take(n)
-        schema = self.schema
-        offsets = pa.array(taken.offsets, pa.int64())
-        topic = pa.array(taken.topics, pa.string())
-        partition = pa.array(taken.partitions, pa.int32())
-        millis = pa.array(taken.timestamps, pa.int64())
-        timestamps = pc.multiply(millis, 1000).cast(schema.field("timestamp").type)
-        gt = gt_array(pa.array([self.epoch] * n, pa.int64()), topic, partition, offsets)
-        columns = [
-            pa.array(taken.keys, pa.binary()),
-            pa.array(taken.values, pa.binary()),
-            topic,
-            partition,
-            offsets,
-            timestamps,
-            pa.array(taken.timestamp_types, pa.int32()),
-        ]
-        if self.with_headers:
-            columns.append(pa.array(taken.headers, schema.field("headers").type))
-        columns.append(gt)
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-    def _take(self, n: int) -> ArrowBuilder:
-        """Move the first ``n`` rows into a new builder (which is returned)."""
-        taken = ArrowBuilder.__new__(ArrowBuilder)
-        if n == self.rows:
-            taken.__dict__.update(self.__dict__)
-            self._reset()
-            return taken
-        for name in _COLUMNS:
-            column = getattr(self, name)
-            setattr(taken, name, column[:n])
-            setattr(self, name, column[n:])
-        return taken
-
-
-_COLUMNS = (
-    "topics",
-    "partitions",
-    "keys",
-    "values",
-    "offsets",
-    "timestamps",
-    "timestamp_types",
-    "headers",
-)
