@@ -436,8 +436,7 @@ class Barrier:
 
     def _delete_parts(self, bundle: Bundle) -> None:
         """Delete a bundle's parts once a swap this driver made no longer references them."""
-        for part in bundle.parts:
-            self.staging.delete(part.location)
+        self.staging.delete_many(part.location for part in bundle.parts)
 
     def _cleanup(self) -> StagingCleanup:
         return StagingCleanup(self.store, self.layout, self.staging)
