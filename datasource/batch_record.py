@@ -78,6 +78,37 @@ def write_batch_record(
     _RECORDED.add(store, key, record)
 
 
+class PendingBatchRecord:
+    """A batch record being written on a thread of its own, so that the store's round
+    trip overlaps the task's first Kafka fetch; :meth:`wait` before the first row."""
+
+    def __init__(
+        self, store: StateStore, layout: PipelineLayout, context: BatchContext, epoch: int
+    ) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._write,
+            args=(store, layout, context, epoch),
+            name="gtkafka-batch-record",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _write(
+        self, store: StateStore, layout: PipelineLayout, context: BatchContext, epoch: int
+    ) -> None:
+        try:
+            write_batch_record(store, layout, context, epoch)
+        except BaseException as err:  # handed to the task's thread by wait()
+            self._error = err
+
+    def wait(self) -> None:
+        """Return once the record is written; raise what the write raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def read_batch(
     store: StateStore, layout: PipelineLayout, query_id: str, batch_id: int
 ) -> BatchRecord | None:
