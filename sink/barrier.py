@@ -46,12 +46,14 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
+from sink.known_state import KNOWN, KnownState
 from sink.lost_inflight import LostBundle
 from sink.options import SinkOptions
 from sink.staging import Staging
@@ -142,7 +144,11 @@ class Barrier:
         if not msgs:
             return CommitOutcome(batch_id, None, "empty")
         query_id, run_id = _identity(msgs, batch_id)
-        outcome = self._commit(msgs, batch_id, query_id, run_id, rows)
+        try:
+            outcome = self._commit(msgs, batch_id, query_id, run_id, rows)
+        except BaseException:
+            KNOWN.forget(self.store, self.layout)
+            raise
         outcome.timings["total"] = time.perf_counter() - started
         self._log_outcome(outcome)
         _record_metrics(self.options, outcome)
@@ -154,6 +160,7 @@ class Barrier:
         if not msgs:
             return
         query_id, run_id = _identity(msgs, batch_id)
+        KNOWN.forget(self.store, self.layout)
         self._clean_up(msgs, query_id, batch_id, run_id)
 
     # --- the protocol ---------------------------------------------------------------
@@ -169,7 +176,31 @@ class Barrier:
         t = time.perf_counter
         timings: dict[str, float] = {}
         t0 = t()
-        epoch = self._epoch_of(query_id, batch_id)
+        known = self._known(run_id, query_id) if rows else None
+        if known is not None:
+            # The state this process left with the last commit: no read (sink.known_state).
+            epoch = self._epoch_of(query_id, batch_id)
+            if epoch is not None and epoch > known.state.gt_last:
+                timings["read_state"] = t() - t0
+                try:
+                    return self._advance(
+                        msgs,
+                        batch_id,
+                        query_id,
+                        run_id,
+                        rows=rows,
+                        epoch=epoch,
+                        state=known.state,
+                        version=known.version,
+                        timings=timings,
+                        remembered=True,
+                    )
+                except _StaleState:
+                    timings.clear()
+            KNOWN.forget(self.store, self.layout)
+            loaded = self._load()
+        else:
+            epoch, loaded = self._epoch_and_state(query_id, batch_id)
         if epoch is None:
             if rows:
                 raise FatalError(
@@ -183,7 +214,7 @@ class Barrier:
                     f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
                 )
             return CommitOutcome(batch_id, None, "no-data")
-        state, version = self._load()
+        state, version = loaded
         timings["read_state"] = t() - t0
 
         state, version = self._claim(state, version, run_id, query_id)
@@ -198,8 +229,47 @@ class Barrier:
         if epoch <= state.gt_last or rows == 0:
             outcome.action = "dropped" if epoch <= state.gt_last else "empty"
             self._clean_up(msgs, query_id, batch_id, run_id)
+            self._remember(state, version)
             return outcome
+        advanced = self._advance(
+            msgs,
+            batch_id,
+            query_id,
+            run_id,
+            rows=rows,
+            epoch=epoch,
+            state=state,
+            version=version,
+            timings=timings,
+            remembered=False,
+        )
+        advanced.recovered = outcome.recovered
+        return advanced
 
+    def _advance(  # noqa: PLR0913 - the commit's findings, passed on
+        self,
+        msgs: list[BarrierCommitMessage],
+        batch_id: int,
+        query_id: str,
+        run_id: str | None,
+        *,
+        rows: int,
+        epoch: int,
+        state: BarrierState,
+        version: str,
+        timings: dict[str, float],
+        remembered: bool,
+    ) -> CommitOutcome:
+        """Deliver bundle ``epoch`` (above ``GT_last``) and advance ``GT_last`` to it.
+
+        ``remembered``: ``state`` is what this process last read or wrote, not a read made
+        by this commit; the first swap confirms it or raises :class:`_StaleState` (nothing
+        was written: the caller starts again from a read). At-least-once delivers before
+        its first swap, so it never starts from a remembered state.
+        """
+        t = time.perf_counter
+        me = state.owner
+        outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
         bundle = Bundle.from_messages(self.options.pipeline_id, epoch, batch_id, msgs)
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
@@ -210,9 +280,12 @@ class Barrier:
                 version,
                 me,
                 f"record bundle {epoch} in flight",
+                remembered=remembered,
             )
             timings["cas_inflight"] = t() - t1
             self.faults.at("after_inflight", epoch)
+        else:
+            assert not remembered, "at-least-once delivers before its first swap"
         t1 = t()
         ack = self._deliver(bundle, redelivery=False)
         timings["deliver"] = t() - t1
@@ -227,6 +300,7 @@ class Barrier:
             f"advance GT_last to {epoch}",
         )
         timings["cas_gt_last"] = t() - t1
+        self._remember(state, version)
         t1 = t()
         self._delete_parts(bundle)
         cleanup = self._cleanup()
@@ -235,6 +309,36 @@ class Barrier:
         timings["cleanup"] = t() - t1
         self.faults.at("after_gt_last", epoch)
         return outcome
+
+    def _known(self, run_id: str | None, query_id: str) -> KnownState | None:
+        """The state this process remembers for the pipeline, if an exactly-once commit of
+        this run may start from it: owned by this run (with this fencing token), nothing in
+        flight. Anything else takes the read and the checks of a first commit."""
+        if not self.options.exactly_once:
+            return None
+        known = KNOWN.get(self.store, self.layout)
+        if known is None or known.state.inflight is not None:
+            return None
+        owner, token = known.state.owner, self.options.fencing_token
+        if owner is None or owner.run_id != _claimant(run_id, query_id):
+            return None
+        if token is not None and token != owner.token:
+            return None
+        return known
+
+    def _remember(self, state: BarrierState, version: str | None) -> None:
+        if version is not None:
+            KNOWN.put(self.store, self.layout, state, version)
+
+    def _epoch_and_state(
+        self, query_id: str, batch_id: int
+    ) -> tuple[int | None, tuple[BarrierState, str | None]]:
+        """The batch's epoch and the barrier state, read concurrently (two round trips
+        to the store in the time of one)."""
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            loading = pool.submit(self._load)
+            epoch = self._epoch_of(query_id, batch_id)
+            return epoch, loading.result()
 
     def _epoch_of(self, query_id: str, batch_id: int) -> int | None:
         """The epoch the batch read (its batch record); None for a no-data batch."""
@@ -403,17 +507,22 @@ class Barrier:
         what: str,
         *,
         claiming: bool = False,
+        remembered: bool = False,
     ) -> tuple[BarrierState, str]:
         """Compare-and-swap the barrier state; a lost race raises, never retried blindly.
 
         The store retries the request itself and resolves a swap whose answer was lost
         (S3: by the write's token). If it still cannot tell, the outcome is unknown: only a
-        restart, through the in-flight record, resolves it.
+        restart, through the in-flight record, resolves it. A swap from a ``remembered``
+        state that loses raises :class:`_StaleState`: that state was not read by this
+        commit, so the loss only says it is out of date.
         """
         key = self.layout.barrier_state
         try:
             return new, self.store.compare_and_swap_json(key, new.to_json(), version)
         except ConcurrentModification:
+            if remembered:
+                raise _StaleState from None
             now = read_barrier_state(self.store, self.layout)
             if now.owner is not None and (me is None or now.owner.run_id != me.run_id or claiming):
                 raise self._fenced(
@@ -488,8 +597,7 @@ class Barrier:
 
     def _delete_parts(self, bundle: Bundle) -> None:
         """Delete a bundle's parts once a swap this driver made no longer references them."""
-        for part in bundle.parts:
-            self.staging.delete(part.location)
+        self.staging.delete_many(part.location for part in bundle.parts)
 
     def _cleanup(self) -> StagingCleanup:
         return StagingCleanup(self.store, self.layout, self.staging)
@@ -508,6 +616,10 @@ class Barrier:
         auth = cleanup.verify(run_id, _claimant(run_id, query_id))
         cleanup.discard((m.part.location for m in msgs if m.part is not None), auth)
         cleanup.clean_batch(query_id, batch_id, auth)
+
+
+class _StaleState(Exception):
+    """A swap from a remembered barrier state lost: the state changed since."""
 
 
 def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str, str | None]:

@@ -77,9 +77,7 @@ class StagingCleanup:
 
     def discard(self, locations: Iterable[str], auth: Authority) -> None:
         """Delete parts this run staged (its commit messages), unless in flight."""
-        for location in locations:
-            if location not in auth.keep:
-                self.staging.delete(location)
+        self.staging.delete_many(loc for loc in locations if loc not in auth.keep)
 
     def clean_batch(self, query_id: str, batch_id: int, auth: Authority) -> None:
         """Delete the batch's leftover parts that can never be delivered (failed task
@@ -98,12 +96,14 @@ class StagingCleanup:
 
     def _clean(self, locations: Iterable[str], auth: Authority, *, own_parts: bool) -> None:
         own = auth.run_id or UNKNOWN_RUN
+        doomed: list[str] = []
         for location in locations:
             rid = part_run_id(location)
             if location in auth.keep or rid is None:
                 continue
             if (own_parts and rid == own) or self._superseded(rid, auth):
-                self.staging.delete(location)
+                doomed.append(location)
+        self.staging.delete_many(doomed)
 
     def _superseded(self, rid: str, auth: Authority) -> bool:
         if auth.generation is None or rid == (auth.run_id or UNKNOWN_RUN):

@@ -80,6 +80,11 @@ class Staging(ABC):
     def delete(self, location: str) -> None:
         """Remove a part; absent parts are not an error."""
 
+    def delete_many(self, locations: Iterable[str]) -> None:
+        """Remove parts (absent ones are not an error); batched where the store can."""
+        for location in locations:
+            self.delete(location)
+
     def missing(self, locations: Iterable[str]) -> tuple[str, ...]:
         """Those of ``locations`` that are not staged (any more), in the given order."""
         wanted = tuple(locations)
@@ -125,6 +130,9 @@ class StoreStaging(Staging):
 
     def delete(self, location: str) -> None:
         self.store.delete(location)
+
+    def delete_many(self, locations: Iterable[str]) -> None:
+        self.store.delete_many(locations)
 
 
 class FileStaging(Staging):

@@ -41,6 +41,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -286,11 +287,14 @@ class S3Store(StateStore):
 
         self.retry(attempt)
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Remove every key under ``prefix`` in batches of 1000; the number removed."""
-        keys = self.list(prefix)
-        for start in range(0, len(keys), 1000):
-            batch = keys[start : start + 1000]
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove ``keys`` with one ``DeleteObjects`` request per 1000 keys."""
+        wanted = list(keys)
+        for start in range(0, len(wanted), 1000):
+            batch = wanted[start : start + 1000]
+            if len(batch) == 1:
+                self.delete(batch[0])
+                continue
 
             def attempt(batch: list[str] = batch) -> None:
                 try:
@@ -302,17 +306,16 @@ class S3Store(StateStore):
                         },
                     )
                 except Exception as err:
-                    raise self.translate_error(err, prefix) from err
+                    raise self.translate_error(err, batch[0]) from err
                 failed = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
                 if failed:
                     first = failed[0]
                     raise StateError(
-                        f"{self.uri}: deleting {len(failed)} key(s) under '{prefix}' failed, "
+                        f"{self.uri}: deleting {len(failed)} of {len(batch)} key(s) failed, "
                         f"e.g. '{first.get('Key')}': {first.get('Code')} {first.get('Message')}"
                     )
 
             self.retry(attempt)
-        return len(keys)
 
     # --- conditional writes --------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -265,11 +265,16 @@ class StateStore(ABC):
     def delete(self, key: str) -> None:
         """Remove ``key``; absent keys are not an error."""
 
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove ``keys``; absent keys are not an error. A store may batch the requests
+        (S3: one ``DeleteObjects`` per 1000 keys)."""
+        for k in keys:
+            self.delete(k)
+
     def delete_prefix(self, prefix: str) -> int:
         """Remove every key under ``prefix``; the number removed."""
         keys = self.list(prefix)
-        for k in keys:
-            self.delete(k)
+        self.delete_many(keys)
         return len(keys)
 
     def close(self) -> None:

@@ -229,6 +229,15 @@ class StoreContract:
         assert store.list() == ["snap-other"]
         assert store.delete_prefix("snap/") == 0
 
+    def test_delete_many(self, store: StateStore) -> None:
+        for i in range(5):
+            store.put(f"parts/{i}", b"x")
+        store.delete_many(["parts/0", "parts/3", "parts/never", "parts/4"])
+        assert store.list("parts/") == ["parts/1", "parts/2"]
+        store.delete_many([])
+        store.delete_many(["parts/1"])
+        assert store.list("parts/") == ["parts/2"]
+
     # --- bad input -----------------------------------------------------------------
 
     @pytest.mark.parametrize("key", BAD_KEYS)

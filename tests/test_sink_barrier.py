@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -409,10 +409,14 @@ class _HookedStaging(StoreStaging):
         self.hook: Callable[[], None] | None = hook
 
     def delete(self, location: str) -> None:
-        hook, self.hook = self.hook, None
-        if hook is not None:
+        self.delete_many([location])
+
+    def delete_many(self, locations: Iterable[str]) -> None:
+        wanted = list(locations)
+        if wanted and self.hook is not None:
+            hook, self.hook = self.hook, None
             hook()
-        super().delete(location)
+        super().delete_many(wanted)
 
 
 def _zombie(p: Pipeline, hook: Callable[[], None]) -> Barrier:

@@ -1,0 +1,104 @@
+"""The marked read task writes its batch record while it fetches, and yields no row
+before the record is written (datasource.stream_reader.read, docs/PROTOCOL.md)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from datasource import stream_reader
+from datasource.batch_record import BatchContext, read_batch_record
+from datasource.offsets import OffsetRange
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition
+from datasource.schema import source_schema
+from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from state.errors import StoreUnavailable
+from state.layout import PipelineLayout
+from state.memory_store import MemoryStore
+from state.store import StoreConfig
+
+RANGE = OffsetRange("t", 0, 0, 3)
+Wired = tuple["GlobalTimeKafkaStreamReader", "SlowStore", list[KafkaInputPartition]]
+
+
+class SlowStore(MemoryStore):
+    """Creates wait until released (a slow store), or fail."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(StoreConfig(uri))
+        self.go = threading.Event()
+        self.fail = False
+
+    def create(self, key: str, data: bytes) -> str:
+        assert self.go.wait(5)
+        if self.fail:
+            raise StoreUnavailable(self.uri, key, "down")
+        return super().create(key, data)
+
+
+def reader(uri: str) -> GlobalTimeKafkaStreamReader:
+    options = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": "fake:9092",
+            "subscribe": "t",
+            "pipeline.id": "p",
+            "state.uri": uri,
+        }
+    )
+    return GlobalTimeKafkaStreamReader(options, source_schema(False))
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> Wired:
+    uri = f"memory://rr-{uuid.uuid4().hex}"
+    store = SlowStore(uri)
+    seen: list[KafkaInputPartition] = []
+
+    def fake_read(
+        options: Any, partition: KafkaInputPartition, schema: Any, *, context: Any
+    ) -> Iterator[str]:
+        seen.append(partition)
+        store.go.set()  # the fetch is under way: let the record's write finish
+        yield "batch-1"
+        yield "batch-2"
+
+    monkeypatch.setattr(stream_reader, "read_partition", fake_read)
+    monkeypatch.setattr(stream_reader, "open_store", lambda config: store)
+    monkeypatch.setattr(BatchContext, "current", classmethod(lambda cls: BatchContext("q", 4)))
+    return reader(uri), store, seen
+
+
+def test_no_row_before_the_record(
+    wired: Wired,
+) -> None:
+    r, store, seen = wired
+    rows = r.read(KafkaInputPartition(9, (RANGE,), records_batch=True))
+    assert next(iter(rows)) == "batch-1"
+    assert read_batch_record(store, PipelineLayout("p"), "q", 4) == 9
+    assert list(rows) == ["batch-2"]
+    # read_partition itself writes nothing: the partition it gets is not marked
+    assert [p.records_batch for p in seen] == [False]
+
+
+def test_a_failed_record_fails_the_task_before_any_row(
+    wired: Wired,
+) -> None:
+    r, store, _ = wired
+    store.fail = True
+    with pytest.raises(StoreUnavailable):
+        next(iter(r.read(KafkaInputPartition(9, (RANGE,), records_batch=True))))
+
+
+def test_unmarked_and_marker_partitions_are_read_as_before(
+    wired: Wired,
+) -> None:
+    r, _, seen = wired
+    assert list(r.read(KafkaInputPartition(9, (RANGE,)))) == ["batch-1", "batch-2"]
+    marker = KafkaInputPartition(9, (), records_batch=True)
+    assert list(r.read(marker)) == ["batch-1", "batch-2"]
+    assert [p.records_batch for p in seen] == [False, True]  # the marker writes it itself
