@@ -21,6 +21,10 @@ commit (the protocol in the commit process: state reads, CASes, promotion, clean
 also the Parquet footer bytes the driver read to commit the data files' statistics). Then the
 targets: exactly-once throughput >= 0.95 x at-least-once; exactly-once adds <= 10 ms per
 bundle at the median; zero item bytes through the driver.
+
+Before its measured runs each target gets an unmeasured at-least-once run: a target's
+first query imports its client (boto3, pyiceberg) in Spark's Python workers, a cost paid
+once per process, which would otherwise fall on whichever mode runs first.
 """
 
 from __future__ import annotations
@@ -220,10 +224,14 @@ def main(argv: list[str] | None = None) -> None:
         fill(bootstrap, topic, args.partitions, args.records, min(args.partitions, 4))
         with local_spark(args.cores) as spark:
             setup = Setup(spark, args, topic, workdir, bucket, server, metrics)
-            # warm-up: the JVM's first streaming job is slow for any sink
+            # warm-up: the JVM's first streaming job is slow for any sink (it warms `file`)
             run_query(setup, "file", "at-least-once", per_batch=args.records)
             runs: list[Run] = []
             for target in targets:
+                if target != "file":
+                    # A target's first query imports its client (boto3, pyiceberg) in the
+                    # Python workers: a once-per-process cost, kept out of either mode.
+                    run_query(setup, target, "at-least-once", per_batch=args.records // 2)
                 modes = (*MODES, S3_PARTS) if target == "s3" else MODES
                 for i in range(args.repeat):
                     order = modes if i % 2 == 0 else tuple(reversed(modes))
