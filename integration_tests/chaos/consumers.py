@@ -265,6 +265,7 @@ class PostgresConsumer(ChaosConsumer):
         return out
 
 
+@register
 class IcebergConsumer(ChaosConsumer):
     """An Iceberg table (pyiceberg's SQL catalog on SQLite, a ``file://`` warehouse); a
     bundle's rows are those of its data files (the bundle id leads their names), put in
