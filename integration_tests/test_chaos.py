@@ -14,9 +14,10 @@ from integration_tests.chaos.options import QUICK_FAULTS, QUICK_SIZING, ChaosOpt
 
 pytestmark = pytest.mark.slow
 
-# Drawn rounds (docs/chaos.md): windowed -> http (S3 latency, a Python worker killed),
-# keyed -> file (killed at after_ack, S3 resets), stateless -> s3 (checkpoint deleted,
-# ZooKeeper session expired, S3 resets), stateless -> kafka (503s, a Python worker, resets).
+# Drawn rounds (docs/chaos.md), until 10 faults were injected: keyed -> http (killed at
+# after_ack, two Python workers killed), keyed -> s3 (killed at after_ack, S3 resets),
+# windowed -> postgres (S3 resets and latency), stateless -> http (lost S3 answers, resets,
+# a 503), stateless -> kafka (killed at after_deliver, S3 faults)...
 SEED = 968
 
 

@@ -127,7 +127,11 @@ class KillAtStep(FaultKind):
     kills_driver = True
 
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
-        return {"step": rng.choice(KILL_STEPS), "ahead": rng.choice((0, 0, 1, 2))}
+        # Only the postgres consumer has a commit of its own to be killed after.
+        steps = [
+            s for s in KILL_STEPS if s != "after_consumer_commit" or plan.consumer == "postgres"
+        ]
+        return {"step": rng.choice(steps), "ahead": rng.choice((0, 0, 1, 2))}
 
     def environment(self, r: RoundRunner, params: Params) -> str:
         # A bundle left in flight is resolved at the restart without these steps (the
