@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from integration_tests.chaos.servers import ChaosServers
+from sink.faults import KILL_STEPS
 from state.records.gt import GT_FIELDS
 
 
@@ -51,6 +52,11 @@ class ChaosConsumer(ABC):
     name: ClassVar[str]
     shape: ClassVar[str] = "arrow"
     ordered: ClassVar[bool] = False  # read() returns bundles in delivery order
+    #: The protocol steps the driver can be killed at with this consumer (only a consumer
+    #: with a commit of its own has ``after_consumer_commit``).
+    kill_steps: ClassVar[tuple[str, ...]] = tuple(
+        s for s in KILL_STEPS if s != "after_consumer_commit"
+    )
 
     def __init__(self, setup: ConsumerSetup) -> None:
         self.setup = setup
@@ -219,6 +225,7 @@ class PostgresConsumer(ChaosConsumer):
     its ``xmin`` (one transaction per bundle), bundles in commit order."""
 
     name = "postgres"
+    kill_steps = KILL_STEPS
     ordered = True
 
     @property

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.fault_proxy import Fault
 from harness.zookeeper import end_session
-from sink.faults import KILL_STEPS
+from integration_tests.chaos.consumers import CONSUMERS
 from state.layout import PipelineLayout
 
 if TYPE_CHECKING:
@@ -127,10 +127,7 @@ class KillAtStep(FaultKind):
     kills_driver = True
 
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
-        # Only the postgres consumer has a commit of its own to be killed after.
-        steps = [
-            s for s in KILL_STEPS if s != "after_consumer_commit" or plan.consumer == "postgres"
-        ]
+        steps = CONSUMERS[plan.consumer].kill_steps
         return {"step": rng.choice(steps), "ahead": rng.choice((0, 0, 1, 2))}
 
     def environment(self, r: RoundRunner, params: Params) -> str:
