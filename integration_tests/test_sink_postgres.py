@@ -258,7 +258,8 @@ def test_server_killed_before_commit_then_restarted(
     postgres: PostgresSchema, postgres_server: PostgresServer
 ) -> None:
     if postgres_server.external:
-        pytest.skip("needs the harness's own server")
+        # GTB_POSTGRES_DSN names a server this test does not own and must not stop.
+        pytest.skip("stops and restarts the server: needs the harness's own, not GTB_POSTGRES_DSN")
     p = pg_pipeline(
         postgres,
         faults=At("after_deliver", 2, postgres_server.stop),
