@@ -11,7 +11,11 @@ keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` 
 * a consumer is lent to one task at a time (:meth:`ConsumerPool.acquire` takes it out of
   the pool, :meth:`ConsumerPool.release` puts it back; thread-safe);
 * a consumer whose position is where the next range starts is lent without a seek, so
-  the records it fetched ahead are used; otherwise it is sought to the range's start;
+  the records it fetched ahead are used. One that stands a little before the start (it
+  read an earlier range of the partition than the last one, in another task of this
+  worker) is moved forward through the records it has already fetched, without a round
+  trip to the broker, when those reach the start (:func:`advance_in_buffer`); otherwise
+  it is sought to the range's start, which drops what it had fetched;
 * bounded: at most ``capacity`` consumers (idle plus lent); the least recently used idle
   ones are closed first. A pool never blocks: when every consumer is lent it may exceed
   its capacity for a while, as Spark's does;
@@ -43,6 +47,9 @@ DEFAULT_CAPACITY = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 #: The longest pause of the module pool's evictor thread (Spark's evictor runs every 1m).
 EVICTOR_INTERVAL_S = 60.0
+#: The most records a pooled consumer is moved forward through (decoded and dropped)
+#: instead of a seek: about the CPU of one fetch round trip on a local broker.
+MAX_ADVANCE_RECORDS = 4_096
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class PoolStats:
     created: int = 0
     reused: int = 0
     seeks: int = 0
+    advanced: int = 0
     evicted: int = 0
     invalidated: int = 0
     idle: int = 0
@@ -87,9 +95,11 @@ class Lease:
     tp: Any  # kafka.TopicPartition
     position: int | None = None
     last_used: float = field(default=0.0, repr=False)
-    #: How this lease began: a new consumer, and whether it was sought (for spans, tests).
+    #: How this lease began: a new consumer, whether it was sought, and how many records
+    #: it was moved forward through instead (for spans, tests).
     created: bool = False
     sought: bool = True
+    advanced: int = 0
 
 
 class ConsumerSource(Protocol):
@@ -254,9 +264,15 @@ class ConsumerPool:
         """Position an idle consumer at ``start``; ``False`` if it turned out unusable
         (it is then closed and counted as invalidated)."""
         consumer, tp = lease.consumer, lease.tp
+        advanced = 0
         try:
             # Both must agree: what the last task saw, and what the consumer says now.
-            if lease.position == start and consumer.position(tp) == start:
+            known = lease.position
+            if known is not None and consumer.position(tp) != known:
+                known = None
+            if known is not None and known < start <= known + MAX_ADVANCE_RECORDS:
+                advanced = advance_in_buffer(consumer, tp, start)
+            if known == start or advanced:
                 seeks = 0
             else:
                 consumer.seek(tp, start)
@@ -275,9 +291,9 @@ class ConsumerPool:
             _close(consumer, "invalidated")
             return False
         lease.position = None  # unknown until the task says where it stopped
-        lease.created, lease.sought = False, bool(seeks)
+        lease.created, lease.sought, lease.advanced = False, bool(seeks), advanced
         with self._lock:
-            self._count(reused=1, seeks=seeks)
+            self._count(reused=1, seeks=seeks, advanced=1 if advanced else 0)
         return True
 
     def _create(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
@@ -330,6 +346,27 @@ class ConsumerPool:
                 self.evict_idle()
             except Exception:
                 log.warning("gtkafka: evicting idle Kafka consumers failed", exc_info=True)
+
+
+def advance_in_buffer(consumer: Any, tp: Any, start: int) -> int:
+    """Move ``consumer`` (assigned ``tp``, standing before ``start``) forward to ``start``
+    by dropping records it has already fetched, never waiting for the broker.
+
+    Returns how many offsets it moved (the consumer then stands exactly at ``start``), or
+    0 when it could not: nothing fetched reaches ``start`` yet, or a poll returned a
+    record at or past ``start`` (offsets missing before it: compaction, transaction
+    markers). The caller must then seek, which puts the position right whatever the
+    polls consumed.
+    """
+    origin = position = consumer.position(tp)
+    while position < start:
+        # timeout 0: only what the fetcher holds already (it may send the next fetch).
+        polled = consumer.poll(timeout_ms=0, max_records=start - position)
+        moved = consumer.position(tp)
+        if not polled.get(tp) or moved <= position:
+            return 0
+        position = moved
+    return position - origin if position == start else 0
 
 
 class SingleConsumer:

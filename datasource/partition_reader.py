@@ -233,6 +233,7 @@ class RangeReader:
                 records=r.size,
                 created=lease.created,
                 sought=lease.sought,
+                advanced=lease.advanced,
             )
         ok = False
         try:

@@ -1,8 +1,9 @@
 """gtkafka's pooled consumers against the real broker.
 
-* Interleaved ranges, task failures mid-range and a broker restart: a pooled consumer
-  never serves a record from a wrong position (every read is exactly its range, record
-  by record), and the pool reuses, seeks and invalidates as it should.
+* Interleaved ranges, task failures mid-range, a broker restart and ranges that start
+  ahead of their consumer: a pooled consumer never serves a record from a wrong position
+  (every read is exactly its range, record by record), and the pool reuses, seeks, moves
+  forward and invalidates as it should.
 * A query's rows (key, value, gt) are identical with and without the pool and with and
   without packing small ranges into one task; every batch has its batch record.
 """
@@ -150,6 +151,16 @@ def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaH
     # reused without a seek: every read that continued where its consumer stood
     assert (reused, seeks) == (10, 7)
     assert reused - (seeks - created) == 8
+
+    # A consumer standing before the range's start (another worker read the ranges in
+    # between) moves forward through the records it has fetched already, without a seek.
+    expected.update(produce(kafka, topic, 3, 300, "c"))
+    read(2, 900, 950)  # its fetch holds the rest of the partition
+    read(2, 1000, 1100)
+    assert pool.stats().advanced == 1 and counts() == (5, 12, 7, 2)
+    read(2, 1050, 1150)  # behind the start: sought back, never advanced
+    read(2, 1190, 1200)
+    assert pool.stats().advanced == 2 and counts() == (5, 14, 8, 2)
     pool.close()
 
 

@@ -132,6 +132,9 @@ class FakeConsumer:
         self.closed = False
         self.view: dict[str, set[int]] = {}  # the last Metadata answer
         self.unanswered = False
+        #: The offset up to which a poll with ``timeout_ms=0`` returns records: what
+        #: kafka-python's fetcher holds already (``None``: everything).
+        self.fetched_to: int | None = None
         self._cluster = FakeCluster(self)
         broker.consumers.append(self)
 
@@ -213,6 +216,7 @@ class FakeConsumer:
                 self.broker.tick(timeout_ms / 1000.0)
             return {}
         limit = max_records or self.config.get("max_poll_records", 500)
+        fetched_to = self.fetched_to if timeout_ms == 0 else None
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp in self.assigned:
             if tp in self.paused or tp.partition not in self.broker.topics.get(tp.topic, {}):
@@ -224,7 +228,8 @@ class FakeConsumer:
             self.high[tp] = part.end
             got: list[ConsumerRecord] = []
             off = pos
-            while off < part.end and len(got) < limit:
+            end = part.end if fetched_to is None else min(part.end, fetched_to)
+            while off < end and len(got) < limit:
                 rec = part.records.get(off)
                 if rec is not None:
                     got.append(rec)

@@ -10,6 +10,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
+from datasource import consumer_pool
 from datasource.consumer_pool import ConsumerPool, PoolKey, PoolStats, SingleConsumer
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
@@ -74,14 +75,53 @@ def test_a_consumer_at_the_next_start_is_reused_without_a_seek(broker: FakeBroke
     assert read(broker, pool, OffsetRange("t", 0, 30, 75)) == list(range(30, 75))
     assert counts(pool) == (1, 1, 1, 0, 0)  # the next range: no seek
     assert broker.calls["connect"] == 1
-    # a replay (an earlier start) or a jump seeks, and reads exactly the range
+    # a replay (an earlier start) seeks; a jump forward moves through what was fetched
     assert read(broker, pool, OffsetRange("t", 0, 10, 20)) == list(range(10, 20))
     assert read(broker, pool, OffsetRange("t", 0, 50, 52)) == [50, 51]
-    assert counts(pool) == (1, 3, 3, 0, 0)
-    assert pool.stats() == PoolStats(1, 3, 3, 0, 0, idle=1, in_use=0)
+    assert counts(pool) == (1, 3, 2, 0, 0)
+    assert pool.stats() == PoolStats(1, 3, 2, 1, 0, 0, idle=1, in_use=0)
     assert not any(c.closed for c in broker.consumers)
     pool.close()
     assert all(c.closed for c in broker.consumers)
+
+
+def test_a_consumer_behind_the_start_moves_through_what_it_fetched(broker: FakeBroker) -> None:
+    """A pool hit behind the range's start: moved forward without a seek when the records
+    it already fetched reach the start, sought otherwise; the range is read exactly."""
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 0, 0, 10)) == list(range(10))
+    (consumer,) = broker.consumers
+    tp = next(iter(consumer.assigned))
+    consumer.fetched_to = 40  # fetched ahead: offsets 10..39
+    assert read(broker, pool, OffsetRange("t", 0, 35, 45)) == list(range(35, 45))
+    assert pool.stats().advanced == 1 and counts(pool)[:3] == (1, 1, 1)
+    assert consumer.position(tp) == 45
+    consumer.fetched_to = 50  # the start lies beyond what was fetched: a seek
+    assert read(broker, pool, OffsetRange("t", 0, 60, 70)) == list(range(60, 70))
+    assert pool.stats().advanced == 1 and counts(pool)[:3] == (1, 2, 2)
+    consumer.fetched_to = None
+    far = consumer_pool.MAX_ADVANCE_RECORDS
+    broker.produce("t", 0, far + 10)
+    assert read(broker, pool, OffsetRange("t", 0, 70 + far + 1, 70 + far + 3)) == [
+        71 + far,
+        72 + far,
+    ]
+    assert pool.stats().advanced == 1 and counts(pool)[:3] == (1, 3, 3)  # too far: sought
+
+
+def test_a_consumer_that_moves_past_the_start_is_sought_back(broker: FakeBroker) -> None:
+    """Offsets missing before the start (compaction, transaction markers): a poll while
+    moving forward returns a record past the start; the consumer is sought back to it and
+    that record is read, not lost."""
+    broker.skip("t", 2, 5)  # offsets 100..104 hold no records
+    broker.produce("t", 2, 10)  # 105..114
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 2, 0, 98)) == list(range(98))
+    assert read(broker, pool, OffsetRange("t", 2, 103, 108)) == [105, 106, 107]
+    assert pool.stats().advanced == 0 and counts(pool)[:3] == (1, 1, 2)
+    # that range's last poll went past its end (5 records asked across the gap): sought
+    assert read(broker, pool, OffsetRange("t", 2, 108, 115)) == list(range(108, 115))
+    assert counts(pool)[:3] == (1, 2, 3)
 
 
 def test_polls_never_pass_the_range_end(broker: FakeBroker) -> None:
