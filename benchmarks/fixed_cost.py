@@ -7,6 +7,9 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
 ``processingTime=0`` (batches back to back) and its first batch left out:
 
 * Spark alone: ``rate-micro-batch`` (``rowsPerBatch=100``) -> ``noop``;
+* Spark's floor for Python data sources: :mod:`benchmarks.python_floor` -> itself, a
+  Python source and sink that do no I/O (not a target; it splits the fixed cost into
+  Spark's cost of Python data sources and gtbarrier's own);
 * gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
   ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3).
 
@@ -20,7 +23,7 @@ import os
 import statistics
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ from benchmarks.source_bench import fill
 TARGET = "<= 2.0x"
 RECORDS = 100
 PARTITIONS = 8
+FLOOR = "python_floor -> python_floor (no I/O)"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Run:
     trigger_ms: list[float]
     add_batch_ms: list[float]
     load: str
+    #: Every phase of Spark's ``durationMs`` (``latestOffset``, ``walCommit``, ...) per batch.
+    phases: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -66,6 +72,10 @@ def measure(query: Any, name: str, batches: int, timeout: float) -> Run:
         [float(p["durationMs"]["triggerExecution"]) for p in progress],
         [float(p["durationMs"].get("addBatch", 0)) for p in progress],
         load_average(),
+        {
+            phase: [float(p["durationMs"].get(phase, 0)) for p in progress]
+            for phase in sorted({k for p in progress for k in p["durationMs"]})
+        },
     )
 
 
@@ -78,6 +88,21 @@ def spark_alone(spark: Any, workdir: Path, batches: int) -> Run:
         .start()
     )
     return measure(query, "rate-micro-batch -> noop", batches, 600)
+
+
+def python_floor(spark: Any, workdir: Path, batches: int) -> Run:
+    """A Python source and a Python sink that do no I/O (:mod:`benchmarks.python_floor`)."""
+    from benchmarks import python_floor as floor
+
+    floor.register(spark)
+    df = spark.readStream.format(floor.NAME).option("rowsPerBatch", RECORDS).load()
+    query = (
+        df.writeStream.format(floor.NAME)
+        .option("checkpointLocation", str(workdir / f"cp-floor-{uuid.uuid4().hex[:6]}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    return measure(query, FLOOR, batches, 600)
 
 
 def gtbarrier(
@@ -109,6 +134,10 @@ def gtbarrier(
     return measure(query, "gtkafka (8 partitions, S3 state) -> barrier (file)", batches, 3600)
 
 
+def _p50(values: list[float] | None) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 def report(runs: list[Run]) -> list[Ratio]:
     print()
     print_table(
@@ -133,7 +162,32 @@ def report(runs: list[Run]) -> list[Ratio]:
         ],
     )
     print()
-    alone, ours = runs
+    alone, floor, ours = runs
+    phases = sorted({k for r in runs for k in r.phases})
+    print_table(
+        [
+            "Spark durationMs, p50",
+            "rate -> noop ms",
+            "python_floor ms",
+            "gtkafka -> barrier ms",
+            "ours over python_floor ms",
+        ],
+        [
+            [
+                phase,
+                *(f"{_p50(r.phases.get(phase)):,.0f}" for r in runs),
+                f"{_p50(ours.phases.get(phase)) - _p50(floor.phases.get(phase)):+,.0f}",
+            ]
+            for phase in phases
+        ],
+    )
+    print(
+        f"of gtkafka -> barrier's {ours.median - alone.median:,.0f} ms over rate -> noop, "
+        f"{floor.median - alone.median:,.0f} ms are Spark's for a Python source and sink "
+        f"(python_floor, {floor.median / alone.median:.2f}x rate -> noop) and "
+        f"{ours.median - floor.median:,.0f} ms are gtbarrier's"
+    )
+    print()
     return [
         target_ratio(
             "fixed cost",
@@ -164,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         with local_spark(args.cores) as spark:
             runs = [
                 spark_alone(spark, Path(tmp), args.batches),
+                python_floor(spark, Path(tmp), args.batches),
                 gtbarrier(
                     spark, Path(tmp), args.batches, bootstrap=bootstrap, topic=topic, server=server
                 ),
