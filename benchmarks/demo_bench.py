@@ -16,7 +16,9 @@ a small warm-up run of its own, with ``Trigger.AvailableNow``:
   the same query -> ``noop``.
 
 Measured: records/s over each query's wall time (start to end). Target: gtbarrier /
-Spark alone >= 0.7.
+Spark alone >= 0.7. With ``--split`` (``make bench`` passes it) two more runs split the
+gap: ``gtkafka -> the query -> noop`` (the Python source's share) and ``json files -> the
+query -> barrier`` (the Python sink's and the barrier's share).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from benchmarks.sink_bench import s3_endpoint
 TARGET = ">= 0.7"
 PARTITIONS = 8
 FILE_SCHEMA_EXTRA = ", src_partition INT, src_offset BIGINT"
+SINKS = {"barrier": "barrier (file)", "noop": "noop"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,38 @@ def _sink(out: Any) -> Any:
     return out.coalesce(partitions) if partitions else out
 
 
+def _start(out: Any, sink: str, ids: dict[str, str], workdir: Path, run: str) -> Any:
+    """Start the demo query ``out`` into ``barrier`` (file consumer) or ``noop``."""
+    writer = _sink(out).writeStream
+    if sink == "barrier":
+        writer = (
+            writer.format("barrier")
+            .options(**ids)
+            .option("consumer", "file")
+            .option("consumer.path", str(workdir / f"out-{run}"))
+        )
+    else:
+        writer = writer.format("noop")
+    return (
+        writer.option("checkpointLocation", str(workdir / f"cp-{run}"))
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def _ids(server: Any) -> tuple[str, dict[str, str]]:
+    """A run id and the gtbarrier options of a pipeline of its own (state on S3)."""
+    run = uuid.uuid4().hex[:8]
+    bucket = f"demo-bench-{run}"
+    server.client().create_bucket(Bucket=bucket)
+    return run, {
+        "pipeline.id": f"demo-{run}",
+        "state.uri": f"s3://{bucket}/gtb",
+        **server.options(),
+    }
+
+
 def _run(query: Any, name: str, records: int, began: float) -> Run:
     """Wait for the AvailableNow ``query`` to end; its wall time counts from ``began``."""
     query.awaitTermination()
@@ -111,14 +146,18 @@ def _run(query: Any, name: str, records: int, began: float) -> Run:
 
 
 def through_gtbarrier(
-    spark: Any, inputs: Inputs, per_batch: int, *, bootstrap: str, server: Any, workdir: Path
+    spark: Any,
+    inputs: Inputs,
+    per_batch: int,
+    *,
+    bootstrap: str,
+    server: Any,
+    workdir: Path,
+    sink: str = "barrier",
 ) -> Run:
     from demo.pipeline import parse_events, reference_tables, shop_outputs
 
-    run = uuid.uuid4().hex[:8]
-    bucket = f"demo-bench-{run}"
-    server.client().create_bucket(Bucket=bucket)
-    ids = {"pipeline.id": f"demo-{run}", "state.uri": f"s3://{bucket}/gtb", **server.options()}
+    run, ids = _ids(server)
     raw = (
         spark.readStream.format("gtkafka")
         .options(**ids)
@@ -131,21 +170,13 @@ def through_gtbarrier(
     categories, rates = reference_tables(spark)
     out = shop_outputs(parse_events(raw, "5 minutes"), categories, rates, "1 minute")
     began = time.perf_counter()
-    query = (
-        _sink(out)
-        .writeStream.format("barrier")
-        .options(**ids)
-        .option("consumer", "file")
-        .option("consumer.path", str(workdir / f"out-{run}"))
-        .option("checkpointLocation", str(workdir / f"cp-{run}"))
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .start()
-    )
-    return _run(query, "gtkafka -> demo query -> barrier (file)", inputs.events, began)
+    query = _start(out, sink, ids, workdir, run)
+    return _run(query, f"gtkafka -> demo query -> {SINKS[sink]}", inputs.events, began)
 
 
-def through_files(spark: Any, inputs: Inputs, workdir: Path) -> Run:
+def through_files(
+    spark: Any, inputs: Inputs, workdir: Path, *, server: Any = None, sink: str = "noop"
+) -> Run:
     from demo.pipeline import EVENT_SCHEMA, reference_tables, shop_outputs
 
     events = (
@@ -158,16 +189,13 @@ def through_files(spark: Any, inputs: Inputs, workdir: Path) -> Run:
     )
     categories, rates = reference_tables(spark)
     out = shop_outputs(events, categories, rates, "1 minute")
+    if sink == "barrier":
+        run, ids = _ids(server)
+    else:
+        run, ids = f"files-{uuid.uuid4().hex[:6]}", {}
     began = time.perf_counter()
-    query = (
-        _sink(out)
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(workdir / f"cp-files-{uuid.uuid4().hex[:6]}"))
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .start()
-    )
-    return _run(query, "json files -> demo query -> noop", inputs.events, began)
+    query = _start(out, sink, ids, workdir, run)
+    return _run(query, f"json files -> demo query -> {SINKS[sink]}", inputs.events, began)
 
 
 def report(runs: list[Run], per_batch: int) -> list[Ratio]:
@@ -187,7 +215,18 @@ def report(runs: list[Run], per_batch: int) -> list[Ratio]:
         ],
     )
     print()
-    ours, alone = runs
+    ours, alone, *split = runs
+    if len(split) == 2:
+        source_only, sink_only = split
+        gap = 1 / ours.rate - 1 / alone.rate
+        print(
+            "where gtkafka -> barrier's extra time per 1,000 records over json -> noop goes: "
+            f"{1000 * gap * 1000:,.1f} ms in all; the Python source alone (gtkafka -> noop) "
+            f"{1000 * (1 / source_only.rate - 1 / alone.rate) * 1000:,.1f} ms, the Python "
+            f"sink alone (json -> barrier) "
+            f"{1000 * (1 / sink_only.rate - 1 / alone.rate) * 1000:,.1f} ms"
+        )
+        print()
     return [
         target_ratio(
             "demo query",
@@ -210,6 +249,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--no-warmup", action="store_true", help="no small run of each query first (tiny runs)"
+    )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also gtkafka -> noop and json -> barrier: the source's and the sink's shares",
     )
     args = parser.parse_args(argv)
     from benchmarks.common import kafka_bootstrap
@@ -243,6 +287,19 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 through_files(spark, inputs, workdir),
             ]
+            if args.split:
+                runs += [
+                    through_gtbarrier(
+                        spark,
+                        inputs,
+                        args.per_batch,
+                        bootstrap=bootstrap,
+                        server=server,
+                        workdir=workdir,
+                        sink="noop",
+                    ),
+                    through_files(spark, inputs, workdir, server=server, sink="barrier"),
+                ]
     ratios = report(runs, args.per_batch)
     write_results(args.json, ratios, {"runs": [r.__dict__ | {"rate": r.rate} for r in runs]})
 

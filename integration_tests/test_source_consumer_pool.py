@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaConsumer
 
 from datasource.batch_record import read_batch_record
-from datasource.consumer_pool import ConsumerPool
+from datasource.consumer_pool import MAX_ADVANCE_RECORDS, ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import RangeReader
@@ -82,12 +82,32 @@ def produce(
     return {(m.partition, m.offset): r[1] for m, r in zip(sent, records, strict=True)}
 
 
-@pytest.mark.timeout(300)
-def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaHelper) -> None:
-    kafka = kafka_durable
-    topic = kafka.create_topic(partitions=3)
-    expected = produce(kafka, topic, 3, 600, "a")
-    opts = KafkaSourceOptions.parse(
+def read_exactly(
+    pool: ConsumerPool,
+    consumers: Any,
+    opts: KafkaSourceOptions,
+    expected: dict[tuple[int, int], bytes],
+    r: OffsetRange,
+) -> None:
+    """Read ``r`` with a consumer from ``pool``: exactly its records, in order."""
+    reader = RangeReader(opts, r, consumer_factory=consumers)
+    table = pa.Table.from_batches(list(reader.batches(3, SCHEMA, source=pool)), SCHEMA)
+    got = list(
+        zip(
+            table.column("partition").to_pylist(),
+            table.column("offset").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=True,
+        )
+    )
+    offsets = range(r.from_offset, r.until_offset)
+    want = [(r.partition, o, expected[(r.partition, o)]) for o in offsets]
+    assert got == want, f"{r}: read {len(got)} records, first {got[:1]}, want {want[:1]}"
+    assert {g["epoch"] for g in table.column("gt").to_pylist()} == {3}
+
+
+def pool_options(kafka: KafkaHelper, topic: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse(
         {
             "kafka.bootstrap.servers": kafka.bootstrap,
             "subscribe": topic,
@@ -95,24 +115,19 @@ def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaH
             "kafkaConsumer.pollTimeoutMs": "60000",
         }
     )
+
+
+@pytest.mark.timeout(300)
+def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaHelper) -> None:
+    kafka = kafka_durable
+    topic = kafka.create_topic(partitions=3)
+    expected = produce(kafka, topic, 3, 600, "a")
+    opts = pool_options(kafka, topic)
     pool = ConsumerPool()
     consumers = FlakyConsumers()
 
     def read(partition: int, begin: int, end: int) -> None:
-        r = OffsetRange(topic, partition, begin, end)
-        reader = RangeReader(opts, r, consumer_factory=consumers)
-        table = pa.Table.from_batches(list(reader.batches(3, SCHEMA, source=pool)), SCHEMA)
-        got = list(
-            zip(
-                table.column("partition").to_pylist(),
-                table.column("offset").to_pylist(),
-                table.column("value").to_pylist(),
-                strict=True,
-            )
-        )
-        want = [(partition, o, expected[(partition, o)]) for o in range(begin, end)]
-        assert got == want, f"{r}: read {len(got)} records, first {got[:1]}, want {want[:1]}"
-        assert {g["epoch"] for g in table.column("gt").to_pylist()} == {3}
+        read_exactly(pool, consumers, opts, expected, OffsetRange(topic, partition, begin, end))
 
     def fail(partition: int, begin: int, end: int, after_polls: int) -> None:
         consumers.arm(after_polls)
@@ -151,16 +166,41 @@ def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaH
     # reused without a seek: every read that continued where its consumer stood
     assert (reused, seeks) == (10, 7)
     assert reused - (seeks - created) == 8
+    pool.close()
 
-    # A consumer standing before the range's start (another worker read the ranges in
-    # between) moves forward through the records it has fetched already, without a seek.
-    expected.update(produce(kafka, topic, 3, 300, "c"))
-    read(2, 900, 950)  # its fetch holds the rest of the partition
-    read(2, 1000, 1100)
-    assert pool.stats().advanced == 1 and counts() == (5, 12, 7, 2)
-    read(2, 1050, 1150)  # behind the start: sought back, never advanced
-    read(2, 1190, 1200)
-    assert pool.stats().advanced == 2 and counts() == (5, 14, 8, 2)
+
+@pytest.mark.timeout(300)
+def test_a_consumer_behind_its_range_moves_through_what_it_fetched(
+    kafka_durable: KafkaHelper,
+) -> None:
+    """A pooled consumer standing before the range's start (another worker read the
+    ranges in between) moves forward through the records it has fetched already, without
+    a seek; a range before it, or past what it fetched, is sought. Every read is exact."""
+    kafka = kafka_durable
+    topic = kafka.create_topic(partitions=1)
+    expected = produce(kafka, topic, 1, 1200, "a")
+    opts = pool_options(kafka, topic)
+    pool = ConsumerPool()
+
+    def read(begin: int, end: int) -> None:
+        read_exactly(pool, KafkaConsumer, opts, expected, OffsetRange(topic, 0, begin, end))
+
+    def counts() -> tuple[int, int, int, int]:
+        s = pool.stats()
+        return s.created, s.reused, s.seeks, s.advanced
+
+    read(0, 50)  # its first fetch holds the whole partition (1 MB of fetch size)
+    read(100, 200)
+    assert counts() == (1, 1, 1, 1)
+    read(150, 250)  # behind the start: sought back, never moved forward
+    assert counts() == (1, 2, 2, 1)
+    read(300, 310)
+    read(1190, 1200)
+    assert counts() == (1, 4, 2, 3)
+    expected.update(produce(kafka, topic, 1, 6000, "b"))
+    read(1200, 1210)  # where it stands: reused as it is
+    read(1211 + MAX_ADVANCE_RECORDS, 1221 + MAX_ADVANCE_RECORDS)  # too far: sought
+    assert counts() == (1, 6, 3, 3)
     pool.close()
 
 
