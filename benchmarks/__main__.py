@@ -56,7 +56,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "fixed_cost": ["--batches", "10"],
         "scaling": ["--records", "200000", "--partitions", "1,16,64"],
         "source": ["--records", "2000000"],
-        "demo": ["--events", "40000", "--per-batch", "10000", "--split"],
+        "demo": ["--events", "40000", "--per-batch", "10000", "--split", "--repeat", "2"],
         "sink": ["--records", "200000", "--per-batch", "40000"],
         "recovery": ["--events", "8000", "--per-batch", "500"],
         "snapshot": ["--skip-recovery"],
