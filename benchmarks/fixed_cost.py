@@ -95,7 +95,12 @@ def python_floor(spark: Any, workdir: Path, batches: int) -> Run:
     from benchmarks import python_floor as floor
 
     floor.register(spark)
-    df = spark.readStream.format(floor.NAME).option("rowsPerBatch", RECORDS).load()
+    df = (
+        spark.readStream.format(floor.NAME)
+        .option("rowsPerBatch", RECORDS)
+        .option("maxBatches", batches + 1)  # then idle: stopped between batches
+        .load()
+    )
     query = (
         df.writeStream.format(floor.NAME)
         .option("checkpointLocation", str(workdir / f"cp-floor-{uuid.uuid4().hex[:6]}"))

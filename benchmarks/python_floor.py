@@ -36,7 +36,8 @@ class FloorPartition(InputPartition):
 
 
 class FloorSource(DataSource):
-    """``python_floor``: option ``rowsPerBatch`` (default 100)."""
+    """``python_floor``: options ``rowsPerBatch`` (default 100), ``maxBatches`` (default
+    none: a new batch at every trigger)."""
 
     @classmethod
     def name(cls) -> str:
@@ -46,17 +47,22 @@ class FloorSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FloorReader(int(self.options.get("rowsPerBatch", "100")))
+        batches = self.options.get("maxBatches")
+        return FloorReader(
+            int(self.options.get("rowsPerBatch", "100")), int(batches) if batches else None
+        )
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
         return FloorWriter()
 
 
 class FloorReader(DataSourceStreamReader):
-    """One batch more at every ``latestOffset``; ``rows`` rows per batch."""
+    """One batch more at every ``latestOffset``, up to ``max_batches`` (then no new data:
+    the query idles, so that it can be stopped between batches); ``rows`` rows per batch."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, max_batches: int | None = None) -> None:
         self.rows = rows
+        self.max_batches = max_batches
 
     def initialOffset(self) -> dict[str, Any]:
         return {"batch": 0}
@@ -65,9 +71,12 @@ class FloorReader(DataSourceStreamReader):
         return ReadMaxRows(self.rows)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        if isinstance(limit, ReadAllAvailable):
-            return start  # nothing is "available" beyond what was asked for
-        return {"batch": int(start["batch"]) + 1}
+        batch = int(start["batch"])
+        if isinstance(limit, ReadAllAvailable) or (
+            self.max_batches is not None and batch >= self.max_batches
+        ):
+            return start  # no new data
+        return {"batch": batch + 1}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return [FloorPartition(b, self.rows) for b in range(int(start["batch"]), int(end["batch"]))]

@@ -9,7 +9,9 @@ code host sees the tables and plots of a real run. Paths of the machine that ran
 ``<venv>`` and ``~`` in the outputs, and what went to stderr (Spark's and the JVM's logs,
 the Python workers' broken pipes when a query stops) is not stored: an error raised by a
 cell is an ``error`` output, which is.
-The notebook's metadata records when and from which commit it was run
+Runs set ``GTBARRIER_LOG_LEVEL=WARNING`` unless it is set (gtbarrier's per-batch INFO
+lines would fill the stored outputs). The notebook's metadata records when and from which
+commit it was run
 (``metadata.gtbarrier``); ``tests/test_notebook_outputs.py`` checks that every stored
 notebook ran completely, in order and without an error.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import subprocess
 import sys
 import time
@@ -128,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         help="do not run: apply the stderr and path scrubbing to the stored outputs",
     )
     a = p.parse_args(argv)
+    # gtbarrier's per-batch INFO lines (lag, decisions) would fill the stored outputs of
+    # the benchmarks' runs; the kernels and everything they start inherit this.
+    os.environ.setdefault("GTBARRIER_LOG_LEVEL", "WARNING")
     paths = [NOTEBOOKS / n for n in a.names] or sorted(NOTEBOOKS.glob("*.ipynb"))
     for path in paths:
         if not path.is_file():
