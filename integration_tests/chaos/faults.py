@@ -142,12 +142,11 @@ class KillAtStep(FaultKind):
     def inject(self, r: RoundRunner, params: Params) -> str:
         driver = r.live_driver()
         epoch = params["epoch"]
-        r.produce_until_epoch(epoch + 1)
 
         def settled() -> bool:
             return not driver.running or r.gt_last() > epoch
 
-        r.wait(settled, 240.0, f"the driver to die at {params['step']}:{epoch}")
+        r.feed_until(settled, 240.0, f"the driver to die at {params['step']}:{epoch}")
         if not driver.running and driver.sigkilled:
             return f"SIGKILL at {params['step']} of bundle {epoch}"
         raise NotFired(
@@ -173,7 +172,9 @@ class KillPythonWorker(FaultKind):
     def inject(self, r: RoundRunner, params: Params) -> str:
         r.wait_moment(params["moment"])
         roots = r.cluster_worker_pids()
-        found = r.wait(lambda: r.live_driver().python_workers(roots), 20.0, "a Python worker")
+        found = r.feed_until(
+            lambda: r.live_driver().python_workers(roots), 30.0, "a Python worker", every=2.0
+        )
         if not found:
             raise NotFired("no Python worker found")
         victim = found[int(params["pick"] * len(found))]
@@ -229,7 +230,7 @@ class _S3Connections(FaultKind):
         assert proxy is not None
         r.wait_moment(params["moment"])
         proxy.inject(self.fault, params["count"])
-        r.wait(lambda: proxy.pending() == 0, 30.0, "the S3 faults to be used")
+        r.feed_until(lambda: proxy.pending() == 0, 30.0, "the S3 faults to be used")
         left = proxy.pending()
         proxy.clear()
         used = params["count"] - left
@@ -451,8 +452,7 @@ class ReceiverDropsAnswer(FaultKind):
         bundle = max(r.gt_last() + params["ahead"], r.query.first_output_epoch)
         receiver.stop()
         receiver.start("--drop-after-store", str(bundle))
-        r.produce_until_epoch(bundle + 1)
-        r.wait(lambda: r.gt_last() >= bundle, 120.0, f"bundle {bundle} acknowledged")
+        r.feed_until(lambda: r.gt_last() >= bundle, 120.0, f"bundle {bundle} acknowledged")
         if r.gt_last() < bundle:
             raise NotFired(f"bundle {bundle} was not delivered in time")
         return f"receiver dropped its answer after storing bundle {bundle}"

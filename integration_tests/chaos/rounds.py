@@ -149,9 +149,12 @@ class RoundRunner:
             time.sleep(min(left, POLL))
         self.check_deadline()
 
-    def wait(self, check: Callable[[], T], timeout: float, what: str) -> T | None:
+    def wait(
+        self, check: Callable[[], T], timeout: float, what: str, *, quiet: bool = False
+    ) -> T | None:
         """Poll ``check`` until it returns something truthy (returned), for ``timeout``
-        seconds (then None; the round's deadline raises :class:`RoundTimeout`)."""
+        seconds (then None, noted unless ``quiet``; the round's deadline raises
+        :class:`RoundTimeout`)."""
         end = time.monotonic() + timeout
         while True:
             value = check()
@@ -159,7 +162,8 @@ class RoundRunner:
                 return value
             self.check_deadline()
             if time.monotonic() >= end:
-                self.note(f"gave up waiting for {what} after {timeout:.0f}s")
+                if not quiet:
+                    self.note(f"gave up waiting for {what} after {timeout:.0f}s")
                 return None
             time.sleep(POLL)
 
@@ -170,6 +174,11 @@ class RoundRunner:
 
     def gt_last(self) -> int:
         return self.barrier().gt_last
+
+    def caught_up(self) -> bool:
+        """Whether the recorded epochs cover every record produced so far."""
+        epochs = read_epochs(self.store, self.pipeline)
+        return bool(epochs) and sum(epochs[-1].end.offsets.values()) >= self.produced
 
     def epoch_covering(self, partition: int, offset: int) -> int | None:
         """The recorded epoch that reads ``offset`` of ``partition``, if any yet."""
@@ -218,10 +227,28 @@ class RoundRunner:
         self.note(f"records {self.produced}..{end - 1} produced", "input")
         self.produced = end
 
-    def produce_until_epoch(self, epoch: int) -> None:
-        """Produce chunks until the input fills epochs up to ``epoch`` (or runs out)."""
-        while self.produced <= (epoch + 1) * self.plan.max_offsets and self.produce_chunk():
-            pass
+    def feed_until(
+        self, check: Callable[[], T], timeout: float, what: str, *, every: float = 5.0
+    ) -> T | None:
+        """Like :meth:`wait`, but keep the pipeline busy while ``check`` is false: every
+        ``every`` seconds, if it has read all of its input, produce the next planned chunk
+        or, once all of that is out, a quarter batch of extra records (the reference reads
+        the topic, so extra input is judged like the rest).
+
+        A fault that needs traffic (an S3 request, a running task, a given bundle) must
+        not depend on the pipeline still being behind its planned input: a fast pipeline
+        has read all of it long before a late fault's moment."""
+        end = time.monotonic() + timeout
+        while True:
+            if self.caught_up() and not self.produce_chunk():
+                self.produce_records(self.plan.max_offsets // 4)
+            left = end - time.monotonic()
+            value = self.wait(check, min(every, max(left, 0.0)), what, quiet=True)
+            if value:
+                return value
+            if time.monotonic() >= end:
+                self.note(f"gave up waiting for {what} after {timeout:.0f}s")
+                return None
 
     def produce_tick(self, n: int) -> int:
         """Tick ``n`` (record ``TICK_BASE + n``) to partition 0; its offset."""
