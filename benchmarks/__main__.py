@@ -54,7 +54,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
         "fixed_cost": ["--batches", "10"],
-        "scaling": ["--records", "200000", "--partitions", "1,16,64"],
+        "scaling": ["--records", "200000", "--partitions", "1,16,64", "--repeat", "2"],
         "source": ["--records", "2000000"],
         "demo": ["--events", "40000", "--per-batch", "10000", "--split", "--repeat", "2"],
         "sink": ["--records", "200000", "--per-batch", "40000"],

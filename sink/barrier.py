@@ -24,6 +24,7 @@ record.
    fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
    than the recorded one is fenced too; the snapshot coordinator records its token as the
    owner when it takes it (:func:`state.fencing.claim_barrier`), before its query runs.
+   The claim and every swap of the state are :mod:`sink.ownership`'s.
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
    ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
    cannot be (its staged parts are gone), the error says what is lost and names the way
@@ -40,38 +41,34 @@ Staged parts are deleted only under verified ownership (:mod:`sink.cleanup`).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
+from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN, KnownState
 from sink.lost_inflight import LostBundle
 from sink.options import SinkOptions
+from sink.ownership import Ownership, StaleState, claimant
 from sink.staging import Staging
-from state.barrier_state import load_barrier_state, read_barrier_state
+from state.barrier_state import load_barrier_state
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
-    ConcurrentModification,
     DeliveryFailed,
     FatalError,
     GtBarrierError,
-    KeyExists,
-    PipelineFenced,
     StateError,
-    StoreUnavailable,
 )
 from state.layout import PipelineLayout
-from state.records.barrier import BarrierState, Owner, RunMarker
+from state.records.barrier import BarrierState, Owner
 from state.records.batch import BatchRecord
 from state.records.codec import decode
 from state.retry import delivery
@@ -81,7 +78,6 @@ from state.worker_logging import ensure_worker_logging
 log = logging.getLogger(__name__)
 
 RUN_ID = re.compile(r"runId\s*=\s*([0-9A-Za-z-]+)")
-METRICS_ENV = "GTBARRIER_METRICS"
 
 
 def run_id_from_description(description: str | None) -> str | None:
@@ -90,19 +86,6 @@ def run_id_from_description(description: str | None) -> str | None:
         return None
     m = RUN_ID.search(description)
     return m.group(1) if m else None
-
-
-@dataclass
-class CommitOutcome:
-    """What a commit did (for logs, tests and the benchmark's metrics)."""
-
-    batch_id: int
-    epoch: int | None
-    action: str  # delivered | dropped | empty | no-data
-    rows: int = 0
-    recovered: int | None = None
-    driver_bytes: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Barrier:
@@ -127,6 +110,7 @@ class Barrier:
         self.layout = PipelineLayout(options.pipeline_id)
         self.clock = clock
         self.sleep = sleep
+        self.ownership = Ownership(options, store, self.layout, clock=clock)
 
     # --- Spark's hooks --------------------------------------------------------------
 
@@ -150,8 +134,8 @@ class Barrier:
             KNOWN.forget(self.store, self.layout)
             raise
         outcome.timings["total"] = time.perf_counter() - started
-        self._log_outcome(outcome)
-        _record_metrics(self.options, outcome)
+        outcome.log(self.options.pipeline_id, self.consumer.describe())
+        outcome.record_metrics(self.options)
         return outcome
 
     def abort(self, messages: Sequence[BarrierCommitMessage | None], batch_id: int) -> None:
@@ -195,7 +179,7 @@ class Barrier:
                         timings=timings,
                         remembered=True,
                     )
-                except _StaleState:
+                except StaleState:
                     timings.clear()
             KNOWN.forget(self.store, self.layout)
             loaded = self._load()
@@ -217,7 +201,11 @@ class Barrier:
         state, version = loaded
         timings["read_state"] = t() - t0
 
-        state, version = self._claim(state, version, run_id, query_id)
+        claim = self.ownership.claim(state, version, run_id, query_id)
+        state, version = claim.state, claim.version
+        if claim.took_over:
+            cleanup = self._cleanup()
+            cleanup.sweep(cleanup.verify(run_id, claimant(run_id, query_id), state))
         me = state.owner
         outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
 
@@ -263,9 +251,10 @@ class Barrier:
         """Deliver bundle ``epoch`` (above ``GT_last``) and advance ``GT_last`` to it.
 
         ``remembered``: ``state`` is what this process last read or wrote, not a read made
-        by this commit; the first swap confirms it or raises :class:`_StaleState` (nothing
-        was written: the caller starts again from a read). At-least-once delivers before
-        its first swap, so it never starts from a remembered state.
+        by this commit; the first swap confirms it or raises
+        :class:`~sink.ownership.StaleState` (nothing was written: the caller starts again
+        from a read). At-least-once delivers before its first swap, so it never starts
+        from a remembered state.
         """
         t = time.perf_counter
         me = state.owner
@@ -274,7 +263,7 @@ class Barrier:
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
             t1 = t()
-            state, version = self._cas(
+            state, version = self.ownership.swap(
                 state,
                 replace(state, inflight=bundle.to_record()),
                 version,
@@ -292,7 +281,7 @@ class Barrier:
         outcome.driver_bytes = ack.driver_bytes
         self.faults.at("after_ack", epoch)
         t1 = t()
-        state, version = self._cas(
+        state, version = self.ownership.swap(
             state,
             replace(state, gt_last=epoch, inflight=None),
             version,
@@ -304,7 +293,7 @@ class Barrier:
         t1 = t()
         self._delete_parts(bundle)
         cleanup = self._cleanup()
-        auth = cleanup.verify(run_id, _claimant(run_id, query_id), state)  # just swapped
+        auth = cleanup.verify(run_id, claimant(run_id, query_id), state)  # just swapped
         cleanup.clean_batch(query_id, batch_id, auth)
         timings["cleanup"] = t() - t1
         self.faults.at("after_gt_last", epoch)
@@ -320,7 +309,7 @@ class Barrier:
         if known is None or known.state.inflight is not None:
             return None
         owner, token = known.state.owner, self.options.fencing_token
-        if owner is None or owner.run_id != _claimant(run_id, query_id):
+        if owner is None or owner.run_id != claimant(run_id, query_id):
             return None
         if token is not None and token != owner.token:
             return None
@@ -354,64 +343,6 @@ class Barrier:
     def _load(self) -> tuple[BarrierState, str | None]:
         return load_barrier_state(self.store, self.layout)
 
-    def _claim(
-        self, state: BarrierState, version: str | None, parts_run: str | None, query_id: str
-    ) -> tuple[BarrierState, str]:
-        """Make this run the owner, or raise :class:`PipelineFenced` if it was superseded.
-
-        A driver claim (the coordinator took the pipeline with this run's token before the
-        query ran) is turned into this run's claim.
-        """
-        run_id = _claimant(parts_run, query_id)
-        token = self.options.fencing_token
-        owner = state.owner
-        if (
-            owner is not None
-            and token is not None
-            and owner.token is not None
-            and token < owner.token
-        ):
-            raise self._fenced(owner, run_id, f"its fencing.token {token} < {owner.token}")
-        if owner is not None and owner.run_id == run_id and (token is None or token == owner.token):
-            assert version is not None
-            return state, version
-        marker = self.layout.barrier_run(run_id)
-        if (
-            owner is not None
-            and owner.run_id != run_id
-            and self.store.get_or_none(marker) is not None
-        ):
-            raise self._fenced(owner, run_id, "a newer run took the pipeline over")
-        generation = (owner.generation + 1) if owner else 1
-        if owner is None or owner.run_id != run_id:
-            try:
-                self.store.create_json(
-                    marker, RunMarker(run_id, query_id, self.clock(), generation).to_json()
-                )
-            except KeyExists:
-                raise self._fenced(owner, run_id, "this run was superseded") from None
-        new_owner = Owner(
-            run_id=run_id,
-            query_id=query_id,
-            generation=generation,
-            since=self.clock(),
-            token=token if token is not None else (owner.token if owner else None),
-        )
-        claimed = replace(state, owner=new_owner)
-        if version is None:
-            try:
-                new_version = self.store.create_json(self.layout.barrier_state, claimed.to_json())
-            except KeyExists:
-                current, _ = self._load()
-                raise self._fenced(current.owner, run_id, "another run claimed it first") from None
-            return claimed, new_version
-        claimed, new_version = self._cas(
-            state, claimed, version, new_owner, "claim the pipeline", claiming=True
-        )
-        cleanup = self._cleanup()
-        cleanup.sweep(cleanup.verify(parts_run, run_id, claimed))  # just swapped
-        return claimed, new_version
-
     def _resolve_inflight(
         self, state: BarrierState, version: str, me: Owner | None
     ) -> tuple[BarrierState, str, int]:
@@ -444,7 +375,7 @@ class Barrier:
                 if lost is None:
                     raise
                 raise StateError(lost.describe()) from err
-        state, version = self._cas(
+        state, version = self.ownership.swap(
             state,
             replace(state, gt_last=max(state.gt_last, bundle.epoch), inflight=None),
             version,
@@ -498,101 +429,6 @@ class Barrier:
             )
             raise
 
-    def _cas(  # noqa: PLR0913 - the swap, and what its errors must name
-        self,
-        old: BarrierState,
-        new: BarrierState,
-        version: str,
-        me: Owner | None,
-        what: str,
-        *,
-        claiming: bool = False,
-        remembered: bool = False,
-    ) -> tuple[BarrierState, str]:
-        """Compare-and-swap the barrier state; a lost race raises, never retried blindly.
-
-        The store retries the request itself and resolves a swap whose answer was lost
-        (S3: by the write's token). If it still cannot tell, the outcome is unknown: only a
-        restart, through the in-flight record, resolves it. A swap from a ``remembered``
-        state that loses raises :class:`_StaleState`: that state was not read by this
-        commit, so the loss only says it is out of date.
-        """
-        key = self.layout.barrier_state
-        try:
-            return new, self.store.compare_and_swap_json(key, new.to_json(), version)
-        except ConcurrentModification:
-            if remembered:
-                raise _StaleState from None
-            now = read_barrier_state(self.store, self.layout)
-            if now.owner is not None and (me is None or now.owner.run_id != me.run_id or claiming):
-                raise self._fenced(
-                    now.owner, me.run_id if me else "?", f"it lost the race to {what}"
-                ) from None
-            raise CommitFailed(
-                f"barrier: {self.store.uri}/{key} changed while this driver tried to {what}; "
-                "not retried"
-            ) from None
-        except StoreUnavailable as err:  # StoreWriteUnknown included
-            raise CommitStateUnknown(
-                f"barrier: could not {what}: {err}; restarting the query resolves it"
-            ) from err
-
-    def _fenced(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
-        err = self._fenced_error(owner, run_id, why)
-        log.warning("%s", err)
-        return err
-
-    def _fenced_error(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
-        if owner is None:
-            return PipelineFenced(
-                f"barrier: pipeline {self.options.pipeline_id!r}: this driver (run {run_id}) "
-                f"is fenced: {why}"
-            )
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(owner.since))
-        if owner.is_driver_claim:
-            return PipelineFenced(
-                f"barrier: pipeline {self.options.pipeline_id!r} was taken by driver "
-                f"{owner.driver} with fencing token {owner.token} (generation "
-                f"{owner.generation}) at {since}, before its query's first commit; this driver "
-                f"(run {run_id}) is a zombie and stops ({why})"
-            )
-        return PipelineFenced(
-            f"barrier: pipeline {self.options.pipeline_id!r} is owned by run {owner.run_id} "
-            f"(query {owner.query_id}, generation {owner.generation}) since {since}; this "
-            f"driver (run {run_id}) is a zombie and stops ({why})"
-        )
-
-    def _log_outcome(self, outcome: CommitOutcome) -> None:
-        """One line per commit: what the barrier decided (the user's record of it)."""
-        pipeline = self.options.pipeline_id
-        if outcome.action == "delivered":
-            log.info(
-                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s; GT_last=%d",
-                pipeline,
-                outcome.epoch,
-                outcome.batch_id,
-                outcome.rows,
-                self.consumer.describe(),
-                outcome.epoch,
-            )
-        elif outcome.action == "dropped":
-            log.info(
-                "barrier: pipeline %s: batch %d dropped as replayed: bundle %d (%d rows) is "
-                "at or below GT_last",
-                pipeline,
-                outcome.batch_id,
-                outcome.epoch,
-                outcome.rows,
-            )
-        else:
-            log.debug(
-                "barrier: pipeline %s: batch %d (epoch %s) had no rows to deliver (%s)",
-                pipeline,
-                outcome.batch_id,
-                outcome.epoch,
-                outcome.action,
-            )
-
     # --- staging cleanup --------------------------------------------------------------
 
     def _delete_parts(self, bundle: Bundle) -> None:
@@ -613,13 +449,9 @@ class Barrier:
         directory's leftovers, on a fresh read of the barrier state (this run's state may
         predate another run's claim)."""
         cleanup = self._cleanup()
-        auth = cleanup.verify(run_id, _claimant(run_id, query_id))
+        auth = cleanup.verify(run_id, claimant(run_id, query_id))
         cleanup.discard((m.part.location for m in msgs if m.part is not None), auth)
         cleanup.clean_batch(query_id, batch_id, auth)
-
-
-class _StaleState(Exception):
-    """A swap from a remembered barrier state lost: the state changed since."""
 
 
 def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str, str | None]:
@@ -628,29 +460,3 @@ def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str,
         raise CommitFailed(f"barrier: batch {batch_id}'s tasks disagree on query/run: {ids}")
     query_id, run_id = ids.pop()
     return query_id, run_id
-
-
-def _claimant(run_id: str | None, query_id: str) -> str:
-    """The id a run claims the pipeline under: its run id, else one derived from the query."""
-    return run_id or f"query-{query_id}"
-
-
-def _record_metrics(options: SinkOptions, outcome: CommitOutcome) -> None:
-    """Append one JSON line per commit to ``$GTBARRIER_METRICS`` if set (benchmarks)."""
-    path = os.environ.get(METRICS_ENV)
-    if not path:
-        return
-    rec = {
-        "pipeline_id": options.pipeline_id,
-        "delivery": options.delivery,
-        "consumer": options.consumer,
-        "batch_id": outcome.batch_id,
-        "epoch": outcome.epoch,
-        "action": outcome.action,
-        "rows": outcome.rows,
-        "recovered": outcome.recovered,
-        "driver_bytes": outcome.driver_bytes,
-        "timings": outcome.timings,
-    }
-    with open(path, "a") as f:
-        f.write(json.dumps(rec, sort_keys=True) + "\n")

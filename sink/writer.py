@@ -17,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from sink.barrier import Barrier, CommitOutcome, run_id_from_description
+from sink.barrier import Barrier, run_id_from_description
 from sink.bundle import BarrierCommitMessage
+from sink.commit_outcome import CommitOutcome
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt

@@ -187,7 +187,7 @@ def test_the_commit_records_its_steps_and_the_write_its_input_wait(
     import pyarrow as pa
 
     from sink import writer
-    from sink.barrier import CommitOutcome
+    from sink.commit_outcome import CommitOutcome
 
     monkeypatch.setenv(profiling.ENV, str(tmp_path))
     timings = {"read_state": 0.5, "cas_inflight": 0.25, "deliver": 1.0, "total": 2.0}
