@@ -157,20 +157,23 @@ def measure(
     """Every point of both axes (topics filled once per partition count).
 
     With ``repeat`` > 1 the points of one session are run that many times in turn (1, 4,
-    ..., 64, then 1, 4, ... again) and each keeps its run with the highest in-trigger
-    rate: the 1-partition reference moves by a third from run to run (its batches are one
-    task each, and which Python worker runs it varies), and a session's first runs are
-    slower whatever they run."""
+    ..., 64, then 1, 4, ... again), each run on a topic of its own (so that it starts with
+    no pooled consumer, like the first), and each point keeps its run with the highest
+    in-trigger rate: the 1-partition reference moves by a third from run to run (its
+    batches are one task each, and which Python worker runs it varies), and a session's
+    first runs are slower whatever they run."""
     all_cores = os.cpu_count() or 1
     cores = list(cores or range(1, all_cores + 1))
-    topics: dict[int, str] = {}
+    topics: dict[tuple[int, int], str] = {}
 
-    def topic_with(n: int) -> str:
-        if n not in topics:
+    def topic_with(n: int, turn: int) -> str:
+        # A topic per turn: a repeated run must not find the Python workers' pooled
+        # consumers of the previous one (their creation is part of what is measured).
+        if (n, turn) not in topics:
             name = f"scale-{n}p-{uuid.uuid4().hex[:6]}"
             fill(bootstrap, name, n, records - records % n, min(n, all_cores))
-            topics[n] = name
-        return topics[n]
+            topics[(n, turn)] = name
+        return topics[(n, turn)]
 
     warmup = f"scale-warmup-{uuid.uuid4().hex[:6]}"
     fill(bootstrap, warmup, 2, 10_000, 1)
@@ -186,7 +189,7 @@ def measure(
             best: dict[tuple[str, int], Point] = {}
             for turn in range(repeat):
                 for axis, p in axes:
-                    topic = topic_with(p)
+                    topic = topic_with(p, turn)
                     n = records - records % p
                     run = run_pipeline(spark, bootstrap, topic, n, workdir, sink=sink)
                     point = Point(
