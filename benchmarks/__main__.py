@@ -53,7 +53,7 @@ __all__ = ["Outcome", "Ratio", "main"]
 SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
-        "fixed_cost": ["--batches", "10"],
+        "fixed_cost": ["--batches", "10", "--repeat", "2"],
         "scaling": ["--records", "200000", "--partitions", "1,16,64", "--repeat", "2"],
         "source": ["--records", "2000000"],
         "demo": ["--events", "40000", "--per-batch", "10000", "--split", "--repeat", "2"],
