@@ -82,10 +82,21 @@ def test_zombie_is_fenced_before_the_new_drivers_first_commit(  # noqa: PLR0917
             ),
         )
         zkc = zk.client()
+
+        def settled() -> bool:
+            # Every record delivered *and* acknowledged: the file consumer writes a bundle
+            # before the barrier advances GT_last to it, and a GT_last that moves after
+            # ``cut`` is read must be the zombie's doing, not A's last legitimate commit.
+            if delivered_records(out) != n or not zkc.exists(f"/gtbarrier/{PIPELINE}/resume"):
+                return False
+            state = read_barrier_state(store, PipelineLayout(PIPELINE))
+            last = max(bundle_id for bundle_id, _ in bundles(out))
+            return state.inflight is None and state.gt_last == last
+
         wait_until(
-            lambda: delivered_records(out) == n and zkc.exists(f"/gtbarrier/{PIPELINE}/resume"),
+            settled,
             timeout=240,
-            what="driver A to deliver the first records and take a snapshot",
+            what="driver A to deliver and acknowledge the first records and take a snapshot",
         )
 
         # A becomes a zombie: cut off from ZooKeeper, its query idle but running.
