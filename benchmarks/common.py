@@ -3,18 +3,20 @@ ratios with their targets and the files that carry them to ``python -m benchmark
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+R = TypeVar("R")
 
 
 @contextmanager
@@ -166,3 +168,44 @@ def wait_for_batches(query: Any, batches: int, timeout: float, what: str) -> Non
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: fewer than {batches} batches in {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected an integer of at least 1")
+    return value
+
+
+def add_repeat_option(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--repeat N`` (default 1, at least 1; ``text`` is its help), for
+    :func:`best_in_turn`."""
+    parser.add_argument("--repeat", type=_at_least_one, default=1, help=text)
+
+
+def best_in_turn(
+    variants: Sequence[Callable[[int], R]],
+    repeat: int,
+    *,
+    cost: Callable[[R], float],
+    describe: Callable[[R], str] | None = None,
+) -> list[R]:
+    """Run the variants ``repeat`` times in turn (A B A B ...; each is given the turn's
+    number) and keep each one's run of the lowest ``cost``.
+
+    A session's first runs are slower whatever they run (the JVM's JIT, the Python
+    workers' first imports): in turn, and the best of each, no variant is favoured by its
+    place in the order. With ``describe``, each turn's runs are printed on one line.
+    """
+    turns: list[list[R]] = []
+    for turn in range(repeat):
+        turns.append([variant(turn) for variant in variants])
+        if describe is not None:
+            print(
+                f"  round {turn + 1}/{repeat}: " + "; ".join(describe(r) for r in turns[-1]),
+                flush=True,
+            )
+    return [min(runs, key=cost) for runs in zip(*turns, strict=True)]

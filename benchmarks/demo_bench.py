@@ -41,6 +41,8 @@ from typing import Any
 
 from benchmarks.common import (
     Ratio,
+    add_repeat_option,
+    best_in_turn,
     load_average,
     local_spark,
     print_table,
@@ -204,24 +206,6 @@ def through_files(spark: Any, inputs: Inputs, workdir: Path, *, sink: str = "noo
     return _run(query, f"json files -> demo query -> {SINKS[sink]}", inputs.events, began)
 
 
-def best_of(variants: list[Callable[[], Run]], repeat: int) -> list[Run]:
-    """Run the variants ``repeat`` times in turn (A B A B ...); each one's fastest run.
-
-    A session's first full-size runs are slower whatever they run (the JVM's JIT, the
-    Python workers' first imports): in turn, and the fastest of each, no variant is
-    favoured by its place in the order.
-    """
-    rounds: list[list[Run]] = []
-    for n in range(repeat):
-        rounds.append([variant() for variant in variants])
-        print(
-            f"  round {n + 1}/{repeat}: "
-            + "; ".join(f"{r.query} {r.seconds:.1f} s" for r in rounds[-1]),
-            flush=True,
-        )
-    return [min(runs, key=lambda r: r.seconds) for runs in zip(*rounds, strict=True)]
-
-
 def report(runs: list[Run], per_batch: int) -> list[Ratio]:
     print()
     print_table(
@@ -281,15 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also gtkafka -> noop and json -> python_floor (the source's, a Python sink's share)",
     )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="run the queries this many times in turn and keep each one's fastest",
-    )
+    add_repeat_option(parser, "run the queries this many times in turn and keep each one's fastest")
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error(f"--repeat: {args.repeat}; expected at least 1")
     from benchmarks.common import kafka_bootstrap
 
     conf = {"spark.sql.shuffle.partitions": "4", "spark.sql.session.timeZone": "UTC"}
@@ -310,8 +287,8 @@ def main(argv: list[str] | None = None) -> None:
                     spark, warm, warm_n, bootstrap=bootstrap, server=server, workdir=workdir
                 )
                 through_files(spark, warm, workdir)
-            variants: list[Callable[[], Run]] = [
-                lambda: through_gtbarrier(
+            variants: list[Callable[[int], Run]] = [
+                lambda _turn: through_gtbarrier(
                     spark,
                     inputs,
                     args.per_batch,
@@ -319,11 +296,11 @@ def main(argv: list[str] | None = None) -> None:
                     server=server,
                     workdir=workdir,
                 ),
-                lambda: through_files(spark, inputs, workdir),
+                lambda _turn: through_files(spark, inputs, workdir),
             ]
             if args.split:
                 variants += [
-                    lambda: through_gtbarrier(
+                    lambda _turn: through_gtbarrier(
                         spark,
                         inputs,
                         args.per_batch,
@@ -332,9 +309,14 @@ def main(argv: list[str] | None = None) -> None:
                         workdir=workdir,
                         sink="noop",
                     ),
-                    lambda: through_files(spark, inputs, workdir, sink="python"),
+                    lambda _turn: through_files(spark, inputs, workdir, sink="python"),
                 ]
-            runs = best_of(variants, args.repeat)
+            runs = best_in_turn(
+                variants,
+                args.repeat,
+                cost=lambda r: r.seconds,
+                describe=lambda r: f"{r.query} {r.seconds:.1f} s",
+            )
     ratios = report(runs, args.per_batch)
     write_results(args.json, ratios, {"runs": [r.__dict__ | {"rate": r.rate} for r in runs]})
 

@@ -33,6 +33,8 @@ from typing import Any
 
 from benchmarks.common import (
     Ratio,
+    add_repeat_option,
+    best_in_turn,
     kafka_bootstrap,
     load_average,
     local_spark,
@@ -215,16 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="run the queries this many times in turn; each keeps its run with the lowest median",
+    add_repeat_option(
+        parser, "run the queries this many times in turn; each keeps its run with the lowest median"
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error(f"--repeat: {args.repeat}; expected at least 1")
     with (
         kafka_bootstrap(args.bootstrap) as bootstrap,
         s3_endpoint(args.s3_endpoint) as server,
@@ -233,29 +230,23 @@ def main(argv: list[str] | None = None) -> None:
         topic = f"fixed-cost-{uuid.uuid4().hex[:8]}"
         fill(bootstrap, topic, PARTITIONS, RECORDS * (args.batches + 3), 1)
         with local_spark(args.cores) as spark:
-            turns = []
-            for turn in range(args.repeat):
-                turns.append(
-                    [
-                        spark_alone(spark, Path(tmp), args.batches),
-                        python_floor(spark, Path(tmp), args.batches),
-                        gtbarrier(
-                            spark,
-                            Path(tmp),
-                            args.batches,
-                            bootstrap=bootstrap,
-                            topic=topic,
-                            server=server,
-                        ),
-                    ]
-                )
-                if args.repeat > 1:
-                    print(
-                        f"  run {turn + 1}/{args.repeat}: "
-                        + ", ".join(f"{r.query}: {r.median:,.0f} ms" for r in turns[-1]),
-                        flush=True,
-                    )
-            runs = [min(same, key=lambda r: r.median) for same in zip(*turns, strict=True)]
+            runs = best_in_turn(
+                [
+                    lambda _turn: spark_alone(spark, Path(tmp), args.batches),
+                    lambda _turn: python_floor(spark, Path(tmp), args.batches),
+                    lambda _turn: gtbarrier(
+                        spark,
+                        Path(tmp),
+                        args.batches,
+                        bootstrap=bootstrap,
+                        topic=topic,
+                        server=server,
+                    ),
+                ],
+                args.repeat,
+                cost=lambda r: r.median,
+                describe=(lambda r: f"{r.query}: {r.median:,.0f} ms") if args.repeat > 1 else None,
+            )
     ratios = report(runs)
     write_results(args.json, ratios, {"runs": [r.__dict__ for r in runs]})
 

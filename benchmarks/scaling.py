@@ -27,6 +27,7 @@ Target: records/s inside triggers with the most partitions / with one >= 0.8.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import tempfile
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    add_repeat_option,
+    best_in_turn,
     kafka_bootstrap,
     load_average,
     local_spark,
@@ -175,6 +178,31 @@ def measure(
             topics[(n, turn)] = name
         return topics[(n, turn)]
 
+    def point_of(spark: Any, c: int, axis: str, p: int, turn: int) -> Point:
+        """Run one point on its turn's topic; print it."""
+        n = records - records % p
+        run = run_pipeline(spark, bootstrap, topic_with(p, turn), n, workdir, sink=sink)
+        point = Point(
+            axis,
+            p,
+            c,
+            n,
+            run.wall_s,
+            run.triggers_s,
+            run.batches,
+            load_average(),
+            run.steady_records,
+            run.steady_s,
+        )
+        print(
+            f"  {axis:10} partitions={p:<3} local[{c}]"
+            + (f" (run {turn + 1}/{repeat})" if repeat > 1 else "")
+            + f": {n:,} records in {run.wall_s:.1f}s ({point.rate:,.0f}/s; "
+            f"{point.trigger_rate:,.0f}/s inside triggers)",
+            flush=True,
+        )
+        return point
+
     warmup = f"scale-warmup-{uuid.uuid4().hex[:6]}"
     fill(bootstrap, warmup, 2, 10_000, 1)
     points: list[Point] = []
@@ -186,35 +214,11 @@ def measure(
                 axes.append(("cores", 8))
             if c == all_cores:
                 axes += [("partitions", p) for p in partitions]
-            best: dict[tuple[str, int], Point] = {}
-            for turn in range(repeat):
-                for axis, p in axes:
-                    topic = topic_with(p, turn)
-                    n = records - records % p
-                    run = run_pipeline(spark, bootstrap, topic, n, workdir, sink=sink)
-                    point = Point(
-                        axis,
-                        p,
-                        c,
-                        n,
-                        run.wall_s,
-                        run.triggers_s,
-                        run.batches,
-                        load_average(),
-                        run.steady_records,
-                        run.steady_s,
-                    )
-                    print(
-                        f"  {axis:10} partitions={p:<3} local[{c}]"
-                        + (f" (run {turn + 1}/{repeat})" if repeat > 1 else "")
-                        + f": {n:,} records in {run.wall_s:.1f}s ({point.rate:,.0f}/s; "
-                        f"{point.trigger_rate:,.0f}/s inside triggers)",
-                        flush=True,
-                    )
-                    kept = best.get((axis, p))
-                    if kept is None or point.trigger_rate > kept.trigger_rate:
-                        best[(axis, p)] = point
-            points += best.values()
+            points += best_in_turn(
+                [functools.partial(point_of, spark, c, axis, p) for axis, p in axes],
+                repeat,
+                cost=lambda point: -point.trigger_rate,
+            )
     return points
 
 
@@ -280,17 +284,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", default=",".join(map(str, PARTITIONS)))
     parser.add_argument("--cores", default=None, help="comma list (default 1..all cores)")
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="run a session's points this many times in turn; each keeps its fastest run",
+    add_repeat_option(
+        parser, "run a session's points this many times in turn; each keeps its fastest run"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the points here")
     parser.add_argument("--results", type=Path, default=None, help="the target's ratio here")
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error(f"--repeat: {args.repeat}; expected at least 1")
     partitions = [int(p) for p in args.partitions.split(",")]
     cores = [int(c) for c in args.cores.split(",")] if args.cores else None
     with (
