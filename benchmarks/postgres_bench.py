@@ -39,7 +39,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.common import Ratio, load_average, print_table, write_results
-from datasource.batch_record import BatchContext, write_batch_record
 from harness.postgres import PostgresSchema, PostgresServer
 from harness.server import serving
 from sink.barrier import Barrier
@@ -47,8 +46,9 @@ from sink.consumers import open_consumer
 from sink.options import SinkOptions
 from sink.writer import BarrierStreamWriter, TaskInfo
 from state.layout import PipelineLayout
+from state.protocol.batch_records import BatchContext, write_batch_record
 from state.records.gt import arrow_array
-from state.store import open_store
+from state.stores import open_store
 
 MODES = ("exactly-once", "at-least-once")
 COMMIT_TARGET_MS = 1000.0

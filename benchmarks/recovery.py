@@ -256,7 +256,7 @@ class DriverRuns:
 
     def run(self) -> RecoveryResult:
         from harness.coordinator_program import gt_last
-        from state.store import StoreConfig, open_store
+        from state.stores import StoreConfig, open_store
 
         bucket = f"recovery-{self.run_id}"
         self.services.create_bucket(bucket)

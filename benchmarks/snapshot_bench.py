@@ -134,7 +134,7 @@ def recovery_runs(  # noqa: PLR0915 - one scripted scenario, step by step
 
     from harness.coordinator_program import driver_args, produce
     from harness.coordinator_program import gt_last as barrier_gt_last
-    from state.store import StoreConfig, open_store
+    from state.stores import StoreConfig, open_store
 
     topic = f"snapbench-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

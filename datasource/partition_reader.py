@@ -11,7 +11,7 @@ and keeps what it fetched ahead. A consumer created here polls row tuples
 (:mod:`datasource.record_rows`), collected by :class:`datasource.arrow_builder.ArrowBuilder`.
 
 The one task of a streaming batch marked ``records_batch`` writes the batch record
-(:mod:`datasource.batch_record`) before its first row; the others touch no store.
+(:mod:`state.protocol.batch_records`) before its first row; the others touch no store.
 
 Missing records:
 
@@ -43,7 +43,6 @@ from pyspark.sql.datasource import InputPartition
 
 from datasource import record_rows
 from datasource.arrow_builder import ArrowBuilder
-from datasource.batch_record import BatchContext, write_batch_record
 from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
@@ -51,7 +50,8 @@ from state import profiling
 from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
-from state.store import open_store
+from state.protocol.batch_records import BatchContext, write_batch_record
+from state.stores import open_store
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from datasource.batch_record import BatchContext, PendingBatchRecord
-from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
 from datasource.lag import Lag
 from datasource.offset_reader import ClusterView, OffsetReader
@@ -47,8 +45,10 @@ from datasource.subscription import WHERE
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
 from state.profiling import record, span
+from state.protocol.batch_records import BatchContext, PendingBatchRecord
+from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
-from state.store import open_store
+from state.stores import open_store
 from state.worker_logging import ensure_worker_logging
 
 log = logging.getLogger(__name__)

@@ -222,7 +222,10 @@ class Runner:
         from harness.receiver import Receiver
 
         receiver = Receiver(self.workdir / "receiver", self.workdir).start()
-        self.say(f"consumer: reference HTTP receiver (python -m sink.receiver) at {receiver.url}")
+        self.say(
+            "consumer: reference HTTP receiver (python -m gtbarrier.http_receiver) at "
+            f"{receiver.url}"
+        )
         return receiver
 
     def _start_postgres(self) -> Any:
@@ -546,7 +549,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("file", "http", "postgres", "iceberg"),
         default="file",
         help="file: Parquet bundles in a directory (default); http: the "
-        "reference receiver, python -m sink.receiver; postgres: a table in a local "
+        "reference receiver, python -m gtbarrier.http_receiver; postgres: a table in a local "
         "PostgreSQL (Debian's package; GTB_POSTGRES_DSN for another server); iceberg: an "
         "Iceberg table (pyiceberg, SQL catalog on SQLite, file:// warehouse)",
     )

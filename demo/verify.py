@@ -143,8 +143,8 @@ def read_iceberg_consumer(directory: Path) -> pd.DataFrame:
 
 
 def read_http_consumer(receiver_dir: Path, stream: str) -> pd.DataFrame:
-    """Every bundle the reference receiver (``python -m sink.receiver``) stored for ``stream``
-    (the URL path), read from its SQLite file; Arrow IPC bodies."""
+    """Every bundle the reference receiver (``python -m gtbarrier.http_receiver``) stored for
+    ``stream`` (the URL path), read from its SQLite file; Arrow IPC bodies."""
     conn = sqlite3.connect(receiver_dir / "receiver.sqlite3")
     try:
         rows = conn.execute(

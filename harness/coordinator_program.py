@@ -30,7 +30,7 @@ def produce(kafka: Any, topic: str, start: int, stop: int, partitions: int = 2) 
 
 def gt_last(store: Any, pipeline: str) -> int:
     """The barrier's ``GT_last`` of ``pipeline`` in ``store`` (-1 before the first bundle)."""
-    from state.barrier_state import read_barrier_state
     from state.layout import PipelineLayout
+    from state.protocol.barrier_state import read_barrier_state
 
     return read_barrier_state(store, PipelineLayout(pipeline)).gt_last

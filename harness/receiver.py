@@ -1,5 +1,5 @@
-"""The reference HTTP receiver (``python -m sink.receiver``) as a local server, and readers
-of what it stored."""
+"""The reference HTTP receiver (``python -m gtbarrier.http_receiver``) as a local server,
+and readers of what it stored."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from harness.process import REPO_ROOT, ManagedProcess, repo_env, wait_until
 
 
 class Receiver:
-    """``python -m sink.receiver`` on a free port, storing into ``directory``; its log is
+    """``python -m gtbarrier.http_receiver`` on a free port, storing into ``directory``; its log is
     registered (:mod:`harness.logs`) from :meth:`start` on, under :attr:`log_name`."""
 
     def __init__(self, directory: Path, log_dir: Path, *extra_args: str) -> None:
@@ -30,7 +30,7 @@ class Receiver:
             [
                 sys.executable,
                 "-m",
-                "sink.receiver",
+                "gtbarrier.http_receiver",
                 "--port",
                 str(self.port),
                 "--dir",

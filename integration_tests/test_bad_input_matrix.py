@@ -33,7 +33,7 @@ from sink.options import SinkOptions
 from state import SnapshotCoordinator
 from state.errors import ConfigError, DeliveryFailed, StoreConfigError, StoreUnavailable
 from state.layout import PipelineLayout
-from state.store import open_store
+from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
 
 QUERY_TIMEOUT = 180.0

@@ -23,9 +23,9 @@ from harness.coordinator_program import driver_args, gt_last, produce
 from harness.fault_proxy import Fault, FaultProxy
 from harness.process import wait_until
 from integration_tests.coordinator_support import bundles, check_keyed, final_rows, start_pipeline
-from state.barrier_state import read_barrier_state
 from state.coordinator import SnapshotCoordinator
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import read_barrier_state
 
 pytestmark = [pytest.mark.slow]
 

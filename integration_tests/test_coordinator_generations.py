@@ -27,8 +27,8 @@ from integration_tests.coordinator_support import KEYED_SCHEMA, KEYED_STATE, bun
 from state.coordinator import SnapshotCoordinator
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
-from state.records.bundle import InflightBundle
-from state.store import StoreConfig, open_store
+from state.records.inflight_bundle import InflightBundle
+from state.stores import StoreConfig, open_store
 from tests.coordinator_fakes import FakeQuery, FakeSpark, batch, write_checkpoint
 
 

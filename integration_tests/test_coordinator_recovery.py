@@ -18,7 +18,7 @@ import pytest
 from harness.coordinator_program import gt_last, produce
 from harness.process import wait_until
 from integration_tests.coordinator_support import check_keyed, check_windowed, events
-from state.store import StoreConfig, open_store
+from state.stores import StoreConfig, open_store
 
 pytestmark = pytest.mark.slow
 

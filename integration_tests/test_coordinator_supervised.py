@@ -1,6 +1,6 @@
 """Supervised runs (``coord.run``) against a consumer that fails: an HTTP endpoint that is down.
 
-The barrier sink delivers to the reference receiver (``python -m sink.receiver``); while
+The barrier sink delivers to the reference receiver (``python -m gtbarrier.http_receiver``); while
 it is not running every delivery fails, the query fails, and ``run()`` recovers and
 restarts it with backoff. Without ZooKeeper: the resume point lives in the store.
 """

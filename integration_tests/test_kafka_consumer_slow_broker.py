@@ -21,7 +21,7 @@ from sink.consumers.kafka import H_BUNDLE, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown
-from state.store import open_store
+from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
 
 pytestmark = pytest.mark.timeout(180)

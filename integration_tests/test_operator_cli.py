@@ -26,7 +26,7 @@ from state.layout import PipelineLayout
 from state.records.codec import dumps
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
-from state.store import open_store
+from state.stores import open_store
 
 PROGRAM = Path(__file__).with_name("zero_call_program.py")
 DRIVER_TIMEOUT = 300.0

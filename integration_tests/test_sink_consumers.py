@@ -48,7 +48,7 @@ def pipeline(**raw: str) -> Pipeline:
     p.options = SinkOptions.parse(
         {"pipeline.id": "p1", "state.uri": f"memory://{p.query_id}", **raw}
     )
-    p.store = __import__("state.store", fromlist=["open_store"]).open_store(p.options.store)
+    p.store = __import__("state.stores.base", fromlist=["open_store"]).open_store(p.options.store)
     p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
     p.staging = p.consumer.staging
     return p

@@ -20,10 +20,10 @@ import pytest
 from harness.process import wait_until
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
-from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import read_barrier_state
 from state.records.barrier import BarrierState, Owner
-from state.store import open_store
+from state.stores import open_store
 
 PROGRAM = Path(__file__).with_name("sink_driver_program.py")
 DRIVER_TIMEOUT = 180.0

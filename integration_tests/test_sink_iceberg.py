@@ -27,11 +27,11 @@ from sink.consumers.iceberg import marker_of
 from sink.consumers.iceberg_staging import data_prefix
 from sink.consumers.iceberg_sweep import find_orphans
 from sink.consumers.iceberg_table import load_table
-from sink.gt import sort_by_gt
+from sink.gt_column import sort_by_gt
 from sink.options import SinkOptions
-from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
-from state.store import open_store
+from state.protocol.barrier_state import read_barrier_state
+from state.stores import open_store
 
 pytest.importorskip("pyiceberg")
 

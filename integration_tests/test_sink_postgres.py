@@ -30,10 +30,10 @@ from sink.consumers.base import LastBundle
 from sink.consumers.postgres import PostgresConsumer, check_at_start
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from state.barrier_state import read_barrier_state
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
 from state.layout import PipelineLayout
-from state.store import open_store
+from state.protocol.barrier_state import read_barrier_state
+from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch
 
 pytestmark = pytest.mark.timeout(240)

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer
 
-from datasource.batch_record import read_batch_record
 from datasource.consumer_pool import MAX_ADVANCE_RECORDS, ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
@@ -27,7 +26,8 @@ from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.store import StoreConfig, open_store
+from state.protocol.batch_records import read_batch_record
+from state.stores import StoreConfig, open_store
 
 SCHEMA = arrow_schema(source_schema(False))
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from kafka import TopicPartition
 
-from datasource.batch_record import read_batch_record
 from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.store import StoreConfig, open_store
+from state.protocol.batch_records import read_batch_record
+from state.stores import StoreConfig, open_store
 
 
 def keyed(n: int, partitions: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:

@@ -31,8 +31,8 @@ from state.errors import (
     StoreWriteUnknown,
 )
 from state.retry import Retry
-from state.s3_store import S3Store
-from state.store import StateStore, StoreConfig, open_store
+from state.stores import StateStore, StoreConfig, open_store
+from state.stores.s3 import S3Store
 from tests.store_contract import StoreContract, process_race_worker
 
 pytestmark = pytest.mark.timeout(120)

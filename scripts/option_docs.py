@@ -21,7 +21,7 @@ from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
 from state.coordinator.config import PARAMETERS
 from state.option_table import HEADERS, Documented, render_markdown
-from state.store import STORE_OPTIONS
+from state.stores import STORE_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python -m scripts.option_docs --write"
@@ -39,7 +39,7 @@ class Table:
 TABLES: dict[str, Table] = {
     "gtkafka": Table(SOURCE_OPTIONS.entries, "SOURCE_OPTIONS in datasource/options.py"),
     "barrier": Table(SINK_OPTIONS.entries, "SINK_OPTIONS in sink/options.py"),
-    "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/store.py"),
+    "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/stores/base.py"),
     "coordinator": Table(
         PARAMETERS, "PARAMETERS in state/coordinator/config.py", ("argument", "default", "meaning")
     ),

@@ -23,12 +23,12 @@ record.
    run claims the pipeline by bumping ``owner.generation``; a run that was superseded is
    fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
    than the recorded one is fenced too; the snapshot coordinator records its token as the
-   owner when it takes it (:func:`state.fencing.claim_barrier`), before its query runs.
+   owner when it takes it (:func:`state.protocol.fencing.claim_barrier`), before its query runs.
    The claim and every swap of the state are :mod:`sink.ownership`'s.
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
    ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
    cannot be (its staged parts are gone), the error says what is lost and names the way
-   out (:mod:`sink.lost_inflight`).
+   out (:mod:`sink.lost_bundle`).
 4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
 5. Otherwise bundle ``k`` is recorded in flight, delivered (retrying the *same* bundle),
    then ``GT_last`` advances to ``k`` and the in-flight record is cleared, in one CAS.
@@ -54,11 +54,10 @@ from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN, KnownState
-from sink.lost_inflight import LostBundle
+from sink.lost_bundle import LostBundle
 from sink.options import SinkOptions
 from sink.ownership import Ownership, StaleState, claimant
 from sink.staging import Staging
-from state.barrier_state import load_barrier_state
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -68,11 +67,12 @@ from state.errors import (
     StateError,
 )
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state
 from state.records.barrier import BarrierState, Owner
 from state.records.batch import BatchRecord
 from state.records.codec import decode
 from state.retry import delivery
-from state.store import StateStore
+from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ staged, listed in delivery order. When the input has a ``gt`` column every part 
 by ``gt``; if the parts' ``gt`` ranges are disjoint (each task read its own Kafka range),
 concatenating them in the listed order is ``gt`` order (``ordered``), otherwise delivery
 merges them. A staged part and the in-flight record of a bundle are protocol records
-(:mod:`state.records.bundle`).
+(:mod:`state.records.inflight_bundle`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from sink.gt import sort_by_gt
-from state.records.bundle import InflightBundle, StagedPart
+from sink.gt_column import sort_by_gt
 from state.records.gt import GlobalTime
+from state.records.inflight_bundle import InflightBundle, StagedPart
 
 if TYPE_CHECKING:
     from sink.staging import Staging

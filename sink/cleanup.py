@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sink.staging import UNKNOWN_RUN, Staging, part_run_id
-from state.barrier_state import load_barrier_state
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state
 from state.records.barrier import BarrierState, RunMarker
 from state.records.codec import decode
-from state.store import StateStore
+from state.stores import StateStore
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from sink.gt import check_spark_schema
+from sink.gt_column import check_spark_schema
 from sink.options import SinkOptions
 from sink.writer import BarrierStreamWriter
 from state.errors import ConfigError

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
-from state.store import StateStore
+from state.stores import StateStore
 
 #: How many pipelines a process remembers (a commit process serves one or a few).
 CAPACITY = 64

@@ -31,7 +31,7 @@ from state.option_table import (
     StringOption,
 )
 from state.options import Options
-from state.store import S3_OPTIONS, StoreConfig
+from state.stores.base import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 

@@ -8,7 +8,7 @@ Zombie fencing works like a Kafka producer epoch (docs/PROTOCOL.md, "Ownership")
   superseded; a run that finds a newer run's marker is fenced;
 * with ``fencing.token`` a lower token than the recorded one is fenced; a *driver claim*
   (the snapshot coordinator recorded its token as the owner before the query ran,
-  :func:`state.fencing.claim_barrier`) is turned into this run's claim;
+  :func:`state.protocol.fencing.claim_barrier`) is turned into this run's claim;
 * every change of the barrier state is a compare-and-swap on the version that was read
   (:meth:`Ownership.swap`). A lost swap is never retried blindly: if another run owns the
   pipeline now, this one is fenced (:class:`~state.errors.PipelineFenced`); otherwise the
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sink.options import SinkOptions
-from state.barrier_state import load_barrier_state, read_barrier_state
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -38,8 +37,9 @@ from state.errors import (
     StoreUnavailable,
 )
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state, read_barrier_state
 from state.records.barrier import BarrierState, Owner, RunMarker
-from state.store import StateStore
+from state.stores import StateStore
 
 # A fence is one of the barrier's decisions: logged with them (docs/sink.md, "Log and metrics").
 log = logging.getLogger("sink.barrier")

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sink.bundle import Bundle
-from sink.gt import sort_by_gt
+from sink.gt_column import sort_by_gt
 
 MAGIC = b"PAR1"
 TAIL = 8  # footer length (int32 LE) + magic

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from state.layout import PipelineLayout
-from state.store import StateStore
+from state.stores import StateStore
 
 HIDDEN_STAGING = "_staging"
 UNKNOWN_RUN = "unknown"
@@ -98,7 +98,7 @@ class Staging(ABC):
 
 
 class StoreStaging(Staging):
-    """Parts as values of a :class:`~state.store.StateStore`.
+    """Parts as values of a :class:`~state.stores.base.StateStore`.
 
     With a ``layout``, under the pipeline's ``staging/`` keys of the state store; without,
     under ``_staging/`` of the store's root (the s3 consumer's prefix).

@@ -22,13 +22,13 @@ from sink.bundle import BarrierCommitMessage
 from sink.commit_outcome import CommitOutcome
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
-from sink.gt import check_arrow_schema, gt_bounds, sort_by_gt
+from sink.gt_column import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
 from sink.session import check_session
 from state import profiling
 from state.errors import GtBarrierError
-from state.records.bundle import StagedPart
-from state.store import open_store
+from state.records.inflight_bundle import StagedPart
+from state.stores import open_store
 
 
 class TaskInfo:

@@ -17,7 +17,7 @@ from state.errors import (
 )
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.retry import Retry
-from state.store import S3Settings, StateStore, StoreConfig, Versioned, open_store
+from state.stores import S3Settings, StateStore, StoreConfig, Versioned, open_store
 
 if TYPE_CHECKING:
     from state.coordinator import SnapshotCoordinator

@@ -2,7 +2,7 @@
 
 * ``memory_uri``: a fresh ``memory://`` state URI; every memory store is forgotten at
   teardown.
-* ``store``: a :class:`~state.store.StateStore` on ``memory_uri``.
+* ``store``: a :class:`~state.stores.base.StateStore` on ``memory_uri``.
 * ``recording_spark``: enough of a SparkSession to register data sources and set confs,
   recording both (``.registered``, ``.settings``).
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from state.memory_store import reset_memory_stores
-from state.store import StateStore, open_store
+from state.stores import StateStore, open_store
+from state.stores.memory import reset_memory_stores
 
 
 @pytest.fixture

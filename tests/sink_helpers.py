@@ -10,7 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from datasource.batch_record import BatchContext, write_batch_record
 from sink.barrier import Barrier
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
@@ -18,12 +17,13 @@ from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging, StoreStaging
 from sink.writer import BarrierStreamWriter, TaskInfo
-from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import read_barrier_state
+from state.protocol.batch_records import BatchContext, write_batch_record
 from state.records.barrier import BarrierState, Owner
-from state.records.bundle import InflightBundle
 from state.records.gt import arrow_array as gt_array
-from state.store import StateStore, open_store
+from state.records.inflight_bundle import InflightBundle
+from state.stores import StateStore, open_store
 
 _attempts = itertools.count(1)
 

@@ -1,4 +1,4 @@
-"""The behavioural contract every :class:`state.store.StateStore` must meet.
+"""The behavioural contract every :class:`state.stores.base.StateStore` must meet.
 
 One suite, run against ``memory://`` and ``file://`` in ``tests/`` and against a real
 S3 server in ``integration_tests/test_stores.py``. A concrete test class inherits
@@ -28,7 +28,7 @@ from state.errors import (
     KeyNotFound,
     StoreConfigError,
 )
-from state.store import StateStore, StoreConfig, Versioned, open_store
+from state.stores import StateStore, StoreConfig, Versioned, open_store
 
 BAD_KEYS = ["", "/abs", "a//b", "a/./b", "a/../b", "..", "trailing/", "."]
 

@@ -23,7 +23,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from datasource.epoch_log import EpochLog
 from datasource.offset_reader import OffsetReader
 from datasource.options import KafkaSourceOptions
 from datasource.schema import source_schema
@@ -39,7 +38,8 @@ from state.errors import (
     StoreConfigError,
 )
 from state.layout import PipelineLayout
-from state.store import StateStore, open_store
+from state.protocol.epoch_log import EpochLog
+from state.stores import StateStore, open_store
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
 from tests.source_fakes import FakeBroker, factory
 

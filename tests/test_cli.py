@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from datasource.epoch_log import EpochLog
 from gtbarrier.cli import build_parser, main
 from gtbarrier.cli.common import UsageError, parse_options
 from gtbarrier.cli.output import Result, Table, cell, render, render_table
 from sink.faults import FaultInjector, InjectedFault
+from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import SourceOffset
 from tests.sink_helpers import Pipeline, gt_batch
 

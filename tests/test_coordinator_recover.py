@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from state.coordinator import SnapshotCoordinator
+from state.coordinator.checkpoint_recovery import LocalCheckpoint
 from state.errors import ConfigError, CoordinationError, SnapshotIncomplete
-from state.memory_store import MemoryStore, reset_memory_stores
-from state.recovery import LocalCheckpoint
-from state.store import StoreConfig, Versioned
+from state.stores import StoreConfig, Versioned
+from state.stores.memory import MemoryStore, reset_memory_stores
 from tests.coordinator_fakes import FakeQuery, batch, fake_spark, write_checkpoint
 
 

@@ -7,12 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from state.errors import SnapshotCorrupted
-from state.layout import PipelineLayout
-from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
-from state.records.manifest import Manifest
-from state.records.resume_point import ResumePoint, SnapshotRef
-from state.recovery import (
+from state.coordinator.checkpoint_recovery import (
     Decision,
     LocalCheckpoint,
     decide,
@@ -20,8 +15,13 @@ from state.recovery import (
     recover_checkpoint,
     write_marker,
 )
-from state.snapshot import SnapshotWriter, sha256_hex
-from state.store import StateStore
+from state.coordinator.snapshot_files import SnapshotWriter, sha256_hex
+from state.errors import SnapshotCorrupted
+from state.layout import PipelineLayout
+from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
+from state.records.manifest import Manifest
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.stores import StateStore
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
 LAYOUT = PipelineLayout("p1")
@@ -181,7 +181,7 @@ def test_corrupted_manifest_falls_back_to_previous_snapshot(
         newest.manifest, store.get(newest.manifest).data.replace(b'"epoch":15', b'"epoch":16')
     )
     target = tmp_path / "t"
-    with caplog.at_level("WARNING", logger="state.recovery"):
+    with caplog.at_level("WARNING", logger="state.coordinator.checkpoint_recovery"):
         result = recover_checkpoint(store, LAYOUT, point, target, "restore")
     assert result.batch_id == 3 and result.snapshot == point.retained[1]
     assert len(result.skipped) == 1 and "SHA-256" in result.skipped[0]
@@ -285,6 +285,6 @@ def test_a_snapshot_of_another_generation_is_not_materialised(
     point = _snapshots(store, cp, [1, 3], generation=1)
     stray = _snapshots(store, cp, [5], generation=0).retained[0]
     point = dataclasses.replace(point, retained=(stray, *point.retained))
-    with caplog.at_level("WARNING", logger="state.recovery"):
+    with caplog.at_level("WARNING", logger="state.coordinator.checkpoint_recovery"):
         result = recover_checkpoint(store, LAYOUT, point, tmp_path / "t", "restore")
     assert result.batch_id == 3 and "taken in generation 0" in result.skipped[0]

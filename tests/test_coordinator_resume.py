@@ -7,19 +7,19 @@ from typing import Any
 import pytest
 
 from state.errors import ConcurrentModification, PipelineFenced
-from state.fencing import check_token, read_driver_record, read_token, take_token
 from state.layout import PipelineLayout
-from state.records.codec import decode
-from state.records.resume_point import ResumePoint, SnapshotRef
-from state.resume import (
+from state.protocol.fencing import check_token, read_driver_record, read_token, take_token
+from state.protocol.resume_point import (
     StoreResumePoints,
     advance_resume_point,
     check_advance,
     order_key,
     read_resume_point,
 )
+from state.records.codec import decode
+from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import Retry
-from state.store import StateStore
+from state.stores import StateStore
 
 LAYOUT = PipelineLayout("p1")
 

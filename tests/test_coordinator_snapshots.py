@@ -12,15 +12,15 @@ import pytest
 
 from state.coordinator import SnapshotCoordinator
 from state.coordinator.config import CoordinatorConfig
-from state.coordinator.ownership import DriverOwnership
-from state.coordinator.pipeline import Lineage, SnapshotPipeline
+from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline
 from state.errors import ConfigError, CoordinationError, PipelineFenced
 from state.layout import PipelineLayout
+from state.protocol.resume_point import advance_resume_point, read_resume_point
 from state.records.barrier import BarrierState
-from state.records.bundle import InflightBundle
+from state.records.inflight_bundle import InflightBundle
 from state.records.resume_point import ResumePoint
-from state.resume import advance_resume_point, read_resume_point
-from state.store import open_store
+from state.stores import open_store
 from tests.coordinator_fakes import FakeQuery, add_batch, batch, fake_spark, write_checkpoint
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from state.coordinator.zookeeper import split_hosts
 from state.layout import PipelineLayout
-from state.zookeeper import split_hosts
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""What the driver's :class:`~datasource.epoch_log.EpochLog` remembers between batches.
+"""What the driver's :class:`~state.protocol.epoch_log.EpochLog` remembers between batches.
 
 A recorded epoch never changes, and the epoch after one this log created cannot exist
 before that create: both spare a store request per micro-batch (and per idle poll)
@@ -12,13 +12,13 @@ from collections import Counter
 
 import pytest
 
-from datasource.epoch_log import EpochLog
 from state.errors import EpochLogConflict, KeyExists, StoreUnavailable
 from state.layout import PipelineLayout
-from state.memory_store import MemoryStore
+from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
-from state.store import StoreConfig, Versioned
+from state.stores import StoreConfig, Versioned
+from state.stores.memory import MemoryStore
 
 
 class CountingStore(MemoryStore):

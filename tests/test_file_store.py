@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from state.errors import ConcurrentModification, StateError, StoreConfigError, StoreUnavailable
-from state.file_store import LOCK_STRIPES, FileStore
-from state.store import StoreConfig
+from state.stores import StoreConfig
+from state.stores.file import LOCK_STRIPES, FileStore
 
 
 def make(tmp_path: Path, **kw: float) -> FileStore:

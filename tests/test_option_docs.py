@@ -12,7 +12,7 @@ from scripts import option_docs
 from sink.options import SINK_OPTIONS
 from state.option_table import DocRow, OptionTable, render_markdown
 from state.options import format_duration
-from state.store import (
+from state.stores.base import (
     S3_CONNECT_TIMEOUT,
     S3_OPTIONS,
     S3_READ_TIMEOUT,
@@ -96,7 +96,7 @@ def test_the_renderer_takes_any_documented_rows() -> None:
 
 
 def test_documented_s3_defaults_are_the_stores() -> None:
-    from state.s3_store import (
+    from state.stores.s3 import (
         DEFAULT_CONNECT_TIMEOUT,
         DEFAULT_READ_TIMEOUT,
         DEFAULT_RETRY_DEADLINE,

@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-from state.barrier_state import load_barrier_state, read_barrier_state
 from state.errors import MalformedOffset, MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state, read_barrier_state
 from state.records.barrier import BarrierState, Owner, RunMarker
 from state.records.batch import BatchRecord
-from state.records.bundle import InflightBundle, StagedPart
 from state.records.codec import Fields, decode, dumps
 from state.records.driver import DriverOwner, DriverRecord
 from state.records.epoch import EpochRecord
 from state.records.gt import GT_FIELDS, GT_TYPE_TEXT, GlobalTime, arrow_array, arrow_type
+from state.records.inflight_bundle import InflightBundle, StagedPart
 from state.records.manifest import Manifest, ManifestEntry
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
-from state.store import open_store
+from state.stores import open_store
 
 START = SourceOffset(7, {("orders", 0): 1200, ("orders", 1): 1187})
 END = SourceOffset(8, {("orders", 0): 1300, ("orders", 1): 1290})

@@ -24,8 +24,8 @@ from state.errors import (
     StoreWriteUnknown,
 )
 from state.retry import Retry
-from state.s3_store import TOKEN_METADATA, S3Store
-from state.store import S3Settings, StoreConfig
+from state.stores import S3Settings, StoreConfig
+from state.stores.s3 import TOKEN_METADATA, S3Store
 
 URI = "s3://bucket-a/pre/fix"
 

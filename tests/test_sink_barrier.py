@@ -17,7 +17,6 @@ from sink.consumers.file import FileConsumer
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from sink.staging import FileStaging, StoreStaging
-from state.barrier_state import load_barrier_state
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -28,10 +27,11 @@ from state.errors import (
     StoreUnavailable,
     StoreWriteUnknown,
 )
-from state.fencing import claim_barrier, take_token
+from state.protocol.barrier_state import load_barrier_state
+from state.protocol.fencing import claim_barrier, take_token
 from state.records.barrier import BarrierState, Owner
-from state.records.bundle import InflightBundle
 from state.records.gt import GlobalTime
+from state.records.inflight_bundle import InflightBundle
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
 

@@ -11,10 +11,10 @@ from sink.barrier import Barrier
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN, KnownStates
 from state.errors import DeliveryFailed, PipelineFenced
-from state.fencing import claim_barrier, take_token
-from state.memory_store import MemoryStore
+from state.protocol.fencing import claim_barrier, take_token
 from state.records.barrier import BarrierState
-from state.store import Versioned
+from state.stores import Versioned
+from state.stores.memory import MemoryStore
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
 
 

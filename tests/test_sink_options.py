@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 
 from sink import BarrierSink
 from sink.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
-from sink.gt import check_spark_schema
+from sink.gt_column import check_spark_schema
 from sink.options import SinkOptions
 from state.errors import ConfigError, UnknownOptionError
 

@@ -21,7 +21,7 @@ from sink.parquet_concat import (
     stitch_bytes,
     stitch_files,
 )
-from state.records.bundle import StagedPart
+from state.records.inflight_bundle import StagedPart
 
 
 def rich_table(start: int, n: int) -> pa.Table:

@@ -12,7 +12,7 @@ from sink.consumers.producer_pool import MAX_IDLE_S, PRODUCERS, ProducerPool
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import StoreStaging
-from state.store import open_store
+from state.stores import open_store
 
 
 class FakeProducer:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sink.receiver import BundleDb, create_app
+from gtbarrier.http_receiver import BundleDb, create_app
 
 
 def call(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from state.coordinator.snapshot_files import checkpoint_files, wanted
 from state.errors import SnapshotIncomplete
-from state.snapshot import checkpoint_files, wanted
 from tests.coordinator_fakes import add_batch, write_checkpoint
 
 

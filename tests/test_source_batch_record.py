@@ -1,4 +1,4 @@
-"""Batch records (datasource.batch_record): written once, remembered per process."""
+"""Batch records (state.protocol.batch_records): written once, remembered per process."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 
-from datasource.batch_record import BatchContext, read_batch_record, write_batch_record
 from state.errors import EpochLogConflict
 from state.layout import PipelineLayout
-from state.memory_store import MemoryStore
-from state.store import StoreConfig
+from state.protocol.batch_records import BatchContext, read_batch_record, write_batch_record
+from state.stores import StoreConfig
+from state.stores.memory import MemoryStore
 
 
 class CountingStore(MemoryStore):

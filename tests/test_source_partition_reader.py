@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 
 from datasource import partition_reader
-from datasource.batch_record import BatchContext, read_batch_record, write_batch_record
 from datasource.consumer_pool import ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
@@ -28,8 +27,9 @@ from datasource.schema import arrow_schema, source_schema
 from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
-from state.memory_store import MemoryStore
-from state.store import StateStore, StoreConfig, open_store
+from state.protocol.batch_records import BatchContext, read_batch_record, write_batch_record
+from state.stores import StateStore, StoreConfig, open_store
+from state.stores.memory import MemoryStore
 from tests.source_fakes import FakeBroker, factory
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from datasource import stream_reader
-from datasource.batch_record import BatchContext, read_batch_record
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition
@@ -19,8 +18,9 @@ from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import StoreUnavailable
 from state.layout import PipelineLayout
-from state.memory_store import MemoryStore
-from state.store import StoreConfig
+from state.protocol.batch_records import BatchContext, read_batch_record
+from state.stores import StoreConfig
+from state.stores.memory import MemoryStore
 
 RANGE = OffsetRange("t", 0, 0, 3)
 Wired = tuple["GlobalTimeKafkaStreamReader", "SlowStore", list[KafkaInputPartition]]

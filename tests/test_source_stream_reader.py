@@ -10,7 +10,6 @@ from typing import Any, cast
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from datasource.epoch_log import EpochLog
 from datasource.group_commit import commit_to_group
 from datasource.offset_reader import OffsetReader
 from datasource.options import KafkaSourceOptions
@@ -19,10 +18,11 @@ from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import ConfigError, DataLossError, EpochLogConflict, KeyExists, SourceUnavailable
 from state.layout import PipelineLayout
-from state.memory_store import MemoryStore
+from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
-from state.store import StoreConfig
+from state.stores import StoreConfig
+from state.stores.memory import MemoryStore
 from tests.source_fakes import FakeBroker, factory
 
 

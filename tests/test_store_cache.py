@@ -1,4 +1,4 @@
-"""``open_store`` shares one store per process and configuration (state/store_cache.py).
+"""``open_store`` shares one store per process and configuration (state/stores/shared.py).
 
 No server: S3 clients are built against an address nothing listens on and never used
 for a request.
@@ -14,19 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from state import s3_store, store_cache
-from state.file_store import FileStore
-from state.memory_store import MemoryStore
-from state.s3_store import S3Store
-from state.store import (
+from state.stores import (
     S3Settings,
     StateStore,
     StoreConfig,
-    aws_environment,
     close_all,
     new_store,
     open_store,
 )
+from state.stores import s3 as s3_store
+from state.stores import shared as store_cache
+from state.stores.base import aws_environment
+from state.stores.file import FileStore
+from state.stores.memory import MemoryStore
+from state.stores.s3 import S3Store
 
 NOWHERE = S3Settings(
     endpoint="http://127.0.0.1:9",

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from state.errors import ConfigError, StoreConfigError
-from state.file_store import FileStore
-from state.memory_store import MemoryStore
-from state.store import (
+from state.stores import (
     S3Settings,
     StateStore,
     StoreConfig,
@@ -21,6 +19,8 @@ from state.store import (
     open_store,
     validate_uri,
 )
+from state.stores.file import FileStore
+from state.stores.memory import MemoryStore
 from tests.store_contract import StoreContract
 
 

@@ -18,7 +18,7 @@ from state.options import Options
 from state.records.barrier import BarrierState
 from state.records.codec import decode
 from state.records.source_offset import SourceOffset
-from state.store import STORE_OPTIONS, StateStore, StoreConfig, new_store
+from state.stores import STORE_OPTIONS, StateStore, StoreConfig, new_store
 
 PIPELINE_ENV = "GTBARRIER_PIPELINE"
 STATE_URI_ENV = "GTBARRIER_STATE_URI"

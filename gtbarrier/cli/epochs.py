@@ -18,7 +18,7 @@ from state.layout import PipelineLayout
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
 from state.records.source_offset import frontier_json
-from state.store import StateStore
+from state.stores import StateStore
 
 DEFAULT_LAST = 20
 _EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")

@@ -1,6 +1,6 @@
 """``gtbarrier receiver``: the reference HTTP receiver for ``consumer=http``.
 
-The same program as ``python -m sink.receiver`` (Starlette on uvicorn, bundles in SQLite);
+The same program as ``python -m gtbarrier.http_receiver`` (Starlette on uvicorn, bundles in SQLite);
 it needs the ``receiver`` extra: ``pip install 'gtbarrier[receiver]'``.
 """
 
@@ -28,9 +28,9 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> Result | None:
     """Hand the arguments (``args.receiver_args``, everything after ``receiver``) to
-    :func:`sink.receiver.main`, which parses them and prints its own help."""
+    :func:`gtbarrier.http_receiver.main`, which parses them and prints its own help."""
     try:
-        from sink import receiver
+        from gtbarrier import http_receiver as receiver
     except ImportError as err:
         if err.name and err.name.split(".")[0] in EXTRA_MODULES:
             raise UsageError(

@@ -26,14 +26,14 @@ from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from state.layout import PipelineLayout
+from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.records.barrier import BarrierState
 from state.records.codec import decode
 from state.records.driver import DriverRecord
 from state.records.epoch import EpochRecord
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import Frontier
-from state.resume import ResumePointBackend, StoreResumePoints, read_resume_point
-from state.store import StateStore
+from state.stores import StateStore
 
 ZOOKEEPER_ENV = "GTBARRIER_ZOOKEEPER"
 BOOTSTRAP_ENV = "GTBARRIER_BOOTSTRAP"
@@ -141,7 +141,7 @@ def _resume_point(
         backend: ResumePointBackend = StoreResumePoints(store, layout)
         point, _ = read_resume_point(backend)
         return point, None if point is None else backend.description
-    from state.zookeeper import ZooKeeperResumePoints, ZooKeeperSession
+    from state.coordinator.zookeeper import ZooKeeperResumePoints, ZooKeeperSession
 
     session = ZooKeeperSession(zookeeper, call_timeout=ZOOKEEPER_TIMEOUT)
     session.start(ZOOKEEPER_TIMEOUT)

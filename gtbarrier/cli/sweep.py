@@ -32,7 +32,7 @@ from sink.consumers import open_staging
 from sink.options import SinkOptions
 from sink.staging import Staging, part_run_id
 from state.layout import PipelineLayout
-from state.store import StateStore
+from state.stores import StateStore
 
 TMP_PREFIX = ".tmp-"
 ZOOKEEPER_TIMEOUT = 5.0
@@ -145,7 +145,7 @@ def _check_no_driver(zookeeper: str, layout: PipelineLayout) -> None:
     """:class:`UsageError` if a driver holds the pipeline's ZooKeeper lock."""
     from kazoo.recipe.lock import Lock
 
-    from state.zookeeper import ZooKeeperSession
+    from state.coordinator.zookeeper import ZooKeeperSession
 
     session = ZooKeeperSession(zookeeper, call_timeout=ZOOKEEPER_TIMEOUT)
     session.start(ZOOKEEPER_TIMEOUT)

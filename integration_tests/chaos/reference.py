@@ -14,7 +14,7 @@ from typing import Any
 
 from state.layout import PipelineLayout
 from state.records.epoch import EpochRecord
-from state.store import StateStore
+from state.stores import StateStore
 
 
 @dataclass(frozen=True)

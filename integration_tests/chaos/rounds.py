@@ -41,10 +41,10 @@ from integration_tests.chaos.plan import FaultSpec, RoundPlan
 from integration_tests.chaos.queries import QUERIES, TICK_BASE, TICK_KEY, record_key
 from integration_tests.chaos.reference import assign_epochs, read_epochs, read_input
 from integration_tests.chaos.servers import ChaosServers
-from state.barrier_state import read_barrier_state
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import read_barrier_state
 from state.records.barrier import BarrierState
-from state.store import StateStore
+from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from harness.s3 import S3Server
 from harness.server import Server
 from harness.spark import SparkCluster
 from harness.zookeeper import ZooKeeperServer
-from state.store import StateStore, StoreConfig, open_store
+from state.stores import StateStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.staging import FileStaging, Staging, StoreStaging
 from state.layout import PipelineLayout
-from state.store import StateStore
+from state.stores import StateStore
 
 if TYPE_CHECKING:
     from sink.options import SinkOptions

@@ -9,7 +9,7 @@ transaction before answering 2xx, and answer 2xx without storing again when it a
 has that bundle id.
 
 ``GET {consumer.url}/last`` answers ``{"bundle_id": 7, "gt": 7}`` (or ``404`` / a null
-``bundle_id`` when it has none). :mod:`sink.receiver` is a reference receiver.
+``bundle_id`` when it has none). :mod:`gtbarrier.http_receiver` is a reference receiver.
 
 A refused connection or a 4xx/5xx answer means the bundle was not stored
 (:class:`DeliveryFailed`); a timeout or a connection dropped after the request was sent

@@ -6,7 +6,7 @@
     <prefix>/_last_bundle.json             the pointer, replaced by one PUT (atomic on S3)
     <prefix>/_staging/...                  parts written by the write tasks (hidden)
 
-Objects go through the state layer's S3 client (:class:`state.s3_store.S3Store`: the same
+Objects go through the state layer's S3 client (:class:`state.stores.s3.S3Store`: the same
 ``s3.*`` options, retries and error mapping as ``state.uri``). Write tasks upload their
 parts under ``_staging/``; delivery of a single-part bundle is a server-side
 ``CopyObject`` to its final name, so no item bytes pass through the driver. A bundle of
@@ -51,8 +51,8 @@ from sink.parquet_concat import (
 )
 from sink.staging import StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
-from state.s3_store import S3Store
-from state.store import StoreConfig, open_store
+from state.stores import StoreConfig, open_store
+from state.stores.s3 import S3Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
@@ -95,7 +95,7 @@ class S3PrefixStaging(StoreStaging):
 
 def s3_staging(options: SinkOptions) -> S3PrefixStaging:
     """The staging area under ``consumer.path``, on the process's shared store for it
-    (:func:`~state.store.open_store`: one boto3 client per worker, not per task or commit)."""
+    (:func:`~state.stores.base.open_store`: one boto3 client per worker, not per task or commit)."""
     assert options.consumer_path is not None
     store = open_store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
     assert isinstance(store, S3Store)

@@ -20,7 +20,7 @@ from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.option_table import DocRow
 from state.options import Options, parse_duration
-from state.store import StoreConfig
+from state.stores import StoreConfig
 
 WHERE = "SnapshotCoordinator"
 

@@ -15,7 +15,7 @@ Module                                    Records
 :mod:`state.records.epoch`                ``EpochRecord`` (``epochs/<k>.json``)
 :mod:`state.records.batch`                ``BatchRecord`` (``batches/<queryId>/<batchId>.json``)
 :mod:`state.records.barrier`              ``BarrierState``, ``Owner``, ``RunMarker`` (``barrier/``)
-:mod:`state.records.bundle`               ``InflightBundle``, ``StagedPart`` (the in-flight bundle)
+:mod:`state.records.inflight_bundle`      ``InflightBundle``, ``StagedPart`` (the in-flight bundle)
 :mod:`state.records.resume_point`         ``ResumePoint``, ``SnapshotRef``
 :mod:`state.records.manifest`             ``Manifest``, ``ManifestEntry`` (a snapshot's manifest)
 :mod:`state.records.driver`               ``DriverRecord``, ``DriverOwner`` (the fencing token)

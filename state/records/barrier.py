@@ -9,7 +9,7 @@ compare-and-swap::
 
 ``gt_last`` is the epoch of the last bundle the consumer acknowledged (-1: none),
 ``inflight`` the one bundle recorded before its delivery began
-(:class:`~state.records.bundle.InflightBundle`), ``owner`` the driver run that may advance
+(:class:`~state.records.inflight_bundle.InflightBundle`), ``owner`` the driver run that may advance
 the barrier, or a driver that took the pipeline before its query's first commit
 (:attr:`Owner.driver`), ``skipped`` the bundles whose loss an operator acknowledged
 (:class:`SkippedBundle`). A state written before the ``format`` field existed decodes as
@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from state.records.bundle import InflightBundle
 from state.records.codec import FORMAT_FIELD, Fields
+from state.records.inflight_bundle import InflightBundle
 
 BARRIER_STATE_FORMAT = 1
 NO_BUNDLE = -1

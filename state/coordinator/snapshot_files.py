@@ -52,7 +52,7 @@ from typing import Any
 from state.errors import KeyExists, SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest, ManifestEntry
-from state.store import StateStore
+from state.stores import StateStore
 
 __all__ = [
     "CheckpointFile",

@@ -28,12 +28,12 @@ from sink.consumers import Consumer, open_consumer
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging
-from state.barrier_state import load_barrier_state
 from state.errors import ConcurrentModification, StateError
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state
 from state.records.barrier import SkippedBundle
-from state.records.bundle import InflightBundle
-from state.store import StateStore, open_store
+from state.records.inflight_bundle import InflightBundle
+from state.stores import StateStore, open_store
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from state.errors import EpochLogConflict, KeyExists
 from state.layout import PipelineLayout
 from state.records.batch import BatchRecord
 from state.records.codec import decode
-from state.store import StateStore, StoreConfig, open_store
+from state.stores import StateStore, StoreConfig, open_store
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"

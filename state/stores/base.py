@@ -1,4 +1,4 @@
-"""The state store contract and its factory.
+"""The state store contract: :class:`StateStore`, its configuration and its options.
 
 A store is a flat map from ``/``-separated keys to bytes, rooted at a URI:
 ``memory://name``, ``file:///abs/path`` or ``s3://bucket/prefix``. Every value carries
@@ -11,12 +11,9 @@ write. Two operations are conditional and are what makes two drivers safe:
 
 Stores hold configuration only until first use; clients (boto3) are created lazily and
 are dropped when a store is pickled, so a :class:`StoreConfig` or even a store may
-travel to executors. Executors open their own store with :func:`open_store`.
-
-:func:`open_store` shares one store per process and configuration (see
-:mod:`state.store_cache`): Spark reuses its Python workers (the commit process of the
-sink included), so a client built once serves every later task and commit of the worker.
-``close()`` of a shared store does nothing; :func:`close_all` closes them.
+travel to executors. Executors open their own store with
+:func:`state.stores.open_store` (:mod:`state.stores.factory`), which shares one store per
+process and configuration.
 """
 
 from __future__ import annotations
@@ -68,7 +65,7 @@ class S3Settings:
 
 # --- options: state.uri and s3.*, shared by the source, the sink and the coordinator -----
 
-# The S3 defaults named here are applied by state.s3_store (DEFAULT_CONNECT_TIMEOUT, ...);
+# The S3 defaults named here are applied by state.stores.s3 (DEFAULT_CONNECT_TIMEOUT, ...);
 # tests/test_option_docs.py checks that the two agree.
 _AWS_CHAIN = "AWS chain"
 
@@ -307,57 +304,6 @@ class StateStore(ABC):
 
     def compare_and_swap_json(self, key: str, value: Any, expected_version: str) -> str:
         return self.compare_and_swap(key, dumps(value), expected_version)
-
-
-def open_store(config: StoreConfig | str) -> StateStore:
-    """The store for ``config`` (or a bare URI using the AWS configuration chain).
-
-    ``file://`` and ``s3://`` stores are shared per process and configuration (and, for
-    S3, the ``AWS_*`` environment): every call in one process returns the same instance,
-    whose clients are created once; ``close()`` on it does nothing. A forked child never
-    inherits its parent's instances. ``memory://`` stores are cheap views of a named,
-    process-wide space and are never cached. :func:`new_store` opens an unshared store.
-    """
-    from state.store_cache import shared_store
-
-    config = _config(config)
-    if urlparse(config.uri).scheme == "memory":
-        return new_store(config)
-    return shared_store(config, new_store)
-
-
-def new_store(config: StoreConfig | str) -> StateStore:
-    """A new, unshared store for ``config``; the caller closes it."""
-    config = _config(config)
-    scheme = urlparse(config.uri).scheme
-    if scheme == "memory":
-        from state.memory_store import MemoryStore
-
-        return MemoryStore(config)
-    if scheme == "file":
-        from state.file_store import FileStore
-
-        return FileStore(config)
-    if scheme == "s3":
-        from state.s3_store import S3Store
-
-        return S3Store(config)
-    raise StoreConfigError("state.uri", config.uri, "memory://, file:// or s3://")
-
-
-def close_all() -> None:
-    """Close every store :func:`open_store` shared in this process (they are forgotten;
-    a later :func:`open_store` opens new ones). Also run at interpreter exit."""
-    from state.store_cache import close_shared
-
-    close_shared()
-
-
-def _config(config: StoreConfig | str) -> StoreConfig:
-    if isinstance(config, str):
-        validate_uri(config)
-        return StoreConfig(uri=config)
-    return config
 
 
 def aws_environment() -> tuple[tuple[str, str], ...]:

@@ -34,7 +34,7 @@ from state.layout import PipelineLayout
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
-from state.store import StateStore
+from state.stores import StateStore
 
 R = TypeVar("R")
 

@@ -4,10 +4,11 @@
 
 1. wait for the batch's checkpoint files (the commit entry is written just before the
    progress event is posted);
-2. upload them (:class:`state.snapshot.SnapshotWriter`: content-addressed, verified);
+2. upload them (:class:`state.coordinator.snapshot_files.SnapshotWriter`: content-addressed,
+   verified);
 3. wait until the barrier has no bundle in flight at or below the batch's epoch;
-4. accept: move the resume point forward (:mod:`state.resume`), only while this driver
-   holds the pipeline, its fencing token is the newest, and the resume point is still in
+4. accept: move the resume point forward (:mod:`state.protocol.resume_point`), only while
+   this driver holds the pipeline, its fencing token is the newest, and the resume point is still in
    the generation the snapshot started in;
 5. prune the snapshots beyond ``retain``.
 
@@ -29,18 +30,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from state.barrier_state import read_barrier_state
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
-from state.coordinator.ownership import DriverOwnership
+from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.snapshot_files import SnapshotWriter, checkpoint_files, prune
 from state.errors import CoordinationError, RetriableError, SnapshotIncomplete
-from state.fencing import check_token
+from state.protocol.barrier_state import read_barrier_state
+from state.protocol.fencing import check_token
+from state.protocol.resume_point import advance_resume_point
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
-from state.resume import advance_resume_point
 from state.retry import poll_until
-from state.snapshot import SnapshotWriter, checkpoint_files, prune
-from state.store import StateStore
+from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The resume point's rules and its two homes: it never moves back, stale drivers are fenced.
 
 The record itself (:class:`~state.records.resume_point.ResumePoint`, docs/PROTOCOL.md) is
-kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``, :mod:`state.zookeeper`) or, without
+kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``, :mod:`state.coordinator.zookeeper`) or, without
 ZooKeeper, in the state store (``<pipeline>/resume.json``, :class:`StoreResumePoints`).
 
 ``generation`` is bumped by ``recover(mode="replay")``: a query started on a fresh
@@ -24,7 +24,7 @@ from state.layout import PipelineLayout
 from state.records.codec import dumps
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, cas_loop
-from state.store import StateStore
+from state.stores import StateStore
 
 __all__ = [
     "ResumePointBackend",

@@ -18,10 +18,10 @@ snapshots that batch on a background thread while later batches run
 (:mod:`state.coordinator.worker`). It is accepted only when the upload is complete and
 verified and the barrier has no in-flight bundle at or below the batch's epoch; then the
 resume point moves forward in ZooKeeper (or the store) and snapshots beyond ``retain``
-are pruned (:mod:`state.coordinator.pipeline`). A snapshot not accepted within
+are pruned (:mod:`state.coordinator.snapshot_attempt`). A snapshot not accepted within
 ``drain_timeout`` is abandoned with a warning; the previous point stays valid.
 
-One driver per pipeline (:mod:`state.coordinator.ownership`): a ZooKeeper lock plus a
+One driver per pipeline (:mod:`state.coordinator.driver_ownership`): a ZooKeeper lock plus a
 fencing token that the query hands to the barrier sink. A lost ZooKeeper session
 (expired, not merely disconnected) stops the watched query: another driver may own the
 pipeline now.
@@ -41,13 +41,13 @@ from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from state.barrier_state import load_barrier_state
 from state.coordinator.batches import CompletedBatch
+from state.coordinator.checkpoint_recovery import MODES, RecoveryResult
 from state.coordinator.config import CoordinatorConfig
-from state.coordinator.ownership import DriverOwnership
-from state.coordinator.pipeline import Lineage, SnapshotPipeline, SnapshotStats
-from state.coordinator.recover import Recoverer, RecoveryFuture
+from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.recovery_future import Recoverer, RecoveryFuture
 from state.coordinator.scheduler import SnapshotScheduler
+from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline, SnapshotStats
 from state.coordinator.supervisor import Supervisor
 from state.coordinator.worker import SnapshotWorker
 from state.errors import (
@@ -59,8 +59,8 @@ from state.errors import (
 )
 from state.layout import PipelineLayout
 from state.options import parse_duration
-from state.recovery import MODES, RecoveryResult
-from state.store import StateStore, StoreConfig, open_store
+from state.protocol.barrier_state import load_barrier_state
+from state.stores import StateStore, StoreConfig, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -236,7 +236,8 @@ class SnapshotCoordinator:
     # --- recovery ----------------------------------------------------------------------
 
     def recover(self, mode: str = "restore") -> RecoveryResult:
-        """Make the checkpoint directory ready for the query to start; see :mod:`state.recovery`.
+        """Make the checkpoint directory ready for the query to start
+        (:mod:`state.coordinator.checkpoint_recovery`).
 
         ``mode="restore"`` (default) resumes from the newest usable snapshot;
         ``mode="replay"`` starts a new query version on a fresh checkpoint. Bounded by

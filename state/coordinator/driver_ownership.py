@@ -6,14 +6,14 @@
         sink_options["fencing.token"] = owner.token
         ...                                           # release(): lock and session closed
 
-With ZooKeeper it owns the session (:class:`state.zookeeper.ZooKeeperSession`), takes
-the driver lock (:class:`state.zookeeper.DriverLock`) and keeps the resume point in
+With ZooKeeper it owns the session (:class:`state.coordinator.zookeeper.ZooKeeperSession`), takes
+the driver lock (:class:`state.coordinator.zookeeper.DriverLock`) and keeps the resume point in
 ZooKeeper; without, the resume point lives in the state store and the fencing token
-(:mod:`state.fencing`) is the only protection. Every new token is also recorded as the
-barrier's owner at once (:func:`state.fencing.claim_barrier`), so a zombie driver is
+(:mod:`state.protocol.fencing`) is the only protection. Every new token is also recorded as the
+barrier's owner at once (:func:`state.protocol.fencing.claim_barrier`), so a zombie driver is
 refused at its next commit, before this driver's query has committed anything. An
 expired session (``LOST``, not a mere disconnection) voids the token at once and calls
-``on_lost``: another driver may own the pipeline now. ``state.zookeeper`` (kazoo) is
+``on_lost``: another driver may own the pipeline now. ``state.coordinator.zookeeper`` (kazoo) is
 imported only when ZooKeeper is used.
 """
 
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 from state.coordinator.config import CoordinatorConfig
 from state.errors import ZooKeeperUnavailable
-from state.fencing import claim_barrier, take_token
+from state.protocol.fencing import claim_barrier, take_token
+from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.records.resume_point import ResumePoint
-from state.resume import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.retry import Retry, lost_race
-from state.store import StateStore
+from state.stores import StateStore
 
 if TYPE_CHECKING:
-    from state.zookeeper import DriverLock, ZooKeeperSession
+    from state.coordinator.zookeeper import DriverLock, ZooKeeperSession
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class DriverOwnership:
             return token
 
     def _lock_zookeeper(self, hosts: str) -> None:
-        from state.zookeeper import DriverLock, ZooKeeperResumePoints
+        from state.coordinator.zookeeper import DriverLock, ZooKeeperResumePoints
 
         if self._session is None:
             session = self._start_session(hosts, call_timeout=min(10.0, self.config.reset_timeout))
@@ -109,7 +109,7 @@ class DriverOwnership:
         self._lock.acquire(self.config.driver_wait)
 
     def _start_session(self, hosts: str, *, call_timeout: float = 10.0) -> ZooKeeperSession:
-        from state.zookeeper import ZooKeeperSession
+        from state.coordinator.zookeeper import ZooKeeperSession
 
         session = ZooKeeperSession(
             hosts,
@@ -190,7 +190,7 @@ class DriverOwnership:
         hosts = self.config.zookeeper_hosts
         if hosts is None or self._session is not None:
             return read_resume_point(self.backend)[0]
-        from state.zookeeper import ZooKeeperResumePoints
+        from state.coordinator.zookeeper import ZooKeeperResumePoints
 
         session = self._start_session(hosts)
         try:

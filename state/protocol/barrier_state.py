@@ -10,7 +10,7 @@ from __future__ import annotations
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
 from state.records.codec import decode
-from state.store import StateStore
+from state.stores import StateStore
 
 
 def load_barrier_state(

@@ -50,7 +50,7 @@ from state.errors import (
     DriverLockHeld,
     ZooKeeperUnavailable,
 )
-from state.store import dumps
+from state.records.codec import dumps
 
 log = logging.getLogger(__name__)
 

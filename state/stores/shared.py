@@ -1,4 +1,4 @@
-"""One shared store per process and configuration, behind :func:`state.store.open_store`.
+"""One shared store per process and configuration, behind :func:`state.stores.base.open_store`.
 
 Spark reuses its Python workers: an executor's worker runs task after task, and the sink's
 commit runs in one worker forked from ``pyspark.daemon`` that serves every micro-batch of
@@ -16,7 +16,7 @@ the service model, 0.1-0.5 s) already built.
 * **Closing.** ``close()`` on a shared store does nothing (other code in the process uses
   it); :func:`close_shared` closes them all, and runs at interpreter exit.
 
-The key is the :class:`~state.store.StoreConfig` and, for ``s3://``, the ``AWS_*``
+The key is the :class:`~state.stores.base.StoreConfig` and, for ``s3://``, the ``AWS_*``
 environment, which supplies the settings a config leaves unset.
 """
 
@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Hashable
 from urllib.parse import urlparse
 
-from state.store import StateStore, StoreConfig, aws_environment
+from state.stores.base import StateStore, StoreConfig, aws_environment
 
 
 class _Registry:

@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from state.coordinator.snapshot_files import load_manifest, materialise
 from state.errors import MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
 from state.records.codec import decode, dumps
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
-from state.snapshot import load_manifest, materialise
-from state.store import StateStore
+from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 

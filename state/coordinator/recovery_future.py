@@ -1,5 +1,5 @@
 """``recover()`` as a cancellable future: take the pipeline, read the resume point, prepare
-the checkpoint directory (:mod:`state.recovery`).
+the checkpoint directory (:mod:`state.coordinator.checkpoint_recovery`).
 
 :meth:`Recoverer.start` runs one recovery on a daemon thread (a recovery stuck on an
 unresponsive server must not keep the process alive) and returns a
@@ -9,9 +9,10 @@ recovery to stop before its next file (the future then ends with that error).
 
 ``mode="replay"`` first stops the snapshot in progress (it belongs to the old query
 version), then writes the new generation of the resume point, then empties the checkpoint
-directory and marks it with the new generation (:mod:`state.recovery`). Written in that
-order, a recovery interrupted half-way never leaves the old version's checkpoint or
-snapshot usable by the new generation.
+directory and marks it with the new generation
+(:mod:`state.coordinator.checkpoint_recovery`). Written in that order, a recovery
+interrupted half-way never leaves the old version's checkpoint or snapshot usable by the
+new generation.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
 from state.coordinator.config import CoordinatorConfig
-from state.coordinator.ownership import DriverOwnership
-from state.coordinator.pipeline import Lineage
+from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.snapshot_attempt import Lineage
 from state.errors import CoordinationError
-from state.fencing import check_token
+from state.protocol.fencing import check_token
+from state.protocol.resume_point import advance_resume_point, read_resume_point
 from state.records.resume_point import ResumePoint
-from state.recovery import RecoveryResult, recover_checkpoint
-from state.resume import advance_resume_point, read_resume_point
-from state.store import StateStore
+from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 

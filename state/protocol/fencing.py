@@ -23,14 +23,14 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from state.barrier_state import load_barrier_state
 from state.errors import PipelineFenced
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import load_barrier_state
 from state.records.barrier import Owner
 from state.records.codec import decode
 from state.records.driver import NO_TOKEN, DriverOwner, DriverRecord
 from state.retry import cas_loop
-from state.store import StateStore
+from state.stores import StateStore
 
 
 def read_driver_record(store: StateStore, layout: PipelineLayout) -> DriverRecord | None:

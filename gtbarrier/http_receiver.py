@@ -1,6 +1,7 @@
 """A reference HTTP receiver for ``consumer=http`` (Starlette on uvicorn, SQLite storage).
 
-    gtbarrier receiver --port 8080 --dir /var/lib/receiver      # or: python -m sink.receiver
+    gtbarrier receiver --port 8080 --dir /var/lib/receiver
+    python -m gtbarrier.http_receiver --port 8080 --dir /var/lib/receiver   # the same
 
 ``POST /<stream>`` stores the request body as one bundle of stream ``<stream>`` (the URL
 path), keyed by the ``X-Gtbarrier-Bundle-Id`` header, in one SQLite transaction, before it
@@ -177,7 +178,7 @@ def create_app(directory: str, *, drop_after_store: int | None = None) -> Starle
     return app
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m sink.receiver") -> None:
+def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http_receiver") -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True, help="directory of the SQLite database")

@@ -1,0 +1,32 @@
+"""The state stores: one contract (:mod:`~state.stores.base`), three implementations
+(``memory://``, ``file://``, ``s3://``) and the factory that opens one by URI
+(:mod:`~state.stores.factory`, shared per process by :mod:`~state.stores.shared`).
+
+Callers import from here; the implementations import only :mod:`state.stores.base`.
+"""
+
+from state.stores.base import (
+    STATE_URI,
+    STORE_OPTIONS,
+    S3Settings,
+    StateStore,
+    StoreConfig,
+    Versioned,
+    check_key,
+    validate_uri,
+)
+from state.stores.factory import close_all, new_store, open_store
+
+__all__ = [
+    "STATE_URI",
+    "STORE_OPTIONS",
+    "S3Settings",
+    "StateStore",
+    "StoreConfig",
+    "Versioned",
+    "check_key",
+    "close_all",
+    "new_store",
+    "open_store",
+    "validate_uri",
+]
