@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos notebooks
+.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos notebooks sim
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
@@ -24,6 +24,7 @@ help:
 	@echo "make check      the fast lane: ruff (lint + format), mypy and the unit tests (< 2 min)"
 	@echo "make setup      install only (idempotent)"
 	@echo "make notebooks  run notebooks/*.ipynb and store them with their outputs"
+	@echo "make sim        explore the protocol's interleavings, crashes and lost answers (~10 min)"
 	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts | chaos"
 
 setup:
@@ -81,3 +82,9 @@ chaos: setup
 # How many tests each marker selects (collection only, nothing runs).
 counts: setup
 	@$(PY) scripts/count_tests.py $(PYTEST_PATHS)
+
+# Deterministic simulation of the protocol (simulation/README.md): a deep exploration of
+# two drivers, crashes, lost store answers and consumer crashes; `make sim SIM_ARGS="--seed 7"`.
+SIM_ARGS ?=
+sim: setup
+	$(PY) -m simulation $(SIM_ARGS)

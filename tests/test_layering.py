@@ -21,8 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("gtbarrier", "datasource", "sink", "state")
-NOT_PRODUCT = ("tests", "integration_tests", "harness", "demo", "benchmarks")
-SUPPORT = ("harness", "demo", "benchmarks")
+NOT_PRODUCT = ("tests", "integration_tests", "harness", "demo", "benchmarks", "simulation")
+SUPPORT = ("harness", "demo", "benchmarks", "simulation")
 
 # package -> packages it must not import
 FORBIDDEN: dict[str, set[str]] = {
