@@ -44,10 +44,11 @@ from harness.server import serving
 from sink.barrier import Barrier
 from sink.consumers import open_consumer
 from sink.options import SinkOptions
-from sink.writer import BarrierStreamWriter, TaskInfo
+from sink.writer import BarrierStreamWriter
 from state.layout import PipelineLayout
-from state.protocol.batch_records import BatchContext, write_batch_record
+from state.protocol.batch_records import write_batch_record
 from state.records.gt import arrow_array
+from state.spark_task import StreamingTask
 from state.stores import open_store
 
 MODES = ("exactly-once", "at-least-once")
@@ -105,11 +106,13 @@ def run_mode(
     rows = 0
     started = time.perf_counter()
     for batch_id, bundle in enumerate(parts):
-        write_batch_record(store, layout, BatchContext(query_id, batch_id), batch_id)
+        write_batch_record(store, layout, query_id, batch_id, batch_id)
         messages = [
             writer.write_task(
                 iter([part]),
-                TaskInfo(query_id, batch_id, run, partition=p, task_attempt=p, attempt_number=1),
+                StreamingTask(
+                    query_id, batch_id, run, partition=p, task_attempt=p, attempt_number=1
+                ),
             )
             for p, part in enumerate(bundle)
         ]

@@ -101,7 +101,7 @@ def gtkafka_task(bootstrap: str, topic: str, partitions: int, records: int) -> i
     ranges = tuple(OffsetRange(topic, p, 0, per) for p in range(partitions))
     schema = arrow_schema(source_schema(False))
     rows = 0
-    for batch in read_partition(options, KafkaInputPartition(1, ranges), schema, context=None):
+    for batch in read_partition(options, KafkaInputPartition(1, ranges), schema, task=None):
         rows += batch.num_rows
     return rows
 

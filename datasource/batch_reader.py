@@ -71,4 +71,4 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaInputPartition)
-        return read_partition(self.options, partition, arrow_schema(self.schema), context=None)
+        return read_partition(self.options, partition, arrow_schema(self.schema), task=None)

@@ -34,6 +34,7 @@ Timing spans (:mod:`state.profiling`): ``read.client`` (getting the consumer),
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,8 +51,9 @@ from state import profiling
 from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
-from state.protocol.batch_records import BatchContext, write_batch_record
-from state.stores import open_store
+from state.protocol.batch_records import write_batch_record
+from state.spark_task import StreamingTask
+from state.stores import StateStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -94,53 +96,109 @@ def consumer_source(options: KafkaSourceOptions) -> ConsumerSource:
     return SingleConsumer()
 
 
-def read_partition(  # noqa: PLR0913 - keyword-only batch context and injectable consumer source
+def read_partition(  # noqa: PLR0913 - keyword-only task and injectable consumer source
     options: KafkaSourceOptions,
     partition: KafkaInputPartition,
     arrow_schema: Any,
     *,
-    context: BatchContext | None,
+    task: StreamingTask | None,
     consumer_factory: Callable[..., Any] | None = None,
     source: ConsumerSource | None = None,
 ) -> Iterator[Any]:
-    """Write the batch record (the marked partition of a streaming batch only), then
-    yield the task's ranges as RecordBatches of at most :data:`ARROW_BATCH_ROWS` rows."""
-    task = partition.index
+    """The task's ranges as RecordBatches of at most :data:`ARROW_BATCH_ROWS` rows; the
+    marked partition of a streaming batch writes the batch record first.
+
+    The write runs on a thread of its own while the task fetches its first records (the
+    store's round trip overlaps the first Kafka fetch); no row is yielded before it is
+    written. A marker partition, which reads nothing, writes it in line.
+    """
     began, t0 = time.time(), time.perf_counter()
+    index = partition.index
     try:
-        yield from _read_task(options, partition, arrow_schema, context, consumer_factory, source)
+        store = _batch_record_store(options, partition, task)
+        if store is None:
+            yield from _read_ranges(options, partition, arrow_schema, consumer_factory, source)
+            return
+        assert task is not None and options.pipeline_id is not None
+        write = BatchRecordWrite(store, PipelineLayout(options.pipeline_id), task, partition.epoch)
+        batches = _read_ranges(options, partition, arrow_schema, consumer_factory, source)
+        first = next(batches, None)
+        waited = time.perf_counter()
+        try:
+            write.wait()
+        finally:
+            # The write's own time hides behind the fetch; what is recorded is how long
+            # the task waited for it after its first rows were there.
+            profiling.record(
+                "read.batch_record",
+                began,
+                time.perf_counter() - waited,
+                partition=index,
+                ranges=len(partition.ranges),
+                records=partition.records,
+                overlapped_s=waited - t0,
+            )
+        if first is not None:
+            yield first
+            yield from batches
     finally:
         # The whole task, including the time Spark spends consuming its batches.
-        profiling.record("read.task", began, time.perf_counter() - t0, partition=task)
+        profiling.record("read.task", began, time.perf_counter() - t0, partition=index)
 
 
-def _read_task(  # noqa: PLR0913, PLR0917 - read_partition's arguments, passed through
+def _batch_record_store(
+    options: KafkaSourceOptions, partition: KafkaInputPartition, task: StreamingTask | None
+) -> StateStore | None:
+    """The store the partition writes its batch record to; None if it writes none (not the
+    marked partition, not a streaming batch, or a source without a pipeline)."""
+    if (
+        not partition.records_batch
+        or task is None
+        or options.store is None
+        or options.pipeline_id is None
+    ):
+        return None
+    return open_store(options.store)
+
+
+class BatchRecordWrite:
+    """The batch record's write, on a thread of its own; :meth:`wait` for it to end."""
+
+    def __init__(
+        self, store: StateStore, layout: PipelineLayout, task: StreamingTask, epoch: int
+    ) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._write,
+            args=(store, layout, task, epoch),
+            name="gtkafka-batch-record",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _write(
+        self, store: StateStore, layout: PipelineLayout, task: StreamingTask, epoch: int
+    ) -> None:
+        try:
+            write_batch_record(store, layout, task.query_id, task.batch_id, epoch)
+        except BaseException as err:  # handed to the task's thread by wait()
+            self._error = err
+
+    def wait(self) -> None:
+        """Return once the record is written; raise what the write raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _read_ranges(
     options: KafkaSourceOptions,
     partition: KafkaInputPartition,
     arrow_schema: Any,
-    context: BatchContext | None,
     consumer_factory: Callable[..., Any] | None,
     source: ConsumerSource | None,
 ) -> Iterator[Any]:
     task = partition.index
-    if (
-        partition.records_batch
-        and context is not None
-        and options.store is not None
-        and options.pipeline_id is not None
-    ):
-        with profiling.span(
-            "read.batch_record",
-            partition=task,
-            ranges=len(partition.ranges),
-            records=partition.records,
-        ):
-            write_batch_record(
-                open_store(options.store),
-                PipelineLayout(options.pipeline_id),
-                context,
-                partition.epoch,
-            )
     ranges = [r for r in partition.ranges if r.size > 0]
     if not ranges:
         return

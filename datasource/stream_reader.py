@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -44,10 +43,10 @@ from datasource.schema import arrow_schema
 from datasource.subscription import WHERE
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.layout import PipelineLayout
-from state.profiling import record, span
-from state.protocol.batch_records import BatchContext, PendingBatchRecord
+from state.profiling import span
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
+from state.spark_task import StreamingTask
 from state.stores import open_store
 from state.worker_logging import ensure_worker_logging
 
@@ -208,23 +207,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         """The partition's rows; the marked partition of a streaming batch writes the batch
         record while its first rows are fetched, and yields nothing before it is written."""
         assert isinstance(partition, KafkaInputPartition)
-        context = BatchContext.current()
-        options = self.options
-        if (
-            not partition.records_batch
-            or not partition.ranges
-            or context is None
-            or options.store is None
-            or options.pipeline_id is None
-        ):
-            return read_partition(options, partition, arrow_schema(self.schema), context=context)
-        began, t0 = time.time(), time.perf_counter()
-        pending = PendingBatchRecord(
-            open_store(options.store), self.layout, context, partition.epoch
+        return read_partition(
+            self.options, partition, arrow_schema(self.schema), task=StreamingTask.current()
         )
-        unmarked = replace(partition, records_batch=False)
-        batches = read_partition(options, unmarked, arrow_schema(self.schema), context=context)
-        return _after_record(pending, batches, began, t0, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Publish progress to ``commitOffsetsToGroup`` (monitoring only, never recovery)."""
@@ -435,35 +420,6 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 f"for topics {sorted(recorded)}; use a new pipeline.id to change the subscription",
                 where=WHERE,
             )
-
-
-def _after_record(
-    pending: PendingBatchRecord,
-    batches: Iterator[Any],
-    began: float,
-    t0: float,
-    partition: KafkaInputPartition,
-) -> Iterator[Any]:
-    """``batches``, the first one held back until the batch record is written."""
-    first = next(batches, None)
-    t1 = time.perf_counter()
-    try:
-        pending.wait()
-    finally:
-        # The write's own time is hidden behind the fetch; what is recorded is how long
-        # the task waited for it after its first rows were there.
-        record(
-            "read.batch_record",
-            began,
-            time.perf_counter() - t1,
-            partition=partition.index,
-            ranges=len(partition.ranges),
-            records=partition.records,
-            overlapped_s=t1 - t0,
-        )
-    if first is not None:
-        yield first
-        yield from batches
 
 
 def from_checkpoint(value: Any) -> SourceOffset:

@@ -26,7 +26,7 @@ from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.protocol.batch_records import read_batch_record
+from state.protocol.batch_records import epoch_of_batch
 from state.stores import StoreConfig, open_store
 
 SCHEMA = arrow_schema(source_schema(False))
@@ -254,7 +254,7 @@ def test_query_rows_are_identical_with_and_without_pooling_and_packing(
         store = open_store(StoreConfig.from_options(opts))
         layout = PipelineLayout(opts["pipeline.id"])
         for batch_id, rows in capture:
-            assert read_batch_record(store, layout, query.id, batch_id) == rows[0].gt.epoch
+            assert epoch_of_batch(store, layout, query.id, batch_id) == rows[0].gt.epoch
 
     first = results["pooled, packed"]
     assert len(first) == 4000

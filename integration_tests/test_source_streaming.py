@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.protocol.batch_records import read_batch_record
+from state.protocol.batch_records import epoch_of_batch
 from state.stores import StoreConfig, open_store
 
 
@@ -77,7 +77,7 @@ def test_replay_on_a_new_checkpoint_reproduces_epochs_and_gt(
     assert len(store.list(layout.epochs_prefix)) == len(first.batches)
     for query, capture in ((q1, first), (q2, second)):
         for batch_id, rows in capture.batches:
-            assert read_batch_record(store, layout, query.id, batch_id) == rows[0].gt.epoch
+            assert epoch_of_batch(store, layout, query.id, batch_id) == rows[0].gt.epoch
 
 
 @pytest.mark.timeout(300)

@@ -18,13 +18,14 @@ record.
 ``commit`` of batch ``b``:
 
 1. The bundle's global time is the epoch ``k`` the batch read, from the batch record the
-   source's read tasks wrote (``batches/<queryId>/<b>``). No record: a no-data batch.
+   source's read tasks wrote (:mod:`state.protocol.batch_records`). No record: a no-data
+   batch.
 2. Ownership (zombie fencing, like a Kafka producer epoch): the first commit of a driver
    run claims the pipeline by bumping ``owner.generation``; a run that was superseded is
    fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
    than the recorded one is fenced too; the snapshot coordinator records its token as the
-   owner when it takes it (:func:`state.protocol.fencing.claim_barrier`), before its query runs.
-   The claim and every swap of the state are :mod:`sink.ownership`'s.
+   owner when it takes it, before its query runs. The claims and every swap of the state
+   are :class:`~state.protocol.barrier_state.BarrierStateStore`'s.
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
    ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
    cannot be (its staged parts are gone), the error says what is lost and names the way
@@ -42,21 +43,19 @@ Staged parts are deleted only under verified ownership (:mod:`sink.cleanup`).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
-from sink.known_state import KNOWN, KnownState
+from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
 from sink.options import SinkOptions
-from sink.ownership import Ownership, StaleState, claimant
 from sink.staging import Staging
 from state.errors import (
     CommitFailed,
@@ -67,25 +66,52 @@ from state.errors import (
     StateError,
 )
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import load_barrier_state
+from state.profiling import StepTimer
+from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
+from state.protocol.batch_records import epoch_of_batch
 from state.records.barrier import BarrierState, Owner
-from state.records.batch import BatchRecord
-from state.records.codec import decode
 from state.retry import delivery
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
 
 log = logging.getLogger(__name__)
 
-RUN_ID = re.compile(r"runId\s*=\s*([0-9A-Za-z-]+)")
+
+@dataclass
+class BatchCommit:
+    """One commit in progress: the batch Spark asked to commit, and its step timings.
+
+    ``run_id`` is the run id the batch's write tasks saw (in their parts' names; None if
+    they saw none), :attr:`claimant` the id the run owns the pipeline under.
+    """
+
+    batch_id: int
+    query_id: str
+    run_id: str | None
+    messages: list[BarrierCommitMessage]
+    timer: StepTimer = field(default_factory=StepTimer)
+
+    @property
+    def rows(self) -> int:
+        return sum(m.rows for m in self.messages)
+
+    @property
+    def claimant(self) -> str:
+        return claimant(self.run_id, self.query_id)
+
+    def outcome(self, action: str, epoch: int | None) -> CommitOutcome:
+        return CommitOutcome(
+            self.batch_id, epoch, action, rows=self.rows, timings=self.timer.seconds
+        )
 
 
-def run_id_from_description(description: str | None) -> str | None:
-    """The streaming run id in Spark's job description (``"... runId = <uuid> ..."``)."""
-    if not description:
-        return None
-    m = RUN_ID.search(description)
-    return m.group(1) if m else None
+@dataclass(frozen=True)
+class Held:
+    """The barrier state as a commit holds it (read or swapped by it, or remembered from
+    the last commit of this process) and the version its next swap expects."""
+
+    state: BarrierState
+    version: str
 
 
 class Barrier:
@@ -108,9 +134,8 @@ class Barrier:
         self.staging = staging
         self.faults = faults if faults is not None else FaultInjector.from_environment()
         self.layout = PipelineLayout(options.pipeline_id)
-        self.clock = clock
         self.sleep = sleep
-        self.ownership = Ownership(options, store, self.layout, clock=clock)
+        self.states = BarrierStateStore(store, self.layout, clock=clock)
 
     # --- Spark's hooks --------------------------------------------------------------
 
@@ -119,17 +144,11 @@ class Barrier:
     ) -> CommitOutcome:
         started = time.perf_counter()
         ensure_worker_logging()
-        if any(m is None for m in messages):
-            raise CommitFailed(
-                f"barrier: commit of batch {batch_id} got a failed task's message (None)"
-            )
-        msgs = [m for m in messages if m is not None]
-        rows = sum(m.rows for m in msgs)
-        if not msgs:
+        batch = _batch(messages, batch_id)
+        if batch is None:
             return CommitOutcome(batch_id, None, "empty")
-        query_id, run_id = _identity(msgs, batch_id)
         try:
-            outcome = self._commit(msgs, batch_id, query_id, run_id, rows)
+            outcome = self._commit(batch)
         except BaseException:
             KNOWN.forget(self.store, self.layout)
             raise
@@ -140,166 +159,129 @@ class Barrier:
 
     def abort(self, messages: Sequence[BarrierCommitMessage | None], batch_id: int) -> None:
         """Delete what the failed batch staged, except parts an in-flight record references."""
-        msgs = [m for m in messages if m is not None]
-        if not msgs:
+        batch = _batch([m for m in messages if m is not None], batch_id)
+        if batch is None:
             return
-        query_id, run_id = _identity(msgs, batch_id)
         KNOWN.forget(self.store, self.layout)
-        self._clean_up(msgs, query_id, batch_id, run_id)
+        self._clean_up(batch)
 
     # --- the protocol ---------------------------------------------------------------
 
-    def _commit(
-        self,
-        msgs: list[BarrierCommitMessage],
-        batch_id: int,
-        query_id: str,
-        run_id: str | None,
-        rows: int,
-    ) -> CommitOutcome:
-        t = time.perf_counter
-        timings: dict[str, float] = {}
-        t0 = t()
-        known = self._known(run_id, query_id) if rows else None
+    def _commit(self, batch: BatchCommit) -> CommitOutcome:
+        known = self._known(batch) if batch.rows else None
         if known is not None:
             # The state this process left with the last commit: no read (sink.known_state).
-            epoch = self._epoch_of(query_id, batch_id)
+            with batch.timer.step("read_state"):
+                epoch = self._epoch_of(batch)
             if epoch is not None and epoch > known.state.gt_last:
-                timings["read_state"] = t() - t0
                 try:
-                    return self._advance(
-                        msgs,
-                        batch_id,
-                        query_id,
-                        run_id,
-                        rows=rows,
-                        epoch=epoch,
-                        state=known.state,
-                        version=known.version,
-                        timings=timings,
-                        remembered=True,
-                    )
+                    return self._advance(batch, epoch, known, remembered=True)
                 except StaleState:
-                    timings.clear()
+                    batch.timer.clear()
             KNOWN.forget(self.store, self.layout)
-            loaded = self._load()
+            with batch.timer.step("read_state"):
+                state, version = self.states.load()
         else:
-            epoch, loaded = self._epoch_and_state(query_id, batch_id)
+            with batch.timer.step("read_state"):
+                epoch, (state, version) = self._epoch_and_state(batch)
         if epoch is None:
-            if rows:
+            if batch.rows:
                 raise FatalError(
-                    f"barrier: batch {batch_id} of query {query_id} produced {rows} row(s) "
-                    f"but has no batch record {self.store.uri}/"
-                    f"{self.layout.batch(query_id, batch_id)}: either it is a no-data "
-                    "micro-batch, whose content is not replay-stable (set "
+                    f"barrier: batch {batch.batch_id} of query {batch.query_id} produced "
+                    f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
+                    f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
+                    "no-data micro-batch, whose content is not replay-stable (set "
                     "spark.sql.streaming.noDataMicroBatches.enabled=false; "
-                    "datasource.register_all(spark) does), or the query does not read a "
+                    "gtbarrier.register_all(spark) does), or the query does not read a "
                     "gtkafka source with the same pipeline.id and state.uri as this sink "
                     f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
                 )
-            return CommitOutcome(batch_id, None, "no-data")
-        state, version = loaded
-        timings["read_state"] = t() - t0
+            return batch.outcome("no-data", None)
 
-        claim = self.ownership.claim(state, version, run_id, query_id)
-        state, version = claim.state, claim.version
+        claim = self.states.claim_run(
+            state, version, batch.claimant, batch.query_id, self.options.fencing_token
+        )
+        held = Held(claim.state, claim.version)
         if claim.took_over:
             cleanup = self._cleanup()
-            cleanup.sweep(cleanup.verify(run_id, claimant(run_id, query_id), state))
-        me = state.owner
-        outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
+            cleanup.sweep(cleanup.verify(batch.run_id, batch.claimant, held.state))
+        recovered = None
+        if held.state.inflight is not None:
+            with batch.timer.step("recover"):
+                held, recovered = self._resolve_inflight(held)
 
-        if state.inflight is not None:
-            t1 = t()
-            state, version, outcome.recovered = self._resolve_inflight(state, version, me)
-            timings["recover"] = t() - t1
+        if epoch <= held.state.gt_last or batch.rows == 0:
+            self._clean_up(batch)
+            self._remember(held)
+            outcome = batch.outcome("dropped" if epoch <= held.state.gt_last else "empty", epoch)
+        else:
+            outcome = self._advance(batch, epoch, held, remembered=False)
+        outcome.recovered = recovered
+        return outcome
 
-        if epoch <= state.gt_last or rows == 0:
-            outcome.action = "dropped" if epoch <= state.gt_last else "empty"
-            self._clean_up(msgs, query_id, batch_id, run_id)
-            self._remember(state, version)
-            return outcome
-        advanced = self._advance(
-            msgs,
-            batch_id,
-            query_id,
-            run_id,
-            rows=rows,
-            epoch=epoch,
-            state=state,
-            version=version,
-            timings=timings,
-            remembered=False,
-        )
-        advanced.recovered = outcome.recovered
-        return advanced
-
-    def _advance(  # noqa: PLR0913 - the commit's findings, passed on
-        self,
-        msgs: list[BarrierCommitMessage],
-        batch_id: int,
-        query_id: str,
-        run_id: str | None,
-        *,
-        rows: int,
-        epoch: int,
-        state: BarrierState,
-        version: str,
-        timings: dict[str, float],
-        remembered: bool,
+    def _advance(
+        self, batch: BatchCommit, epoch: int, held: Held, *, remembered: bool
     ) -> CommitOutcome:
         """Deliver bundle ``epoch`` (above ``GT_last``) and advance ``GT_last`` to it.
 
-        ``remembered``: ``state`` is what this process last read or wrote, not a read made
-        by this commit; the first swap confirms it or raises
-        :class:`~sink.ownership.StaleState` (nothing was written: the caller starts again
-        from a read). At-least-once delivers before its first swap, so it never starts
-        from a remembered state.
+        ``remembered``: ``held`` is what this process last read or wrote, not a read made
+        by this commit; the first swap confirms it or raises :class:`StaleState` (nothing
+        was written: the caller starts again from a read). At-least-once delivers before
+        its first swap, so it never starts from a remembered state.
         """
-        t = time.perf_counter
-        me = state.owner
-        outcome = CommitOutcome(batch_id, epoch, "delivered", rows=rows, timings=timings)
-        bundle = Bundle.from_messages(self.options.pipeline_id, epoch, batch_id, msgs)
+        me = held.state.owner
+        bundle = Bundle.from_messages(
+            self.options.pipeline_id, epoch, batch.batch_id, batch.messages
+        )
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
-            t1 = t()
-            state, version = self.ownership.swap(
-                state,
-                replace(state, inflight=bundle.to_record()),
-                version,
-                me,
-                f"record bundle {epoch} in flight",
-                remembered=remembered,
-            )
-            timings["cas_inflight"] = t() - t1
+            with batch.timer.step("cas_inflight"):
+                held = self._swap(
+                    held,
+                    replace(held.state, inflight=bundle.to_record()),
+                    me,
+                    f"record bundle {epoch} in flight",
+                    remembered=remembered,
+                )
             self.faults.at("after_inflight", epoch)
         else:
             assert not remembered, "at-least-once delivers before its first swap"
-        t1 = t()
-        ack = self._deliver(bundle, redelivery=False)
-        timings["deliver"] = t() - t1
-        outcome.driver_bytes = ack.driver_bytes
+        with batch.timer.step("deliver"):
+            ack = self._deliver(bundle, redelivery=False)
         self.faults.at("after_ack", epoch)
-        t1 = t()
-        state, version = self.ownership.swap(
-            state,
-            replace(state, gt_last=epoch, inflight=None),
-            version,
-            me,
-            f"advance GT_last to {epoch}",
-        )
-        timings["cas_gt_last"] = t() - t1
-        self._remember(state, version)
-        t1 = t()
-        self._delete_parts(bundle)
-        cleanup = self._cleanup()
-        auth = cleanup.verify(run_id, claimant(run_id, query_id), state)  # just swapped
-        cleanup.clean_batch(query_id, batch_id, auth)
-        timings["cleanup"] = t() - t1
+        with batch.timer.step("cas_gt_last"):
+            held = self._swap(
+                held,
+                replace(held.state, gt_last=epoch, inflight=None),
+                me,
+                f"advance GT_last to {epoch}",
+            )
+        self._remember(held)
+        with batch.timer.step("cleanup"):
+            self._delete_parts(bundle)
+            cleanup = self._cleanup()
+            auth = cleanup.verify(batch.run_id, batch.claimant, held.state)  # just swapped
+            cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
         self.faults.at("after_gt_last", epoch)
+        outcome = batch.outcome("delivered", epoch)
+        outcome.driver_bytes = ack.driver_bytes
         return outcome
 
-    def _known(self, run_id: str | None, query_id: str) -> KnownState | None:
+    def _swap(
+        self,
+        held: Held,
+        new: BarrierState,
+        me: Owner | None,
+        what: str,
+        *,
+        remembered: bool = False,
+    ) -> Held:
+        state, version = self.states.swap(
+            held.state, new, held.version, me, what, remembered=remembered
+        )
+        return Held(state, version)
+
+    def _known(self, batch: BatchCommit) -> Held | None:
         """The state this process remembers for the pipeline, if an exactly-once commit of
         this run may start from it: owned by this run (with this fencing token), nothing in
         flight. Anything else takes the read and the checks of a first commit."""
@@ -309,45 +291,33 @@ class Barrier:
         if known is None or known.state.inflight is not None:
             return None
         owner, token = known.state.owner, self.options.fencing_token
-        if owner is None or owner.run_id != claimant(run_id, query_id):
+        if owner is None or owner.run_id != batch.claimant:
             return None
         if token is not None and token != owner.token:
             return None
-        return known
+        return Held(known.state, known.version)
 
-    def _remember(self, state: BarrierState, version: str | None) -> None:
-        if version is not None:
-            KNOWN.put(self.store, self.layout, state, version)
+    def _remember(self, held: Held) -> None:
+        KNOWN.put(self.store, self.layout, held.state, held.version)
 
     def _epoch_and_state(
-        self, query_id: str, batch_id: int
+        self, batch: BatchCommit
     ) -> tuple[int | None, tuple[BarrierState, str | None]]:
         """The batch's epoch and the barrier state, read concurrently (two round trips
         to the store in the time of one)."""
         with ThreadPoolExecutor(max_workers=1) as pool:
-            loading = pool.submit(self._load)
-            epoch = self._epoch_of(query_id, batch_id)
+            loading = pool.submit(self.states.load)
+            epoch = self._epoch_of(batch)
             return epoch, loading.result()
 
-    def _epoch_of(self, query_id: str, batch_id: int) -> int | None:
+    def _epoch_of(self, batch: BatchCommit) -> int | None:
         """The epoch the batch read (its batch record); None for a no-data batch."""
-        key = self.layout.batch(query_id, batch_id)
-        hit = self.store.get_or_none(key)
-        if hit is None:
-            return None
-        record = decode(hit.data, BatchRecord.from_json, f"{self.store.uri}/{key}")
-        if (record.query_id, record.batch_id) != (query_id, batch_id):
-            raise StateError(f"barrier: batch record {key} names another batch: {record.to_json()}")
-        return record.epoch
+        return epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
 
-    def _load(self) -> tuple[BarrierState, str | None]:
-        return load_barrier_state(self.store, self.layout)
-
-    def _resolve_inflight(
-        self, state: BarrierState, version: str, me: Owner | None
-    ) -> tuple[BarrierState, str, int]:
-        assert state.inflight is not None
-        bundle = Bundle.from_record(self.options.pipeline_id, state.inflight)
+    def _resolve_inflight(self, held: Held) -> tuple[Held, int]:
+        inflight = held.state.inflight
+        assert inflight is not None
+        bundle = Bundle.from_record(self.options.pipeline_id, inflight)
         delivered = False
         last: LastBundle | None = None
         if self.options.exactly_once:
@@ -355,9 +325,8 @@ class Barrier:
             if last is not None and last.bundle_id > bundle.bundle_id:
                 raise StateError(
                     f"barrier: {self.consumer.describe()} reports bundle {last.bundle_id} but the "
-                    f"barrier state ({self.store.uri}/{self.layout.barrier_state}) has bundle "
-                    f"{bundle.bundle_id} in flight: the consumer is shared with another pipeline "
-                    "or the state was reset"
+                    f"barrier state ({self.states.where}) has bundle {bundle.bundle_id} in "
+                    "flight: the consumer is shared with another pipeline or the state was reset"
                 )
             delivered = last is not None and last.bundle_id == bundle.bundle_id
         if not delivered:
@@ -366,8 +335,8 @@ class Barrier:
             except GtBarrierError as err:
                 lost = LostBundle.check(
                     self.options.pipeline_id,
-                    f"{self.store.uri}/{self.layout.barrier_state}",
-                    state.inflight,
+                    self.states.where,
+                    inflight,
                     consumer=self.consumer,
                     staging=self.staging,
                     consumer_last=None if last is None else last.bundle_id,
@@ -375,11 +344,11 @@ class Barrier:
                 if lost is None:
                     raise
                 raise StateError(lost.describe()) from err
-        state, version = self.ownership.swap(
-            state,
+        state = held.state
+        held = self._swap(
+            held,
             replace(state, gt_last=max(state.gt_last, bundle.epoch), inflight=None),
-            version,
-            me,
+            state.owner,
             f"acknowledge in-flight bundle {bundle.epoch}",
         )
         self._delete_parts(bundle)
@@ -391,9 +360,9 @@ class Barrier:
             bundle.batch_id,
             bundle.rows,
             "the consumer had it" if delivered else "delivered again",
-            state.gt_last,
+            held.state.gt_last,
         )
-        return state, version, bundle.bundle_id
+        return held, bundle.bundle_id
 
     def _deliver(self, bundle: Bundle, *, redelivery: bool) -> Ack:
         """Deliver ``bundle``, retrying the same bundle; raise once the retries are spent."""
@@ -419,7 +388,7 @@ class Barrier:
         except (DeliveryFailed, CommitStateUnknown) as err:
             inflight = (
                 " It stays recorded in flight; restarting the query resolves it."
-                if (self.options.exactly_once)
+                if self.options.exactly_once
                 else ""
             )
             err.add_note(
@@ -436,22 +405,30 @@ class Barrier:
         self.staging.delete_many(part.location for part in bundle.parts)
 
     def _cleanup(self) -> StagingCleanup:
-        return StagingCleanup(self.store, self.layout, self.staging)
+        return StagingCleanup(self.states, self.staging)
 
-    def _clean_up(
-        self,
-        msgs: list[BarrierCommitMessage],
-        query_id: str,
-        batch_id: int,
-        run_id: str | None,
-    ) -> None:
+    def _clean_up(self, batch: BatchCommit) -> None:
         """A dropped, empty or failed batch: delete what it staged, then its batch
         directory's leftovers, on a fresh read of the barrier state (this run's state may
         predate another run's claim)."""
         cleanup = self._cleanup()
-        auth = cleanup.verify(run_id, claimant(run_id, query_id))
-        cleanup.discard((m.part.location for m in msgs if m.part is not None), auth)
-        cleanup.clean_batch(query_id, batch_id, auth)
+        auth = cleanup.verify(batch.run_id, batch.claimant)
+        cleanup.discard((m.part.location for m in batch.messages if m.part is not None), auth)
+        cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
+
+
+def _batch(messages: Sequence[BarrierCommitMessage | None], batch_id: int) -> BatchCommit | None:
+    """The commit of ``messages`` (None if there are none); a failed task's message (None)
+    or tasks that disagree on their query or run fail the commit."""
+    if any(m is None for m in messages):
+        raise CommitFailed(
+            f"barrier: commit of batch {batch_id} got a failed task's message (None)"
+        )
+    msgs = [m for m in messages if m is not None]
+    if not msgs:
+        return None
+    query_id, run_id = _identity(msgs, batch_id)
+    return BatchCommit(batch_id, query_id, run_id, msgs)
 
 
 def _identity(msgs: Iterable[BarrierCommitMessage], batch_id: int) -> tuple[str, str | None]:

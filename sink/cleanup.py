@@ -12,9 +12,9 @@ may delete
 Ownership is verified on a barrier state read right before deleting (or the state this
 run has just written with a compare-and-swap), never on one read before another run could
 have claimed. The generation rule closes the window between that read and the deletion:
-a run that claims meanwhile is newer, and its parts are kept. Before issue 10 (finding
-6), a zombie driver cleaning up with a stale state deleted a newer run's in-flight parts,
-and every restart then failed.
+a run that claims meanwhile is newer, and its parts are kept. Without it, a zombie driver
+cleaning up with a stale state could delete a newer run's in-flight parts, and every
+restart would then fail.
 """
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sink.staging import UNKNOWN_RUN, Staging, part_run_id
-from state.layout import PipelineLayout
-from state.protocol.barrier_state import load_barrier_state
-from state.records.barrier import BarrierState, RunMarker
-from state.records.codec import decode
-from state.stores import StateStore
+from state.protocol.barrier_state import BarrierStateStore
+from state.records.barrier import BarrierState
 
 
 @dataclass(frozen=True)
@@ -60,9 +57,8 @@ class Authority:
 class StagingCleanup:
     """The deletions of one commit or abort, against one pipeline's staging area."""
 
-    def __init__(self, store: StateStore, layout: PipelineLayout, staging: Staging) -> None:
-        self.store = store
-        self.layout = layout
+    def __init__(self, states: BarrierStateStore, staging: Staging) -> None:
+        self.states = states
         self.staging = staging
         self._claimed: dict[str, int | None] = {}
 
@@ -72,7 +68,7 @@ class StagingCleanup:
         """The run's authority: from ``state`` if the caller has just written it with a
         compare-and-swap, else from a fresh read of the barrier state."""
         if state is None:
-            state, _ = load_barrier_state(self.store, self.layout)
+            state, _ = self.states.load()
         return Authority.of(run_id, claimant, state)
 
     def discard(self, locations: Iterable[str], auth: Authority) -> None:
@@ -109,16 +105,6 @@ class StagingCleanup:
         if auth.generation is None or rid == (auth.run_id or UNKNOWN_RUN):
             return False
         if rid not in self._claimed:
-            self._claimed[rid] = self._claimed_generation(rid)
+            self._claimed[rid] = self.states.run_generation(rid)
         claimed = self._claimed[rid]
         return claimed is not None and claimed <= auth.generation
-
-    def _claimed_generation(self, rid: str) -> int | None:
-        """The generation run ``rid`` claimed (0 for a marker older than the field);
-        None if it never claimed."""
-        key = self.layout.barrier_run(rid)
-        hit = self.store.get_or_none(key)
-        if hit is None:
-            return None
-        marker = decode(hit.data, RunMarker.from_json, f"{self.store.uri}/{key}")
-        return 0 if marker.generation is None else marker.generation

@@ -10,17 +10,16 @@ decided from the remembered state that the swap does not confirm before any deli
 lost swap means the state changed (another run claimed the pipeline, an operator acted),
 and the commit forgets it and starts again from a read, as if it had never tried.
 
-Per process (a forked child starts empty), thread-safe, bounded.
+Kept in a :class:`~state.process_cache.ProcessCache` (per process, thread-safe, bounded).
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 
 from state.layout import PipelineLayout
+from state.process_cache import ProcessCache
 from state.records.barrier import BarrierState
 from state.stores import StateStore
 
@@ -39,45 +38,24 @@ class KnownState:
 class KnownStates:
     """The remembered states of one process, by store configuration and pipeline."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._by_key: dict[Hashable, KnownState] = {}
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._cache: ProcessCache[Hashable, KnownState] = ProcessCache(
+            "remembered barrier states", capacity=capacity
+        )
 
     def get(self, store: StateStore, layout: PipelineLayout) -> KnownState | None:
-        with self._lock:
-            self._forget_if_forked()
-            return self._by_key.get(_key(store, layout))
+        return self._cache.get(_key(store, layout))
 
     def put(
         self, store: StateStore, layout: PipelineLayout, state: BarrierState, version: str
     ) -> None:
-        with self._lock:
-            self._forget_if_forked()
-            key = _key(store, layout)
-            self._by_key.pop(key, None)
-            self._by_key[key] = KnownState(state, version)
-            while len(self._by_key) > CAPACITY:
-                del self._by_key[next(iter(self._by_key))]
+        self._cache.put(_key(store, layout), KnownState(state, version))
 
     def forget(self, store: StateStore, layout: PipelineLayout) -> None:
-        with self._lock:
-            self._forget_if_forked()
-            self._by_key.pop(_key(store, layout), None)
+        self._cache.discard(_key(store, layout))
 
     def clear(self) -> None:
-        with self._lock:
-            self._by_key = {}
-
-    def _forget_if_forked(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._by_key = {}
-
-    def after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # another thread of the parent may have held it
-        self._pid = os.getpid()
-        self._by_key = {}
+        self._cache.clear()
 
 
 def _key(store: StateStore, layout: PipelineLayout) -> Hashable:
@@ -85,4 +63,3 @@ def _key(store: StateStore, layout: PipelineLayout) -> Hashable:
 
 
 KNOWN = KnownStates()
-os.register_at_fork(after_in_child=KNOWN.after_fork_in_child)

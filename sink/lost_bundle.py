@@ -2,19 +2,20 @@
 
 The barrier records a bundle in flight before delivering it, and a restart delivers it
 again from its staged parts unless the consumer has it. If those parts are gone (deleted
-by hand, by a storage lifecycle rule, or, before issue 10 finding 6 was fixed, by a zombie
-driver's cleanup) and the consumer does not have the bundle, nothing can deliver it:
+by hand or by a storage lifecycle rule) and the consumer does not have the bundle, nothing
+can deliver it:
 every restart stops with a :class:`~state.errors.StateError` that says what is lost
 (:meth:`LostBundle.describe`) and names the way out::
 
-    from sink import resolve_lost_inflight
+    from gtbarrier import resolve_lost_inflight
     resolve_lost_inflight(sink_options, bundle_id=7)                         # reports only
     resolve_lost_inflight(sink_options, bundle_id=7, acknowledge_loss=True)  # skips it
 
 Skipping moves ``GT_last`` to the bundle (a replay of its epoch is then dropped), clears
 the in-flight record and records the loss under ``skipped`` in the barrier state
-(:class:`~state.records.barrier.SkippedBundle`). Stop the query first: the change is a
-compare-and-swap, so a commit running meanwhile makes it fail rather than race.
+(:class:`~state.records.barrier.SkippedBundle`), in one compare-and-swap
+(:meth:`~state.protocol.barrier_state.BarrierStateStore.skip`). Stop the query first: a
+commit running meanwhile makes it fail rather than race.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from sink.consumers import Consumer, open_consumer
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging
-from state.errors import ConcurrentModification, StateError
+from state.errors import StateError
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import load_barrier_state
+from state.protocol.barrier_state import BarrierStateStore
 from state.records.barrier import SkippedBundle
 from state.records.inflight_bundle import InflightBundle
 from state.stores import StateStore, open_store
@@ -149,23 +150,25 @@ def resolve_lost_inflight(
     try:
         consumer = open_consumer(opts, store, FaultInjector())
         try:
-            return _resolve(opts, store, consumer, bundle_id, acknowledge_loss)
+            return resolve(opts, store, consumer, bundle_id, acknowledge_loss=acknowledge_loss)
         finally:
             consumer.close()
     finally:
         store.close()
 
 
-def _resolve(
+def resolve(
     opts: SinkOptions,
     store: StateStore,
     consumer: Consumer,
     bundle_id: int,
+    *,
     acknowledge_loss: bool,
 ) -> LostBundle:
-    layout = PipelineLayout(opts.pipeline_id)
-    where = f"{store.uri}/{layout.barrier_state}"
-    state, version = load_barrier_state(store, layout)
+    """:func:`resolve_lost_inflight` with its store and consumer open."""
+    states = BarrierStateStore(store, PipelineLayout(opts.pipeline_id))
+    where = states.where
+    state, version = states.load()
     inflight = state.inflight
     if inflight is None or version is None:
         raise StateError(
@@ -199,19 +202,7 @@ def _resolve(
     if not acknowledge_loss:
         log.warning("%s (not applied)", lost.describe())
         return lost
-    skipped = replace(
-        state,
-        gt_last=max(state.gt_last, inflight.epoch),
-        inflight=None,
-        skipped=(*state.skipped, lost.skipped(time.time())),
-    )
-    try:
-        store.compare_and_swap_json(layout.barrier_state, skipped.to_json(), version)
-    except ConcurrentModification:
-        raise StateError(
-            f"barrier: {where} changed while skipping bundle {bundle_id}: a driver is running "
-            "the pipeline; stop it and try again. Nothing changed"
-        ) from None
+    states.skip(state, version, lost.skipped(time.time()))
     # Nothing references the bundle's remaining parts once the in-flight record is gone.
     for location in inflight.locations:
         if location not in lost.parts_missing:
@@ -221,4 +212,4 @@ def _resolve(
     return applied
 
 
-__all__ = ["LostBundle", "resolve_lost_inflight"]
+__all__ = ["LostBundle", "resolve", "resolve_lost_inflight"]

@@ -6,6 +6,8 @@ Spark 4.3 creates the writer for every micro-batch, pickles it to the executors 
 wrote, so the protocol lives in the state store (:mod:`sink.barrier`). Clients are opened
 inside these calls and never pickled; stores come from ``open_store``, which shares them
 per worker process, so their ``close()`` here releases nothing a later call could reuse.
+This module is the Spark adapter only: a task's work is :func:`sink.write_task.stage_task`,
+a commit's is :class:`sink.barrier.Barrier`, their timing spans :mod:`sink.timing`.
 """
 
 from __future__ import annotations
@@ -17,63 +19,32 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from sink.barrier import Barrier, run_id_from_description
+from sink import timing
+from sink.barrier import Barrier
 from sink.bundle import BarrierCommitMessage
 from sink.commit_outcome import CommitOutcome
 from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
-from sink.gt_column import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.options import SinkOptions
 from sink.session import check_session
+from sink.write_task import stage_task
 from state import profiling
 from state.errors import GtBarrierError
-from state.records.inflight_bundle import StagedPart
+from state.spark_task import StreamingTask, local_property
 from state.stores import open_store
 
 
-class TaskInfo:
-    """What a write task knows about itself, from Spark's ``TaskContext``."""
-
-    def __init__(  # noqa: PLR0913 - the fields of Spark's TaskContext it needs
-        self,
-        query_id: str,
-        batch_id: int,
-        run_id: str | None,
-        *,
-        partition: int,
-        task_attempt: int,
-        attempt_number: int,
-    ) -> None:
-        self.query_id = query_id
-        self.batch_id = batch_id
-        self.run_id = run_id
-        self.partition = partition
-        self.task_attempt = task_attempt
-        self.attempt_number = attempt_number
-
-    @classmethod
-    def current(cls) -> TaskInfo:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is None:
-            raise GtBarrierError("barrier: write() must run in a Spark task")
-        query_id = ctx.getLocalProperty("sql.streaming.queryId")
-        batch = ctx.getLocalProperty("streaming.sql.batchId")
-        if not query_id or batch is None:
-            raise GtBarrierError(
-                "barrier: the task has no streaming query/batch id (the barrier sink is for "
-                "writeStream micro-batch queries)"
-            )
-        check_session(ctx.getLocalProperty)
-        return cls(
-            query_id=query_id,
-            batch_id=int(batch),
-            run_id=run_id_from_description(ctx.getLocalProperty("spark.job.description")),
-            partition=ctx.partitionId(),
-            task_attempt=ctx.taskAttemptId(),
-            attempt_number=ctx.attemptNumber(),
+def current_task() -> StreamingTask:
+    """The running write task; an error outside a streaming micro-batch, or in a session
+    that lets Spark run no-data micro-batches (:func:`sink.session.check_session`)."""
+    task = StreamingTask.current()
+    if task is None:
+        raise GtBarrierError(
+            "barrier: write() must run in a task of a streaming micro-batch (the barrier sink "
+            "is for writeStream micro-batch queries)"
         )
+    check_session(local_property)
+    return task
 
 
 class BarrierStreamWriter(DataSourceStreamArrowWriter):
@@ -90,82 +61,29 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
     # --- executors --------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BarrierCommitMessage:
-        task = TaskInfo.current()
+        task = current_task()
         if not profiling.enabled():
             return self.write_task(iterator, task)
-        timed = _TimedInput(iterator)
-        t0 = time.perf_counter()
-        error: str | None = None
-        try:
-            return self.write_task(timed, task)
-        except BaseException as err:
-            error = type(err).__name__
-            raise
-        finally:
-            attrs = {"batch_id": task.batch_id, "rows": timed.rows, "error": error}
-            profiling.record(
-                "write.stage",
-                timed.started,
-                time.perf_counter() - t0,
-                input_s=timed.seconds,
-                partition=task.partition,
-                **attrs,
-            )
-            profiling.record("write.input", timed.started, timed.seconds, **attrs)
+        message = timing.timed_write(iterator, task, lambda rows: self.write_task(rows, task))
+        assert isinstance(message, BarrierCommitMessage)
+        return message
 
     def write_task(
-        self, iterator: Iterator[pa.RecordBatch], task: TaskInfo
+        self, iterator: Iterator[pa.RecordBatch], task: StreamingTask
     ) -> BarrierCommitMessage:
-        """Stage the task's rows as one Parquet part sorted by ``gt``.
-
-        No row is dropped here: whether output is a replay is decided for the whole bundle
-        by the batch's epoch at commit, never by a row's ``gt`` (stateful output carries
-        the ``gt`` of older records: windows closed late, outer-join rows, keyed state).
-        """
+        """Stage the task's rows as one Parquet part sorted by ``gt``
+        (:func:`~sink.write_task.stage_task`) where the consumer's staging keeps them."""
         faults = FaultInjector.from_environment()
         store = open_store(self.options.store)
         try:
-            kept: list[pa.RecordBatch] = []
-            schema: pa.Schema | None = None
-            for batch in iterator:
-                if schema is None:
-                    schema = batch.schema
-                    check_arrow_schema(schema)
-                if batch.num_rows:
-                    kept.append(batch)
-            part: StagedPart | None = None
-            if kept:
-                table = pa.Table.from_batches(kept)
-                bounds = None
-                if self.has_gt:
-                    table = sort_by_gt(table)
-                    bounds = gt_bounds(table)
-                staging = open_staging(self.options, store)
-                location = staging.part_location(
-                    task.query_id, task.batch_id, task.partition, task.task_attempt, task.run_id
-                )
-                try:
-                    size = staging.write_part(location, table)
-                finally:
-                    staging.close()
-                part = StagedPart(
-                    location=location,
-                    rows=table.num_rows,
-                    size=size,
-                    min_gt=bounds[0] if bounds else None,
-                    max_gt=bounds[1] if bounds else None,
-                )
+            staging = open_staging(self.options, store)
+            try:
+                message = stage_task(iterator, task, staging, has_gt=self.has_gt)
+            finally:
+                staging.close()
             if task.attempt_number == 0:
                 faults.at("write_fail", task.batch_id)
-            return BarrierCommitMessage(
-                query_id=task.query_id,
-                batch_id=task.batch_id,
-                run_id=task.run_id,
-                partition=task.partition,
-                task_attempt=task.task_attempt,
-                has_gt=self.has_gt,
-                part=part,
-            )
+            return message
         finally:
             store.close()
 
@@ -175,15 +93,15 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         self.commit_batch(messages, batchId)
 
     def commit_batch(self, messages: Sequence[Any], batchId: int) -> CommitOutcome:
-        _profile_process_start(time.time(), batchId)
+        timing.process_start(time.time(), batchId)
         with profiling.span("commit.call", batch_id=batchId), self._barrier() as barrier:
             outcome = barrier.commit(messages, batchId)
             returned = time.time()
-        _profile_outcome(outcome, returned)
+        timing.commit_steps(outcome, returned)
         return outcome
 
     def abort(self, messages: Sequence[Any], batchId: int) -> None:
-        _profile_process_start(time.time(), batchId)
+        timing.process_start(time.time(), batchId)
         with profiling.span("commit.abort", batch_id=batchId), self._barrier() as barrier:
             barrier.abort(messages, batchId)
 
@@ -210,63 +128,3 @@ class _OpenBarrier:
                 self.consumer.close()
             finally:
                 self.store.close()
-
-
-# --- profiling (benchmarks only: nothing happens unless GTBARRIER_PROFILE is set) -----
-
-_profiled_process = False
-
-
-def _profile_process_start(entered: float, batch_id: int) -> None:
-    """Once per commit process: ``commit.process`` (process start until gtbarrier's first
-    import) and ``commit.imports`` (from there until the first commit/abort began)."""
-    global _profiled_process  # noqa: PLW0603 - once per process
-    if _profiled_process or not profiling.enabled():
-        return
-    _profiled_process = True
-    started = profiling.process_started_at()
-    imported = profiling.IMPORTED_AT
-    if started is not None and started <= imported:
-        profiling.record("commit.process", started, imported - started, batch_id=batch_id)
-    profiling.record("commit.imports", imported, entered - imported, batch_id=batch_id)
-
-
-# The barrier's steps in the order it runs them (CommitOutcome.timings keys).
-_STEPS = ("read_state", "recover", "cas_inflight", "deliver", "cas_gt_last", "cleanup")
-
-
-def _profile_outcome(outcome: CommitOutcome, returned: float) -> None:
-    """The barrier's own timings as ``commit.<step>`` spans, laid end to end before
-    ``returned`` (when :meth:`Barrier.commit` returned)."""
-    if not profiling.enabled() or not outcome.timings:
-        return
-    attrs = {"batch_id": outcome.batch_id, "epoch": outcome.epoch, "action": outcome.action}
-    total = outcome.timings.get("total", sum(outcome.timings.values()))
-    at = returned - total
-    profiling.record("commit.total", at, total, rows=outcome.rows, **attrs)
-    for step in _STEPS:
-        if step in outcome.timings:
-            profiling.record(f"commit.{step}", at, outcome.timings[step], **attrs)
-            at += outcome.timings[step]
-
-
-class _TimedInput:
-    """Wraps a write task's input and times how long it waits for each batch."""
-
-    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
-        self._batches = batches
-        self.started = time.time()
-        self.seconds = 0.0
-        self.rows = 0
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        t0 = time.perf_counter()
-        try:
-            batch = next(self._batches)
-        finally:
-            self.seconds += time.perf_counter() - t0
-        self.rows += batch.num_rows
-        return batch

@@ -1,10 +1,15 @@
-"""Opt-in timing spans for the performance breakdown (``python -m benchmarks.breakdown``).
+"""Timing: opt-in spans for the performance breakdown, and the steps of one operation.
 
-With ``GTBARRIER_PROFILE=<directory>`` in the environment of the driver (and so of
-Spark's Python workers, which inherit the JVM's environment), every :func:`span` appends
-one JSON line ``{"span", "start", "seconds", "pid", ...attributes}`` to
-``<directory>/<pid>.jsonl``. Without it a span costs one dictionary lookup: the hook is
-for benchmarks and never changes what the code does.
+* :func:`span` / :func:`record` (``python -m benchmarks.breakdown``):
+
+  with ``GTBARRIER_PROFILE=<directory>`` in the environment of the driver (and so of
+  Spark's Python workers, which inherit the JVM's environment), every span appends one JSON
+  line ``{"span", "start", "seconds", "pid", ...attributes}`` to
+  ``<directory>/<pid>.jsonl``. Without it a span costs one dictionary lookup: the hook is
+  for benchmarks and never changes what the code does.
+* :class:`StepTimer`: how long each named step of one operation took (the barrier's
+  commit reports its steps in its log and metrics lines), kept out of the operation's code
+  as ``with timer.step("deliver"): ...``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,25 @@ ENV = "GTBARRIER_PROFILE"
 
 #: When this process imported gtbarrier's first module (process start is read from /proc).
 IMPORTED_AT = time.time()
+
+
+class StepTimer:
+    """The seconds spent in each named step of one operation, in the order first run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to step ``name`` (also when it raises)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def clear(self) -> None:
+        self.seconds.clear()
 
 
 def enabled() -> bool:

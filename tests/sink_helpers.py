@@ -16,13 +16,14 @@ from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.staging import Staging, StoreStaging
-from sink.writer import BarrierStreamWriter, TaskInfo
+from sink.writer import BarrierStreamWriter
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
-from state.protocol.batch_records import BatchContext, write_batch_record
+from state.protocol.batch_records import write_batch_record
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import arrow_array as gt_array
 from state.records.inflight_bundle import InflightBundle
+from state.spark_task import StreamingTask
 from state.stores import StateStore, open_store
 
 _attempts = itertools.count(1)
@@ -105,9 +106,7 @@ class Pipeline:
         self.sleeps: list[float] = []
 
     def record_batch(self, batch_id: int, epoch: int, query_id: str | None = None) -> None:
-        write_batch_record(
-            self.store, self.layout, BatchContext(query_id or self.query_id, batch_id), epoch
-        )
+        write_batch_record(self.store, self.layout, query_id or self.query_id, batch_id, epoch)
 
     def write(
         self,
@@ -120,7 +119,7 @@ class Pipeline:
         run_id: str | None = None,
     ) -> BarrierCommitMessage:
         writer = BarrierStreamWriter(self.options, has_gt)
-        task = TaskInfo(
+        task = StreamingTask(
             self.query_id,
             batch_id,
             run_id or self.run_id,

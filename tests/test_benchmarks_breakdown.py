@@ -186,18 +186,18 @@ def test_the_commit_records_its_steps_and_the_write_its_input_wait(
 ) -> None:
     import pyarrow as pa
 
-    from sink import writer
+    from sink import timing
     from sink.commit_outcome import CommitOutcome
 
     monkeypatch.setenv(profiling.ENV, str(tmp_path))
     timings = {"read_state": 0.5, "cas_inflight": 0.25, "deliver": 1.0, "total": 2.0}
-    writer._profile_outcome(CommitOutcome(3, 7, "delivered", 10, timings=timings), T0 + 2.0)
-    timed = writer._TimedInput(iter([pa.record_batch({"x": [1, 2]}), pa.record_batch({"x": [3]})]))
+    timing.commit_steps(CommitOutcome(3, 7, "delivered", 10, timings=timings), T0 + 2.0)
+    timed = timing._TimedInput(iter([pa.record_batch({"x": [1, 2]}), pa.record_batch({"x": [3]})]))
     assert sum(b.num_rows for b in timed) == 3 and timed.rows == 3 and timed.seconds >= 0
     spans = {s.name: s for s in load_spans(tmp_path)}
     assert spans["commit.total"].start == T0 and spans["commit.total"].attrs["epoch"] == 7
     assert spans["commit.cas_inflight"].start == T0 + 0.5
     assert spans["commit.deliver"].start == T0 + 0.75
     monkeypatch.delenv(profiling.ENV)
-    writer._profile_outcome(CommitOutcome(4, 8, "delivered", 1, timings=timings), T0)
+    timing.commit_steps(CommitOutcome(4, 8, "delivered", 1, timings=timings), T0)
     assert len(load_spans(tmp_path)) == len(spans)  # nothing without GTBARRIER_PROFILE

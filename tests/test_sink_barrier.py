@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sink import resolve_lost_inflight
-from sink.barrier import Barrier, run_id_from_description
+from sink.barrier import Barrier
 from sink.consumers.base import LastBundle
 from sink.consumers.file import FileConsumer
 from sink.faults import FaultInjector, InjectedFault
@@ -27,11 +27,12 @@ from state.errors import (
     StoreUnavailable,
     StoreWriteUnknown,
 )
-from state.protocol.barrier_state import load_barrier_state
-from state.protocol.fencing import claim_barrier, take_token
+from state.protocol.barrier_state import BarrierStateStore, load_barrier_state
+from state.protocol.fencing import take_token
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import GlobalTime
 from state.records.inflight_bundle import InflightBundle
+from state.spark_task import run_id_from_description
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch, sink_options
 
 
@@ -490,7 +491,7 @@ def test_a_driver_claim_fences_older_runs_before_the_new_query_commits() -> None
     uri = p.options.store.uri
     p.record_batch(0, epoch=1)
     p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)  # run-a, token 1
-    owner = claim_barrier(p.store, p.layout, 2, driver="host:42:b")
+    owner = BarrierStateStore(p.store, p.layout).claim_driver(2, driver="host:42:b")
     assert owner.is_driver_claim and owner.generation == 2 and p.owner() == owner
     p.record_batch(1, epoch=2)
     zombie = p.write(1, [gt_batch(2, 0, [1])])
@@ -515,13 +516,13 @@ def test_a_driver_claim_fences_older_runs_before_the_new_query_commits() -> None
     assert [d[0] for d in p.consumer.delivered] == [1, 2] and p.staged() == []
 
 
-def test_claim_barrier_is_idempotent_and_never_lowers_the_token() -> None:
+def test_a_driver_claim_is_idempotent_and_never_lowers_the_token() -> None:
     p = Pipeline()
-    first = claim_barrier(p.store, p.layout, 3, driver="d3", clock=lambda: 5.0)
+    first = BarrierStateStore(p.store, p.layout, clock=lambda: 5.0).claim_driver(3, driver="d3")
     assert p.state() == BarrierState(owner=Owner("", "", 1, 5.0, 3, "d3"))
-    assert claim_barrier(p.store, p.layout, 3, driver="d3") == first
+    assert BarrierStateStore(p.store, p.layout).claim_driver(3, driver="d3") == first
     with pytest.raises(PipelineFenced, match=r"fencing token 3 > ours 2"):
-        claim_barrier(p.store, p.layout, 2, driver="d2")
+        BarrierStateStore(p.store, p.layout).claim_driver(2, driver="d2")
     assert p.owner() == first
 
 

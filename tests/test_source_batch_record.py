@@ -8,7 +8,7 @@ import pytest
 
 from state.errors import EpochLogConflict
 from state.layout import PipelineLayout
-from state.protocol.batch_records import BatchContext, read_batch_record, write_batch_record
+from state.protocol.batch_records import epoch_of_batch, write_batch_record
 from state.stores import StoreConfig
 from state.stores.memory import MemoryStore
 
@@ -26,20 +26,19 @@ class CountingStore(MemoryStore):
 def test_a_second_write_of_the_same_record_costs_no_request() -> None:
     store = CountingStore(f"memory://br-{uuid.uuid4().hex}")
     layout = PipelineLayout("p")
-    ctx = BatchContext("q-1", 3)
-    write_batch_record(store, layout, ctx, 7)
-    write_batch_record(store, layout, ctx, 7)  # the query's second branch
+    write_batch_record(store, layout, "q-1", 3, 7)
+    write_batch_record(store, layout, "q-1", 3, 7)  # the query's second branch
     assert store.creates == 1
-    assert read_batch_record(store, layout, "q-1", 3) == 7
+    assert epoch_of_batch(store, layout, "q-1", 3) == 7
 
 
 def test_a_different_record_still_meets_the_store_and_conflicts() -> None:
     uri = f"memory://br-{uuid.uuid4().hex}"
     store = CountingStore(uri)
     layout = PipelineLayout("p")
-    write_batch_record(store, layout, BatchContext("q-1", 3), 7)
+    write_batch_record(store, layout, "q-1", 3, 7)
     with pytest.raises(EpochLogConflict):
-        write_batch_record(store, layout, BatchContext("q-1", 3), 8)
+        write_batch_record(store, layout, "q-1", 3, 8)
     assert store.creates == 2
 
 
@@ -50,6 +49,6 @@ def test_a_record_another_process_wrote_is_checked_once() -> None:
         layout.batch("q-1", 4), {"batch_id": 4, "epoch": 9, "query_id": "q-1"}
     )
     store = CountingStore(uri)
-    write_batch_record(store, layout, BatchContext("q-1", 4), 9)
-    write_batch_record(store, layout, BatchContext("q-1", 4), 9)
+    write_batch_record(store, layout, "q-1", 4, 9)
+    write_batch_record(store, layout, "q-1", 4, 9)
     assert store.creates == 1

@@ -235,7 +235,7 @@ def test_a_task_stopped_mid_range_invalidates_its_consumer(broker: FakeBroker) -
     it = cast(
         Generator[Any, None, None],
         read_partition(
-            options(), part, SCHEMA, context=None, consumer_factory=factory(broker), source=pool
+            options(), part, SCHEMA, task=None, consumer_factory=factory(broker), source=pool
         ),
     )
     assert next(it).num_rows == 10_000

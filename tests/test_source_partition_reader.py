@@ -27,7 +27,8 @@ from datasource.schema import arrow_schema, source_schema
 from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
-from state.protocol.batch_records import BatchContext, read_batch_record, write_batch_record
+from state.protocol.batch_records import epoch_of_batch, write_batch_record
+from state.spark_task import StreamingTask
 from state.stores import StateStore, StoreConfig, open_store
 from state.stores.memory import MemoryStore
 from tests.source_fakes import FakeBroker, factory
@@ -193,32 +194,32 @@ def test_read_partition_writes_the_batch_record_first(broker: FakeBroker) -> Non
     opts = options(**{"pipeline.id": "p", "state.uri": uri})
     store = MemoryStore(StoreConfig(uri))
     layout = PipelineLayout("p")
-    ctx = BatchContext("q-1", 7)
+    ctx = StreamingTask("q-1", 7)
     schema = arrow_schema(source_schema(False))
     pool = ConsumerPool()
     it = read_partition(
         opts,
         KafkaInputPartition(5, (OffsetRange("t", 0, 0, 3),), records_batch=True),
         schema,
-        context=ctx,
+        task=ctx,
         consumer_factory=factory(broker),
         source=pool,
     )
     first = next(it)
-    assert read_batch_record(store, layout, "q-1", 7) == 5
+    assert epoch_of_batch(store, layout, "q-1", 7) == 5
     assert first.num_rows == 3
     # a marker partition writes the record and yields nothing; identical records are fine
     marker = KafkaInputPartition(5, (), records_batch=True)
-    assert list(read_partition(opts, marker, schema, context=ctx)) == []
+    assert list(read_partition(opts, marker, schema, task=ctx)) == []
     assert store.get_json(layout.batch("q-1", 7))[0] == {
         "batch_id": 7,
         "epoch": 5,
         "query_id": "q-1",
     }
     with pytest.raises(EpochLogConflict):
-        list(read_partition(opts, KafkaInputPartition(6, (), True), schema, context=ctx))
+        list(read_partition(opts, KafkaInputPartition(6, (), True), schema, task=ctx))
     # no streaming context (a batch read): nothing written
-    list(read_partition(opts, marker, schema, context=None))
+    list(read_partition(opts, marker, schema, task=None))
     assert store.list(layout.batches_prefix()) == [layout.batch("q-1", 7)]
 
 
@@ -236,7 +237,7 @@ def test_only_the_marked_partition_opens_a_store(
 
     monkeypatch.setattr(partition_reader, "open_store", recording_open)
     schema = arrow_schema(source_schema(False))
-    ctx = BatchContext("q-2", 0)
+    ctx = StreamingTask("q-2", 0)
     tasks: list[tuple[OffsetRange, ...]] = [
         (OffsetRange("t", 0, 0, 2),),
         (OffsetRange("t", 0, 2, 4),),
@@ -248,7 +249,7 @@ def test_only_the_marked_partition_opens_a_store(
         b.num_rows
         for p in reversed(parts)  # the unmarked one first: it must not need the record
         for b in read_partition(
-            opts, p, schema, context=ctx, consumer_factory=factory(broker), source=pool
+            opts, p, schema, task=ctx, consumer_factory=factory(broker), source=pool
         )
     ]
     assert rows == [2, 2]
@@ -270,7 +271,7 @@ def test_a_task_reads_its_ranges_in_order_into_shared_batches() -> None:
             opts,
             KafkaInputPartition(9, ranges),
             schema,
-            context=None,
+            task=None,
             consumer_factory=factory(broker),
         )
     )
@@ -293,10 +294,10 @@ def test_a_task_reads_its_ranges_in_order_into_shared_batches() -> None:
 def test_batch_record_conflict_message() -> None:
     store = MemoryStore(StoreConfig(f"memory://bc-{uuid.uuid4().hex}"))
     layout = PipelineLayout("p")
-    write_batch_record(store, layout, BatchContext("q", 1), 3)
-    write_batch_record(store, layout, BatchContext("q", 1), 3)
+    write_batch_record(store, layout, "q", 1, 3)
+    write_batch_record(store, layout, "q", 1, 3)
     with pytest.raises(EpochLogConflict) as info:
-        write_batch_record(store, layout, BatchContext("q", 1), 4)
+        write_batch_record(store, layout, "q", 1, 4)
     assert "batch 1 of query q" in str(info.value) and "epoch 4" in str(info.value)
 
 
@@ -319,7 +320,7 @@ def test_read_spans(broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.Monk
             opts,
             part,
             arrow_schema(source_schema(False)),
-            context=BatchContext("q", 0),
+            task=StreamingTask("q", 0),
             consumer_factory=factory(broker),
             source=ConsumerPool(),
         )

@@ -1,5 +1,6 @@
 """The marked read task writes its batch record while it fetches, and yields no row
-before the record is written (datasource.stream_reader.read, docs/PROTOCOL.md)."""
+before the record is written (datasource.partition_reader.read_partition, through the
+stream reader's read(); docs/PROTOCOL.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from datasource import stream_reader
+from datasource import partition_reader
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition
@@ -18,7 +19,8 @@ from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import StoreUnavailable
 from state.layout import PipelineLayout
-from state.protocol.batch_records import BatchContext, read_batch_record
+from state.protocol.batch_records import epoch_of_batch
+from state.spark_task import StreamingTask
 from state.stores import StoreConfig
 from state.stores.memory import MemoryStore
 
@@ -59,17 +61,17 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> Wired:
     store = SlowStore(uri)
     seen: list[KafkaInputPartition] = []
 
-    def fake_read(
-        options: Any, partition: KafkaInputPartition, schema: Any, *, context: Any
+    def fake_ranges(
+        options: Any, partition: KafkaInputPartition, schema: Any, factory: Any, source: Any
     ) -> Iterator[str]:
         seen.append(partition)
         store.go.set()  # the fetch is under way: let the record's write finish
         yield "batch-1"
         yield "batch-2"
 
-    monkeypatch.setattr(stream_reader, "read_partition", fake_read)
-    monkeypatch.setattr(stream_reader, "open_store", lambda config: store)
-    monkeypatch.setattr(BatchContext, "current", classmethod(lambda cls: BatchContext("q", 4)))
+    monkeypatch.setattr(partition_reader, "_read_ranges", fake_ranges)
+    monkeypatch.setattr(partition_reader, "open_store", lambda config: store)
+    monkeypatch.setattr(StreamingTask, "current", classmethod(lambda cls: StreamingTask("q", 4)))
     return reader(uri), store, seen
 
 
@@ -79,10 +81,9 @@ def test_no_row_before_the_record(
     r, store, seen = wired
     rows = r.read(KafkaInputPartition(9, (RANGE,), records_batch=True))
     assert next(iter(rows)) == "batch-1"
-    assert read_batch_record(store, PipelineLayout("p"), "q", 4) == 9
+    assert epoch_of_batch(store, PipelineLayout("p"), "q", 4) == 9
     assert list(rows) == ["batch-2"]
-    # read_partition itself writes nothing: the partition it gets is not marked
-    assert [p.records_batch for p in seen] == [False]
+    assert [p.epoch for p in seen] == [9]
 
 
 def test_a_failed_record_fails_the_task_before_any_row(
@@ -94,11 +95,13 @@ def test_a_failed_record_fails_the_task_before_any_row(
         next(iter(r.read(KafkaInputPartition(9, (RANGE,), records_batch=True))))
 
 
-def test_unmarked_and_marker_partitions_are_read_as_before(
+def test_an_unmarked_partition_writes_no_record_and_a_marker_does(
     wired: Wired,
 ) -> None:
-    r, _, seen = wired
+    r, store, seen = wired
     assert list(r.read(KafkaInputPartition(9, (RANGE,)))) == ["batch-1", "batch-2"]
+    assert epoch_of_batch(store, PipelineLayout("p"), "q", 4) is None
     marker = KafkaInputPartition(9, (), records_batch=True)
     assert list(r.read(marker)) == ["batch-1", "batch-2"]
-    assert [p.records_batch for p in seen] == [False, True]  # the marker writes it itself
+    assert epoch_of_batch(store, PipelineLayout("p"), "q", 4) == 9
+    assert [p.records_batch for p in seen] == [False, True]

@@ -32,6 +32,7 @@ from sink.consumers import open_staging
 from sink.options import SinkOptions
 from sink.staging import Staging, part_run_id
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import BarrierStateStore
 from state.stores import StateStore
 
 TMP_PREFIX = ".tmp-"
@@ -168,7 +169,7 @@ def _delete(
     found: list[Leftover],
 ) -> list[str]:
     """Delete what was found, but the parts of the bundle in flight on a fresh read."""
-    cleanup = StagingCleanup(store, layout, staging)
+    cleanup = StagingCleanup(BarrierStateStore(store, layout), staging)
     fresh = cleanup.verify(None, "gtbarrier-sweep")
     auth = Authority(run_id=None, generation=None, keep=fresh.keep)
     parts = [f.location for f in found if f.kind == "staged part" and f.location not in auth.keep]

@@ -6,15 +6,16 @@
         sink_options["fencing.token"] = owner.token
         ...                                           # release(): lock and session closed
 
-With ZooKeeper it owns the session (:class:`state.coordinator.zookeeper.ZooKeeperSession`), takes
-the driver lock (:class:`state.coordinator.zookeeper.DriverLock`) and keeps the resume point in
-ZooKeeper; without, the resume point lives in the state store and the fencing token
-(:mod:`state.protocol.fencing`) is the only protection. Every new token is also recorded as the
-barrier's owner at once (:func:`state.protocol.fencing.claim_barrier`), so a zombie driver is
-refused at its next commit, before this driver's query has committed anything. An
+With ZooKeeper it owns the session (:class:`state.coordinator.zookeeper.ZooKeeperSession`),
+takes the driver lock (:class:`state.coordinator.zookeeper.DriverLock`) and keeps the resume
+point in ZooKeeper; without, the resume point lives in the state store and the fencing
+token (:mod:`state.protocol.fencing`) is the only protection. Every new token is also
+recorded as the barrier's owner at once
+(:meth:`~state.protocol.barrier_state.BarrierStateStore.claim_driver`), so a zombie driver
+is refused at its next commit, before this driver's query has committed anything. An
 expired session (``LOST``, not a mere disconnection) voids the token at once and calls
-``on_lost``: another driver may own the pipeline now. ``state.coordinator.zookeeper`` (kazoo) is
-imported only when ZooKeeper is used.
+``on_lost``: another driver may own the pipeline now. :mod:`state.coordinator.zookeeper`
+(kazoo) is imported only when ZooKeeper is used.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from state.coordinator.config import CoordinatorConfig
 from state.errors import ZooKeeperUnavailable
-from state.protocol.fencing import claim_barrier, take_token
+from state.protocol.barrier_state import BarrierStateStore
+from state.protocol.fencing import take_token
 from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, lost_race
@@ -87,7 +89,7 @@ class DriverOwnership:
             if self.config.zookeeper_hosts is not None:
                 self._lock_zookeeper(self.config.zookeeper_hosts)
             token = take_token(self.store, self.layout, identifier=self.identity)
-            claim_barrier(self.store, self.layout, token, driver=self.identity)
+            BarrierStateStore(self.store, self.layout).claim_driver(token, driver=self.identity)
             self._token = token
             self._on_acquired(token)
             log.info(

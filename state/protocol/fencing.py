@@ -8,11 +8,10 @@ right away (without). The token travels to the barrier sink as the option
 the barrier state (:class:`PipelineFenced`). The coordinator also refuses to write a
 resume point once a newer token exists.
 
-Right after taking its token the driver *claims the barrier* (:func:`claim_barrier`): it
-records itself, with its token, as the barrier state's owner, before its query runs. A
-zombie driver is therefore refused at its next commit after the new driver took the
-pipeline, not only after the new driver's first commit (issue 10, finding 7); the new
-query's first commit turns the driver claim into an ordinary run claim.
+Right after taking its token the driver *claims the barrier*
+(:meth:`state.protocol.barrier_state.BarrierStateStore.claim_driver`): it records itself,
+with its token, as the barrier state's owner, before its query runs, so that a zombie
+driver is refused at its next commit after the new driver took the pipeline.
 """
 
 from __future__ import annotations
@@ -20,13 +19,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import replace
 
 from state.errors import PipelineFenced
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import load_barrier_state
-from state.records.barrier import Owner
 from state.records.codec import decode
 from state.records.driver import NO_TOKEN, DriverOwner, DriverRecord
 from state.retry import cas_loop
@@ -79,43 +74,3 @@ def check_token(store: StateStore, layout: PipelineLayout, token: int) -> None:
             f"pipeline '{layout.pipeline_id}' was taken by a newer driver (fencing token "
             f"{current} > ours {token}); this driver must stop"
         )
-
-
-def claim_barrier(
-    store: StateStore,
-    layout: PipelineLayout,
-    token: int,
-    *,
-    driver: str,
-    clock: Callable[[], float] = time.time,
-) -> Owner:
-    """Record the driver holding ``token`` as the barrier's owner before its query runs.
-
-    Compare-and-swap on the barrier state (created if absent): the owner becomes a driver
-    claim (:meth:`Owner.driver_claim`) with the next generation, so every earlier run is
-    superseded at once and a commit with a lower ``fencing.token`` is refused. Idempotent
-    for the same token; :class:`PipelineFenced` if a higher token is already recorded. A
-    lost race reads the state again (:func:`~state.retry.cas_loop`). Returns the owner.
-    """
-    key = layout.barrier_state
-
-    def once() -> Owner:
-        state, version = load_barrier_state(store, layout)
-        owner = state.owner
-        if owner is not None and owner.token is not None:
-            if owner.token > token:
-                raise PipelineFenced(
-                    f"pipeline '{layout.pipeline_id}': the barrier ({store.uri}/{key}) is owned "
-                    f"with fencing token {owner.token} > ours {token}; this driver must stop"
-                )
-            if owner.token == token:
-                return owner
-        claimed = Owner.driver_claim(driver, token, (owner.generation + 1) if owner else 1, clock())
-        new = replace(state, owner=claimed)
-        if version is None:
-            store.create_json(key, new.to_json())
-        else:
-            store.compare_and_swap_json(key, new.to_json(), version)
-        return claimed
-
-    return cas_loop()(once)
