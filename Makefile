@@ -61,8 +61,9 @@ integration: setup
 demo: setup
 	$(PY) -m demo
 
-# Issue 9's targets side by side (meant for ~20 min on 2 quiet cores): BENCH_ARGS=--small
-# for a quarter of that. `make breakdown`: where a micro-batch's and a recovery's time goes.
+# The performance targets side by side (docs/performance.md; about 10 min on 2 quiet
+# cores): BENCH_ARGS=--small for reduced sizes. `make breakdown`: where a micro-batch's
+# and a recovery's time goes.
 bench: setup
 	$(PY) -m benchmarks $(BENCH_ARGS)
 

@@ -1,4 +1,4 @@
-"""``python -m benchmarks`` (``make bench``): issue 9's targets, measured side by side.
+"""``python -m benchmarks`` (``make bench``): the performance targets, measured side by side.
 
 Runs, one after the other, each in its own process (its own SparkSession) against one
 Kafka broker and one S3 server (started here, or ``--bootstrap`` / ``--s3-endpoint``, or
@@ -22,13 +22,12 @@ ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 
 Then one table lists each target's value, target and verdict with the absolute figures
 and the load average, then the other measurements; ``results/`` receives
-``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size is meant to
-take about 20 minutes on 2 quiet cores once a micro-batch costs what the targets say (the
-source reads 2,000,000 records); ``--small`` a quarter of that (24 minutes on a loaded
-machine before issue 9's optimisations); ``--size tiny`` is notebook 03's test run
-(without the recovery benchmark; 12 minutes on the loaded machine). ``--skip``
-leaves benchmarks out. The exit code is non-zero if a benchmark failed or its output
-could not be read (a target that is not met is reported, not an error).
+``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 10
+minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` reduces the
+sizes to about a quarter; ``--size tiny`` is notebook 03's test run (without the
+recovery benchmark). ``--skip`` leaves benchmarks out. The exit code is non-zero if a
+benchmark failed or its output could not be read (a target that is not met is reported,
+not an error).
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ MODULES = {
     "snapshot": "benchmarks.snapshot_bench",
     "postgres": "benchmarks.postgres_bench",
 }
-#: Issue 9's targets, in its order: (benchmark, measure prefix) of their rows.
+#: The performance targets, in their reported order: (benchmark, measure prefix) of their rows.
 TARGETS = (
     ("fixed cost", "fixed cost"),
     ("partition scaling", "partition scaling"),
@@ -453,7 +452,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
 
 
 def is_target(r: Ratio) -> bool:
-    """Is ``r`` one of issue 9's targets (else an extra measurement)?"""
+    """Is ``r`` one of the performance targets (else an extra measurement)?"""
     return any(r.benchmark == b and r.measure.startswith(m) for b, m in TARGETS)
 
 
@@ -464,7 +463,7 @@ def _order(r: Ratio) -> int:
 
 
 def summary_table(outcomes: Sequence[Outcome]) -> list[list[str]]:
-    """Issue 9's targets in its order (and any failed benchmark), then every other row;
+    """The performance targets in their order (and any failed benchmark), then every other row;
     each row ends with the load average when its benchmark ended."""
     targets: list[tuple[int, list[str]]] = []
     others: list[list[str]] = []
