@@ -6,13 +6,15 @@ from typing import Any
 
 import pytest
 
-from state.errors import ConcurrentModification, PipelineFenced
+from state.errors import ConcurrentModification, CoordinationError, PipelineFenced
 from state.layout import PipelineLayout
 from state.protocol.fencing import check_token, read_driver_record, read_token, take_token
 from state.protocol.resume_point import (
     StoreResumePoints,
+    accepted_point,
     advance_resume_point,
     check_advance,
+    new_generation,
     order_key,
     read_resume_point,
 )
@@ -130,3 +132,42 @@ def test_fencing_tokens_grow_and_fence(store: StateStore) -> None:
     check_token(store, LAYOUT, second)
     with pytest.raises(PipelineFenced, match="newer driver"):
         check_token(store, LAYOUT, first)
+
+
+def ref(epoch: int) -> SnapshotRef:
+    return SnapshotRef(epoch, f"p1/snapshots/{epoch:012d}/manifest.json", "cd" * 32, epoch, epoch)
+
+
+def accept(current: ResumePoint | None, epoch: int, generation: int) -> ResumePoint:
+    return accepted_point(
+        current,
+        ref(epoch),
+        generation=generation,
+        token=2,
+        query_id="q",
+        frontier={"epoch": epoch + 1},
+        retain=2,
+        created_at=5.0,
+    )
+
+
+def test_an_accepted_snapshot_becomes_the_point_and_keeps_the_newest_retained() -> None:
+    first = accept(None, 3, 0)
+    assert (first.generation, first.epoch, first.batch_id, first.token) == (0, 3, 3, 2)
+    assert [r.epoch for r in first.retained] == [3]
+    third = accept(accept(first, 5, 0), 7, 0)
+    assert [r.epoch for r in third.retained] == [7, 5]  # retain=2
+    assert third.frontier == {"epoch": 8} and check_advance(first, third)
+
+
+def test_a_snapshot_is_never_accepted_into_another_generation() -> None:
+    replayed = new_generation(accept(None, 3, 0), token=3, created_at=6.0)
+    assert (replayed.generation, replayed.epoch, replayed.retained) == (1, -1, ())
+    with pytest.raises(CoordinationError, match=r"belongs to generation 0 .* at generation 1"):
+        accept(replayed, 9, 0)
+    assert accept(replayed, 9, 1).generation == 1
+
+
+def test_a_new_generation_follows_the_current_one() -> None:
+    assert new_generation(None, token=1, created_at=0.0).generation == 1
+    assert new_generation(point(4, generation=3), token=1, created_at=0.0).generation == 4

@@ -29,7 +29,7 @@ from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot_attempt import Lineage
 from state.errors import CoordinationError
 from state.protocol.fencing import check_token
-from state.protocol.resume_point import advance_resume_point, read_resume_point
+from state.protocol.resume_point import advance_resume_point, new_generation, read_resume_point
 from state.records.resume_point import ResumePoint
 from state.stores import StateStore
 
@@ -150,8 +150,7 @@ class Recoverer:
 
         def make(current: ResumePoint | None) -> ResumePoint:
             check_token(self.store, self.layout, token)
-            gen = current.generation + 1 if current is not None else 1
-            return ResumePoint.empty(generation=gen, token=token, created_at=time.time())
+            return new_generation(current, token=token, created_at=time.time())
 
         written = advance_resume_point(
             self.ownership.backend,

@@ -37,7 +37,7 @@ from state.coordinator.snapshot_files import SnapshotWriter, checkpoint_files, p
 from state.errors import CoordinationError, RetriableError, SnapshotIncomplete
 from state.protocol.barrier_state import read_barrier_state
 from state.protocol.fencing import check_token
-from state.protocol.resume_point import advance_resume_point
+from state.protocol.resume_point import accepted_point, advance_resume_point
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import poll_until
@@ -222,29 +222,20 @@ class SnapshotPipeline:
             batch_id=manifest.batch_id,
         )
 
-        generation = manifest.generation
-
         def make(current: ResumePoint | None) -> ResumePoint:
             _check_not_closing(closing)
             if not self.ownership.held:
                 raise CoordinationError("the driver lock was lost before the snapshot was accepted")
             check_token(self.store, self.layout, token)
-            if current is not None and current.generation != generation:
-                raise CoordinationError(
-                    f"snapshot {manifest.snapshot_id} belongs to generation {generation} of the "
-                    f"resume point, which is at generation {current.generation} now (a new query "
-                    "version began with recover(mode='replay')): not accepted"
-                )
-            older = current.retained if current is not None else ()
-            return ResumePoint(
-                generation=generation,
+            return accepted_point(
+                current,
+                ref,
+                generation=manifest.generation,
                 token=token,
-                epoch=manifest.epoch,
-                batch_id=manifest.batch_id,
                 query_id=manifest.query_id,
                 frontier=manifest.frontier,
+                retain=self.config.retain,
                 created_at=time.time(),
-                retained=(ref, *older)[: self.config.retain],
             )
 
         written = advance_resume_point(

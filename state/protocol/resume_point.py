@@ -5,11 +5,15 @@ kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``, :mod:`state.coordinator.zoo
 ZooKeeper, in the state store (``<pipeline>/resume.json``, :class:`StoreResumePoints`).
 
 ``generation`` is bumped by ``recover(mode="replay")``: a query started on a fresh
-checkpoint begins a new lineage whose snapshots supersede every older one. ``token`` is
-the fencing token of the driver that wrote the record.
+checkpoint begins a new lineage whose snapshots supersede every older one
+(:func:`new_generation`). ``token`` is the fencing token of the driver that wrote the
+record.
 
 Every write is a compare-and-swap on the record's version (the znode version, or the
 store's ETag) and is refused unless it moves the point forward: see :func:`order_key`.
+A snapshot is accepted only into the generation it was taken in (:func:`accepted_point`):
+a snapshot of the old query version still running when a new generation begins is never
+accepted into the new one.
 """
 
 from __future__ import annotations
@@ -19,18 +23,26 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from state.errors import ConcurrentModification, KeyExists, MalformedRecord, PipelineFenced
+from state.errors import (
+    ConcurrentModification,
+    CoordinationError,
+    KeyExists,
+    MalformedRecord,
+    PipelineFenced,
+)
 from state.layout import PipelineLayout
 from state.records.codec import dumps
-from state.records.resume_point import ResumePoint
+from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import Retry, cas_loop
 from state.stores import StateStore
 
 __all__ = [
     "ResumePointBackend",
     "StoreResumePoints",
+    "accepted_point",
     "advance_resume_point",
     "check_advance",
+    "new_generation",
     "order_key",
     "read_resume_point",
 ]
@@ -58,6 +70,50 @@ def check_advance(current: ResumePoint | None, new: ResumePoint) -> bool:
             f"ours {new.token}); this driver is stale and must stop"
         )
     return order_key(new) > order_key(current)
+
+
+def accepted_point(  # noqa: PLR0913 - the snapshot's fields, keyword-only
+    current: ResumePoint | None,
+    snapshot: SnapshotRef,
+    *,
+    generation: int,
+    token: int,
+    query_id: str | None,
+    frontier: Any,
+    retain: int,
+    created_at: float,
+) -> ResumePoint:
+    """The resume point that accepts ``snapshot``, taken in ``generation`` by the driver
+    holding ``token``; it keeps the ``retain`` newest snapshots of the generation.
+
+    Raises :class:`~state.errors.CoordinationError` if the current point is in another
+    generation: a new query version began (``recover(mode="replay")``) after the snapshot
+    started, and its snapshot of the old version must not become the new one's.
+    """
+    if current is not None and current.generation != generation:
+        raise CoordinationError(
+            f"snapshot {snapshot.snapshot_id} belongs to generation {generation} of the "
+            f"resume point, which is at generation {current.generation} now (a new query "
+            "version began with recover(mode='replay')): not accepted"
+        )
+    older = current.retained if current is not None else ()
+    return ResumePoint(
+        generation=generation,
+        token=token,
+        epoch=snapshot.epoch,
+        batch_id=snapshot.batch_id,
+        query_id=query_id,
+        frontier=frontier,
+        created_at=created_at,
+        retained=(snapshot, *older)[:retain],
+    )
+
+
+def new_generation(current: ResumePoint | None, *, token: int, created_at: float) -> ResumePoint:
+    """The first point of the next generation (no snapshot yet), for a query version that
+    starts on a fresh checkpoint and replays from the source's persisted start."""
+    generation = current.generation + 1 if current is not None else 1
+    return ResumePoint.empty(generation=generation, token=token, created_at=created_at)
 
 
 class ResumePointBackend(Protocol):
