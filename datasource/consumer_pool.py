@@ -31,14 +31,16 @@ and sought per range, closed when the task ends.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+from state.process_cache import ProcessCache
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,6 @@ class Lease:
     consumer: Any
     tp: Any  # kafka.TopicPartition
     position: int | None = None
-    last_used: float = field(default=0.0, repr=False)
     #: How this lease began: a new consumer, whether it was sought, and how many records
     #: it was moved forward through instead (for spans, tests).
     created: bool = False
@@ -126,7 +127,13 @@ def _close(consumer: Any, why: str) -> None:
 
 
 class ConsumerPool:
-    """Idle consumers by :class:`PoolKey`, lent one task at a time (see the module doc)."""
+    """Idle consumers by :class:`PoolKey`, lent one task at a time (see the module doc).
+
+    The idle consumers are a :class:`~state.process_cache.ProcessCache` under keys
+    ``(PoolKey, n)`` (several consumers of one partition may be idle at once); the pool
+    adds what is its own: counting lent consumers against the capacity, positioning a
+    reused consumer, its counters and the evictor thread.
+    """
 
     def __init__(
         self,
@@ -137,15 +144,24 @@ class ConsumerPool:
         evictor: bool = False,
     ) -> None:
         self.capacity = capacity
-        self.idle_timeout = idle_timeout
-        self._clock = clock
         self._evictor = evictor
         self._evictor_thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._idle: list[Lease] = []  # least recently used first
+        self._lock = threading.Lock()  # the counters and the evictor thread
         self._in_use = 0
         self._counts = PoolStats()
-        self._pid = os.getpid()
+        self._returned = itertools.count()
+        self._idle: ProcessCache[tuple[PoolKey, int], Lease] = ProcessCache(
+            "Kafka consumers",
+            max_idle=idle_timeout,
+            close=self._evict,
+            after_fork=self._forget_parent,
+            clock=clock,
+        )
+
+    @property
+    def idle_timeout(self) -> float:
+        assert self._idle.max_idle is not None
+        return self._idle.max_idle
 
     # --- settings and counters -------------------------------------------------------
 
@@ -153,12 +169,13 @@ class ConsumerPool:
         """Apply a query's pool options (the last task's options win in a shared process)."""
         with self._lock:
             self.capacity = capacity
-            self.idle_timeout = idle_timeout
+            self._idle.max_idle = idle_timeout
         return self
 
     def stats(self) -> PoolStats:
+        idle = len(self._idle)
         with self._lock:
-            return replace(self._counts, idle=len(self._idle), in_use=self._in_use)
+            return replace(self._counts, idle=idle, in_use=self._in_use)
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -169,14 +186,12 @@ class ConsumerPool:
     def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
         """A consumer for ``key`` positioned at ``start``: an idle one if the pool has
         one (sought only if it stands elsewhere), else a new one from ``create()``."""
-        self._after_fork()
+        taken = self._idle.take_newest(lambda k: k[0] == key)
+        lease = None if taken is None else taken[1]
         with self._lock:
-            victims = self._expired()
-            lease = self._take(key)
             self._in_use += 1
-            if lease is None:
-                victims += self._over_capacity()
-        self._close_all(victims, "evicted")
+        if lease is None:
+            self._evict_over_capacity()
         try:
             if lease is not None and not self._reuse(lease, start):
                 lease = None
@@ -190,19 +205,16 @@ class ConsumerPool:
 
     def release(self, lease: Lease, *, ok: bool) -> None:
         """Return ``lease``; ``ok=False`` (the task failed while using it) closes it."""
-        if not ok:
-            with self._lock:
-                self._in_use -= 1
+        with self._lock:
+            self._in_use -= 1
+            if not ok:
                 self._count(invalidated=1)
+        if not ok:
             log.info("gtkafka: dropping the pooled consumer of %s after an error", lease.key)
             _close(lease.consumer, "invalidated")
             return
-        with self._lock:
-            self._in_use -= 1
-            lease.last_used = self._clock()
-            self._idle.append(lease)
-            victims = self._expired() + self._over_capacity()
-        self._close_all(victims, "evicted")
+        self._idle.give_back((lease.key, next(self._returned)), lease)
+        self._evict_over_capacity()
         self._start_evictor()
 
     @contextmanager
@@ -218,47 +230,36 @@ class ConsumerPool:
 
     def evict_idle(self) -> int:
         """Close the consumers idle for ``idle_timeout`` or longer; how many were closed."""
-        with self._lock:
-            victims = self._expired()
-        self._close_all(victims, "idle")
-        return len(victims)
+        return self._idle.evict_idle()
 
     def close(self) -> None:
         """Close every idle consumer (lent ones are closed or kept when released)."""
+        while (taken := self._idle.take_newest(lambda _: True)) is not None:
+            _close(taken[1].consumer, "pool closed")
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _evict(self, lease: Lease) -> None:
+        """The cache's ``close``: a consumer idle too long, or beyond the capacity."""
         with self._lock:
-            victims, self._idle = self._idle, []
-        for lease in victims:
-            _close(lease.consumer, "pool closed")
+            self._count(evicted=1)
+        log.debug("gtkafka: closing the pooled consumer of %s (evicted)", lease.key)
+        _close(lease.consumer, "evicted")
 
-    # --- internals (``_lock`` held where the name says so) ---------------------------
+    def _evict_over_capacity(self) -> None:
+        """Close the least recently used idle consumers beyond the capacity (lent ones
+        count, including one about to be created)."""
+        with self._lock:
+            lent, capacity = self._in_use, self.capacity
+        excess = len(self._idle) + lent - capacity
+        if excess > 0:
+            self._idle.evict_oldest(excess)
 
-    def _take(self, key: PoolKey) -> Lease | None:
-        """Under the lock: the most recently used idle consumer of ``key``."""
-        for i in range(len(self._idle) - 1, -1, -1):
-            if self._idle[i].key == key:
-                return self._idle.pop(i)
-        return None
-
-    def _expired(self) -> list[Lease]:
-        """Under the lock: take out the consumers idle for too long."""
-        deadline = self._clock() - self.idle_timeout
-        expired = [lease for lease in self._idle if lease.last_used <= deadline]
-        if expired:
-            self._idle = [lease for lease in self._idle if lease.last_used > deadline]
-            self._count(evicted=len(expired))
-        return expired
-
-    def _over_capacity(self) -> list[Lease]:
-        """Under the lock: take out the least recently used idle consumers beyond capacity
-        (lent ones count, including one about to be created)."""
-        excess = len(self._idle) + self._in_use - self.capacity
-        victims: list[Lease] = []
-        while excess > 0 and self._idle:
-            victims.append(self._idle.pop(0))
-            excess -= 1
-        if victims:
-            self._count(evicted=len(victims))
-        return victims
+    def _forget_parent(self) -> None:
+        """A forked child does not own its parent's consumers (nor their IO threads)."""
+        self._lock = threading.Lock()
+        self._in_use = 0
+        self._evictor_thread = None
 
     def _reuse(self, lease: Lease, start: int) -> bool:
         """Position an idle consumer at ``start``; ``False`` if it turned out unusable
@@ -312,20 +313,6 @@ class ConsumerPool:
     def _count(self, **deltas: int) -> None:
         c = self._counts
         self._counts = replace(c, **{k: getattr(c, k) + v for k, v in deltas.items()})
-
-    def _close_all(self, victims: list[Lease], why: str) -> None:
-        for lease in victims:
-            log.debug("gtkafka: closing the pooled consumer of %s (%s)", lease.key, why)
-            _close(lease.consumer, why)
-
-    def _after_fork(self) -> None:
-        """A forked child does not own its parent's consumers (nor their IO threads)."""
-        if os.getpid() != self._pid:
-            with self._lock:
-                self._pid = os.getpid()
-                self._idle = []
-                self._in_use = 0
-                self._evictor_thread = None
 
     def _start_evictor(self) -> None:
         if not self._evictor or self._evictor_thread is not None:

@@ -15,7 +15,8 @@ producers, database connections, boto3 sessions) and what it has learnt that nev
 * **Bounded.** ``capacity`` entries at most, least recently used evicted first; with
   ``max_idle``, an entry unused for that long is evicted at the next call.
 * **Closed.** Evicted, replaced, refused and cleared values are handed to ``close`` (if
-  given), and with ``close_at_exit`` every value is closed at interpreter exit.
+  given), and with ``close_at_exit`` every value is closed at interpreter exit. An owner
+  that keeps counters of its own beside the cache resets them in ``after_fork``.
 
 A value that is *lent* (a consumer, a producer, a connection: used by one caller at a
 time) is taken out with :meth:`ProcessCache.take` and given back with
@@ -48,6 +49,7 @@ class ProcessCache(Generic[K, V]):
         max_idle: float | None = None,
         close: Callable[[V], None] | None = None,
         close_at_exit: bool = False,
+        after_fork: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity is not None and capacity < 1:
@@ -56,6 +58,7 @@ class ProcessCache(Generic[K, V]):
         self.capacity = capacity
         self.max_idle = max_idle
         self._close = close
+        self._after_fork = after_fork
         self._clock = clock
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -129,7 +132,28 @@ class ProcessCache(Generic[K, V]):
                 dropped += self._insert(key, value)
         self._close_all(dropped)
 
+    def take_newest(self, match: Callable[[K], bool]) -> tuple[K, V] | None:
+        """Take out the most recently used entry whose key ``match``es, or None (for a
+        cache that keeps several interchangeable values, under keys that tell them apart)."""
+        with self._lock:
+            dropped = self._housekeep()
+            hit = next((k for k in reversed(self._entries) if match(k)), None)
+            taken = None if hit is None else (hit, self._entries.pop(hit)[0])
+        self._close_all(dropped)
+        return taken
+
     # --- the whole cache -------------------------------------------------------------------
+
+    def evict_oldest(self, count: int) -> int:
+        """Close the ``count`` least recently used values (fewer if there are fewer); how
+        many were closed. For a caller whose bound counts more than the cache holds."""
+        with self._lock:
+            dropped = self._housekeep()
+            while count > 0 and self._entries:
+                dropped.append(self._entries.popitem(last=False)[1][0])
+                count -= 1
+        self._close_all(dropped)
+        return len(dropped)
 
     def evict_idle(self) -> int:
         """Close the values unused for ``max_idle`` or longer; how many were closed."""
@@ -175,13 +199,17 @@ class ProcessCache(Generic[K, V]):
 
     def _housekeep_fork(self) -> None:
         if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._entries = OrderedDict()
+            self._forget_parent()
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # another thread of the parent may have held it
+        self._forget_parent()
+
+    def _forget_parent(self) -> None:
         self._pid = os.getpid()
         self._entries = OrderedDict()
+        if self._after_fork is not None:
+            self._after_fork()
 
     def _close_all(self, values: list[V]) -> None:
         """Close dropped values; every one is tried, the first failure is raised after."""

@@ -133,3 +133,37 @@ def test_a_forked_child_starts_empty_and_never_closes_the_parents_values() -> No
     assert report == "0 None 0 0"
     assert cache.get("a") == "A"
     assert closed == []
+
+
+def test_take_newest_takes_the_most_recently_used_match() -> None:
+    cache, _ = closing_cache()
+    cache.put("a1", "first a")
+    cache.put("b1", "b")
+    cache.put("a2", "second a")
+    assert cache.take_newest(lambda k: k.startswith("a")) == ("a2", "second a")
+    assert cache.take_newest(lambda k: k.startswith("a")) == ("a1", "first a")
+    assert cache.take_newest(lambda k: k.startswith("a")) is None
+    assert len(cache) == 1
+
+
+def test_evict_oldest_closes_the_least_recently_used() -> None:
+    cache, closed = closing_cache()
+    for key in "abc":
+        cache.put(key, key.upper())
+    assert cache.get("a") == "A"
+    assert cache.evict_oldest(2) == 2
+    assert closed == ["B", "C"]
+    assert cache.evict_oldest(5) == 1
+    assert closed == ["B", "C", "A"]
+
+
+def test_after_fork_runs_when_a_child_finds_the_parents_entries() -> None:
+    reset: list[int] = []
+    cache: ProcessCache[str, str] = ProcessCache("test", after_fork=lambda: reset.append(1))
+    cache.put("a", "A")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if reset == [1] and len(cache) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reset == [] and cache.get("a") == "A"

@@ -206,18 +206,19 @@ def test_a_pid_change_without_the_fork_hook_also_forgets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = open_store(f"file://{tmp_path}/state")
-    monkeypatch.setattr(store_cache._registry, "pid", -1)
+    monkeypatch.setattr(store_cache._stores, "_pid", -1)
     assert open_store(f"file://{tmp_path}/state") is not first
 
 
 def test_clients_share_one_session_per_process() -> None:
     """The session caches the service model: one per process and AWS_* environment."""
-    before = set(s3_store._sessions.by_key)
     a = new_store(s3_config("s3://bucket/a"))
     b = new_store(s3_config("s3://bucket/b", read_timeout=3.0))
     assert isinstance(a, S3Store) and isinstance(b, S3Store)
     assert a.client is not b.client
-    assert len(set(s3_store._sessions.by_key) - before) <= 1
-    assert (os.getpid(), aws_environment()) in s3_store._sessions.by_key
+    session = s3_store._sessions.get(aws_environment())
+    assert session is not None
+    assert a.client.meta.config is not b.client.meta.config
+    assert s3_store._sessions.get(aws_environment()) is session  # one per environment
     a.close()
     b.close()

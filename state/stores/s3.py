@@ -59,6 +59,7 @@ from state.errors import (
     StoreUnavailable,
     StoreWriteUnknown,
 )
+from state.process_cache import ProcessCache
 from state.retry import Retry
 from state.stores.base import (
     StateStore,
@@ -70,7 +71,6 @@ from state.stores.base import (
 )
 
 if TYPE_CHECKING:
-    import boto3
     from mypy_boto3_s3 import S3Client
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -198,8 +198,9 @@ class S3Store(StateStore):
             response_checksum_validation="when_required",
             max_pool_connections=16,
         )
-        with _sessions.lock:
-            return _sessions.get().client(
+        shared = _sessions.get_or_create(aws_environment(), _Session)
+        with shared.lock:
+            return shared.session.client(
                 "s3",
                 endpoint_url=s3.endpoint,  # None: the AWS chain (AWS_ENDPOINT_URL_S3...) decides
                 region_name=s3.region,
@@ -446,33 +447,20 @@ class S3Store(StateStore):
         return str(s3.meta.endpoint_url) if s3 is not None else "the S3 endpoint"
 
 
-class _Sessions:
-    """One boto3 session per process and ``AWS_*`` environment: a session caches the
-    service models, so every client after the first is cheap. A session is not safe for
-    concurrent client creation: hold :attr:`lock` around :meth:`get` and the creation."""
+class _Session:
+    """A boto3 session and the lock its client creation needs (a session is not safe for
+    concurrent client creation)."""
 
     def __init__(self) -> None:
+        import boto3  # the first S3 client of the process pays for the import
+
+        self.session = boto3.session.Session()
         self.lock = threading.Lock()
-        self.by_key: dict[tuple[int, tuple[tuple[str, str], ...]], boto3.session.Session] = {}
-
-    def get(self) -> boto3.session.Session:
-        key = (os.getpid(), aws_environment())
-        session = self.by_key.get(key)
-        if session is None:
-            import boto3  # the first S3 client of the process pays for the import
-
-            if any(pid != key[0] for pid, _ in self.by_key):
-                self.by_key = {}  # a forked child: the parent's sessions stay unused
-            session = self.by_key[key] = boto3.session.Session()
-        return session
-
-    def after_fork_in_child(self) -> None:
-        self.lock = threading.Lock()  # another thread may have held it at the fork
-        self.by_key = {}
 
 
-_sessions = _Sessions()
-os.register_at_fork(after_in_child=_sessions.after_fork_in_child)
+#: One boto3 session per process and ``AWS_*`` environment: a session caches the service
+#: models, so every client after the first is cheap.
+_sessions: ProcessCache[tuple[tuple[str, str], ...], _Session] = ProcessCache("boto3 sessions")
 
 
 _SUPERSEDED = (
