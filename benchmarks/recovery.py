@@ -5,7 +5,7 @@
 
 The demo's driver (``python -m demo.pipeline JOB.json``: gtkafka -> the demo's query with
 its windowed aggregation and ``applyInPandasWithState`` -> barrier, file consumer, S3
-state on SeaweedFS, a :class:`~state.SnapshotCoordinator` with ZooKeeper unless
+state on SeaweedFS, a :class:`~gtbarrier.SnapshotCoordinator` with ZooKeeper unless
 ``--zookeeper none``) runs as a subprocess with ``GTBARRIER_PROFILE`` set:
 
 1. **cold start**: a new pipeline on a filled topic, from the launch to its first bundle;

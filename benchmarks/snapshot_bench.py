@@ -67,7 +67,7 @@ def state_run(  # noqa: PLR0917
 ) -> StateRun:
     from pyspark.sql import functions as sf
 
-    from state import SnapshotCoordinator
+    from gtbarrier import SnapshotCoordinator
 
     per_batch = max(1, keys // args.fill_batches)
     cp = workdir / f"cp-{keys}-{'snap' if snapshots else 'none'}-{uuid.uuid4().hex[:6]}"

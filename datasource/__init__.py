@@ -19,22 +19,9 @@ from typing import Any
 from datasource.options import KafkaSourceOptions
 from datasource.source import GlobalTimeKafkaSource
 
-__all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register", "register_all"]
+__all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register"]
 
 
 def register(spark: Any) -> None:
     """Register ``gtkafka`` (alone) with ``spark``."""
     spark.dataSource.register(GlobalTimeKafkaSource)
-
-
-def register_all(spark: Any) -> None:
-    """The older spelling of :func:`gtbarrier.register_all`, kept for existing code; prefer
-    ``from gtbarrier import register_all``. Registers ``gtkafka`` and the ``barrier`` sink
-    and sets ``spark.sql.streaming.noDataMicroBatches.enabled=false``.
-
-    ``datasource`` does not depend on ``sink``: ``gtbarrier``, the package above both,
-    does the registering, and is imported only when this function is called.
-    """
-    import gtbarrier
-
-    gtbarrier.register_all(spark)

@@ -16,7 +16,7 @@ One query, one ``gtkafka`` source, one ``barrier`` sink, append mode. Every outp
 has the columns of :data:`OUTPUT_SCHEMA`; ``kind`` says which of the three it is.
 
 Run as a program (``python -m demo.pipeline JOB.json``) it is the demo's *driver*: it
-starts Spark, asks the :class:`~state.SnapshotCoordinator` to ``recover()`` (which
+starts Spark, asks the :class:`~gtbarrier.SnapshotCoordinator` to ``recover()`` (which
 materialises a lost checkpoint from the last snapshot in S3), starts the query, lets the
 coordinator snapshot it, and writes what happens as JSON lines to the job's progress
 file (:mod:`demo.progress`) until the job's stop file appears. ``python -m demo`` runs
@@ -461,7 +461,7 @@ def run_driver(job: DemoJob, workdir: Path) -> int:
     coord: Any = None
     token: int | None = None
     if job.use_coordinator:
-        from state import SnapshotCoordinator
+        from gtbarrier import SnapshotCoordinator
 
         coord = SnapshotCoordinator(
             spark,

@@ -1,22 +1,55 @@
 """gtbarrier: exactly-once from Kafka through Spark Structured Streaming to any consumer.
 
-    from gtbarrier import register_all
-    register_all(spark)          # the gtkafka source and the barrier sink
+What users import::
 
-This package is the composition root: it depends on ``datasource`` (the ``gtkafka``
-source), ``sink`` (the ``barrier`` sink) and, through them, ``state``; none of them
-depends on it at import time (``datasource.register_all``, the older spelling of
-:func:`register_all`, imports it when called).
+    from gtbarrier import register_all, SnapshotCoordinator, resolve_lost_inflight
+    from gtbarrier.errors import PipelineFenced       # or: from gtbarrier import errors
+
+    register_all(spark)          # the gtkafka source, the barrier sink, the session setting
+    coord = SnapshotCoordinator(spark, pipeline_id=..., state_uri=..., checkpoint_location=...)
+
+This package is the composition root and the public face: it depends on ``datasource``
+(the ``gtkafka`` source), ``sink`` (the ``barrier`` sink) and ``state`` (the protocol and
+the snapshot coordinator); none of them depends on it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasource
 import sink
+from gtbarrier import errors
+from gtbarrier.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    DeliveryFailed,
+    FatalError,
+    GtBarrierError,
+    PipelineFenced,
+    RetriableError,
+)
+from sink.lost_bundle import LostBundle, resolve_lost_inflight
 
-__all__ = ["register_all"]
+if TYPE_CHECKING:
+    from state.coordinator import SnapshotCoordinator
+
+__all__ = [
+    "CommitFailed",
+    "CommitStateUnknown",
+    "ConfigError",
+    "DeliveryFailed",
+    "FatalError",
+    "GtBarrierError",
+    "LostBundle",
+    "PipelineFenced",
+    "RetriableError",
+    "SnapshotCoordinator",
+    "errors",
+    "register_all",
+    "resolve_lost_inflight",
+]
 
 
 def register_all(spark: Any) -> None:
@@ -26,3 +59,13 @@ def register_all(spark: Any) -> None:
     (docs/PROTOCOL.md, "Batch records")."""
     datasource.register(spark)
     sink.register(spark)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the coordinator is the driver's alone; a process that only registers the data
+    # sources (or an executor unpickling them) never loads it.
+    if name == "SnapshotCoordinator":
+        from state.coordinator import SnapshotCoordinator
+
+        return SnapshotCoordinator
+    raise AttributeError(f"module 'gtbarrier' has no attribute {name!r}")

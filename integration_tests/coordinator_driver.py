@@ -67,8 +67,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     from pyspark.sql import SparkSession
 
-    from gtbarrier import register_all
-    from state import SnapshotCoordinator
+    from gtbarrier import SnapshotCoordinator, register_all
 
     spark = (
         SparkSession.builder.master("local[2]")

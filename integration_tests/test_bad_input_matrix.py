@@ -23,6 +23,7 @@ import pytest
 from datasource.options import KafkaSourceOptions
 from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from gtbarrier import SnapshotCoordinator
 from harness.ports import free_port
 from harness.receiver import Receiver
 from sink.barrier import Barrier
@@ -30,7 +31,6 @@ from sink.consumers import open_consumer
 from sink.consumers.kafka import H_BUNDLE, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
-from state import SnapshotCoordinator
 from state.errors import ConfigError, DeliveryFailed, StoreConfigError, StoreUnavailable
 from state.layout import PipelineLayout
 from state.stores import open_store

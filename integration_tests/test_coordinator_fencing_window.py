@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import driver_args, gt_last, produce
 from harness.fault_proxy import Fault, FaultProxy
 from harness.process import wait_until
 from integration_tests.coordinator_support import bundles, check_keyed, final_rows, start_pipeline
-from state.coordinator import SnapshotCoordinator
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
 

@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import produce
 from integration_tests.coordinator_support import KEYED_SCHEMA, KEYED_STATE, bundles
-from state.coordinator import SnapshotCoordinator
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState
 from state.records.inflight_bundle import InflightBundle

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import produce
 from harness.ports import free_port
 from integration_tests.coordinator_support import check_keyed, start_pipeline
-from state.coordinator import SnapshotCoordinator
 from state.coordinator.checkpoint_recovery import LocalCheckpoint
 from state.errors import CoordinationError, ZooKeeperUnavailable
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.process import wait_until
-from state.coordinator import SnapshotCoordinator
 from state.records.manifest import Manifest
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import produce
 from harness.receiver import Receiver
 from integration_tests.coordinator_support import check_keyed_bundles, start_pipeline
-from state.coordinator import SnapshotCoordinator
 from state.errors import ResetAttemptsExhausted
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import gt_last, produce
 from harness.process import wait_until
 from integration_tests.coordinator_support import check_keyed, start_pipeline
-from state.coordinator import SnapshotCoordinator
 
 pytestmark = pytest.mark.slow
 

@@ -59,13 +59,13 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
             "in-flight bundle 2",
             f"{inflight.rows} rows",
             f"{len(inflight.locations)} of its {len(inflight.locations)} staged part(s) are gone",
-            "sink.resolve_lost_inflight(",
+            "gtbarrier.resolve_lost_inflight(",
             "bundle_id=2, acknowledge_loss=True",
         ):
             assert expected in out, f"{expected!r} not in:\n{out[-3000:]}"
         assert c.progress() == (1, 2)
 
-    from sink import resolve_lost_inflight
+    from gtbarrier import resolve_lost_inflight
 
     options = {
         "pipeline.id": c.pipeline,

@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from gtbarrier import SnapshotCoordinator
 from harness.process import wait_until
 from integration_tests.sink_helpers import read_bundles
-from state.coordinator import SnapshotCoordinator
 
 QUERY_TIMEOUT = 300.0
 PARTITIONS = 2

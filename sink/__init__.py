@@ -8,10 +8,9 @@ from typing import Any
 
 import state.profiling  # noqa: F401 - first: dates this process's imports (benchmarks)
 from sink.data_source import BarrierSink
-from sink.lost_bundle import resolve_lost_inflight
 from sink.session import NO_DATA_MICRO_BATCHES
 
-__all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register", "resolve_lost_inflight"]
+__all__ = ["NO_DATA_MICRO_BATCHES", "BarrierSink", "register"]
 
 
 def register(spark: Any) -> None:

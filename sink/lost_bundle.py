@@ -114,7 +114,7 @@ class LostBundle:
         return text + (
             " Nothing can deliver it again, so every restart stops here. To skip it and "
             f"accept the loss of its {self.rows} rows, stop the query and run "
-            f"sink.resolve_lost_inflight(<the sink's options>, bundle_id={self.bundle_id}, "
+            f"gtbarrier.resolve_lost_inflight(<the sink's options>, bundle_id={self.bundle_id}, "
             "acknowledge_loss=True), then restart; without acknowledge_loss it only reports "
             '(docs/sink.md, "A lost in-flight bundle").'
         )

@@ -28,8 +28,8 @@ from datasource.options import KafkaSourceOptions
 from datasource.schema import source_schema
 from datasource.source import GlobalTimeKafkaSource
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from gtbarrier import SnapshotCoordinator
 from sink import BarrierSink
-from state import SnapshotCoordinator
 from state.errors import (
     ConfigError,
     DataLossError,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from state.coordinator import SnapshotCoordinator
+from gtbarrier import SnapshotCoordinator
 from state.coordinator.checkpoint_recovery import LocalCheckpoint
 from state.errors import ConfigError, CoordinationError, SnapshotIncomplete
 from state.stores import StoreConfig, Versioned

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from state.coordinator import SnapshotCoordinator
+from gtbarrier import SnapshotCoordinator
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline

@@ -1,13 +1,19 @@
 """The import layering, read from the source with ``ast`` (nothing is imported).
 
-    gtbarrier                   the composition root: registers source and sink
-    datasource     sink         neither imports the other
-    state                       imports neither datasource nor sink
+    gtbarrier                   the public face and composition root
+    datasource     sink         the Spark adapters; neither imports the other
+    state.coordinator           the snapshot coordinator (only gtbarrier imports it)
+    state.protocol              one module per shared record, and its rules
+    state.stores                the store contract, its implementations, the factory
+    state                       the kernel: retries, options, layout, caches, timing
+    state.records               the stored records and their codecs
+    state.errors                the one error hierarchy (lowest)
 
-The product (these four packages) imports nothing from the tests, the harness, the demo
-or the benchmarks; the harness, the demo and the benchmarks import nothing from the
-tests and not pytest. Every import counts for these rules, also one inside a function
-or under ``TYPE_CHECKING``. Module-level imports among product modules form no cycle.
+Imports only point down. The product (these packages) imports nothing from the tests,
+the harness, the demo, the benchmarks or the simulation; those import nothing from the
+tests and not pytest. A store implementation imports only the store contract, never the
+factory that opens it. Every import counts for these rules and for cycles, also one
+inside a function or under ``TYPE_CHECKING``: the product's modules form no import cycle.
 """
 
 from __future__ import annotations
@@ -32,13 +38,16 @@ FORBIDDEN: dict[str, set[str]] = {
     "state": {*NOT_PRODUCT, "datasource", "sink", "gtbarrier"},
     **{p: {"tests", "integration_tests", "pytest"} for p in SUPPORT},
 }
-# (importing module, imported package): why the exception is fine.
-ALLOWED = {
-    ("datasource", "gtbarrier"): (
-        "datasource.register_all, the older spelling of gtbarrier.register_all, imports "
-        "gtbarrier when called (never at import time)"
-    ),
-}
+# The layers of ``state``, lowest first: a module may import its own layer and those below.
+STATE_LAYERS = (
+    "state.errors",
+    "state.records",
+    "state",
+    "state.stores",
+    "state.protocol",
+    "state.coordinator",
+)
+STORE_IMPLEMENTATIONS = ("state.stores.memory", "state.stores.file", "state.stores.s3")
 
 
 @dataclass(frozen=True)
@@ -116,26 +125,62 @@ def top(name: str) -> str:
     return name.split(".", maxsplit=1)[0]
 
 
+def where(imp: Import) -> str:
+    path = modules((top(imp.importer),))[imp.importer].relative_to(ROOT)
+    return f"{path}:{imp.line} imports {imp.target}"
+
+
 def test_every_package_imports_only_what_its_layer_allows() -> None:
-    wrong = []
-    for imp in all_imports(PRODUCT + SUPPORT):
-        importer, imported = top(imp.importer), top(imp.target)
-        if imported in FORBIDDEN[importer] and (importer, imported) not in ALLOWED:
-            where = modules((importer,))[imp.importer].relative_to(ROOT)
-            wrong.append(f"{where}:{imp.line} imports {imp.target}")
+    wrong = [
+        where(imp)
+        for imp in all_imports(PRODUCT + SUPPORT)
+        if top(imp.target) in FORBIDDEN[top(imp.importer)]
+    ]
     assert not wrong, "imports across the layering:\n" + "\n".join(wrong)
 
 
-def test_the_allowed_exception_is_only_inside_a_function() -> None:
-    """``datasource`` reaches ``gtbarrier`` only from a function body, never at import time."""
-    hits = [i for i in all_imports(("datasource",)) if top(i.target) == "gtbarrier"]
-    assert [(i.importer, i.module_level) for i in hits] == [("datasource", False)]
+def state_layer(name: str) -> int:
+    """The index in :data:`STATE_LAYERS` of a ``state`` module's layer."""
+    for i in range(len(STATE_LAYERS) - 1, -1, -1):
+        layer = STATE_LAYERS[i]
+        if layer != "state" and (name == layer or name.startswith(layer + ".")):
+            return i
+    return STATE_LAYERS.index("state")
+
+
+def test_state_imports_only_point_down() -> None:
+    wrong = [
+        where(imp)
+        for imp in all_imports(("state",))
+        if top(imp.target) == "state" and state_layer(imp.target) > state_layer(imp.importer)
+    ]
+    assert not wrong, "state imports a higher layer:\n" + "\n".join(wrong)
+
+
+def test_only_gtbarrier_imports_the_coordinator() -> None:
+    wrong = [
+        where(imp)
+        for imp in all_imports(("datasource", "sink"))
+        if imp.target.startswith("state.coordinator")
+    ]
+    assert not wrong, "a Spark adapter imports the coordinator:\n" + "\n".join(wrong)
+
+
+def test_store_implementations_import_only_the_contract() -> None:
+    wrong = [
+        where(imp)
+        for imp in all_imports(("state",))
+        if imp.importer in STORE_IMPLEMENTATIONS
+        and imp.target.startswith("state.stores")
+        and imp.target != "state.stores.base"
+    ]
+    assert not wrong, "a store implementation imports more than the contract:\n" + "\n".join(wrong)
 
 
 def test_no_import_cycles_among_product_modules() -> None:
     graph: dict[str, set[str]] = {name: set() for name in modules(PRODUCT)}
     for imp in all_imports(PRODUCT):
-        if imp.module_level and imp.target in graph and imp.target != imp.importer:
+        if imp.target in graph and imp.target != imp.importer:
             graph[imp.importer].add(imp.target)
     cycles = _cycles(graph)
     assert not cycles, "module-level import cycles:\n" + "\n".join(

@@ -1,5 +1,5 @@
-"""Registration: gtbarrier.register_all registers both data sources; each package can
-register its own alone (the older datasource.register_all: test_source_register.py)."""
+"""Registration and the public face: gtbarrier.register_all registers both data sources
+(each package can register its own alone), and users import what they use from gtbarrier."""
 
 from __future__ import annotations
 
@@ -50,3 +50,31 @@ def test_importing_datasource_imports_neither_sink_nor_gtbarrier() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_users_import_what_they_use_from_gtbarrier() -> None:
+    from gtbarrier import SnapshotCoordinator, errors, register_all, resolve_lost_inflight
+    from state.coordinator.snapshot_coordinator import SnapshotCoordinator as Defined
+    from state.errors import PipelineFenced
+
+    assert SnapshotCoordinator is Defined
+    assert errors.PipelineFenced is PipelineFenced is gtbarrier.PipelineFenced
+    assert callable(register_all) and callable(resolve_lost_inflight)
+    assert set(gtbarrier.__all__) >= {
+        "register_all",
+        "SnapshotCoordinator",
+        "resolve_lost_inflight",
+        "errors",
+    }
+    assert not hasattr(datasource, "register_all")  # one spelling: gtbarrier.register_all
+
+
+def test_every_error_of_the_hierarchy_is_public() -> None:
+    import state.errors
+
+    defined = {
+        name
+        for name, value in vars(state.errors).items()
+        if isinstance(value, type) and issubclass(value, Exception)
+    }
+    assert defined == set(gtbarrier.errors.__all__)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sink import resolve_lost_inflight
+from gtbarrier import resolve_lost_inflight
 from sink.barrier import Barrier
 from sink.consumers.base import LastBundle
 from sink.consumers.file import FileConsumer
@@ -527,7 +527,7 @@ def test_a_driver_claim_is_idempotent_and_never_lowers_the_token() -> None:
 
 
 def test_the_coordinator_claims_the_barrier_when_it_takes_its_token(tmp_path: Path) -> None:
-    from state.coordinator import SnapshotCoordinator
+    from gtbarrier import SnapshotCoordinator
 
     p = Pipeline(sink_options(**{"fencing.token": "1"}))
     p.record_batch(0, epoch=1)
@@ -587,7 +587,8 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
             f"(2 rows): {lost[0]}."
         ) in text
         assert (
-            "sink.resolve_lost_inflight(<the sink's options>, bundle_id=1, acknowledge_loss=True)"
+            "gtbarrier.resolve_lost_inflight(<the sink's options>, bundle_id=1, "
+            "acknowledge_loss=True)"
         ) in text
         assert p.inflight().locations == lost and p.staged() == []
     # the way out: a report first, then the skip

@@ -1,23 +1,10 @@
-"""register_all: the source, the barrier sink when present, and no no-data batches."""
+"""The gtkafka source checks its options when Spark constructs it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from datasource import GlobalTimeKafkaSource, register_all
-
-
-def test_register_all(recording_spark: Any) -> None:
-    spark = recording_spark
-    register_all(spark)
-    assert spark.registered[0] is GlobalTimeKafkaSource
-    assert GlobalTimeKafkaSource.name() == "gtkafka"
-    from sink import BarrierSink
-
-    assert spark.registered == [GlobalTimeKafkaSource, BarrierSink]
-    assert spark.settings == {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+from datasource import GlobalTimeKafkaSource
 
 
 def test_source_checks_options_in_its_constructor() -> None:

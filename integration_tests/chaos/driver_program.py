@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
         fault=os.environ.get("GTBARRIER_FAULT"),
     )
     spark = spark_session(job)
-    from state import SnapshotCoordinator
+    from gtbarrier import SnapshotCoordinator
     from state.errors import GtBarrierError
 
     coord = SnapshotCoordinator(
