@@ -1,4 +1,4 @@
-"""Bad input against real servers (issue 10; the matrix is docs/bad-input.md).
+"""Bad input against real servers (the matrix is docs/bad-input.md).
 
 Each test shows (1) the error names the option or server, the value and what was
 expected, (2) it comes before data moves where that is possible (nothing persisted,
@@ -150,7 +150,7 @@ def test_topic_deleted_mid_stream_fails_then_is_skipped_with_fail_on_data_loss_f
     run_to_end(
         gtkafka(spark, kafka, topic, "deleted", state, failOnDataLoss="false"), sink, checkpoint
     )
-    # the vanished partitions keep their offsets (finding 2): no new epoch, nothing to read
+    # the vanished partitions keep their offsets: no new epoch, nothing to read
     assert store.list(layout.epochs_prefix) == [layout.epoch(0)]
     assert values(out) == list(range(100))  # nothing lost, nothing twice
 

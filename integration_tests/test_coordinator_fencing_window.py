@@ -6,9 +6,9 @@ but A only sees a suspended connection and its query keeps running. Driver B (th
 test's SparkSession) then takes the lock and fencing token 2 in ``recover()`` and does
 *not* start its query yet. New input arrives: A's next micro-batch commits after B took
 the pipeline but before B's first commit. That commit must be refused
-(``PipelineFenced``) and nothing of it may reach the consumer; before issue 10 (finding
-7) a zombie was fenced only by the new driver's first commit, 25-45 s after it started,
-and delivered until then. B then runs the pipeline to the end: every key's state is
+(``PipelineFenced``) and nothing of it may reach the consumer: a zombie is fenced by the
+new driver's claim, not only by its first commit (25-45 s later, which would leave the
+zombie delivering until then). B then runs the pipeline to the end: every key's state is
 delivered exactly once.
 """
 

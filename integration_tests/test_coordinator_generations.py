@@ -1,4 +1,4 @@
-"""Generations of the resume point (issue 10, findings 4 and 5), against real servers.
+"""Generations of the resume point, against real servers.
 
 ``recover(mode="replay")`` starts a new query version on a fresh checkpoint: a new
 *generation* of the resume point, with no snapshot yet. Two things must not leak from the

@@ -1,4 +1,4 @@
-"""Liveness: an in-flight bundle whose staged parts are gone (issue 10, finding 6).
+"""Liveness: an in-flight bundle whose staged parts are gone.
 
 The driver is SIGKILLed right after recording bundle 2 in flight; then the bundle's staged
 parts are deleted for real, by path (what a zombie driver's cleanup did with a barrier

@@ -1,4 +1,4 @@
-"""Stateful output that carries a ``gt`` column (issue 10, finding 3).
+"""Stateful output that carries a ``gt`` column older than its batch's epoch.
 
 A window emitted after the watermark passes it carries ``max(gt)`` of its records, an
 epoch *older* than the batch that emits it. The barrier decides what a replay is by the

@@ -1,4 +1,4 @@
-"""Bad input that needs no server (issue 10; the matrix is docs/bad-input.md).
+"""Bad input that needs no server (the matrix is docs/bad-input.md).
 
 Each test shows (1) the error names the option or server, the value and what was
 expected, (2) it comes before anything is persisted, staged or delivered, and, where

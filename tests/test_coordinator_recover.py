@@ -99,7 +99,7 @@ def test_a_cancelled_recovery_leaves_the_checkpoint_alone(uri: str, tmp_path: Pa
 
 
 def test_failover_after_a_replay_does_not_resume_the_old_version(uri: str, tmp_path: Path) -> None:
-    """Issue 10, finding 4, with coordinators: version 1 runs on host A; version 2 starts
+    """A failover after a replay, with coordinators: version 1 runs on host A; version 2 starts
     with mode="replay" on host B (a new generation, no snapshot yet) and then fails over
     back to host A, whose checkpoint still is version 1's."""
     host_a, host_b = tmp_path / "host-a" / "cp", tmp_path / "host-b" / "cp"

@@ -262,7 +262,7 @@ def test_a_new_generation_materialises_its_snapshot_over_an_old_checkpoint(
 def test_a_new_generation_does_not_keep_the_old_versions_checkpoint(
     store: StateStore, tmp_path: Path
 ) -> None:
-    """Issue 10, finding 4: after recover(mode="replay") on another host, the resume point is
+    """After recover(mode="replay") on another host, the resume point is
     generation 1 without a snapshot; this host still holds version 1's checkpoint (generation
     0). Restoring must not resume version 1's offsets and state."""
     old_version = write_checkpoint(tmp_path / "host-a" / "cp", 3, query_id="version-1")
@@ -280,7 +280,7 @@ def test_a_snapshot_of_another_generation_is_not_materialised(
     store: StateStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A resume point of generation 1 that lists a snapshot taken in generation 0 (accepted
-    into the wrong generation, issue 10 finding 5): that snapshot is skipped."""
+    into the wrong generation): that snapshot is skipped."""
     cp = write_checkpoint(tmp_path / "cp", 1)
     point = _snapshots(store, cp, [1, 3], generation=1)
     stray = _snapshots(store, cp, [5], generation=0).retained[0]

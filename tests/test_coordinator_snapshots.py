@@ -307,7 +307,7 @@ def test_request_catches_up_with_the_query_progress(
 def test_a_snapshot_of_the_old_version_is_not_accepted_into_a_new_generation(
     make: Callable[..., SnapshotCoordinator], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 10, finding 5: a snapshot of version 1 is uploaded and waits for the barrier to
+    """A snapshot of version 1 is uploaded and waits for the barrier to
     drain; meanwhile the query is stopped and recover(mode="replay") starts generation 1.
     When the barrier drains, the old snapshot must not become generation 1's resume point."""
     coord = make()
@@ -341,7 +341,7 @@ def test_a_snapshot_of_the_old_version_is_not_accepted_into_a_new_generation(
 def test_the_pipeline_refuses_to_accept_into_another_generation(
     memory_uri: str, tmp_path: Path
 ) -> None:
-    """Issue 10, finding 5, in the snapshot pipeline itself: the generation is captured when
+    """The generation check in the snapshot pipeline itself: the generation is captured when
     the snapshot starts. A new generation written while it waits (by a recovery that did
     not cancel it) makes the acceptance refuse, even though this driver's lineage moved."""
     cp = write_checkpoint(tmp_path / "cp", 3)

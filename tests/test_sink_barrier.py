@@ -389,7 +389,7 @@ def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
     assert p.staged() == [starting.part.location]  # only the unclaimed run's part is kept
 
 
-# --- issue 10, finding 6: staged parts are deleted only under verified ownership -----------
+# --- staged parts are deleted only under verified ownership --------------------------------
 
 
 class _CrashAt(FaultInjector):
@@ -483,7 +483,7 @@ def test_a_sweep_never_deletes_the_parts_of_a_run_that_claimed_after_it() -> Non
     assert p.staged() == []
 
 
-# --- issue 10, finding 7: a new driver fences older runs before its query commits --------
+# --- a new driver fences older runs before its query commits -----------------------------
 
 
 def test_a_driver_claim_fences_older_runs_before_the_new_query_commits() -> None:
@@ -543,7 +543,7 @@ def test_the_coordinator_claims_the_barrier_when_it_takes_its_token(tmp_path: Pa
     assert [d[0] for d in p.consumer.delivered] == [1]
 
 
-# --- issue 10, finding 6: a lost in-flight bundle, and the operator's way past it ---------
+# --- a lost in-flight bundle, and the operator's way past it ------------------------------
 
 
 def _file_pipeline(out: Path) -> tuple[Pipeline, dict[str, str]]:

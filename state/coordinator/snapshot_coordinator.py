@@ -88,7 +88,7 @@ class SnapshotCoordinator:
     * ``zookeeper_session_timeout`` (10s): how soon a crashed driver's lock is released.
     """
 
-    def __init__(  # noqa: PLR0913, PLR0917 - the public signature of issue 5
+    def __init__(  # noqa: PLR0913, PLR0917 - the public signature, keyword arguments as documented
         self,
         spark: SparkSession | None,
         pipeline_id: str,
