@@ -32,7 +32,7 @@ from state.errors import (
 )
 from state.retry import Retry
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.s3 import S3Store
+from state.stores.s3_store import S3Store
 from tests.store_contract import StoreContract, process_race_worker
 
 pytestmark = pytest.mark.timeout(120)

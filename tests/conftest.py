@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from state.stores import StateStore, open_store
-from state.stores.memory import reset_memory_stores
+from state.stores.memory_store import reset_memory_stores
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """An in-memory S3 "server" that answers boto3 calls as AWS or as SeaweedFS does.
 
 It lets the store contract (``tests/store_contract.py``) run through
-:class:`~state.stores.s3.S3Store` without a server, under both answers to a conditional
+:class:`~state.stores.s3_store.S3Store` without a server, under both answers to a conditional
 ``PutObject`` with ``If-Match`` on a missing key: AWS (and moto) say ``404 NoSuchKey``,
 SeaweedFS says ``412 PreconditionFailed``. Everything else follows S3: the ETag is the
 quoted MD5 of the body, ``If-None-Match: *`` fails with 412 on an existing key, a delete
@@ -45,7 +45,7 @@ class FakeS3:
 
 
 class FakeS3Client:
-    """What :class:`~state.stores.s3.S3Store` calls on a boto3 S3 client."""
+    """What :class:`~state.stores.s3_store.S3Store` calls on a boto3 S3 client."""
 
     class meta:  # noqa: N801 - mimics boto3's client.meta
         endpoint_url = "http://fake-s3.test"

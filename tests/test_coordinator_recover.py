@@ -13,7 +13,7 @@ from gtbarrier import SnapshotCoordinator
 from state.coordinator.checkpoint_recovery import LocalCheckpoint
 from state.errors import ConfigError, CoordinationError, SnapshotIncomplete
 from state.stores import StoreConfig, Versioned
-from state.stores.memory import MemoryStore, reset_memory_stores
+from state.stores.memory_store import MemoryStore, reset_memory_stores
 from tests.coordinator_fakes import FakeQuery, batch, fake_spark, write_checkpoint
 
 

@@ -18,7 +18,7 @@ from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
 from state.stores import StoreConfig, Versioned
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 
 
 class CountingStore(MemoryStore):

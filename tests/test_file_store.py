@@ -12,7 +12,7 @@ import pytest
 
 from state.errors import ConcurrentModification, StateError, StoreConfigError, StoreUnavailable
 from state.stores import StoreConfig
-from state.stores.file import LOCK_STRIPES, FileStore
+from state.stores.file_store import LOCK_STRIPES, FileStore
 
 
 def make(tmp_path: Path, **kw: float) -> FileStore:

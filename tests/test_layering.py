@@ -47,7 +47,11 @@ STATE_LAYERS = (
     "state.protocol",
     "state.coordinator",
 )
-STORE_IMPLEMENTATIONS = ("state.stores.memory", "state.stores.file", "state.stores.s3")
+STORE_IMPLEMENTATIONS = (
+    "state.stores.memory_store",
+    "state.stores.file_store",
+    "state.stores.s3_store",
+)
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def test_the_renderer_takes_any_documented_rows() -> None:
 
 
 def test_documented_s3_defaults_are_the_stores() -> None:
-    from state.stores.s3 import (
+    from state.stores.s3_store import (
         DEFAULT_CONNECT_TIMEOUT,
         DEFAULT_READ_TIMEOUT,
         DEFAULT_RETRY_DEADLINE,

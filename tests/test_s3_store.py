@@ -25,7 +25,7 @@ from state.errors import (
 )
 from state.retry import Retry
 from state.stores import S3Settings, StoreConfig
-from state.stores.s3 import TOKEN_METADATA, S3Store
+from state.stores.s3_store import TOKEN_METADATA, S3Store
 
 URI = "s3://bucket-a/pre/fix"
 

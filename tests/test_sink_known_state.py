@@ -15,7 +15,7 @@ from state.protocol.barrier_state import BarrierStateStore
 from state.protocol.fencing import take_token
 from state.records.barrier import BarrierState
 from state.stores import Versioned
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
 
 

@@ -10,7 +10,7 @@ from state.errors import EpochLogConflict
 from state.layout import PipelineLayout
 from state.protocol.batch_records import epoch_of_batch, write_batch_record
 from state.stores import StoreConfig
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 
 
 class CountingStore(MemoryStore):

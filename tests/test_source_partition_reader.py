@@ -30,7 +30,7 @@ from state.layout import PipelineLayout
 from state.protocol.batch_records import epoch_of_batch, write_batch_record
 from state.spark_task import StreamingTask
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 from tests.source_fakes import FakeBroker, factory
 
 

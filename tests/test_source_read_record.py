@@ -22,7 +22,7 @@ from state.layout import PipelineLayout
 from state.protocol.batch_records import epoch_of_batch
 from state.spark_task import StreamingTask
 from state.stores import StoreConfig
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 
 RANGE = OffsetRange("t", 0, 0, 3)
 Wired = tuple["GlobalTimeKafkaStreamReader", "SlowStore", list[KafkaInputPartition]]

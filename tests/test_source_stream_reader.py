@@ -22,7 +22,7 @@ from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
 from state.stores import StoreConfig
-from state.stores.memory import MemoryStore
+from state.stores.memory_store import MemoryStore
 from tests.source_fakes import FakeBroker, factory
 
 

@@ -21,13 +21,13 @@ from state.stores import (
     close_all,
     new_store,
     open_store,
+    s3_store,
 )
-from state.stores import s3 as s3_store
 from state.stores import shared as store_cache
 from state.stores.base import aws_environment
-from state.stores.file import FileStore
-from state.stores.memory import MemoryStore
-from state.stores.s3 import S3Store
+from state.stores.file_store import FileStore
+from state.stores.memory_store import MemoryStore
+from state.stores.s3_store import S3Store
 
 NOWHERE = S3Settings(
     endpoint="http://127.0.0.1:9",

@@ -19,8 +19,8 @@ from state.stores import (
     open_store,
     validate_uri,
 )
-from state.stores.file import FileStore
-from state.stores.memory import MemoryStore
+from state.stores.file_store import FileStore
+from state.stores.memory_store import MemoryStore
 from tests.store_contract import StoreContract
 
 

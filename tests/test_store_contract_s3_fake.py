@@ -1,4 +1,4 @@
-"""The store contract through :class:`~state.stores.s3.S3Store` on an in-memory fake S3
+"""The store contract through :class:`~state.stores.s3_store.S3Store` on an in-memory fake S3
 that answers as AWS does and as SeaweedFS does (``tests/s3_fake.py``).
 
 The two differ on ``If-Match`` for a missing key (AWS: 404, SeaweedFS: 412); the store
@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from state.stores import S3Settings, StateStore, StoreConfig, new_store
-from state.stores.s3 import S3Store
+from state.stores.s3_store import S3Store
 from tests.s3_fake import FakeS3, Flavour
 from tests.store_contract import StoreContract
 

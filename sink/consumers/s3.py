@@ -6,7 +6,7 @@
     <prefix>/_last_bundle.json             the pointer, replaced by one PUT (atomic on S3)
     <prefix>/_staging/...                  parts written by the write tasks (hidden)
 
-Objects go through the state layer's S3 client (:class:`state.stores.s3.S3Store`: the same
+Objects go through the state layer's S3 client (:class:`state.stores.s3_store.S3Store`: the same
 ``s3.*`` options, retries and error mapping as ``state.uri``). Write tasks upload their
 parts under ``_staging/``; delivery of a single-part bundle is a server-side
 ``CopyObject`` to its final name, so no item bytes pass through the driver. A bundle of
@@ -52,7 +52,7 @@ from sink.parquet_concat import (
 from sink.staging import StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
 from state.stores import StoreConfig, open_store
-from state.stores.s3 import S3Store
+from state.stores.s3_store import S3Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef

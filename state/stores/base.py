@@ -65,7 +65,7 @@ class S3Settings:
 
 # --- options: state.uri and s3.*, shared by the source, the sink and the coordinator -----
 
-# The S3 defaults named here are applied by state.stores.s3 (DEFAULT_CONNECT_TIMEOUT, ...);
+# The S3 defaults named here are applied by state.stores.s3_store (DEFAULT_CONNECT_TIMEOUT, ...);
 # tests/test_option_docs.py checks that the two agree.
 _AWS_CHAIN = "AWS chain"
 

@@ -1,7 +1,7 @@
 """Opening a store by URI: the one place that knows every implementation.
 
-The implementations (:mod:`state.stores.memory`, :mod:`state.stores.file`,
-:mod:`state.stores.s3`) import only the contract (:mod:`state.stores.base`); this module
+The implementations (:mod:`state.stores.memory_store`, :mod:`state.stores.file_store`,
+:mod:`state.stores.s3_store`) import only the contract (:mod:`state.stores.base`); this module
 imports them, lazily, so that a process that never opens an ``s3://`` store never
 imports boto3.
 """
@@ -35,15 +35,15 @@ def new_store(config: StoreConfig | str) -> StateStore:
     config = _config(config)
     scheme = urlparse(config.uri).scheme
     if scheme == "memory":
-        from state.stores.memory import MemoryStore
+        from state.stores.memory_store import MemoryStore
 
         return MemoryStore(config)
     if scheme == "file":
-        from state.stores.file import FileStore
+        from state.stores.file_store import FileStore
 
         return FileStore(config)
     if scheme == "s3":
-        from state.stores.s3 import S3Store
+        from state.stores.s3_store import S3Store
 
         return S3Store(config)
     raise StoreConfigError("state.uri", config.uri, "memory://, file:// or s3://")
