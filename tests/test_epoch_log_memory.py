@@ -146,3 +146,13 @@ def test_a_lost_start_race_returns_the_winner(log: EpochLog, store: CountingStor
     assert log.create_start(offset(0, 5)) == offset(0, 7)
     with pytest.raises(KeyExists):
         store.create_json(PipelineLayout("p").source_start, {})
+
+
+def test_operators_list_and_read_the_recorded_epochs(log: EpochLog, store: CountingStore) -> None:
+    for k in (0, 1, 2):
+        log.record(offset(k, 10 * k), offset(k + 1, 10 * (k + 1)))
+    store.create(log.layout.epochs_prefix + "notes.txt", b"not an epoch")
+    assert log.epoch_numbers() == [0, 1, 2]
+    recorded = log.read_epoch(1)
+    assert recorded is not None and recorded.end.same_as(offset(2, 20))
+    assert log.read_epoch(7) is None

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from state.errors import GtBarrierError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.options import Options
+from state.protocol.barrier_state import load_barrier_state
+from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState
-from state.records.codec import decode
 from state.records.source_offset import SourceOffset
 from state.stores import STORE_OPTIONS, StateStore, StoreConfig, new_store
 
@@ -117,22 +118,12 @@ class PipelineRecords:
 def read_pipeline(store: StateStore, layout: PipelineLayout) -> PipelineRecords:
     """The source's start and the barrier state; :class:`UsageError` if the store has
     neither (no pipeline of that id ever ran against it)."""
-    start_hit = store.get_or_none(layout.source_start)
-    barrier_hit = store.get_or_none(layout.barrier_state)
-    if start_hit is None and barrier_hit is None:
+    start = EpochLog(store, layout).start()
+    barrier, version = load_barrier_state(store, layout)
+    if start is None and version is None:
         raise UsageError(
             f"pipeline {layout.pipeline_id!r} not found in {store.uri}: it has neither "
             f"{layout.source_start} nor {layout.barrier_state} (check --pipeline and "
             "--state-uri)"
         )
-    start = (
-        None
-        if start_hit is None
-        else decode(start_hit.data, SourceOffset.from_json, f"{store.uri}/{layout.source_start}")
-    )
-    barrier = (
-        BarrierState()
-        if barrier_hit is None
-        else decode(barrier_hit.data, BarrierState.from_json, f"{store.uri}/{layout.barrier_state}")
-    )
-    return PipelineRecords(start, barrier, barrier_hit is not None)
+    return PipelineRecords(start, barrier, version is not None)

@@ -7,7 +7,6 @@ or below ``GT_last`` were acknowledged by the consumer.
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,13 +14,12 @@ from datasource.offsets import backlog
 from gtbarrier.cli.common import PipelineArgs, UsageError, add_pipeline_arguments, read_pipeline
 from gtbarrier.cli.output import Result, Table
 from state.layout import PipelineLayout
-from state.records.codec import decode
+from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import frontier_json
 from state.stores import StateStore
 
 DEFAULT_LAST = 20
-_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -43,18 +41,13 @@ class EpochRange:
 
 def epoch_numbers(store: StateStore, layout: PipelineLayout) -> list[int]:
     """The recorded epochs, ascending (one list request)."""
-    found = (_EPOCH_KEY.search("/" + key) for key in store.list(layout.epochs_prefix))
-    return sorted(int(m.group(1)) for m in found if m)
+    return EpochLog(store, layout).epoch_numbers()
 
 
 def read_epochs(store: StateStore, layout: PipelineLayout, numbers: list[int]) -> list[EpochRecord]:
-    records = []
-    for n in numbers:
-        key = layout.epoch(n)
-        hit = store.get_or_none(key)
-        if hit is not None:
-            records.append(decode(hit.data, EpochRecord.from_json, f"{store.uri}/{key}"))
-    return records
+    """The records of the epochs ``numbers`` that are recorded."""
+    log = EpochLog(store, layout)
+    return [r for r in (log.read_epoch(n) for n in numbers) if r is not None]
 
 
 def epoch_json(record: EpochRecord, gt_last: int) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from state.layout import PipelineLayout
+from state.protocol.fencing import read_driver_record
 from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
 from state.records.barrier import BarrierState
-from state.records.codec import decode
 from state.records.driver import DriverRecord
 from state.records.epoch import EpochRecord
 from state.records.resume_point import ResumePoint
@@ -115,10 +115,7 @@ def run(args: argparse.Namespace) -> Result:
 
 
 def _driver_record(store: StateStore, layout: PipelineLayout) -> DriverRecord | None:
-    hit = store.get_or_none(layout.driver)
-    if hit is None:
-        return None
-    return decode(hit.data, DriverRecord.from_json, f"{store.uri}/{layout.driver}")
+    return read_driver_record(store, layout)
 
 
 def _acknowledged_position(

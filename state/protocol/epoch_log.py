@@ -25,6 +25,7 @@ learnt, to spare the store a request per micro-batch (and one per poll while idl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -37,6 +38,8 @@ from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
 R = TypeVar("R")
+
+_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
 
 
 @dataclass
@@ -124,6 +127,19 @@ class EpochLog:
                 f"{self.store.uri}/{key}: recorded end {record.end} is not epoch {start.epoch + 1}"
             )
         return record.end
+
+    # --- looking at the log (operators) ---------------------------------------------------
+
+    def epoch_numbers(self) -> list[int]:
+        """The recorded epochs, ascending (one list request)."""
+        keys = self.store.list(self.layout.epochs_prefix)
+        found = (_EPOCH_KEY.search("/" + key) for key in keys)
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def read_epoch(self, epoch: int) -> EpochRecord | None:
+        """Epoch ``epoch``'s record as stored, or None if it is not recorded."""
+        key = self.layout.epoch(epoch)
+        return self._read(key, lambda raw: self._epoch_record(key, raw))
 
     # --- store access --------------------------------------------------------------------
 
