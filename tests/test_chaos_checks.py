@@ -11,8 +11,8 @@ import pytest
 from harness.pids import ProcessInfo, descendants
 from integration_tests.chaos.checks import judge
 from integration_tests.chaos.consumers import DeliveredBundle
-from integration_tests.chaos.faults import FAULTS
-from integration_tests.chaos.plan import Sizing, draw_plan
+from integration_tests.chaos.faults import FAULTS, draw_plan
+from integration_tests.chaos.plan import Sizing
 from integration_tests.chaos.queries import QUERIES, TICK_BASE, record_key
 from integration_tests.chaos.reference import InputRecord, assign_epochs
 from integration_tests.chaos.report import RunSummary, table

@@ -13,7 +13,7 @@ Imports only point down. The product (these packages) imports nothing from the t
 the harness, the demo, the benchmarks or the simulation; those import nothing from the
 tests and not pytest. A store implementation imports only the store contract, never the
 factory that opens it. Every import counts for these rules and for cycles, also one
-inside a function or under ``TYPE_CHECKING``: the product's modules form no import cycle.
+inside a function or under ``TYPE_CHECKING``: no package's modules form an import cycle.
 """
 
 from __future__ import annotations
@@ -181,15 +181,14 @@ def test_store_implementations_import_only_the_contract() -> None:
     assert not wrong, "a store implementation imports more than the contract:\n" + "\n".join(wrong)
 
 
-def test_no_import_cycles_among_product_modules() -> None:
-    graph: dict[str, set[str]] = {name: set() for name in modules(PRODUCT)}
-    for imp in all_imports(PRODUCT):
+@pytest.mark.parametrize("packages", [PRODUCT, NOT_PRODUCT], ids=["product", "support"])
+def test_no_import_cycles(packages: tuple[str, ...]) -> None:
+    graph: dict[str, set[str]] = {name: set() for name in modules(packages)}
+    for imp in all_imports(packages):
         if imp.target in graph and imp.target != imp.importer:
             graph[imp.importer].add(imp.target)
     cycles = _cycles(graph)
-    assert not cycles, "module-level import cycles:\n" + "\n".join(
-        " -> ".join([*c, c[0]]) for c in cycles
-    )
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join([*c, c[0]]) for c in cycles)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
+from integration_tests.chaos.faults import draw_plan
 from integration_tests.chaos.options import ChaosOptions, parse
-from integration_tests.chaos.plan import draw_plan
 from integration_tests.chaos.report import (
     RunSummary,
     round_line,

@@ -2,7 +2,7 @@
 
 A fault kind draws its parameters (:meth:`FaultKind.params`, seeded) when the round is
 planned and is injected by :meth:`FaultKind.inject` on the running round
-(:class:`~integration_tests.chaos.rounds.RoundRunner`), which returns what happened or
+(a :class:`FaultTarget`: what a fault needs of the round), which returns what happened or
 raises :class:`NotFired` when the fault could not take effect (it is then not counted).
 A kind whose ``armed_at_start`` is true is not injected from outside: its
 ``GTBARRIER_FAULT`` value goes into the environment of the next driver the round
@@ -13,27 +13,82 @@ a standalone worker killed; S3 resets, 503s, lost answers and latency (through t
 proxy in front of SeaweedFS); a ZooKeeper session expired, ZooKeeper stopped and restarted;
 the checkpoint deleted before a restart; a zombie second driver; the HTTP receiver
 killed or dropping its answer after it stored a bundle.
+
+:func:`draw_plan` draws a round's plan, its faults among them: round ``i`` of a run with
+seed ``s`` draws everything from ``random.Random(f"{s}:{i}")`` (its query/consumer pair
+from a list shuffled once by ``s``), so ``--seed s --first-round i --rounds 1`` plans the
+same round again.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from harness.fault_proxy import Fault
 from harness.zookeeper import end_session
 from integration_tests.chaos.consumers import CONSUMERS
+from integration_tests.chaos.plan import FaultSpec, RoundPlan, Sizing
+from integration_tests.chaos.queries import QUERIES
 from state.layout import PipelineLayout
 
 if TYPE_CHECKING:
-    import random
+    from integration_tests.chaos.drivers import DriverLife
+    from integration_tests.chaos.job import DriverJob
+    from integration_tests.chaos.queries import Query
+    from integration_tests.chaos.servers import ChaosServers
+    from state.records.barrier import BarrierState
 
-    from integration_tests.chaos.plan import RoundPlan
-    from integration_tests.chaos.rounds import RoundRunner
+T = TypeVar("T")
+
+
+class FaultTarget(Protocol):
+    """What a fault needs of the round it is injected into
+    (:class:`integration_tests.chaos.rounds.RoundRunner` is the one implementation)."""
+
+    plan: RoundPlan
+    servers: ChaosServers
+    query: Query
+    pipeline: str
+
+    @property
+    def job(self) -> DriverJob: ...
+
+    def note(self, text: str, kind: str = "note") -> None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait(
+        self, check: Callable[[], T], timeout: float, what: str, *, quiet: bool = False
+    ) -> T | None: ...
+
+    def feed_until(
+        self, check: Callable[[], T], timeout: float, what: str, *, every: float = 5.0
+    ) -> T | None: ...
+
+    def wait_moment(self, moment: dict[str, Any]) -> None: ...
+
+    def barrier(self) -> BarrierState: ...
+
+    def gt_last(self) -> int: ...
+
+    def lock_contenders(self, path: str) -> int: ...
+
+    def cluster_worker_pids(self) -> list[int]: ...
+
+    def produce_records(self, n: int) -> None: ...
+
+    def live_driver(self) -> DriverLife: ...
+
+    def start_successor(self) -> DriverLife: ...
+
 
 Params = dict[str, Any]
 
@@ -57,12 +112,12 @@ class FaultKind(ABC):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {}
 
-    def environment(self, r: RoundRunner, params: Params) -> str | None:
+    def environment(self, r: FaultTarget, params: Params) -> str | None:
         """``GTBARRIER_FAULT`` for the next driver (kinds that are armed at start)."""
         return None
 
     @abstractmethod
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         """Inject the fault; what happened, for the report."""
 
 
@@ -79,7 +134,7 @@ def _uniform(rng: random.Random, low: float, high: float) -> float:
 
 
 def _moment(rng: random.Random, *, from_start: bool = False) -> dict[str, Any]:
-    """When to inject (:meth:`RoundRunner.wait_moment`): mostly once the driver delivers,
+    """When to inject (:meth:`FaultTarget.wait_moment`): mostly once the driver delivers,
     else soon after its query started; ``from_start`` adds its start-up and recovery."""
     after = rng.choices(
         ("start", "query", "bundle"), weights=(0.3 if from_start else 0.0, 0.3, 0.6)
@@ -103,7 +158,7 @@ class KillAtRandom(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng, from_start=True)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         r.wait_moment(params["moment"])
         driver = r.live_driver()
         if not driver.running:
@@ -130,7 +185,7 @@ class KillAtStep(FaultKind):
         steps = CONSUMERS[plan.consumer].kill_steps
         return {"step": rng.choice(steps), "ahead": rng.choice((0, 0, 1, 2))}
 
-    def environment(self, r: RoundRunner, params: Params) -> str:
+    def environment(self, r: FaultTarget, params: Params) -> str:
         # A bundle left in flight is resolved at the restart without these steps (the
         # consumer has it: acknowledged as it is): aim past it.
         state = r.barrier()
@@ -139,7 +194,7 @@ class KillAtStep(FaultKind):
         params["epoch"] = epoch
         return f"{params['step']}:{epoch}"
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         driver = r.live_driver()
         epoch = params["epoch"]
 
@@ -169,7 +224,7 @@ class KillPythonWorker(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "pick": rng.random()}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         r.wait_moment(params["moment"])
         roots = r.cluster_worker_pids()
         found = r.feed_until(
@@ -195,7 +250,7 @@ class KillClusterWorker(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "worker": rng.randrange(2), "down": _uniform(rng, 1, 6)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         cluster = r.servers.cluster
         assert cluster is not None
         r.wait_moment(params["moment"])
@@ -225,7 +280,7 @@ class _S3Connections(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "count": rng.randint(1, self.most)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         proxy = r.servers.s3_proxy
         assert proxy is not None
         r.wait_moment(params["moment"])
@@ -274,7 +329,7 @@ class S3Latency(FaultKind):
             "seconds": _uniform(rng, 3.0, 15.0),
         }
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         proxy = r.servers.s3_proxy
         assert proxy is not None
         r.wait_moment(params["moment"])
@@ -300,7 +355,7 @@ class ZooKeeperExpiry(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         assert r.servers.zk is not None
         r.wait_moment(params["moment"])
         driver = r.live_driver()
@@ -321,7 +376,7 @@ class ZooKeeperRestart(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "down": _uniform(rng, 1.0, 10.0)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         zk = r.servers.zk
         assert zk is not None
         r.wait_moment(params["moment"])
@@ -348,7 +403,7 @@ class CheckpointDeleted(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         r.wait_moment(params["moment"])
         driver = r.live_driver()
         gt = r.gt_last()
@@ -370,7 +425,7 @@ class Zombie(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "cut_after": _uniform(rng, 0.0, 6.0)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         r.wait_moment(params["moment"])
         zombie = r.live_driver()
         successor = r.start_successor()
@@ -420,7 +475,7 @@ class ReceiverKilled(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "down": _uniform(rng, 0.5, 5.0)}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         receiver = r.servers.receiver
         assert receiver is not None
         r.wait_moment(params["moment"])
@@ -445,7 +500,7 @@ class ReceiverDropsAnswer(FaultKind):
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "ahead": rng.choice((1, 1, 2))}
 
-    def inject(self, r: RoundRunner, params: Params) -> str:
+    def inject(self, r: FaultTarget, params: Params) -> str:
         receiver = r.servers.receiver
         assert receiver is not None
         r.wait_moment(params["moment"])
@@ -456,3 +511,54 @@ class ReceiverDropsAnswer(FaultKind):
         if r.gt_last() < bundle:
             raise NotFired(f"bundle {bundle} was not delivered in time")
         return f"receiver dropped its answer after storing bundle {bundle}"
+
+
+def draw_plan(
+    seed: int,
+    index: int,
+    *,
+    queries: list[str],
+    consumers: list[str],
+    sizing: Sizing,
+    cluster_share: float,
+    fault_kinds: list[str] | None = None,
+) -> RoundPlan:
+    """Round ``index`` of the run with ``seed`` (see the module docstring)."""
+    pairs = [(q, c) for q in queries for c in consumers]
+    random.Random(f"{seed}:pairs").shuffle(pairs)
+    query, consumer = pairs[index % len(pairs)]
+    rng = random.Random(f"{seed}:{index}")
+    partitions = 1 if QUERIES[query].single_partition else rng.choice((2, 3))
+    plan = RoundPlan(
+        index=index,
+        seed=seed,
+        query=query,
+        consumer=consumer,
+        partitions=partitions,
+        records=rng.randint(sizing.min_batches, sizing.max_batches) * sizing.max_offsets
+        + rng.randrange(sizing.max_offsets),
+        chunks=sizing.chunks,
+        max_offsets=sizing.max_offsets,
+        cluster=cluster_share > 0 and rng.random() < cluster_share,
+    )
+
+    def applicable(plan: RoundPlan) -> list[FaultKind]:
+        return [
+            k
+            for k in FAULTS.values()
+            if k.applies(plan) and (fault_kinds is None or k.name in fault_kinds)
+        ]
+
+    kinds = applicable(plan)
+    if not kinds and cluster_share > 0:  # only kinds that need the cluster were chosen
+        plan = replace(plan, cluster=True)
+        kinds = applicable(plan)
+    if not kinds:
+        raise ValueError(f"no fault kind of {fault_kinds} applies to round {plan.describe()}")
+    count = rng.choices(sizing.fault_counts, weights=sizing.fault_count_weights)[0]
+    drawn = rng.choices(kinds, weights=[k.weight for k in kinds], k=count)
+    # A kind armed at start goes into the environment of the next driver: the first one,
+    # or the restart after the previous armed fault killed its driver.
+    drawn.sort(key=lambda k: not k.armed_at_start)
+    faults = tuple(FaultSpec(k.name, k.params(rng, plan)) for k in drawn)
+    return replace(plan, faults=faults)
