@@ -268,6 +268,40 @@ def test_a_new_run_takes_over_and_the_old_one_is_fenced() -> None:
     assert p.state().gt_last == 2 and [d[0] for d in p.consumer.delivered] == [1, 2]
 
 
+def test_a_claim_that_loses_to_the_old_runs_commit_claims_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a fencing token, a new run's claim can race the old run's ordinary commit:
+    the old run (still the owner) advances GT_last between the claim's read and its swap.
+    The claim lost to an older run, not to a newer one, so it claims again from the fresh
+    state; fencing the new run would leave the old one running alone."""
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    old_runs_commit = p.write(1, [gt_batch(2, 0, [1])])  # run-a's batch 1, not yet committed
+    new_runs_replay = p.write(1, [gt_batch(2, 0, [1])], run_id="run-b")
+    real_cas = p.store.compare_and_swap
+    raced = []
+
+    def old_run_commits_first(key: str, data: bytes, expected_version: str) -> str:
+        if key == p.layout.barrier_state and not raced and b'"run-b"' in data:
+            raced.append(key)
+            monkeypatch.setattr(p.store, "compare_and_swap", real_cas)
+            p.barrier().commit([old_runs_commit], 1)  # run-a: GT_last 1 -> 2
+        return real_cas(key, data, expected_version)
+
+    monkeypatch.setattr(p.store, "compare_and_swap", old_run_commits_first)
+    outcome = p.barrier().commit([new_runs_replay], 1)
+    assert raced, "the race was not staged"
+    assert outcome.action == "dropped"  # bundle 2 came from the old run's commit
+    assert p.owner().run_id == "run-b" and p.owner().generation == 2
+    assert [d[0] for d in p.consumer.delivered] == [1, 2]
+    p.record_batch(2, epoch=3)
+    with pytest.raises(PipelineFenced, match="owned by run run-b"):
+        p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2)  # run-a, now a zombie
+
+
 def test_fencing_token_lower_than_recorded_is_fenced() -> None:
     p = Pipeline(sink_options(**{"fencing.token": "5"}))
     p.record_batch(0, epoch=1)
