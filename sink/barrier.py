@@ -135,7 +135,7 @@ class Barrier:
         self.faults = faults if faults is not None else FaultInjector.from_environment()
         self.layout = PipelineLayout(options.pipeline_id)
         self.sleep = sleep
-        self.states = BarrierStateStore(store, self.layout, clock=clock)
+        self.states = BarrierStateStore(store, self.layout, clock=clock, sleep=sleep)
 
     # --- Spark's hooks --------------------------------------------------------------
 

@@ -7,7 +7,8 @@ here and nowhere else (docs/PROTOCOL.md, "Barrier state"):
   creates the run's marker ``barrier/runs/<run_id>`` and swaps itself in as the owner with
   the next ``generation``, like a Kafka producer epoch. A run whose marker exists but which
   is not the owner was superseded; a run that finds a newer run's marker is fenced. With a
-  fencing token, a lower token than the recorded one is fenced too.
+  fencing token, a lower token than the recorded one is fenced too. A claim whose swap
+  loses to the run it replaces (that run committed meanwhile) claims again.
 * **a driver's claim** (:meth:`BarrierStateStore.claim_driver`): the snapshot coordinator
   records itself, with the fencing token it just took, as the owner before its query runs,
   so that a zombie driver is refused at its very next commit, not only after the new
@@ -102,10 +103,12 @@ class BarrierStateStore:
         layout: PipelineLayout,
         *,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
         self.layout = layout
         self.clock = clock
+        self.sleep = sleep
 
     @property
     def where(self) -> str:
@@ -159,25 +162,77 @@ class BarrierStateStore:
                 )
             except KeyExists:
                 raise self.fenced(owner, run_id, "this run was superseded") from None
-        new_owner = Owner(
-            run_id=run_id,
-            query_id=query_id,
-            generation=generation,
-            since=self.clock(),
-            token=token if token is not None else (owner.token if owner else None),
-        )
-        claimed = replace(state, owner=new_owner)
         if version is None:
+            claimed = replace(state, owner=self._owner(run_id, query_id, generation, token, owner))
             try:
                 new_version = self.store.create_json(self.layout.barrier_state, claimed.to_json())
             except KeyExists:
                 current, _ = self.load()
                 raise self.fenced(current.owner, run_id, "another run claimed it first") from None
             return Claim(claimed, new_version, took_over=False)
-        claimed, new_version = self.swap(
-            state, claimed, version, new_owner, "claim the pipeline", claiming=True
+        return self._swap_in(state, version, run_id, query_id, token)
+
+    def _swap_in(
+        self, state: BarrierState, version: str, run_id: str, query_id: str, token: int | None
+    ) -> Claim:
+        """Swap run ``run_id`` (whose marker exists) in as the owner over ``state``.
+
+        A swap can lose to the run it replaces: the old owner's ordinary commit lands
+        between this claim's read and its swap. The claim then lost to an older run, not a
+        newer one, so it is made again from a fresh read of the state (a lost race can only
+        repeat while the old run keeps committing; :func:`~state.retry.cas_loop` bounds
+        it). A swap that loses to anything else, another claim or an operator, fences.
+        """
+        replaced = state.owner
+        read = [(state, version)]  # the commit's read; after a lost race, a fresh one
+
+        def once() -> Claim:
+            state, version = read[-1]
+            generation = (replaced.generation + 1) if replaced else 1
+            claimed = replace(
+                state, owner=self._owner(run_id, query_id, generation, token, replaced)
+            )
+            try:
+                new_version = self.store.compare_and_swap_json(
+                    self.layout.barrier_state, claimed.to_json(), version
+                )
+            except ConcurrentModification:
+                fresh, fresh_version = self.load()
+                if fresh_version is None or fresh.owner != replaced:
+                    raise self.fenced(
+                        fresh.owner, run_id, "it lost the race to claim the pipeline"
+                    ) from None
+                read.append((fresh, fresh_version))
+                raise  # the owner it replaces committed meanwhile: claim again
+            except StoreUnavailable as err:  # StoreWriteUnknown included
+                raise CommitStateUnknown(
+                    f"barrier: could not claim the pipeline: {err}; restarting the query "
+                    "resolves it"
+                ) from err
+            return Claim(claimed, new_version, took_over=True)
+
+        try:
+            return cas_loop(sleep=self.sleep)(once)
+        except ConcurrentModification:
+            raise self.fenced(
+                replaced, run_id, "it lost the race to claim the pipeline every time"
+            ) from None
+
+    def _owner(
+        self,
+        run_id: str,
+        query_id: str,
+        generation: int,
+        token: int | None,
+        replaced: Owner | None,
+    ) -> Owner:
+        return Owner(
+            run_id=run_id,
+            query_id=query_id,
+            generation=generation,
+            since=self.clock(),
+            token=token if token is not None else (replaced.token if replaced else None),
         )
-        return Claim(claimed, new_version, took_over=True)
 
     def claim_driver(self, token: int, *, driver: str) -> Owner:
         """Record driver ``driver`` (``host:pid:id``), holding fencing token ``token``, as
@@ -212,7 +267,7 @@ class BarrierStateStore:
                 self.store.compare_and_swap_json(key, new.to_json(), version)
             return claimed
 
-        return cas_loop()(once)
+        return cas_loop(sleep=self.sleep)(once)
 
     def run_generation(self, run_id: str) -> int | None:
         """The generation run ``run_id`` claimed (0 for a marker written before markers
