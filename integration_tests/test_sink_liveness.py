@@ -33,6 +33,64 @@ def epoch_records(c: Chain, epoch: int, partitions: int) -> set[tuple[int, int]]
     }
 
 
+def delivered_keys(c: Chain) -> list[tuple[int, int, int]]:
+    """``(epoch, partition, offset)`` of every delivered item, in delivery order."""
+    gt = read_bundles(c.out).column("gt").combine_chunks()
+    return list(
+        zip(
+            gt.field("epoch").to_pylist(),
+            gt.field("partition").to_pylist(),
+            gt.field("offset").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def lose_bundle_2(c: Chain) -> Any:
+    """SIGKILL right after bundle 2 is recorded in flight, then delete its staged parts."""
+    killed(c.run("cp", fault="after_inflight:2"))
+    assert c.progress() == (1, 2)
+    inflight = c.state().inflight
+    assert inflight is not None and inflight.locations
+    for location in inflight.locations:
+        (c.out / location).unlink()
+    return inflight
+
+
+@pytest.mark.timeout(900)
+def test_lost_parts_of_an_inflight_bundle_are_recomputed_by_the_replay(
+    driver: Any, kafka: Any, tmp_path: Path
+) -> None:
+    n, partitions = 4_000, 2  # 4 epochs of 1000 records
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    c = Chain(driver, kafka, tmp_path, "recomputed", topic)
+    lose_bundle_2(c)
+
+    restart = c.run("cp")
+    assert restart.wait(DRIVER_TIMEOUT) == 0, restart.output()[-3000:]
+    assert c.progress() == (3, None)
+    assert c.bundle_files() == [0, 1, 2, 3] and c.pointer() == 3
+    assert c.state().skipped == ()
+    keys = delivered_keys(c)
+    assert keys == sorted(keys), "items are not in gt order"
+    delivered = [(p, o) for _, p, o in keys]
+    assert len(delivered) == len(set(delivered)), "duplicate items"
+    assert set(delivered) == expected_survivors(n, partitions)
+    assert c.staged() == []
+
+
+def commit_in_checkpoint(checkpoint: Path) -> None:
+    """Record the checkpoint's last planned batch as committed, as if Spark had finished it
+    (so no restart recomputes it)."""
+    offsets = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert commits and commits[-1] == offsets - 1, (offsets, commits)
+    (checkpoint / "commits" / str(offsets)).write_bytes(
+        (checkpoint / "commits" / str(commits[-1])).read_bytes()
+    )
+
+
 @pytest.mark.timeout(900)
 def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     driver: Any, kafka: Any, tmp_path: Path
@@ -42,13 +100,9 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     produce_numbered(kafka, topic, n, partitions)
     c = Chain(driver, kafka, tmp_path, "lost", topic)
 
-    # 1. the driver dies right after recording bundle 2 in flight; its staged parts go
-    killed(c.run("cp", fault="after_inflight:2"))
-    assert c.progress() == (1, 2)
-    inflight = c.state().inflight
-    assert inflight is not None and inflight.locations
-    for location in inflight.locations:
-        (c.out / location).unlink()
+    # 1. bundle 2's parts are gone, and the checkpoint says its batch was committed
+    inflight = lose_bundle_2(c)
+    commit_in_checkpoint(tmp_path / "cp")
 
     # 2. every restart stops at bundle 2, saying what is lost and how to get past it
     for _ in range(2):
@@ -95,16 +149,7 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     assert final.wait(DRIVER_TIMEOUT) == 0, final.output()[-3000:]
     assert c.progress() == (3, None)
     assert c.bundle_files() == [0, 1, 3] and c.pointer() == 3
-    table = read_bundles(c.out)
-    gt = table.column("gt").combine_chunks()
-    keys = list(
-        zip(
-            gt.field("epoch").to_pylist(),
-            gt.field("partition").to_pylist(),
-            gt.field("offset").to_pylist(),
-            strict=True,
-        )
-    )
+    keys = delivered_keys(c)
     assert keys == sorted(keys), "items are not in gt order"
     delivered = [(p, o) for _, p, o in keys]
     assert len(delivered) == len(set(delivered)), "duplicate items"
