@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from datasource.consumer_pool import ConsumerSource
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.schema import arrow_schema, source_schema
+from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from harness.process import wait_until
+from state.records.source_offset import SourceOffset
 
 QUERY_TIMEOUT = 240.0
 
@@ -68,3 +81,98 @@ def query_error(spark: Any, options: dict[str, str], checkpoint: Path, timeout: 
         if query.isActive:
             query.stop()
     raise AssertionError(f"the query did not fail within {timeout}s")
+
+
+class Driver:
+    """The stream reader's driver side plus reads of every planned partition, in-process.
+
+    ``initialOffset``, ``latestOffset`` and ``partitions`` as Spark's driver calls them, and
+    ``read`` as an executor would, so every record each epoch reads is counted. Two drivers
+    given the same ``pipeline.id`` and ``state.uri`` share the epoch log (a restarted
+    driver: set the new one's ``offset`` to where the old one stopped, as Spark's
+    checkpoint would).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, **extra: str) -> None:
+        self.options = KafkaSourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": topic,
+                "pipeline.id": "p-" + uuid.uuid4().hex[:8],
+                "state.uri": f"memory://{uuid.uuid4().hex}",
+                "startingOffsets": "earliest",
+                "fetchOffset.refreshIntervalMs": "0",
+                "kafkaConsumer.pollTimeoutMs": "30000",
+                **extra,
+            }
+        )
+        self.schema = source_schema(False)
+        self.reader = GlobalTimeKafkaStreamReader(self.options, self.schema)
+        self.offset = self.reader.initialOffset()
+        self.epochs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.read: Counter[tuple[int, int]] = Counter()  # (partition, offset) -> times read
+        self.values: list[bytes] = []
+
+    def step(self, source: ConsumerSource | None = None) -> dict[str, Any]:
+        """One trigger: the next epoch's end, and the records it reads (with consumers
+        from ``source``, a Python worker's pool, if given; else as ``read`` does)."""
+        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
+        if end != self.offset:
+            self.epochs.append((self.offset, end))
+            for part in self.reader.partitions(self.offset, end):
+                assert isinstance(part, KafkaInputPartition)
+                if source is None:
+                    batches = self.reader.read(part)
+                else:
+                    schema = arrow_schema(self.schema)
+                    batches = read_partition(self.options, part, schema, task=None, source=source)
+                for batch in batches:
+                    rows = batch.to_pydict()
+                    for p, o, v in zip(
+                        rows["partition"], rows["offset"], rows["value"], strict=True
+                    ):
+                        self.read[(p, o)] += 1
+                        self.values.append(v)
+            self.offset = end
+        return end
+
+    def frontier(self) -> dict[tuple[str, int], int]:
+        return dict(SourceOffset.from_json(self.offset).offsets)
+
+    def close(self) -> None:
+        self.reader.stop()
+
+
+def recreate(kafka: Any, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again, with the same name and ``partitions``.
+
+    Tansu may still refuse the name for a moment after the deletion (TopicAlreadyExists
+    while Metadata no longer lists it), so the creation is tried until it is accepted.
+    """
+    admin = kafka.admin()
+    try:
+        admin.delete_topics([topic])
+
+        def created() -> bool:
+            try:
+                admin.create_topics([NewTopic(topic, partitions, 1)])
+            except TopicAlreadyExistsError:
+                return False
+            return True
+
+        wait_until(created, timeout=30, what=f"{topic} to be created again after deletion")
+    finally:
+        admin.close()
+    kafka.partitions(topic)  # until Metadata describes the new topic
+
+
+def topic_id_of(kafka: Any, topic: str) -> str:
+    """The topic id the broker gives ``topic`` (Metadata v10+)."""
+    admin = kafka.admin()
+    try:
+        described: list[dict[str, Any]] = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    found = [t["topic_id"] for t in described if t["name"] == topic]
+    assert found and found[0], f"no topic id for {topic}: {described}"
+    return str(found[0])

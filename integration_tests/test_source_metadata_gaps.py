@@ -1,33 +1,25 @@
 """gtkafka's end frontier when Kafka's answers have gaps, against the real broker.
 
-No Spark: the driver-side stream reader runs in-process (``initialOffset``,
-``latestOffset``, ``partitions``) and its ``read`` is called directly, as an executor
-would, so every record each epoch reads is counted. A partition hidden from one Metadata
-answer (through the Kafka-aware proxy of integration_tests/kafka_proxy.py) must keep its
-offset; a topic deleted and created again is data loss as docs/source.md says; and no
-record is ever read twice.
+No Spark: the driver-side stream reader runs in-process
+(:class:`integration_tests.source_support.Driver`) and its ``read`` is called directly,
+as an executor would, so every record each epoch reads is counted. A partition hidden
+from one Metadata answer (through the Kafka-aware proxy of harness/kafka_proxy.py) must
+keep its offset; a topic deleted and created again is data loss as docs/source.md says;
+and no record is ever read twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
-from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from datasource.options import KafkaSourceOptions
-from datasource.schema import source_schema
-from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from harness.kafka_proxy import METADATA, Action, KafkaProxy, hide_partition
-from harness.process import wait_until
+from integration_tests.source_support import Driver, recreate
 from state.errors import DataLossError
-from state.records.source_offset import SourceOffset
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,52 +51,6 @@ class HidePartition:
             self.remaining -= 1
             self.hidden += 1
         return Action(payload=rewritten)
-
-
-class Driver:
-    """The stream reader's driver side plus reads of every planned partition."""
-
-    def __init__(self, bootstrap: str, topic: str, **extra: str) -> None:
-        self.options = KafkaSourceOptions.parse(
-            {
-                "kafka.bootstrap.servers": bootstrap,
-                "subscribe": topic,
-                "pipeline.id": "p-" + uuid.uuid4().hex[:8],
-                "state.uri": f"memory://{uuid.uuid4().hex}",
-                "startingOffsets": "earliest",
-                "fetchOffset.refreshIntervalMs": "0",
-                "kafkaConsumer.pollTimeoutMs": "30000",
-                **extra,
-            }
-        )
-        self.schema = source_schema(False)
-        self.reader = GlobalTimeKafkaStreamReader(self.options, self.schema)
-        self.offset = self.reader.initialOffset()
-        self.epochs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self.read: Counter[tuple[int, int]] = Counter()  # (partition, offset) -> times read
-        self.values: list[bytes] = []
-
-    def step(self) -> dict[str, Any]:
-        """One trigger: the next epoch's end, and the records it reads."""
-        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
-        if end != self.offset:
-            self.epochs.append((self.offset, end))
-            for part in self.reader.partitions(self.offset, end):
-                for batch in self.reader.read(part):
-                    rows = batch.to_pydict()
-                    for p, o, v in zip(
-                        rows["partition"], rows["offset"], rows["value"], strict=True
-                    ):
-                        self.read[(p, o)] += 1
-                        self.values.append(v)
-            self.offset = end
-        return end
-
-    def frontier(self) -> dict[tuple[str, int], int]:
-        return dict(SourceOffset.from_json(self.offset).offsets)
-
-    def close(self) -> None:
-        self.reader.stop()
 
 
 def produce(kafka: Any, topic: str, partition: int, n: int, tag: str) -> None:
@@ -198,26 +144,3 @@ def test_recreated_topic_restarts_from_its_new_log_start(
     )
     assert driver.reader.lost_events >= 1
     assert any("recreated" in r.getMessage() for r in caplog.records)
-
-
-def recreate(kafka: Any, topic: str) -> None:
-    """Delete ``topic`` and create it again, with the same name and one partition.
-
-    Tansu may still refuse the name for a moment after the deletion (TopicAlreadyExists
-    while Metadata no longer lists it), so the creation is tried until it is accepted.
-    """
-    admin = kafka.admin()
-    try:
-        admin.delete_topics([topic])
-
-        def created() -> bool:
-            try:
-                admin.create_topics([NewTopic(topic, 1, 1)])
-            except TopicAlreadyExistsError:
-                return False
-            return True
-
-        wait_until(created, timeout=30, what=f"{topic} to be created again after deletion")
-    finally:
-        admin.close()
-    kafka.partitions(topic)  # until Metadata describes the new topic
