@@ -28,8 +28,10 @@ record.
    are :class:`~state.protocol.barrier_state.BarrierStateStore`'s.
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
    ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
-   cannot be (its staged parts are gone), the error says what is lost and names the way
-   out (:mod:`sink.lost_bundle`).
+   cannot be (its staged parts are gone) and ``k <= j``, this batch is a replay that
+   recomputes it: the in-flight record is cleared, ``GT_last`` stays, and the replay of
+   epoch ``j`` delivers it. If ``k > j`` nothing recomputes it: the error says what is
+   lost and names the way out (:mod:`sink.lost_bundle`).
 4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
 5. Otherwise bundle ``k`` is recorded in flight, delivered (retrying the *same* bundle),
    then ``GT_last`` advances to ``k`` and the in-flight record is cleared, in one CAS.
@@ -90,6 +92,9 @@ class BatchCommit:
     run_id: str | None
     messages: list[BarrierCommitMessage]
     timer: StepTimer = field(default_factory=StepTimer)
+    #: This batch recomputes a bundle that was in flight when its parts were lost: the
+    #: consumer may hold part of it, so it is delivered as a redelivery.
+    redeliver: bool = False
 
     @property
     def rows(self) -> int:
@@ -208,7 +213,7 @@ class Barrier:
         recovered = None
         if held.state.inflight is not None:
             with batch.timer.step("recover"):
-                held, recovered = self._resolve_inflight(held)
+                held, recovered = self._resolve_inflight(held, batch, epoch)
 
         if epoch <= held.state.gt_last or batch.rows == 0:
             self._clean_up(batch)
@@ -247,7 +252,7 @@ class Barrier:
         else:
             assert not remembered, "at-least-once delivers before its first swap"
         with batch.timer.step("deliver"):
-            ack = self._deliver(bundle, redelivery=False)
+            ack = self._deliver(bundle, redelivery=batch.redeliver)
         self.faults.at("after_ack", epoch)
         with batch.timer.step("cas_gt_last"):
             held = self._swap(
@@ -314,11 +319,20 @@ class Barrier:
         """The epoch the batch read (its batch record); None for a no-data batch."""
         return epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
 
-    def _resolve_inflight(self, held: Held) -> tuple[Held, int]:
+    def _resolve_inflight(self, held: Held, batch: BatchCommit, epoch: int) -> tuple[Held, int]:
+        """Resolve the in-flight bundle of ``held`` before batch ``batch`` (of ``epoch``)
+        is committed: acknowledge it if the consumer has it, else deliver it again.
+
+        If it cannot be delivered again (the delivery fails and its staged parts are gone)
+        while this batch is its epoch or an earlier one, the batch is a replay that recomputes it: the
+        in-flight record is cleared, ``GT_last`` stays, and the replay of its epoch
+        delivers it (this batch, marked as a possible redelivery, when it is that epoch).
+        If a later epoch is committing, nothing will recompute it: the error says what is
+        lost and names the way out (:mod:`sink.lost_bundle`).
+        """
         inflight = held.state.inflight
         assert inflight is not None
         bundle = Bundle.from_record(self.options.pipeline_id, inflight)
-        delivered = False
         last: LastBundle | None = None
         if self.options.exactly_once:
             last = self.consumer.last_bundle()
@@ -328,11 +342,12 @@ class Barrier:
                     f"barrier state ({self.states.where}) has bundle {bundle.bundle_id} in "
                     "flight: the consumer is shared with another pipeline or the state was reset"
                 )
-            delivered = last is not None and last.bundle_id == bundle.bundle_id
-        if not delivered:
+        if last is not None and last.bundle_id == bundle.bundle_id:
+            how = "the consumer had it"
+        else:
             try:
                 self._deliver(bundle, redelivery=True)
-            except GtBarrierError as err:
+            except GtBarrierError:
                 lost = LostBundle.check(
                     self.options.pipeline_id,
                     self.states.where,
@@ -343,7 +358,8 @@ class Barrier:
                 )
                 if lost is None:
                     raise
-                raise StateError(lost.describe()) from err
+                return self._clear_lost(held, lost, batch, epoch), bundle.bundle_id
+            how = "delivered again"
         state = held.state
         held = self._swap(
             held,
@@ -359,10 +375,25 @@ class Barrier:
             bundle.bundle_id,
             bundle.batch_id,
             bundle.rows,
-            "the consumer had it" if delivered else "delivered again",
+            how,
             held.state.gt_last,
         )
         return held, bundle.bundle_id
+
+    def _clear_lost(self, held: Held, lost: LostBundle, batch: BatchCommit, epoch: int) -> Held:
+        """Clear in-flight bundle ``lost`` (its parts are gone, the consumer lacks it) for
+        the replay of its epoch to deliver it; raise if no replay can (module docstring)."""
+        if epoch > lost.epoch:
+            raise StateError(lost.describe(recomputable=False))
+        state = held.state
+        held = self._swap(
+            held, replace(state, inflight=None), state.owner, f"clear lost bundle {lost.epoch}"
+        )
+        # What is left of its parts is referenced no more.
+        self.staging.delete_many(p for p in lost.parts if p not in lost.parts_missing)
+        batch.redeliver = epoch == lost.epoch
+        log.warning("%s", lost.describe(recomputable=True))
+        return held
 
     def _deliver(self, bundle: Bundle, *, redelivery: bool) -> Ack:
         """Deliver ``bundle``, retrying the same bundle; raise once the retries are spent."""

@@ -92,7 +92,10 @@ class LostBundle:
             rows_missing=sum(p.rows for p in inflight.parts if p.location in missing),
         )
 
-    def describe(self) -> str:
+    def describe(self, *, recomputable: bool | None = None) -> str:
+        """What is lost. ``recomputable``: said by a commit that found it, True when that
+        commit is a replay that recomputes the bundle (the in-flight record is cleared),
+        False when a later epoch is committing; None for the operator's report."""
         has = (
             "it has no bundle"
             if self.consumer_last is None
@@ -106,13 +109,24 @@ class LostBundle:
             f"{len(self.parts_missing)} of its {len(self.parts)} staged part(s) are gone "
             f"({self.rows_missing} rows): {', '.join(self.parts_missing)}."
         )
+        if recomputable:
+            return text + (
+                f" The in-flight record is cleared and GT_last stays below it: the replay of "
+                f"epoch {self.epoch}, which Spark recomputes from the epoch log, delivers it."
+            )
         if self.applied:
             return text + (
                 f" Skipped, the loss acknowledged: GT_last is now {self.bundle_id}, the "
                 f"bundle's {self.rows} rows are lost (recorded under 'skipped' in {self.state})."
             )
+        why = (
+            " A later epoch is committing, so no replay recomputes it (Spark's checkpoint "
+            "records its batch as committed): every restart stops here."
+            if recomputable is False
+            else " Nothing can deliver it again, so every restart stops here."
+        )
         return text + (
-            " Nothing can deliver it again, so every restart stops here. To skip it and "
+            f"{why} To skip it and "
             f"accept the loss of its {self.rows} rows, stop the query and run "
             f"gtbarrier.resolve_lost_inflight(<the sink's options>, bundle_id={self.bundle_id}, "
             "acknowledge_loss=True), then restart; without acknowledge_loss it only reports "

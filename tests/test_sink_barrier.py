@@ -593,9 +593,59 @@ def _file_pipeline(out: Path) -> tuple[Pipeline, dict[str, str]]:
     return p, raw
 
 
+def test_lost_in_flight_parts_are_recomputed_by_the_replay_of_their_epoch(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    p, _ = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 0, [gt_batch(1, 0, [0, 1])])
+    for location in p.inflight().locations:
+        (out / location).unlink()
+    # the restart replays batch 0 (epoch 1): the in-flight record is cleared, GT_last
+    # stays, and the recomputed bundle 1 is delivered
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0)
+    assert (outcome.action, outcome.recovered) == ("delivered", 1)
+    state = p.state()
+    assert (state.gt_last, state.inflight, state.skipped) == (1, None, ())
+    assert sorted(f.name for f in out.glob("bundle-*")) == ["bundle-000000000001.parquet"]
+    assert p.staged() == []
+
+
+def test_an_earlier_epoch_clears_a_lost_bundle_for_its_own_replay_to_deliver(
+    tmp_path: Path,
+) -> None:
+    """A query on a new checkpoint replays from the start: its commit of an epoch below the
+    lost bundle clears it, and the replay of the lost bundle's epoch delivers it."""
+    out = tmp_path / "out"
+    p, _ = _file_pipeline(out)
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 1, [gt_batch(2, 0, [1])])
+    for location in p.inflight().locations:
+        (out / location).unlink()
+    p.run_id, p.query_id = "run-b", "q-new-checkpoint"
+    p.record_batch(0, epoch=1)
+    assert p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0).action == "dropped"
+    assert (p.state().gt_last, p.state().inflight) == (1, None)
+    p.record_batch(1, epoch=2)
+    assert p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1).action == "delivered"
+    assert p.state().gt_last == 2
+    assert sorted(f.name for f in out.glob("bundle-*")) == [
+        "bundle-000000000001.parquet",
+        "bundle-000000000002.parquet",
+    ]
+
+
 def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     tmp_path: Path,
 ) -> None:
+    """Nothing recomputes a lost bundle once a later epoch commits (Spark's checkpoint
+    records its batch as committed)."""
     out = tmp_path / "out"
     p, raw = _file_pipeline(out)
     p.record_batch(0, epoch=1)
@@ -604,13 +654,14 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     lost = p.inflight().locations
     for location in lost:
         (out / location).unlink()
+    p.record_batch(1, epoch=2)
     # every restart stops here, saying what is lost and naming the way out
     for run in ("run-b", "run-c"):
         p.run_id = run
-        replay = p.write(0, [gt_batch(1, 0, [0, 1])])
+        later = p.write(1, [gt_batch(2, 0, [2])])
         with pytest.raises(StateError) as info:
-            p.barrier().commit([replay], 0)
-        p.barrier().abort([replay], 0)
+            p.barrier().commit([later], 1)
+        p.barrier().abort([later], 1)
         text = str(info.value)
         assert (
             f"pipeline 'p1': in-flight bundle 1 (epoch 1, batch 0 of query {p.query_id}, run "
@@ -634,7 +685,12 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
         lost,
         2,
     )
-    assert report.describe() == text
+    assert "A later epoch is committing, so no replay recomputes it" in text
+    assert report.describe() in text.replace(
+        " A later epoch is committing, so no replay recomputes it (Spark's checkpoint "
+        "records its batch as committed): every restart stops here.",
+        " Nothing can deliver it again, so every restart stops here.",
+    )
     with pytest.raises(StateError, match="bundle 1 is in flight, not bundle 2"):
         resolve_lost_inflight(raw, bundle_id=2, acknowledge_loss=True)
     report = resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
@@ -651,10 +707,8 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     )
     with pytest.raises(StateError, match="no bundle is in flight"):
         resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
-    # the pipeline goes on: the replay of epoch 1 is dropped, epoch 2 delivered
+    # the pipeline goes on: epoch 2 is delivered
     p.run_id = "run-d"
-    assert p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0).action == "dropped"
-    p.record_batch(1, epoch=2)
     assert p.barrier().commit([p.write(1, [gt_batch(2, 0, [2])])], 1).action == "delivered"
     assert sorted(f.name for f in out.glob("bundle-*")) == ["bundle-000000000002.parquet"]
     assert p.state().gt_last == 2 and p.state().skipped == (skipped,) and p.staged() == []
@@ -691,5 +745,6 @@ def test_a_lost_in_flight_bundle_found_in_at_least_once_mode_names_the_way_out(
         (out / location).unlink()
     p.options = SinkOptions.parse({**raw, "delivery": "at-least-once"})
     p.run_id = "run-b"
+    p.record_batch(1, epoch=2)
     with pytest.raises(StateError, match=r"bundle_id=1, acknowledge_loss=True"):
-        p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+        p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)
