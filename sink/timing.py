@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -26,11 +27,14 @@ COMMIT_STEPS = ("read_state", "recover", "cas_inflight", "deliver", "cas_gt_last
 _profiled_process = False
 
 
+M = TypeVar("M")
+
+
 def timed_write(
     batches: Iterator[pa.RecordBatch],
     task: StreamingTask,
-    write: Callable[[Iterator[pa.RecordBatch]], object],
-) -> object:
+    write: Callable[[Iterator[pa.RecordBatch]], M],
+) -> M:
     """``write(batches)``, recorded as ``write.stage`` and ``write.input`` spans."""
     timed = _TimedInput(batches)
     t0 = time.perf_counter()

@@ -64,9 +64,7 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
         task = current_task()
         if not profiling.enabled():
             return self.write_task(iterator, task)
-        message = timing.timed_write(iterator, task, lambda rows: self.write_task(rows, task))
-        assert isinstance(message, BarrierCommitMessage)
-        return message
+        return timing.timed_write(iterator, task, lambda rows: self.write_task(rows, task))
 
     def write_task(
         self, iterator: Iterator[pa.RecordBatch], task: StreamingTask
