@@ -128,7 +128,7 @@ def read_iceberg_consumer(directory: Path) -> pd.DataFrame:
     from pyiceberg.catalog import load_catalog
 
     from demo.pipeline import ICEBERG_TABLE, iceberg_options
-    from sink.consumers.iceberg_staging import epoch_of_data_file
+    from sink.consumers.iceberg.iceberg_staging import epoch_of_data_file
 
     props = {k.rsplit(".", 1)[-1]: v for k, v in iceberg_options(str(directory)).items()}
     catalog = load_catalog("default", uri=props["uri"], warehouse=props["warehouse"])

@@ -23,10 +23,12 @@ import pyarrow.compute as pc
 import pytest
 
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
-from sink.consumers.iceberg import marker_of
-from sink.consumers.iceberg_staging import data_prefix
-from sink.consumers.iceberg_sweep import find_orphans
-from sink.consumers.iceberg_table import load_table
+from sink.consumers import open_staging
+from sink.consumers.iceberg.iceberg_consumer import marker_of
+from sink.consumers.iceberg.iceberg_kind import ICEBERG
+from sink.consumers.iceberg.iceberg_staging import data_prefix
+from sink.consumers.iceberg.iceberg_sweep import Orphans, find_orphans
+from sink.consumers.iceberg.iceberg_table import load_table
 from sink.gt_column import sort_by_gt
 from sink.options import SinkOptions
 from state.layout import PipelineLayout
@@ -95,8 +97,10 @@ class Lakehouse:
         return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
 
     def table(self) -> Any:
-        assert self.options.iceberg is not None
-        return load_table(self.options.iceberg)
+        return load_table(ICEBERG.settings(self.options))
+
+    def orphans(self) -> Orphans:
+        return find_orphans(ICEBERG.settings(self.options), self.pipeline)
 
     def markers(self) -> list[int]:
         """The bundle ids of this pipeline's snapshots, oldest first."""
@@ -114,16 +118,12 @@ class Lakehouse:
 
     def moved_files(self, epoch: int) -> list[str]:
         """Data files of bundle ``epoch`` under the table location (committed or not)."""
-        from sink.consumers.iceberg_staging import iceberg_staging
-
-        staging = iceberg_staging(self.options)
+        staging = open_staging(self.options, self.store)
         prefix = f"{data_prefix(self.pipeline)}{epoch:012d}-"
         return staging.list(prefix)
 
     def staged(self) -> list[str]:
-        from sink.consumers.iceberg_staging import iceberg_staging
-
-        staging = iceberg_staging(self.options)
+        staging = open_staging(self.options, self.store)
         return staging.list(staging.root_prefix)
 
 
@@ -184,7 +184,7 @@ def test_sigkill_around_the_iceberg_commit_and_a_lost_checkpoint_is_exactly_once
     spark = request.getfixturevalue("spark")  # started only now: one JVM at a time
     check_spark_reads_each_row_once(spark, lake, n, partitions)
     assert lake.staged() == []
-    assert find_orphans(lake.options).orphans == ()
+    assert lake.orphans().orphans == ()
 
 
 @pytest.mark.timeout(900)
@@ -265,4 +265,4 @@ def test_warehouse_on_s3(driver: Any, kafka: Any, s3: Any, tmp_path: Path) -> No
     files = lake.data_files()
     assert files and all(f.startswith(s3.uri("warehouse")) for f in files)
     assert lake.staged() == []
-    assert find_orphans(lake.options).orphans == ()
+    assert lake.orphans().orphans == ()

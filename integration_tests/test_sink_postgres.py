@@ -27,7 +27,8 @@ from harness.process import wait_until
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
 from sink.consumers import open_consumer
 from sink.consumers.base import LastBundle
-from sink.consumers.postgres import PostgresConsumer, check_at_start
+from sink.consumers.postgres.postgres_consumer import PostgresConsumer
+from sink.consumers.postgres.postgres_options import PostgresSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
@@ -300,14 +301,14 @@ def test_bad_dsn_is_a_clear_error(postgres: PostgresSchema) -> None:
         }
     )
     with pytest.raises(ConfigError) as info:
-        check_at_start(options, spark_schema())
+        options.check_at_start(spark_schema())
     assert info.value.option == "consumer.postgres.dsn" and "accepts the connection" in str(
         info.value
     )
     no_db = postgres.dsn.replace("dbname=postgres", "dbname=nope")
     with pytest.raises(ConfigError, match='database "nope" does not exist'):
-        check_at_start(
-            SinkOptions.parse({**_raw(options), "consumer.postgres.dsn": no_db}), spark_schema()
+        SinkOptions.parse({**_raw(options), "consumer.postgres.dsn": no_db}).check_at_start(
+            spark_schema()
         )
     p = pg_pipeline(postgres, options={"consumer.postgres.dsn": nobody, "delivery.maxRetries": "1"})
     with pytest.raises(DeliveryFailed, match="cannot connect"):
@@ -316,13 +317,14 @@ def test_bad_dsn_is_a_clear_error(postgres: PostgresSchema) -> None:
 
 
 def _raw(options: SinkOptions) -> dict[str, str]:
-    assert options.postgres is not None
+    settings = options.settings
+    assert isinstance(settings, PostgresSettings)
     return {
         "pipeline.id": options.pipeline_id,
         "state.uri": options.store.uri,
         "consumer": "postgres",
-        "consumer.postgres.dsn": options.postgres.dsn,
-        "consumer.postgres.table": options.postgres.qualified,
+        "consumer.postgres.dsn": settings.dsn,
+        "consumer.postgres.table": settings.qualified,
     }
 
 
@@ -330,7 +332,7 @@ def test_missing_table_with_create_table_false(postgres: PostgresSchema) -> None
     raw = {"consumer.postgres.createTable": "false"}
     p = pg_pipeline(postgres, options=raw)
     with pytest.raises(ConfigError) as info:
-        check_at_start(p.options, spark_schema())
+        p.options.check_at_start(spark_schema())
     assert info.value.option == "consumer.postgres.table"
     assert info.value.value == postgres.table("events")
     with pytest.raises(ConfigError, match="createTable=false"):
@@ -340,7 +342,7 @@ def test_missing_table_with_create_table_false(postgres: PostgresSchema) -> None
     ) == [(0,)]
     # created by the check at start when createTable is true, with the input's columns
     created = pg_pipeline(postgres)
-    check_at_start(created.options, spark_schema())
+    created.options.check_at_start(spark_schema())
     cols = postgres.rows(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
         "AND table_name = 'events' ORDER BY ordinal_position",
@@ -350,7 +352,7 @@ def test_missing_table_with_create_table_false(postgres: PostgresSchema) -> None
     # an existing table without an input column is refused naming the column
     postgres.execute('ALTER TABLE "{schema}".events DROP COLUMN value')
     with pytest.raises(ConfigError) as missing:
-        check_at_start(created.options, spark_schema())
+        created.options.check_at_start(spark_schema())
     assert missing.value.option == "value"
 
 

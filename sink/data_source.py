@@ -29,26 +29,11 @@ class BarrierSink(DataSource):
         return "barrier"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> BarrierStreamWriter:
+        """The writer of the query's micro-batches, once the consumer's kind has checked,
+        before any data moves, that it can take them (its start check may complete the
+        options the tasks receive, e.g. with a table's location)."""
         has_gt = check_spark_schema(schema)
-        options = self.sink_options
-        if self.sink_options.consumer == "file":
-            from sink.consumers.file import check_writable
-
-            assert self.sink_options.consumer_path is not None
-            check_writable(self.sink_options.consumer_path)
-        elif self.sink_options.consumer == "kafka":
-            from sink.consumers.kafka import check_spark_schema as check_kafka_schema
-
-            check_kafka_schema(schema)
-        elif self.sink_options.consumer == "postgres":
-            from sink.consumers.postgres import check_at_start
-
-            check_at_start(self.sink_options, schema)
-        elif self.sink_options.consumer == "iceberg":
-            from sink.consumers.iceberg_table import with_table
-
-            options = with_table(self.sink_options, schema)
-        return BarrierStreamWriter(options, has_gt)
+        return BarrierStreamWriter(self.sink_options.check_at_start(schema), has_gt)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         raise ConfigError(

@@ -3,6 +3,7 @@ barrier protocol on pyiceberg's SQL catalog (SQLite) with a file:// warehouse.""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +23,26 @@ from pyspark.sql.types import (
 )
 
 from sink.consumers import open_consumer
-from sink.consumers.iceberg import (
+from sink.consumers.iceberg.iceberg_consumer import (
     BUNDLE_ID,
     LAST_BUNDLE_PROPERTY,
     IcebergConsumer,
     last_bundle_of,
     marker_of,
 )
-from sink.consumers.iceberg_staging import data_prefix
-from sink.consumers.iceberg_sweep import delete_orphans, find_orphans
-from sink.consumers.iceberg_table import (
+from sink.consumers.iceberg.iceberg_kind import ICEBERG, ORPHAN, PENDING
+from sink.consumers.iceberg.iceberg_options import IcebergSettings
+from sink.consumers.iceberg.iceberg_staging import IcebergStaging, data_prefix
+from sink.consumers.iceberg.iceberg_sweep import delete_orphans, find_orphans
+from sink.consumers.iceberg.iceberg_table import (
     arrow_input_schema,
     load_table,
     prepare_table,
-    with_table,
 )
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, ConfigError, UnknownOptionError
+from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
 
 GT = StructType(
@@ -51,6 +54,14 @@ GT = StructType(
     ]
 )
 SCHEMA = StructType([StructField("value", BinaryType()), StructField("gt", GT, False)])
+
+
+def iceberg_settings(options: SinkOptions) -> IcebergSettings:
+    return ICEBERG.settings(options)
+
+
+def settings(tmp_path: Path, **extra: str) -> IcebergSettings:
+    return iceberg_settings(SinkOptions.parse(raw_options(tmp_path, **extra)))
 
 
 def raw_options(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -80,8 +91,7 @@ def test_options_parse_table_catalog_and_create(tmp_path: Path) -> None:
             },
         )
     )
-    s = opts.iceberg
-    assert s is not None
+    s = iceberg_settings(opts)
     assert (s.namespace, s.table, s.identifier) == (("a", "b"), "events", "a.b.events")
     assert s.catalog_name == "lake" and not s.create_table
     assert s.properties == {
@@ -90,6 +100,7 @@ def test_options_parse_table_catalog_and_create(tmp_path: Path) -> None:
         "s3.endpoint": "http://127.0.0.1:9000",
     }
     assert hash(s) == hash(s)  # the per-process catalog cache's key
+    assert pickle.loads(pickle.dumps(opts)) == opts
 
 
 @pytest.mark.parametrize(
@@ -136,7 +147,7 @@ def test_input_schema_maps_to_optional_columns() -> None:
 
 
 def test_prepare_creates_namespace_and_table(tmp_path: Path) -> None:
-    opts = SinkOptions.parse(raw_options(tmp_path))
+    opts = settings(tmp_path)
     table = prepare_table(opts, SCHEMA)
     assert [f.name for f in table.schema().fields] == ["value", "gt"]
     assert table.location().startswith(f"file://{tmp_path}/warehouse")
@@ -145,20 +156,20 @@ def test_prepare_creates_namespace_and_table(tmp_path: Path) -> None:
 
 
 def test_prepare_refuses_a_missing_table_without_create(tmp_path: Path) -> None:
-    opts = SinkOptions.parse(raw_options(tmp_path, **{"consumer.iceberg.createTable": "false"}))
+    opts = settings(tmp_path, **{"consumer.iceberg.createTable": "false"})
     with pytest.raises(ConfigError, match=r"'ns\.events'.*createTable=false"):
         prepare_table(opts, SCHEMA)
 
 
 def test_prepare_names_a_column_iceberg_cannot_store(tmp_path: Path) -> None:
-    opts = SinkOptions.parse(raw_options(tmp_path))
+    opts = settings(tmp_path)
     schema = StructType([*SCHEMA.fields, StructField("wait", DayTimeIntervalType())])
     with pytest.raises(ConfigError, match="column 'wait'"):
         prepare_table(opts, schema)
 
 
 def test_prepare_refuses_an_incompatible_existing_table(tmp_path: Path) -> None:
-    opts = SinkOptions.parse(raw_options(tmp_path))
+    opts = settings(tmp_path)
     prepare_table(opts, StructType([StructField("value", LongType())]))
     with pytest.raises(ConfigError, match="takes the sink's input columns"):
         prepare_table(opts, SCHEMA)
@@ -167,25 +178,24 @@ def test_prepare_refuses_an_incompatible_existing_table(tmp_path: Path) -> None:
 def test_write_tasks_find_the_table_location_without_the_catalog(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sink.consumers import iceberg_table
-    from sink.consumers.iceberg_staging import iceberg_staging
+    from sink.consumers import open_staging
+    from sink.consumers.iceberg import iceberg_table
 
-    opts = with_table(SinkOptions.parse(raw_options(tmp_path)), SCHEMA)
-    assert opts.iceberg is not None and opts.iceberg.location is not None
-    assert opts.iceberg.location.startswith(f"file://{tmp_path}/warehouse")
+    opts = SinkOptions.parse(raw_options(tmp_path)).check_at_start(SCHEMA)  # streamWriter's
+    location = iceberg_settings(opts).location
+    assert location is not None and location.startswith(f"file://{tmp_path}/warehouse")
 
     def unreachable(settings: Any) -> Any:
         raise AssertionError("a write task opened the catalog")
 
     monkeypatch.setattr(iceberg_table, "load_table", unreachable)
     iceberg_table.table_location.cache_clear()
-    staging = iceberg_staging(opts)
-    assert staging.location == opts.iceberg.location
+    staging = open_staging(opts, open_store(opts.store))
+    assert isinstance(staging, IcebergStaging) and staging.location == location
 
 
 def test_an_unloadable_catalog_is_a_config_error(tmp_path: Path) -> None:
-    raw = raw_options(tmp_path, **{"consumer.iceberg.catalog.type": "nosuchtype"})
-    opts = SinkOptions.parse(raw)
+    opts = settings(tmp_path, **{"consumer.iceberg.catalog.type": "nosuchtype"})
     with pytest.raises(ConfigError, match=r"consumer\.iceberg\.catalog\.\*"):
         prepare_table(opts, SCHEMA)
 
@@ -198,7 +208,8 @@ class Lake:
 
     def __init__(self, tmp_path: Path, pipeline_id: str = "p1", run_id: str = "run-a") -> None:
         raw = raw_options(tmp_path, **{"pipeline.id": pipeline_id})
-        self.options = with_table(SinkOptions.parse(raw), SCHEMA)  # as streamWriter does
+        self.options = SinkOptions.parse(raw).check_at_start(SCHEMA)  # as streamWriter does
+        self.settings = iceberg_settings(self.options)
         self.p = Pipeline(self.options, run_id=run_id)
         consumer = open_consumer(self.options, self.p.store, FaultInjector())
         assert isinstance(consumer, IcebergConsumer)
@@ -212,8 +223,10 @@ class Lake:
         return self.p.barrier().commit(msgs, batch_id)
 
     def table(self) -> Any:
-        assert self.options.iceberg is not None
-        return load_table(self.options.iceberg)
+        return load_table(self.settings)
+
+    def orphans(self) -> Any:
+        return find_orphans(self.settings, self.options.pipeline_id)
 
     def values(self) -> list[bytes]:
         return sorted(self.table().scan().to_arrow().column("value").to_pylist())
@@ -352,7 +365,7 @@ def test_a_crash_between_the_file_move_and_the_commit_is_redelivered_once(
     outcome = lake.commit(0, 1, [[gt_batch(1, 0, [0, 1])]])
     assert outcome.recovered == 1 and outcome.action == "dropped"
     assert lake.values() == [b"0:0", b"0:1"]
-    assert find_orphans(lake.options).orphans == ()
+    assert lake.orphans().orphans == ()
 
 
 def commit_then_fail(real: Any) -> Any:
@@ -415,12 +428,37 @@ def test_sweep_lists_and_deletes_files_no_snapshot_references(tmp_path: Path) ->
         zombie.consumer.deliver(stale)  # moved its file, never committed
     lake.commit(0, 1, [[gt_batch(1, 0, [0])]])
     lake.commit(1, 2, [[gt_batch(2, 0, [1])]])
-    found = find_orphans(lake.options)
+    found = lake.orphans()
     assert found.last_bundle == 2 and found.pending == ()
     assert len(found.orphans) == 1 and "-rrun-z" in found.orphans[0]
-    assert delete_orphans(lake.options, found) == 1
-    assert find_orphans(lake.options).orphans == ()
+    assert delete_orphans(lake.settings, "p1", found.orphans) == 1
+    assert lake.orphans().orphans == ()
     assert lake.values() == [b"0:0", b"0:1"]
+
+
+def test_the_kind_sweeps_orphans_and_keeps_newer_bundles_files(tmp_path: Path) -> None:
+    """What ``gtbarrier sweep`` lists and deletes for consumer=iceberg: an orphan of a
+    delivered bundle goes, the moved but uncommitted files of a newer bundle stay."""
+    lake = Lake(tmp_path)
+    zombie = Lake(tmp_path, run_id="run-z")
+    zombie.p.record_batch(0, 1)
+    from sink.bundle import Bundle
+
+    stale = Bundle.from_messages("p1", 1, 0, [zombie.p.write(0, [gt_batch(1, 0, [0])])])
+    zombie.consumer.faults = Crash("after_deliver")
+    with pytest.raises(InjectedFault):
+        zombie.consumer.deliver(stale)
+    lake.commit(0, 1, [[gt_batch(1, 0, [0])]])
+    lake.p.record_batch(1, 2)
+    newer = Bundle.from_messages("p1", 2, 1, [lake.p.write(1, [gt_batch(2, 0, [1])])])
+    lake.consumer.faults = Crash("after_deliver")
+    with pytest.raises(InjectedFault):
+        lake.consumer.deliver(newer)  # moved, not committed: maybe in flight
+    found = ICEBERG.find_leftovers(lake.options)
+    assert sorted((f.what, f.kept) for f in found) == [(ORPHAN, False), (PENDING, True)]
+    deleted = ICEBERG.delete_leftovers(lake.options, found)
+    assert deleted == [f.location for f in found if not f.kept]
+    assert [(f.what, f.kept) for f in ICEBERG.find_leftovers(lake.options)] == [(PENDING, True)]
 
 
 def _process_io() -> tuple[int, int]:

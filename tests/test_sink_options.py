@@ -1,4 +1,5 @@
-"""Option parsing of the barrier sink and the gt type check: errors name option and value."""
+"""Option parsing of the barrier sink (the shared options, and the file, s3, kafka and
+http consumers' own) and the gt type check: errors name option and value."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from pyspark.sql.types import (
 )
 
 from sink import BarrierSink
+from sink.consumers.file import FileSettings
+from sink.consumers.http import HttpSettings
+from sink.consumers.kafka import KAFKA_TOPIC, KafkaTopicSettings
+from sink.consumers.s3 import S3PrefixSettings
 from sink.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
 from sink.gt_column import check_spark_schema
 from sink.options import SinkOptions
@@ -37,7 +42,7 @@ def test_defaults() -> None:
         3,
         0.5,
     )
-    assert o.consumer_path == "/data/out" and o.exactly_once
+    assert o.settings == FileSettings(path="/data/out") and o.exactly_once
     assert pickle.loads(pickle.dumps(o)) == o
 
 
@@ -58,10 +63,12 @@ def test_all_options_case_insensitive() -> None:
             "checkpointLocation": "/cp",
         }
     )
-    assert o.consumer == "kafka" and o.delivery == "at-least-once" and not o.exactly_once
+    assert o.kind is KAFKA_TOPIC and o.delivery == "at-least-once" and not o.exactly_once
     assert (o.ack_timeout, o.max_retries, o.retry_backoff, o.fencing_token) == (1.5, 0, 0.02, 7)
-    assert o.kafka_bootstrap == "h:9092" and o.topic == "out"
-    assert o.kafka_config == {"linger.ms": "5"}
+    assert o.settings == KafkaTopicSettings(
+        bootstrap="h:9092", topic="out", config=(("linger.ms", "5"),)
+    )
+    assert pickle.loads(pickle.dumps(o)) == o
 
 
 @pytest.mark.parametrize(
@@ -143,7 +150,7 @@ def test_http_url_and_format() -> None:
             "consumer.format": "jsonl",
         }
     )
-    assert o.url == "http://127.0.0.1:8080/bundles" and o.format == "jsonl"
+    assert o.settings == HttpSettings(url="http://127.0.0.1:8080/bundles", format="jsonl")
     with pytest.raises(ConfigError, match="an http:// or https:// URL"):
         SinkOptions.parse(
             {
@@ -156,7 +163,17 @@ def test_http_url_and_format() -> None:
 
 
 def test_file_uri_consumer_path() -> None:
-    assert parse(**{"consumer.path": "file:///data/x/"}).consumer_path == "/data/x"
+    assert parse(**{"consumer.path": "file:///data/x/"}).settings == FileSettings("/data/x")
+    with pytest.raises(ConfigError, match="three slashes"):
+        parse(**{"consumer.path": "file://host/data/x"})
+
+
+def test_s3_prefix_and_layout() -> None:
+    o = parse(consumer="s3", **{"consumer.path": "s3://bucket/out/", "consumer.s3.layout": "PARTS"})
+    assert o.settings == S3PrefixSettings(path="s3://bucket/out", layout="parts")
+    assert parse(consumer="s3", **{"consumer.path": "s3://b"}).settings == S3PrefixSettings(
+        "s3://b"
+    )
 
 
 def test_data_source_parses_once_and_refuses_batch_writes() -> None:

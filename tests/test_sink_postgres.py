@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import pickle
 import re
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pytest
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 
-from sink.consumers.postgres_connections import translate
-from sink.consumers.postgres_types import PgColumn, columns_for, columns_for_spark, encode_csv
+from sink.consumers.postgres.postgres_columns import (
+    PgColumn,
+    columns_for,
+    columns_for_spark,
+    encode_csv,
+)
+from sink.consumers.postgres.postgres_connections import CONNECTIONS, translate
+from sink.consumers.postgres.postgres_kind import POSTGRES
+from sink.consumers.postgres.postgres_options import PostgresSettings, redact_dsn
+from sink.consumers.producer_pool import MAX_IDLE_S
 from sink.options import SinkOptions
-from sink.postgres_options import PostgresTarget, redact_dsn
 from state.errors import CommitFailed, ConfigError, DeliveryFailed
 from tests.sink_helpers import gt_batch
 
@@ -32,18 +42,24 @@ def parse(**extra: str) -> SinkOptions:
     return SinkOptions.parse({**BASE, **extra})
 
 
-def test_defaults_and_target() -> None:
+def settings(**extra: str) -> PostgresSettings:
+    parsed = parse(**extra).settings
+    assert isinstance(parsed, PostgresSettings)
+    return parsed
+
+
+def test_defaults_and_settings() -> None:
     o = parse()
-    assert o.consumer == "postgres"
-    assert o.postgres == PostgresTarget(
-        dsn=BASE["consumer.postgres.dsn"], table="events", schema="out"
-    )
-    assert o.postgres.create_table and o.postgres.mode == "append"
-    assert "s3cret" not in o.postgres.safe_dsn and "password=***" in o.postgres.safe_dsn
+    assert o.kind is POSTGRES
+    s = settings()
+    assert s == PostgresSettings(dsn=BASE["consumer.postgres.dsn"], table="events", schema="out")
+    assert s.create_table and s.mode == "append"
+    assert "s3cret" not in s.safe_dsn and "password=***" in s.safe_dsn
+    assert pickle.loads(pickle.dumps(o)) == o and hash(s) == hash(s)
 
 
 def test_upsert_url_and_unqualified_table() -> None:
-    o = parse(
+    s = settings(
         **{
             "consumer.postgres.dsn": "postgresql://u:pw@h:5432/db",
             "consumer.postgres.table": "Events",
@@ -52,10 +68,9 @@ def test_upsert_url_and_unqualified_table() -> None:
             "consumer.postgres.createTable": "false",
         }
     )
-    assert o.postgres is not None
-    assert (o.postgres.schema, o.postgres.table, o.postgres.qualified) == (None, "Events", "Events")
-    assert o.postgres.mode == "upsert" and o.postgres.key_columns == ("id", "region")
-    assert not o.postgres.create_table
+    assert (s.schema, s.table, s.qualified) == (None, "Events", "Events")
+    assert s.mode == "upsert" and s.key_columns == ("id", "region")
+    assert not s.create_table
 
 
 @pytest.mark.parametrize(
@@ -241,3 +256,53 @@ def test_errors_are_translated_retriable_or_fatal() -> None:
     refused = translate(pgerrors.UndefinedColumn('column "x" does not exist'), "copy")
     assert isinstance(refused, CommitFailed) and "SQLSTATE 42703" in str(refused)
     assert isinstance(translate(pgerrors.InvalidTextRepresentation("bad"), "x"), CommitFailed)
+
+
+# --- connections kept per process -----------------------------------------------------------
+
+
+class FakeConnection:
+    """A psycopg connection as the pool sees it: idle outside a transaction, closable."""
+
+    class info:  # noqa: N801 - psycopg's attribute
+        transaction_status = TransactionStatus.IDLE
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_connections_are_kept_between_commits_and_closed_when_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool is the process's cache of lent values: one idle connection per DSN, one
+    found broken dropped, every idle one closed when the cache is cleared (at exit)."""
+    from sink.consumers.postgres import postgres_connections as pgc
+
+    made: list[Any] = []
+
+    def connect(dsn: str) -> Any:
+        made.append(FakeConnection())
+        return made[-1]
+
+    monkeypatch.setattr(pgc, "connect", connect)
+    CONNECTIONS.clear()
+    try:
+        first = pgc.take("dsn-a")
+        pgc.give_back("dsn-a", first)
+        assert pgc.take("dsn-a") is first and len(made) == 1
+        assert pgc.take("dsn-b") is not first  # another DSN: a new connection
+        pgc.give_back("dsn-a", first)
+        made[0].closed = True  # the server ended the first one while it was idle
+        fresh = pgc.take("dsn-a")
+        assert fresh is made[-1] and fresh is not first
+        pgc.give_back("dsn-a", fresh)
+        extra: Any = FakeConnection()
+        CONNECTIONS.give_back("dsn-a", extra)  # one idle connection per DSN: closed instead
+        assert extra.closed and len(CONNECTIONS) == 1
+        assert CONNECTIONS.max_idle == MAX_IDLE_S
+    finally:
+        CONNECTIONS.clear()
+    assert fresh.closed and len(CONNECTIONS) == 0

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import pytest
 
+from sink.bundle import Bundle
+from sink.consumers import open_consumer
 from sink.consumers.kafka import KafkaTopicConsumer
-from sink.consumers.producer_pool import MAX_IDLE_S, PRODUCERS, ProducerPool
+from sink.consumers.producer_pool import MAX_IDLE_S, PRODUCERS, client_pool
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
-from sink.staging import StoreStaging
-from state.stores import open_store
+from state.errors import DeliveryFailed
+from state.process_cache import ProcessCache
+from tests.sink_helpers import Pipeline, gt_batch
 
 
 class FakeProducer:
@@ -31,62 +36,79 @@ class Clock:
         return self.now
 
 
+Pool = ProcessCache[Hashable, FakeProducer]
+
+
+def take(pool: Pool, key: str) -> FakeProducer:
+    """What a consumer does: the pooled producer, else a new one."""
+    pooled = pool.take(key)
+    return pooled if pooled is not None else FakeProducer()
+
+
 @pytest.fixture
-def pool() -> ProducerPool:
-    return ProducerPool(clock=Clock())
+def clock() -> Clock:
+    return Clock()
 
 
-def test_a_producer_given_back_is_taken_again(pool: ProducerPool) -> None:
-    first = pool.take("k", FakeProducer)
+@pytest.fixture
+def pool(clock: Clock) -> Pool:
+    return client_pool("test producers", FakeProducer.close, clock=clock)
+
+
+def test_the_pool_is_a_process_cache_of_lent_producers() -> None:
+    assert isinstance(PRODUCERS, ProcessCache)
+    assert PRODUCERS.max_idle == MAX_IDLE_S and PRODUCERS.capacity is None
+
+
+def test_a_producer_given_back_is_taken_again(pool: Pool) -> None:
+    first = take(pool, "k")
     pool.give_back("k", first)
-    assert pool.take("k", FakeProducer) is first
-    assert pool.take("k", FakeProducer) is not first  # taken out while in use
+    assert take(pool, "k") is first
+    assert take(pool, "k") is not first  # taken out while in use
     assert not first.closed
 
 
-def test_keys_do_not_mix(pool: ProducerPool) -> None:
-    a = pool.take("a", FakeProducer)
+def test_keys_do_not_mix(pool: Pool) -> None:
+    a = take(pool, "a")
     pool.give_back("a", a)
-    assert pool.take("b", FakeProducer) is not a
+    assert take(pool, "b") is not a
 
 
-def test_one_idle_producer_per_key(pool: ProducerPool) -> None:
-    a, b = pool.take("k", FakeProducer), pool.take("k", FakeProducer)
+def test_one_idle_producer_per_key(pool: Pool) -> None:
+    a, b = take(pool, "k"), take(pool, "k")
     pool.give_back("k", a)
     pool.give_back("k", b)
     assert b.closed and not a.closed
-    assert pool.idle_count() == 1
+    assert len(pool) == 1
 
 
-def test_producers_idle_too_long_are_closed(pool: ProducerPool) -> None:
-    clock = pool.clock
-    assert isinstance(clock, Clock)
-    old = pool.take("old", FakeProducer)
+def test_producers_idle_too_long_are_closed(pool: Pool, clock: Clock) -> None:
+    old = take(pool, "old")
     pool.give_back("old", old)
     clock.now += MAX_IDLE_S + 1
-    fresh = pool.take("other", FakeProducer)
-    assert old.closed and pool.idle_count() == 0
-    assert pool.take("old", FakeProducer) is not old
+    fresh = take(pool, "other")
+    assert old.closed and len(pool) == 0
+    assert take(pool, "old") is not old
     pool.give_back("other", fresh)
     assert not fresh.closed
 
 
-def test_close_all(pool: ProducerPool) -> None:
-    a = pool.take("a", FakeProducer)
+def test_clear_closes_every_idle_producer(pool: Pool) -> None:
+    a = take(pool, "a")
     pool.give_back("a", a)
-    pool.close_all()
-    assert a.closed and pool.idle_count() == 0
+    pool.clear()
+    assert a.closed and len(pool) == 0
 
 
-def test_a_forked_child_never_takes_the_parents_producer(pool: ProducerPool) -> None:
-    parent = pool.take("k", FakeProducer)
+def test_a_forked_child_never_takes_the_parents_producer(pool: Pool) -> None:
+    parent = take(pool, "k")
     pool.give_back("k", parent)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child answers through the pipe
         ok = False
         try:
-            child = pool.take("k", FakeProducer)
+            child = take(pool, "k")
             ok = child is not parent and not parent.closed
         finally:
             os.write(write, b"1" if ok else b"0")
@@ -96,48 +118,94 @@ def test_a_forked_child_never_takes_the_parents_producer(pool: ProducerPool) -> 
     os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"1"
-    assert pool.take("k", FakeProducer) is parent
+    assert take(pool, "k") is parent
 
 
 # --- the kafka consumer gives back only a settled producer ------------------------------
 
 
-def kafka_consumer(memory_uri: str) -> KafkaTopicConsumer:
+class Answered:
+    """A message the broker acknowledged."""
+
+    is_done = True
+    exception = None
+
+    def failed(self) -> bool:
+        return False
+
+
+class FakeKafkaProducer(FakeProducer):
+    """kafka-python's producer as the consumer uses it; ``refuse`` makes every send fail
+    before the message is handed over."""
+
+    refuse = False
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__()
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, topic: str, **message: Any) -> Answered:
+        if self.refuse:
+            from kafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError("metadata not available")
+        self.sent.append(message)
+        return Answered()
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+
+@pytest.fixture
+def kafka_pipeline(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
+    import kafka
+
     options = SinkOptions.parse(
         {
             "pipeline.id": "p1",
-            "state.uri": memory_uri,
+            "state.uri": f"memory://{uuid.uuid4().hex}",
             "consumer": "kafka",
             "consumer.kafka.bootstrap.servers": "127.0.0.1:9",
             "consumer.topic": "out",
         }
     )
-    staging = StoreStaging(open_store(options.store))
-    return KafkaTopicConsumer(options, staging, FaultInjector())
+    monkeypatch.setattr(kafka, "KafkaProducer", FakeKafkaProducer)
+    monkeypatch.setattr(FakeKafkaProducer, "refuse", False)
+    PRODUCERS.clear()
+    yield Pipeline(options)
+    PRODUCERS.clear()
 
 
-def test_a_settled_producer_goes_back_to_the_pool(memory_uri: str) -> None:
-    consumer = kafka_consumer(memory_uri)
-    producer = FakeProducer()
-    PRODUCERS.give_back(consumer._pool_key, producer)
-    try:
-        assert consumer.producer() is producer  # the pooled one: nothing connects
-        consumer._settled = True  # what a delivery that returned an Ack leaves
-        consumer.close()
-        assert not producer.closed
-        again = kafka_consumer(memory_uri)
-        assert again.producer() is producer
-        again.close()  # never delivered: not known to be settled
-        assert producer.closed
-    finally:
-        PRODUCERS.close_all()
+def kafka_consumer(p: Pipeline) -> KafkaTopicConsumer:
+    consumer = open_consumer(p.options, p.store, FaultInjector())
+    assert isinstance(consumer, KafkaTopicConsumer)
+    return consumer
 
 
-def test_an_unsettled_producer_is_closed(memory_uri: str) -> None:
-    consumer = kafka_consumer(memory_uri)
-    producer: Any = FakeProducer()
-    consumer._producer = producer
-    consumer._settled = False  # a delivery raised: messages may still be on their way
+def bundle(p: Pipeline) -> Bundle:
+    p.record_batch(0, 1)
+    return Bundle.from_messages("p1", 1, 0, [p.write(0, [gt_batch(1, 0, [0, 1])])])
+
+
+def test_a_settled_producer_goes_back_to_the_pool(kafka_pipeline: Pipeline) -> None:
+    consumer = kafka_consumer(kafka_pipeline)
+    ack = consumer.deliver(bundle(kafka_pipeline))  # every message answered: settled
+    producer = consumer.producer()
+    assert ack.rows == 2 and isinstance(producer, FakeKafkaProducer) and len(producer.sent) == 2
+    consumer.close()
+    assert not producer.closed and len(PRODUCERS) == 1
+    again = kafka_consumer(kafka_pipeline)
+    assert again.producer() is producer  # the pooled one: nothing connects
+    again.close()  # never delivered: not known to be settled
+    assert producer.closed and len(PRODUCERS) == 0
+
+
+def test_an_unsettled_producer_is_closed(kafka_pipeline: Pipeline) -> None:
+    consumer = kafka_consumer(kafka_pipeline)
+    producer = consumer.producer()
+    FakeKafkaProducer.refuse = True
+    with pytest.raises(DeliveryFailed, match="no message was handed to the producer"):
+        consumer.deliver(bundle(kafka_pipeline))
     consumer.close()
     assert producer.closed
-    assert PRODUCERS.idle_count() == 0
+    assert len(PRODUCERS) == 0

@@ -2,14 +2,17 @@
 
 A driver that dies before its first commit leaves its staged parts behind (nothing can
 tell them from the parts of a driver starting up, so the sink never deletes them), and a
-process killed mid-write leaves ``.tmp-*`` files in a file consumer's directory. This
-lists both; the parts of the bundle in flight are kept. ``--delete`` deletes what it
+consumer's failed attempts can leave files of their own: ``.tmp-*`` files in a file
+consumer's directory (a process killed mid-write), data files no Iceberg snapshot
+references (a zombie driver's). This lists both, the second as the consumer's kind finds
+them (:meth:`~sink.consumers.consumer_kind.ConsumerKind.find_leftovers`); the parts of the
+bundle in flight, and consumer files that may belong to it, are kept. ``--delete`` deletes what it
 lists, only when no driver runs: with ``--zookeeper`` it checks the pipeline's driver lock
 is free, without it ``--force`` says you checked. The barrier state is read again right
 before deleting (:mod:`sink.cleanup`), so a bundle recorded in flight meanwhile is kept.
 
 Give the sink's consumer options (``--option consumer=file --option
-consumer.path=/data/billing``): file and s3 consumers stage under their own path.
+consumer.path=/data/billing``): file, s3 and iceberg consumers stage under their own path.
 """
 
 from __future__ import annotations
@@ -29,21 +32,22 @@ from gtbarrier.cli.common import (
 from gtbarrier.cli.output import Result, Table
 from sink.cleanup import Authority, StagingCleanup
 from sink.consumers import open_staging
+from sink.consumers.consumer_kind import ConsumerLeftover
 from sink.options import SinkOptions
 from sink.staging import Staging, part_run_id
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import BarrierStateStore
 from state.stores import StateStore
 
-TMP_PREFIX = ".tmp-"
 ZOOKEEPER_TIMEOUT = 5.0
+STAGED_PART = "staged part"
 
 
 @dataclass(frozen=True)
 class Leftover:
-    """One thing the sweep found: a staged part or a consumer's temporary file."""
+    """One thing the sweep found: a staged part or a consumer's own leftover."""
 
-    kind: str  # "staged part" | "consumer temp file"
+    kind: str  # "staged part", or what the consumer's kind calls it ("consumer temp file"...)
     location: str
     run_id: str | None
     query_id: str | None
@@ -89,18 +93,13 @@ def staged_part(staging: Staging, location: str, keep: frozenset[str]) -> Leftov
     query_id = rel[0] if len(rel) >= 3 else None
     batch_id = int(rel[1]) if len(rel) >= 3 and rel[1].isdigit() else None
     return Leftover(
-        "staged part", location, part_run_id(location), query_id, batch_id, location in keep
+        STAGED_PART, location, part_run_id(location), query_id, batch_id, location in keep
     )
 
 
-def file_temp_files(root: str) -> list[str]:
-    """``.tmp-*`` files under a file consumer's directory (relative paths), sorted."""
-    found = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            if name.startswith(TMP_PREFIX):
-                found.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return sorted(found)
+def consumer_leftover(leftover: ConsumerLeftover) -> Leftover:
+    """A consumer's own leftover as a :class:`Leftover` (a kept one shows as in flight)."""
+    return Leftover(leftover.what, leftover.location, None, None, None, leftover.kept)
 
 
 def run(args: argparse.Namespace) -> Result:
@@ -126,16 +125,14 @@ def run(args: argparse.Namespace) -> Result:
         inflight = records.barrier.inflight
         keep = frozenset(inflight.locations if inflight else ())
         found = [staged_part(staging, loc, keep) for loc in staging.list(staging.root_prefix)]
-        if sink.consumer == "file" and sink.consumer_path and os.path.isdir(sink.consumer_path):
-            found += [
-                Leftover("consumer temp file", rel, None, None, None, False)
-                for rel in file_temp_files(sink.consumer_path)
-            ]
+        own = sink.kind.find_leftovers(sink)
+        found += [consumer_leftover(leftover) for leftover in own]
         deleted: list[str] = []
         if args.delete:
             if args.zookeeper:
                 _check_no_driver(args.zookeeper, pipeline.layout)
-            deleted = _delete(store, pipeline.layout, staging, sink, found)
+            deleted = _delete_parts(store, pipeline.layout, staging, found)
+            deleted += sink.kind.delete_leftovers(sink, [o for o in own if not o.kept])
     finally:
         staging.close()
         store.close()
@@ -161,28 +158,16 @@ def _check_no_driver(zookeeper: str, layout: PipelineLayout) -> None:
         )
 
 
-def _delete(
-    store: StateStore,
-    layout: PipelineLayout,
-    staging: Staging,
-    sink: SinkOptions,
-    found: list[Leftover],
+def _delete_parts(
+    store: StateStore, layout: PipelineLayout, staging: Staging, found: list[Leftover]
 ) -> list[str]:
-    """Delete what was found, but the parts of the bundle in flight on a fresh read."""
+    """Delete the staged parts found, but those of the bundle in flight on a fresh read."""
     cleanup = StagingCleanup(BarrierStateStore(store, layout), staging)
     fresh = cleanup.verify(None, "gtbarrier-sweep")
     auth = Authority(run_id=None, generation=None, keep=fresh.keep)
-    parts = [f.location for f in found if f.kind == "staged part" and f.location not in auth.keep]
+    parts = [f.location for f in found if f.kind == STAGED_PART and f.location not in auth.keep]
     cleanup.discard(parts, auth)
-    deleted = list(parts)
-    if sink.consumer == "file" and sink.consumer_path:
-        for f in found:
-            if f.kind == "consumer temp file":
-                path = os.path.join(sink.consumer_path, f.location)
-                if os.path.exists(path):
-                    os.unlink(path)
-                deleted.append(f.location)
-    return deleted
+    return parts
 
 
 def _result(
@@ -197,7 +182,7 @@ def _result(
     data = {
         "pipeline": pipeline.pipeline_id,
         "consumer": sink.consumer,
-        "consumer_path": sink.consumer_path,
+        "consumer_path": sink.kind.consumer_path(sink),
         "found": [f.to_json() for f in found],
         "leftovers": len(leftovers),
         "kept_in_flight": len(found) - len(leftovers),

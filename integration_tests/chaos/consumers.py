@@ -296,7 +296,7 @@ class IcebergConsumer(ChaosConsumer):
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchTableError
 
-        from sink.consumers.iceberg_staging import epoch_of_data_file
+        from sink.consumers.iceberg.iceberg_staging import epoch_of_data_file
 
         if not (self.directory / "catalog.db").exists():
             return []

@@ -21,13 +21,52 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
 
 from sink.bundle import Bundle
 from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerLeftover, ConsumerSettings, SinkView
 from sink.faults import FaultInjector
 from sink.parquet_concat import concat_parts_to_file
-from sink.staging import FileStaging
+from sink.staging import FileStaging, Staging
 from state.errors import DeliveryFailed, StateError
+from state.option_table import StringOption
+from state.options import Options
+
+TMP_PREFIX = ".tmp-"
+"""Files being written (by this consumer, or ``write_atomically``) start with this."""
+
+CONSUMER_PATH = StringOption(
+    name="consumer.path",
+    required=True,
+    doc="An absolute directory (or `file:///...`) for `file`; `s3://bucket/prefix` for `s3`.",
+)
+"""Declared here and shared with ``consumer=s3`` (:mod:`sink.consumers.s3`)."""
+
+
+@dataclass(frozen=True)
+class FileSettings(ConsumerSettings):
+    """``consumer=file``: the directory bundles go to."""
+
+    path: str
+    """Absolute and normalised (a ``file://`` URI given is read as its path)."""
+
+
+def parse_directory(opts: Options) -> str:
+    """``consumer.path`` for ``consumer=file``: an absolute directory or ``file:///...``."""
+    path = CONSUMER_PATH.read_required(opts)
+    name = CONSUMER_PATH.name
+    if path.startswith("file://"):
+        parsed = urlparse(path)
+        if parsed.netloc not in ("", "localhost"):
+            raise opts.error(name, "file:///absolute/path (three slashes)")
+        path = parsed.path
+    if "://" in path or not os.path.isabs(path):
+        raise opts.error(name, "an absolute directory path (or file:///...) for consumer=file")
+    return os.path.normpath(path)
 
 
 def bundle_file_name(epoch: int) -> str:
@@ -44,7 +83,7 @@ def fsync_dir(path: str) -> None:
 
 def write_atomically(directory: str, name: str, data: bytes) -> None:
     """Write ``directory/name`` so readers see the old or the new content, never a mix."""
-    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -61,7 +100,7 @@ def check_writable(root: str) -> None:
     """Raise :class:`DeliveryFailed` naming ``consumer.path`` unless ``root`` is a writable dir."""
     try:
         os.makedirs(root, exist_ok=True)
-        probe = os.path.join(root, f".tmp-probe-{uuid.uuid4().hex}")
+        probe = os.path.join(root, f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
         with open(probe, "wb"):
             pass
         os.unlink(probe)
@@ -117,7 +156,7 @@ class FileConsumer(Consumer):
         if len(paths) == 1:
             os.replace(paths[0], target)  # same file system: an atomic rename
             return 0
-        tmp = os.path.join(self.root, f".tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(self.root, f"{TMP_PREFIX}{uuid.uuid4().hex}")
         try:
             moved = concat_parts_to_file(bundle, paths, tmp)
             os.replace(tmp, target)
@@ -133,3 +172,63 @@ class FileConsumer(Consumer):
         except FileNotFoundError:
             return None
         return LastBundle(int(rec["bundle_id"]), int(rec["gt"]))
+
+
+def temp_files(root: str) -> list[str]:
+    """``.tmp-*`` files under ``root`` (paths relative to it), sorted: what a process killed
+    while writing left behind."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.startswith(TMP_PREFIX):
+                found.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return sorted(found)
+
+
+class FileKind(ConsumerKind[FileSettings]):
+    """``consumer=file``: parts staged under the directory, promoted by a rename."""
+
+    settings_type = FileSettings
+    specs = (CONSUMER_PATH,)
+
+    def parse(self, opts: Options) -> FileSettings:
+        return FileSettings(path=parse_directory(opts))
+
+    def check_at_start(self, options: SinkView, spark_schema: Any) -> FileSettings:
+        settings = self.settings(options)
+        check_writable(settings.path)
+        return settings
+
+    def open_staging(self, options: SinkView, store: Any) -> FileStaging:
+        return FileStaging(self.settings(options).path)
+
+    def open_consumer(
+        self, options: SinkView, staging: Staging, faults: FaultInjector
+    ) -> FileConsumer:
+        assert isinstance(staging, FileStaging)
+        return FileConsumer(self.settings(options).path, staging, faults)
+
+    def consumer_path(self, options: SinkView) -> str:
+        return self.settings(options).path
+
+    def find_leftovers(self, options: SinkView) -> list[ConsumerLeftover]:
+        root = self.settings(options).path
+        if not os.path.isdir(root):
+            return []
+        return [ConsumerLeftover("consumer temp file", rel) for rel in temp_files(root)]
+
+    def delete_leftovers(
+        self, options: SinkView, leftovers: Sequence[ConsumerLeftover]
+    ) -> list[str]:
+        root = self.settings(options).path
+        deleted = []
+        for leftover in leftovers:
+            if leftover.kept:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(root, leftover.location))
+            deleted.append(leftover.location)
+        return deleted
+
+
+FILE = FileKind()

@@ -25,19 +25,31 @@ import decimal
 import io
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import urllib3
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, DeliveryFailed
+from state.option_table import ChoiceOption, StringOption
+from state.options import Options
 
-if TYPE_CHECKING:
-    from sink.options import SinkOptions
+BodyFormat = Literal["arrow", "jsonl"]
+
+URL = StringOption(name="consumer.url", required=True, doc="The endpoint bundles are POSTed to.")
+FORMAT = ChoiceOption[BodyFormat](
+    name="consumer.format",
+    choices=("arrow", "jsonl"),
+    default="arrow",
+    doc="http body: `arrow` (Arrow IPC stream) or `jsonl`.",
+)
 
 CONTENT_TYPES = {"arrow": "application/vnd.apache.arrow.stream", "jsonl": "application/x-ndjson"}
 
@@ -75,17 +87,35 @@ def encode_jsonl(tables: Iterator[pa.Table]) -> bytes:
     return out.getvalue()
 
 
+@dataclass(frozen=True)
+class HttpSettings(ConsumerSettings):
+    """``consumer=http``: where bundles are POSTed and in which body format."""
+
+    url: str
+    """``http://`` or ``https://``, without a trailing slash."""
+    format: BodyFormat = "arrow"
+
+
+def parse_settings(opts: Options) -> HttpSettings:
+    """``consumer.format`` and ``consumer.url`` (an http:// or https:// URL), checked."""
+    body_format = FORMAT.read(opts)
+    url = URL.read_required(opts).rstrip("/")
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise opts.error(URL.name, "an http:// or https:// URL")
+    return HttpSettings(url=url, format=body_format)
+
+
 class HttpConsumer(Consumer):
     name = "http"
 
-    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+    def __init__(
+        self, settings: HttpSettings, staging: Staging, faults: FaultInjector, *, ack_timeout: float
+    ) -> None:
         super().__init__(staging, faults)
-        assert options.url is not None
-        self.url = options.url
-        self.format = options.format
-        self.timeout = urllib3.Timeout(
-            connect=min(5.0, options.ack_timeout), read=options.ack_timeout
-        )
+        self.url = settings.url
+        self.format = settings.format
+        self.timeout = urllib3.Timeout(connect=min(5.0, ack_timeout), read=ack_timeout)
         self.pool = urllib3.PoolManager(retries=False, timeout=self.timeout)
 
     def describe(self) -> str:
@@ -138,3 +168,23 @@ class HttpConsumer(Consumer):
 
     def close(self) -> None:
         self.pool.clear()
+
+
+class HttpKind(ConsumerKind[HttpSettings]):
+    """``consumer=http``: parts staged in the state store, each bundle POSTed as one body."""
+
+    settings_type = HttpSettings
+    specs = (URL, FORMAT)
+
+    def parse(self, opts: Options) -> HttpSettings:
+        return parse_settings(opts)
+
+    def open_consumer(
+        self, options: SinkView, staging: Staging, faults: FaultInjector
+    ) -> HttpConsumer:
+        return HttpConsumer(
+            self.settings(options), staging, faults, ack_timeout=options.ack_timeout
+        )
+
+
+HTTP = HttpKind()

@@ -38,22 +38,43 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
 from sink.consumers.producer_pool import PRODUCERS
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, DeliveryUnsettled
 from state.kafka_errors import translate_kafka_error
+from state.option_table import PrefixOption, StringOption
+from state.options import Options
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:
-    from sink.options import SinkOptions
+KAFKA_BOOTSTRAP = StringOption(
+    name="consumer.kafka.bootstrap.servers", required=True, doc="The output cluster."
+)
+TOPIC = StringOption(name="consumer.topic", required=True, doc="The output topic.")
+KAFKA_SETTINGS = PrefixOption(
+    name="consumer.kafka.",
+    doc="kafka-python producer settings (`consumer.kafka.linger.ms`, `...compression.type`, "
+    "`...security.protocol`...). `acks`, `max.in.flight.requests.per.connection`, "
+    "`enable.idempotence` and the serializers are owned by the sink and refused.",
+)
+
+# Producer settings the Kafka consumer owns: they are what makes delivery ordered.
+KAFKA_MANAGED = {
+    "key.serializer": "the sink sends the key column's bytes",
+    "value.serializer": "the sink sends the value column's bytes",
+    "acks": "the sink always uses acks=all",
+    "max.in.flight.requests.per.connection": "the sink uses 1 to keep order on retries",
+    "enable.idempotence": "ordering is kept with one request in flight",
+    "bootstrap.servers": "use consumer.kafka.bootstrap.servers",
+}
 
 H_BUNDLE, H_GT, H_INDEX, H_COUNT = "gtb.bundle", "gtb.gt", "gtb.index", "gtb.count"
 SCAN_CHUNK = 2000
@@ -95,25 +116,62 @@ def _rejected(err: BaseException | None) -> bool:
     return isinstance(err, kerr.BrokerResponseError) and not err.retriable
 
 
-def producer_config(options: SinkOptions) -> dict[str, Any]:
-    """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns."""
+@dataclass(frozen=True)
+class KafkaTopicSettings(ConsumerSettings):
+    """``consumer=kafka``: the output cluster, topic and producer settings."""
+
+    bootstrap: str
+    topic: str
+    config: tuple[tuple[str, str], ...] = ()
+    """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted."""
+
+
+def parse_settings(opts: Options) -> KafkaTopicSettings:
+    """The ``consumer.kafka.*`` and ``consumer.topic`` options, checked."""
+    bootstrap = KAFKA_BOOTSTRAP.read_required(opts)
+    topic = TOPIC.read_required(opts)
+    return KafkaTopicSettings(bootstrap=bootstrap, topic=topic, config=_producer_settings(opts))
+
+
+def _producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
+    """``consumer.kafka.*`` but the bootstrap servers: kafka-python producer settings, none
+    of those the sink owns (:data:`KAFKA_MANAGED`)."""
+    from kafka import KafkaProducer
+
+    known = {k.replace("_", ".") for k in KafkaProducer.DEFAULT_CONFIG}
+    config: dict[str, str] = {}
+    for name, value in KAFKA_SETTINGS.given(opts):
+        key = name.lower()[len(KAFKA_SETTINGS.name) :]
+        if name.lower() == KAFKA_BOOTSTRAP.name:
+            continue
+        if key in KAFKA_MANAGED:
+            raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
+        if key not in known:
+            raise opts.error(name, "a kafka-python producer setting, e.g. consumer.kafka.linger.ms")
+        config[key] = value
+    return tuple(sorted(config.items()))
+
+
+def producer_config(settings: KafkaTopicSettings, ack_timeout: float) -> dict[str, Any]:
+    """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns;
+    ``ack_timeout`` is ``ack.timeoutMs`` in seconds."""
     config: dict[str, Any] = {}
-    for name, raw in options.kafka_config.items():
+    for name, raw in settings.config:
         key = name.replace(".", "_")
         config[key] = int(raw) if key.endswith(_INT_SETTINGS_SUFFIXES) and raw.isdigit() else raw
     config.setdefault("linger_ms", 20)
     config.setdefault("batch_size", 256 * 1024)
     config.setdefault("retries", 5)
-    config.setdefault("request_timeout_ms", int(options.ack_timeout * 1000))
-    config.setdefault("max_block_ms", int(options.ack_timeout * 1000))
-    config.setdefault("bootstrap_timeout_ms", int(options.ack_timeout * 1000))
+    config.setdefault("request_timeout_ms", int(ack_timeout * 1000))
+    config.setdefault("max_block_ms", int(ack_timeout * 1000))
+    config.setdefault("bootstrap_timeout_ms", int(ack_timeout * 1000))
     # Every message is resolved (acknowledged, rejected or expired) within this long after
     # send(); deliver() waits that long before it gives an attempt up (Kafka's 120 s at the
     # default ack.timeoutMs). kafka-python requires at least linger + request timeout.
     config.setdefault(
         "delivery_timeout_ms",
         max(
-            4 * int(options.ack_timeout * 1000),
+            4 * int(ack_timeout * 1000),
             int(config["linger_ms"]) + int(config["request_timeout_ms"]),
         ),
     )
@@ -131,18 +189,24 @@ def _header(headers: list[tuple[str, bytes]], name: str) -> int | None:
 class KafkaTopicConsumer(Consumer):
     name = "kafka"
 
-    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+    def __init__(
+        self,
+        settings: KafkaTopicSettings,
+        staging: Staging,
+        faults: FaultInjector,
+        *,
+        ack_timeout: float,
+    ) -> None:
         super().__init__(staging, faults)
-        assert options.kafka_bootstrap is not None and options.topic is not None
-        self.bootstrap = options.kafka_bootstrap
-        self.topic = options.topic
-        self.ack_timeout = options.ack_timeout
-        self.config = producer_config(options)
+        self.bootstrap = settings.bootstrap
+        self.topic = settings.topic
+        self.ack_timeout = ack_timeout
+        self.config = producer_config(settings, ack_timeout)
         self.delivery_timeout = int(self.config["delivery_timeout_ms"]) / 1000.0
         self._producer: Any = None
         self._settled = False  # the last delivery was acknowledged: the producer holds nothing
-        settings = tuple(sorted((k, repr(v)) for k, v in self.config.items()))
-        self._pool_key = (self.bootstrap, settings)
+        config = tuple(sorted((k, repr(v)) for k, v in self.config.items()))
+        self._pool_key = (self.bootstrap, config)
 
     def describe(self) -> str:
         return f"kafka consumer {self.topic}@{self.bootstrap}"
@@ -155,13 +219,13 @@ class KafkaTopicConsumer(Consumer):
         if self._producer is None:
             from kafka import KafkaProducer
 
-            self._producer = self._kafka(
-                "connecting the producer",
-                lambda: PRODUCERS.take(
-                    self._pool_key,
-                    lambda: KafkaProducer(bootstrap_servers=self.bootstrap, **self.config),
-                ),
-            )
+            def pooled_or_new() -> Any:
+                pooled = PRODUCERS.take(self._pool_key)
+                if pooled is not None:
+                    return pooled
+                return KafkaProducer(bootstrap_servers=self.bootstrap, **self.config)
+
+            self._producer = self._kafka("connecting the producer", pooled_or_new)
         return self._producer
 
     def _kafka(self, what: str, fn: Callable[[], T]) -> T:
@@ -511,3 +575,27 @@ def _bytes(value: object) -> bytes | None:
     raise ConfigError(
         "value", type(value).__name__, "binary or string key/value columns", where="barrier"
     )
+
+
+class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
+    """``consumer=kafka``: parts staged in the state store, items sent as messages."""
+
+    settings_type = KafkaTopicSettings
+    specs = (KAFKA_BOOTSTRAP, TOPIC, KAFKA_SETTINGS)
+
+    def parse(self, opts: Options) -> KafkaTopicSettings:
+        return parse_settings(opts)
+
+    def check_at_start(self, options: SinkView, spark_schema: Any) -> KafkaTopicSettings:
+        check_spark_schema(spark_schema)
+        return self.settings(options)
+
+    def open_consumer(
+        self, options: SinkView, staging: Staging, faults: FaultInjector
+    ) -> KafkaTopicConsumer:
+        return KafkaTopicConsumer(
+            self.settings(options), staging, faults, ack_timeout=options.ack_timeout
+        )
+
+
+KAFKA_TOPIC = KafkaTopicKind()

@@ -30,14 +30,17 @@ from __future__ import annotations
 import io
 import json
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sink.bundle import Bundle
 from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
-from sink.consumers.file import bundle_file_name
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
+from sink.consumers.file import CONSUMER_PATH, bundle_file_name
 from sink.faults import FaultInjector
 from sink.parquet_concat import (
     MAGIC,
@@ -49,15 +52,26 @@ from sink.parquet_concat import (
     stitch_bytes,
     stitched_footer,
 )
-from sink.staging import StoreStaging
+from sink.staging import Staging, StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
-from state.stores import StoreConfig, open_store
+from state.option_table import ChoiceOption
+from state.options import Options
+from state.stores import StateStore, StoreConfig, open_store
+from state.stores.base import S3Settings
 from state.stores.s3_store import S3Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
-    from sink.options import SinkOptions
+S3Layout = Literal["bundle", "parts"]
+
+S3_LAYOUT = ChoiceOption[S3Layout](
+    name="consumer.s3.layout",
+    choices=("bundle", "parts"),
+    default="bundle",
+    doc="s3: `bundle` (one object per bundle) or `parts` (one object per staged part: no "
+    "item bytes through the driver, but readers may see part of a bundle being promoted).",
+)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 """S3's smallest multipart-upload part (all parts but the last)."""
@@ -93,24 +107,42 @@ class S3PrefixStaging(StoreStaging):
             ) from err
 
 
-def s3_staging(options: SinkOptions) -> S3PrefixStaging:
+@dataclass(frozen=True)
+class S3PrefixSettings(ConsumerSettings):
+    """``consumer=s3``: the prefix bundles go to and how a bundle is laid out there."""
+
+    path: str
+    """``s3://bucket/prefix``, without a trailing slash."""
+    layout: S3Layout = "bundle"
+
+
+def parse_prefix(opts: Options) -> str:
+    """``consumer.path`` for ``consumer=s3``: ``s3://bucket/prefix``."""
+    path = CONSUMER_PATH.read_required(opts)
+    parsed = urlparse(path)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise opts.error(CONSUMER_PATH.name, "s3://bucket/prefix for consumer=s3")
+    return path.rstrip("/")
+
+
+def s3_staging(settings: S3PrefixSettings, s3: S3Settings) -> S3PrefixStaging:
     """The staging area under ``consumer.path``, on the process's shared store for it
-    (:func:`~state.stores.base.open_store`: one boto3 client per worker, not per task or commit)."""
-    assert options.consumer_path is not None
-    store = open_store(StoreConfig(uri=options.consumer_path, s3=options.store.s3))
+    (:func:`~state.stores.base.open_store`: one boto3 client per worker, not per task or
+    commit); ``s3`` are the sink's ``s3.*`` options (shared with ``state.uri``)."""
+    store = open_store(StoreConfig(uri=settings.path, s3=s3))
     assert isinstance(store, S3Store)
-    return S3PrefixStaging(store, options.consumer_path)
+    return S3PrefixStaging(store, settings.path)
 
 
 class S3Consumer(Consumer):
     name = "s3"
 
-    def __init__(self, options: SinkOptions, staging: Any, faults: FaultInjector) -> None:
+    def __init__(self, settings: S3PrefixSettings, staging: Any, faults: FaultInjector) -> None:
         assert isinstance(staging, S3PrefixStaging)
         super().__init__(staging, faults)
         self.store: S3Store = staging.s3
         self.path = staging.consumer_path
-        self.layout = options.s3_layout
+        self.layout = settings.layout
 
     def describe(self) -> str:
         return f"s3 consumer {self.path}"
@@ -299,3 +331,27 @@ def _code(err: Exception) -> str | None:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code", "")) or None
     return None
+
+
+class S3PrefixKind(ConsumerKind[S3PrefixSettings]):
+    """``consumer=s3``: parts staged under the prefix, promoted by server-side copies."""
+
+    settings_type = S3PrefixSettings
+    specs = (CONSUMER_PATH, S3_LAYOUT)
+
+    def parse(self, opts: Options) -> S3PrefixSettings:
+        return S3PrefixSettings(path=parse_prefix(opts), layout=S3_LAYOUT.read(opts))
+
+    def open_staging(self, options: SinkView, store: StateStore) -> S3PrefixStaging:
+        return s3_staging(self.settings(options), options.store.s3)
+
+    def open_consumer(
+        self, options: SinkView, staging: Staging, faults: FaultInjector
+    ) -> S3Consumer:
+        return S3Consumer(self.settings(options), staging, faults)
+
+    def consumer_path(self, options: SinkView) -> str:
+        return self.settings(options).path
+
+
+S3 = S3PrefixKind()

@@ -1,7 +1,7 @@
 """``consumer=iceberg``: each bundle is one Iceberg append commit, found again by its marker.
 
 Write tasks stage their parts under the table's location
-(:mod:`sink.consumers.iceberg_staging`). Delivery of bundle ``k``:
+(:mod:`sink.consumers.iceberg.iceberg_staging`). Delivery of bundle ``k``:
 
 1. reload the table; if the bundle is already in it (``last_bundle() >= k``), it is
    acknowledged without a commit: never appended twice;
@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.consumers.iceberg_staging import IcebergStaging, data_file_location
-from sink.consumers.iceberg_table import load_table
+from sink.consumers.iceberg.iceberg_options import IcebergSettings
+from sink.consumers.iceberg.iceberg_staging import IcebergStaging, data_file_location
+from sink.consumers.iceberg.iceberg_table import load_table
 from sink.faults import FaultInjector
 from state.errors import (
     CommitStateUnknown,
@@ -49,8 +50,6 @@ from state.retry import cas_loop
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-
-    from sink.options import IcebergSettings, SinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +112,14 @@ def without_own_retries(table: Table) -> None:
 class IcebergConsumer(Consumer):
     name = "iceberg"
 
-    def __init__(self, options: SinkOptions, staging: Any, faults: FaultInjector) -> None:
-        assert isinstance(staging, IcebergStaging) and options.iceberg is not None
+    def __init__(
+        self, settings: IcebergSettings, staging: Any, faults: FaultInjector, *, pipeline_id: str
+    ) -> None:
+        assert isinstance(staging, IcebergStaging)
         super().__init__(staging, faults)
-        self.settings: IcebergSettings = options.iceberg
+        self.settings = settings
         self.files = staging
-        self.pipeline_id = options.pipeline_id
+        self.pipeline_id = pipeline_id
 
     def describe(self) -> str:
         return f"iceberg consumer {self.settings.identifier} ({self.files.location})"

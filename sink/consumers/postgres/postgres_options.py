@@ -1,5 +1,4 @@
-"""The options of ``consumer=postgres``, declared for :data:`sink.options.SINK_OPTIONS`,
-and their parsed form :class:`PostgresTarget`.
+"""The options of ``consumer=postgres`` and their parsed form :class:`PostgresSettings`.
 
 psycopg is imported only to check the DSN, and only when ``consumer=postgres``: users of
 the other consumers need not install it (``pip install gtbarrier[postgres]``).
@@ -11,33 +10,30 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from sink.consumers.consumer_kind import ConsumerSettings
 from state.errors import ConfigError
-from state.option_table import BooleanOption, ChoiceOption, OnlyWith, StringOption
+from state.option_table import BooleanOption, ChoiceOption, StringOption
 from state.options import Options
 
 Mode = Literal["append", "upsert"]
 
-_POSTGRES = OnlyWith("consumer", ("postgres",))
 # One identifier as written in the option: used verbatim (quoted) in SQL, so its case counts.
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 DSN = StringOption(
     name="consumer.postgres.dsn",
     required=True,
-    only_with=_POSTGRES,
     doc="postgres: a libpq connection string (`host=... dbname=...`) or a `postgresql://` URL.",
 )
 TABLE = StringOption(
     name="consumer.postgres.table",
     required=True,
-    only_with=_POSTGRES,
     doc="postgres: the target table, `schema.table` or `table` (names used as written, "
     "case-sensitive); the bookkeeping table `gtbarrier_bundles` lives in the same schema.",
 )
 CREATE_TABLE = BooleanOption(
     name="consumer.postgres.createTable",
     default=True,
-    only_with=_POSTGRES,
     doc="postgres: create the table (and its schema) from the sink's input schema if it is "
     "missing; `false`: a missing table stops the query at start.",
 )
@@ -45,14 +41,12 @@ MODE = ChoiceOption[Mode](
     name="consumer.postgres.mode",
     choices=("append", "upsert"),
     default="append",
-    only_with=_POSTGRES,
     doc="postgres: `append` (COPY every row) or `upsert` (COPY into a temporary table, then "
     "`INSERT ... ON CONFLICT (keyColumns) DO UPDATE`; within a bundle the last row in gt "
     "order wins).",
 )
 KEY_COLUMNS = StringOption(
     name="consumer.postgres.keyColumns",
-    only_with=_POSTGRES,
     default_doc="required for upsert",
     doc="postgres: comma-separated key columns for `mode=upsert` (a primary key or unique "
     "index on exactly these columns; `createTable` makes it the primary key).",
@@ -63,8 +57,8 @@ SPECS = (DSN, TABLE, CREATE_TABLE, MODE, KEY_COLUMNS)
 
 
 @dataclass(frozen=True)
-class PostgresTarget:
-    """Where ``consumer=postgres`` writes: parsed options, small and picklable."""
+class PostgresSettings(ConsumerSettings):
+    """Where and how ``consumer=postgres`` writes: parsed options, small and picklable."""
 
     dsn: str
     table: str
@@ -97,7 +91,7 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo("", **params)
 
 
-def parse_target(opts: Options) -> PostgresTarget:
+def parse_settings(opts: Options) -> PostgresSettings:
     """The ``consumer.postgres.*`` options, checked; errors name option, value, expectation."""
     dsn = DSN.read_required(opts)
     try:
@@ -132,7 +126,7 @@ def parse_target(opts: Options) -> PostgresTarget:
         raise opts.error(KEY_COLUMNS.name, "the key columns of consumer.postgres.mode=upsert")
     if mode == "append" and keys:
         raise opts.error(KEY_COLUMNS.name, "not to be set with consumer.postgres.mode=append")
-    return PostgresTarget(
+    return PostgresSettings(
         dsn=dsn,
         table=table,
         schema=schema,

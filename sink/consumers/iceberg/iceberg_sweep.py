@@ -11,31 +11,26 @@ A file is an orphan when no snapshot of the table (any snapshot, not only the cu
 one) references it and its bundle is at most the pipeline's last committed bundle: files
 of a newer bundle may belong to the bundle in flight and are reported apart, never
 deleted. Staged parts (``_gtbarrier/<pipeline>/staging/``) are cleaned by the barrier
-itself. Run it with the sink's options::
+itself. ``gtbarrier sweep`` runs it with the sink's options::
 
-    python -m sink.consumers.iceberg_sweep --option pipeline.id=orders \\
-        --option state.uri=... --option consumer=iceberg \\
+    gtbarrier sweep --pipeline orders --state-uri ... --option consumer=iceberg \\
         --option consumer.iceberg.table=ns.orders --option consumer.iceberg.catalog.uri=... \\
-        [--delete]
+        [--delete --zookeeper HOSTS]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from sink.consumers.iceberg import last_bundle_of
-from sink.consumers.iceberg_staging import (
-    IcebergStaging,
+from sink.consumers.iceberg.iceberg_consumer import last_bundle_of
+from sink.consumers.iceberg.iceberg_options import IcebergSettings
+from sink.consumers.iceberg.iceberg_staging import (
     data_prefix,
     epoch_of_data_file,
     iceberg_staging,
 )
-from sink.consumers.iceberg_table import load_table
-from sink.options import SinkOptions
-from state.errors import ConfigError
+from sink.consumers.iceberg.iceberg_table import load_table
 
 
 @dataclass(frozen=True)
@@ -51,18 +46,16 @@ class Orphans:
     """Unreferenced data files of newer bundles (maybe in flight): kept."""
 
 
-def find_orphans(options: SinkOptions) -> Orphans:
-    """List this pipeline's unreferenced data files in its Iceberg table."""
-    if options.iceberg is None:
-        raise ConfigError("consumer", options.consumer, "iceberg", where="iceberg sweep")
-    table = load_table(options.iceberg)
-    staging = iceberg_staging(options)
-    last = last_bundle_of(table, options.pipeline_id)
+def find_orphans(settings: IcebergSettings, pipeline_id: str) -> Orphans:
+    """List the unreferenced data files of ``pipeline_id`` in the table of ``settings``."""
+    table = load_table(settings)
+    staging = iceberg_staging(settings, pipeline_id)
+    last = last_bundle_of(table, pipeline_id)
     referenced: set[str] = set()
     if table.metadata.snapshots:
         referenced = set(table.inspect.all_data_files().column("file_path").to_pylist())
     orphans, pending = [], []
-    for location in staging.list(data_prefix(options.pipeline_id)):
+    for location in staging.list(data_prefix(pipeline_id)):
         uri = staging.uri(location)
         if uri in referenced:
             continue
@@ -72,37 +65,23 @@ def find_orphans(options: SinkOptions) -> Orphans:
         else:
             pending.append(uri)
     return Orphans(
-        table=options.iceberg.identifier,
-        pipeline_id=options.pipeline_id,
+        table=settings.identifier,
+        pipeline_id=pipeline_id,
         last_bundle=None if last is None else last.bundle_id,
         orphans=tuple(orphans),
         pending=tuple(pending),
     )
 
 
-def delete_orphans(options: SinkOptions, found: Orphans) -> int:
-    """Delete ``found.orphans`` (never ``found.pending``); how many were deleted."""
-    staging: IcebergStaging = iceberg_staging(options)
+def delete_orphans(settings: IcebergSettings, pipeline_id: str, uris: Iterable[str]) -> int:
+    """Delete the data files ``uris`` (orphans :func:`find_orphans` listed, never its
+    ``pending``); how many were deleted."""
+    staging = iceberg_staging(settings, pipeline_id)
     prefix = staging.location + "/"
-    for uri in found.orphans:
+    count = 0
+    for uri in uris:
+        if not uri.startswith(prefix):
+            raise ValueError(f"{uri} is not a file under the table's location {staging.location}")
         staging.delete(uri[len(prefix) :])
-    return len(found.orphans)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--delete", action="store_true", help="delete the orphans found")
-    args = parser.parse_args(argv)
-    options = SinkOptions.parse(dict(o.split("=", 1) for o in args.option))
-    found = find_orphans(options)
-    report = asdict(found)
-    if args.delete:
-        report["deleted"] = delete_orphans(options, found)
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        count += 1
+    return count

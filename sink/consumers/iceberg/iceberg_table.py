@@ -2,15 +2,17 @@
 
 pyiceberg is imported inside these functions, so users of the other consumers need not
 install it (``pip install gtbarrier[iceberg]``). Catalogs are cached per process (one per
-distinct :class:`~sink.options.IcebergSettings`): the commit process and every write
-task's Python worker open the catalog once, not once per commit or task.
+distinct :class:`~sink.consumers.iceberg.iceberg_options.IcebergSettings`): the commit
+process and every write task's Python worker open the catalog once, not once per commit or
+task.
 
 :func:`with_table` runs on the driver while Spark plans the query's first micro-batch
-(``BarrierSink.streamWriter``), before any data moves: it loads the catalog, creates the
-namespace and the table from the input schema (``consumer.iceberg.createTable``) or checks
-that the existing table can take the input's columns, and records the table's location in
-the options the write tasks receive. Every problem is a
-:class:`~state.errors.ConfigError` naming the option, the value and what was expected.
+(the kind's start check, from ``BarrierSink.streamWriter``), before any data moves: it
+loads the catalog, creates the namespace and the table from the input schema
+(``consumer.iceberg.createTable``) or checks that the existing table can take the input's
+columns, and records the table's location in the settings the write tasks receive. Every
+problem is a :class:`~state.errors.ConfigError` naming the option, the value and what was
+expected.
 
 The table's columns are the input's, all optional (nullable): a data file whose column is
 required is still compatible with an optional table column, never the other way round.
@@ -26,19 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sink.consumers.iceberg.iceberg_options import CATALOG, TABLE, IcebergSettings
 from state.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from sink.options import IcebergSettings, SinkOptions
-
 log = logging.getLogger(__name__)
 
 WHERE = "barrier"
-TABLE_OPTION = "consumer.iceberg.table"
-CATALOG_OPTION = "consumer.iceberg.catalog.*"
+TABLE_OPTION = TABLE.name
+CATALOG_OPTION = CATALOG.name + "*"
 _SECRET_WORDS = ("secret", "password", "token", "credential", "session")
 
 
@@ -120,23 +121,17 @@ def iceberg_schema_of(arrow: pa.Schema, settings: IcebergSettings) -> Any:
     return Catalog._convert_schema_if_needed(arrow)
 
 
-def with_table(options: SinkOptions, spark_schema: Any) -> SinkOptions:
-    """:func:`prepare_table`, and ``options`` with the table's location and FileIO
+def with_table(settings: IcebergSettings, spark_schema: Any) -> IcebergSettings:
+    """:func:`prepare_table`, and ``settings`` with the table's location and FileIO
     properties recorded, for the write tasks (they need neither the catalog nor access
     to it: a SQLite file on the driver, a REST catalog's credentials)."""
-    table = prepare_table(options, spark_schema)
-    assert options.iceberg is not None
+    table = prepare_table(settings, spark_schema)
     location, io_properties = table.location().rstrip("/"), table.io.properties
-    settings = replace(
-        options.iceberg, location=location, io_properties=tuple(sorted(io_properties.items()))
-    )
-    return replace(options, iceberg=settings)
+    return replace(settings, location=location, io_properties=tuple(sorted(io_properties.items())))
 
 
-def prepare_table(options: SinkOptions, spark_schema: Any) -> Table:
+def prepare_table(settings: IcebergSettings, spark_schema: Any) -> Table:
     """Load (or create) the table and check that it takes the input's columns."""
-    settings = options.iceberg
-    assert settings is not None
     from pyiceberg.exceptions import NoSuchTableError
 
     arrow = arrow_input_schema(spark_schema)

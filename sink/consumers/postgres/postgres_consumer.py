@@ -1,7 +1,7 @@
 """``consumer=postgres``: each bundle's rows and its id in one PostgreSQL transaction.
 
 A delivery is one transaction on a connection kept per process
-(:mod:`sink.consumers.postgres_connections`)::
+(:mod:`sink.consumers.postgres.postgres_connections`)::
 
     SELECT ... FROM gtbarrier_bundles WHERE pipeline = $1 AND bundle_id = $2   -- stored?
     COPY <table> (<columns>) FROM STDIN (FORMAT csv)                           -- the rows
@@ -29,7 +29,7 @@ A connection lost while ``COMMIT`` is under way leaves the outcome unknown: the 
 reads ``gtbarrier_bundles`` on a new connection and acknowledges the bundle if its row is
 there, fails the attempt (it is retried) if not, and raises
 :class:`~state.errors.CommitStateUnknown` if the table cannot be read (the in-flight
-record resolves it on restart). Types: :mod:`sink.consumers.postgres_types`.
+record resolves it on restart). Types: :mod:`sink.consumers.postgres.postgres_columns`.
 """
 
 from __future__ import annotations
@@ -37,30 +37,33 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 
 from sink.bundle import Bundle
-from sink.consumers import postgres_connections as pgc
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.consumers.postgres_types import (
+from sink.consumers.postgres import postgres_connections as pgc
+from sink.consumers.postgres.postgres_columns import (
     SEQ_COLUMN,
     PgColumn,
     columns_for,
     columns_for_spark,
     encode_csv,
 )
+from sink.consumers.postgres.postgres_options import (
+    CREATE_TABLE,
+    DSN,
+    KEY_COLUMNS,
+    TABLE,
+    PostgresSettings,
+)
 from sink.faults import FaultInjector
-from sink.postgres_options import CREATE_TABLE, DSN, KEY_COLUMNS, TABLE, PostgresTarget
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
 from state.retry import store_requests
-
-if TYPE_CHECKING:
-    from sink.options import SinkOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,7 +77,7 @@ WHERE = "barrier"
 class Sql:
     """The SQL of one target: quoted names and statements."""
 
-    def __init__(self, target: PostgresTarget) -> None:
+    def __init__(self, target: PostgresSettings) -> None:
         self.target = target
         names = (target.schema,) if target.schema else ()
         self.table = sql.Identifier(*names, target.table)
@@ -111,13 +114,20 @@ def _names(names: Sequence[str]) -> sql.Composed:
 class PostgresConsumer(Consumer):
     name = "postgres"
 
-    def __init__(self, options: SinkOptions, staging: Staging, faults: FaultInjector) -> None:
+    def __init__(
+        self,
+        settings: PostgresSettings,
+        staging: Staging,
+        faults: FaultInjector,
+        *,
+        pipeline_id: str,
+        exactly_once: bool,
+    ) -> None:
         super().__init__(staging, faults)
-        assert options.postgres is not None
-        self.target = options.postgres
+        self.target = settings
         self.sql = Sql(self.target)
-        self.pipeline_id = options.pipeline_id
-        self.exactly_once = options.exactly_once
+        self.pipeline_id = pipeline_id
+        self.exactly_once = exactly_once
         self._conn: psycopg.Connection[Any] | None = None
 
     def describe(self) -> str:
@@ -339,7 +349,7 @@ def _seq() -> sql.Identifier:
     return sql.Identifier(SEQ_COLUMN)
 
 
-def missing_table(target: PostgresTarget) -> ConfigError:
+def missing_table(target: PostgresSettings) -> ConfigError:
     return ConfigError(
         TABLE.name,
         target.qualified,
@@ -349,7 +359,7 @@ def missing_table(target: PostgresTarget) -> ConfigError:
     )
 
 
-def check_keys(target: PostgresTarget, columns: Sequence[PgColumn]) -> None:
+def check_keys(target: PostgresSettings, columns: Sequence[PgColumn]) -> None:
     """With ``mode=upsert`` every key column must be a column of the sink's input."""
     names = {c.name for c in columns}
     missing = [k for k in target.key_columns if k not in names]
@@ -366,13 +376,12 @@ def check_keys(target: PostgresTarget, columns: Sequence[PgColumn]) -> None:
 # --- the check when the query starts -----------------------------------------------------
 
 
-def check_at_start(options: SinkOptions, spark_schema: Any) -> None:
+def check_at_start(target: PostgresSettings, spark_schema: Any, *, exactly_once: bool) -> None:
     """Called when the query plans its first micro-batch, before any data moves: the input
     types map to PostgreSQL, the server answers, the table exists (or is created with
     ``createTable``) with the input's columns and, for ``upsert``, a unique key on
-    ``keyColumns``. Each error names the option or column, the value and the expectation."""
-    target = options.postgres
-    assert target is not None
+    ``keyColumns``; with ``exactly_once`` the bookkeeping table exists too. Each error names
+    the option or column, the value and the expectation."""
     columns = columns_for_spark(spark_schema)
     check_keys(target, columns)
     statements = Sql(target)
@@ -398,7 +407,7 @@ def check_at_start(options: SinkOptions, spark_schema: Any) -> None:
                 cur.execute(statements.create_table(columns))
             else:
                 _check_existing(cur, target, oid, columns)
-            if options.exactly_once:
+            if exactly_once:
                 cur.execute(statements.create_bookkeeping())
         conn.commit()
     except psycopg.Error as err:
@@ -408,7 +417,7 @@ def check_at_start(options: SinkOptions, spark_schema: Any) -> None:
 
 
 def _check_existing(
-    cur: Cursor, target: PostgresTarget, oid: int, columns: Sequence[PgColumn]
+    cur: Cursor, target: PostgresSettings, oid: int, columns: Sequence[PgColumn]
 ) -> None:
     cur.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",

@@ -28,7 +28,7 @@ from pyarrow import fs as pafs
 from sink.staging import Staging
 
 if TYPE_CHECKING:
-    from sink.options import SinkOptions
+    from sink.consumers.iceberg.iceberg_options import IcebergSettings
 
 HIDDEN = "_gtbarrier"
 DATA_DIR = "data/gtbarrier"
@@ -140,15 +140,14 @@ def _file_system(
     return PyArrowFileIO(dict(io_properties)).fs_by_scheme(scheme, netloc)
 
 
-def iceberg_staging(options: SinkOptions) -> IcebergStaging:
-    """The staging area of ``options``' table: at the location the driver recorded when the
-    query started (:func:`~sink.consumers.iceberg_table.with_table`), else the catalog's."""
-    from sink.consumers.iceberg_table import table_location
+def iceberg_staging(settings: IcebergSettings, pipeline_id: str) -> IcebergStaging:
+    """The staging area of the table of ``settings``: at the location the driver recorded
+    when the query started (:func:`~sink.consumers.iceberg.iceberg_table.with_table`), else
+    the catalog's."""
+    from sink.consumers.iceberg.iceberg_table import table_location
 
-    settings = options.iceberg
-    assert settings is not None
     if settings.location is not None:
         location, io_properties = settings.location, settings.io_properties
     else:
         location, io_properties = table_location(settings)
-    return IcebergStaging(location, dict(io_properties), options.pipeline_id)
+    return IcebergStaging(location, dict(io_properties), pipeline_id)

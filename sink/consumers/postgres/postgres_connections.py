@@ -1,10 +1,11 @@
 """``consumer=postgres``: its connections, kept per process, and its error translation.
 
 Spark runs the sink's commits in one Python worker that it reuses for every micro-batch,
-so a connection is kept from one commit to the next (the pool of
-:mod:`sink.consumers.producer_pool`: one idle connection per DSN, taken out while in use,
-closed after a minute idle, forgotten in a forked child, closed at exit). A connection is
-given back only when it is idle outside a transaction; one that saw an error is closed.
+so a connection is kept from one commit to the next (a pool with the Kafka producers'
+policy, :func:`sink.consumers.producer_pool.client_pool`: one idle connection per DSN,
+taken out while in use, closed after a minute idle, forgotten in a forked child, closed at
+exit). A connection is given back only when it is idle outside a transaction; one that saw
+an error is closed.
 
 psycopg's errors become those of :mod:`state.errors`:
 
@@ -13,20 +14,19 @@ psycopg's errors become those of :mod:`state.errors`:
 * anything the server refused (a type error in the data, a missing column, no
   permission): :class:`~state.errors.CommitFailed` (fatal: the same bundle fails again);
 * a connection lost while ``COMMIT`` was under way is neither: the consumer resolves it by
-  reading its bookkeeping table (:meth:`~sink.consumers.postgres.PostgresConsumer.deliver`).
+  reading its bookkeeping table
+  (:meth:`~sink.consumers.postgres.postgres_consumer.PostgresConsumer.deliver`).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
-from sink.consumers.producer_pool import ProducerPool
+from sink.consumers.producer_pool import client_pool
 from state.errors import CommitFailed, DeliveryFailed, GtBarrierError
 
 CONNECT_TIMEOUT_S = 10
@@ -38,19 +38,12 @@ _RETRIABLE_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "55P03"}
 UNIQUE_VIOLATION = "23505"
 
 
-class _Pooled:
-    """A connection in the pool (the pool closes its items with ``close(timeout=0)``)."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
-
-    def close(self, timeout: float = 0) -> None:
-        self.conn.close()
+def _close(conn: psycopg.Connection[Any]) -> None:
+    conn.close()
 
 
-CONNECTIONS = ProducerPool()
-os.register_at_fork(after_in_child=CONNECTIONS._after_fork)
-atexit.register(CONNECTIONS.close_all)
+CONNECTIONS = client_pool("postgres connections", _close)
+"""Idle connections by DSN."""
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -64,9 +57,11 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
 def take(dsn: str) -> psycopg.Connection[Any]:
     """An idle pooled connection to ``dsn`` or a new one (now the caller's)."""
     while True:
-        pooled: _Pooled = CONNECTIONS.take(dsn, lambda: _Pooled(connect(dsn)))
-        if not pooled.conn.closed:
-            return pooled.conn
+        pooled = CONNECTIONS.take(dsn)
+        if pooled is None:
+            return connect(dsn)
+        if not pooled.closed:  # else it broke while idle: dropped, and the next take connects
+            return pooled
 
 
 def give_back(dsn: str, conn: psycopg.Connection[Any]) -> None:
@@ -74,7 +69,7 @@ def give_back(dsn: str, conn: psycopg.Connection[Any]) -> None:
     if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
         conn.close()
         return
-    CONNECTIONS.give_back(dsn, _Pooled(conn))
+    CONNECTIONS.give_back(dsn, conn)
 
 
 def sqlstate(err: BaseException) -> str | None:
