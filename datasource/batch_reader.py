@@ -46,6 +46,7 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
                 fail_on_data_loss=self.options.fail_on_data_loss,
             )
             end = resolve(self.options.batch_ending, tps, reader, role="end")
+            topic_ids = reader.topic_ids
         finally:
             reader.close()
         backwards = sorted(tp for tp in tps if end[tp] < start[tp])
@@ -65,9 +66,8 @@ class GlobalTimeKafkaBatchReader(DataSourceReader):
         )
         # Nothing to read: one empty partition (Spark would otherwise plan a bare
         # InputPartition(None) and hand it to read()).
-        return list(input_partitions(BATCH_EPOCH, tasks, records_batch=False)) or [
-            KafkaInputPartition(BATCH_EPOCH)
-        ]
+        partitions = input_partitions(BATCH_EPOCH, tasks, records_batch=False, topic_ids=topic_ids)
+        return list(partitions) or [KafkaInputPartition(BATCH_EPOCH)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaInputPartition)

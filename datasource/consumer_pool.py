@@ -22,7 +22,11 @@ keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` 
 * an idle consumer is closed after ``idle_timeout`` seconds (checked on every use and by
   a daemon thread of the module's pool);
 * a consumer lent to a task that fails (any exception, including the ``GeneratorExit``
-  of a task whose output Spark stopped reading) is closed and dropped, never lent again.
+  of a task whose output Spark stopped reading) is closed and dropped, never lent again;
+* a consumer that read its topic under another topic id than the task's plan names is
+  closed and dropped: the topic was deleted and created again since, and what the
+  consumer fetched ahead belongs to the old topic (its offsets may be the very ones the
+  next range of the new topic starts at).
 
 :class:`SingleConsumer` is the same interface without pooling
 (``kafkaConsumer.pool.enabled=false``): one consumer for the ranges of one task, assigned
@@ -96,6 +100,9 @@ class Lease:
     consumer: Any
     tp: Any  # kafka.TopicPartition
     position: int | None = None
+    #: The id of the topic the consumer read, as the plans of its tasks named it (None:
+    #: not named, the broker gives no ids).
+    topic_id: str | None = None
     #: How this lease began: a new consumer, whether it was sought, and how many records
     #: it was moved forward through instead (for spans, tests).
     created: bool = False
@@ -106,7 +113,14 @@ class Lease:
 class ConsumerSource(Protocol):
     """Where a read task gets its consumer for one range."""
 
-    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease: ...
+    def acquire(
+        self,
+        key: PoolKey,
+        start: int,
+        create: Callable[[], Any],
+        *,
+        topic_id: str | None = None,
+    ) -> Lease: ...
 
     def release(self, lease: Lease, *, ok: bool) -> None: ...
 
@@ -183,11 +197,21 @@ class ConsumerPool:
 
     # --- lending ---------------------------------------------------------------------
 
-    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
+    def acquire(
+        self,
+        key: PoolKey,
+        start: int,
+        create: Callable[[], Any],
+        *,
+        topic_id: str | None = None,
+    ) -> Lease:
         """A consumer for ``key`` positioned at ``start``: an idle one if the pool has
-        one (sought only if it stands elsewhere), else a new one from ``create()``."""
-        taken = self._idle.take_newest(lambda k: k[0] == key)
-        lease = None if taken is None else taken[1]
+        one (sought only if it stands elsewhere), else a new one from ``create()``.
+
+        With ``topic_id`` (the id of the topic the task's plan reads), an idle consumer
+        that read the topic under another id is closed instead of lent.
+        """
+        lease = self._take_idle(key, topic_id)
         with self._lock:
             self._in_use += 1
         if lease is None:
@@ -201,7 +225,28 @@ class ConsumerPool:
             with self._lock:
                 self._in_use -= 1
             raise
+        if topic_id is not None:
+            lease.topic_id = topic_id
         return lease
+
+    def _take_idle(self, key: PoolKey, topic_id: str | None) -> Lease | None:
+        """The newest idle consumer of ``key`` that may read the topic ``topic_id``;
+        those that read it under another id are closed on the way."""
+        while (taken := self._idle.take_newest(lambda k: k[0] == key)) is not None:
+            lease = taken[1]
+            if topic_id is None or lease.topic_id == topic_id:
+                return lease
+            log.info(
+                "gtkafka: closing the pooled consumer of %s: it read the topic under id %s, "
+                "the task reads it under id %s (the topic was deleted and created again)",
+                key,
+                lease.topic_id,
+                topic_id,
+            )
+            with self._lock:
+                self._count(invalidated=1)
+            _close(lease.consumer, "topic recreated")
+        return None
 
     def release(self, lease: Lease, *, ok: bool) -> None:
         """Return ``lease``; ``ok=False`` (the task failed while using it) closes it."""
@@ -367,7 +412,16 @@ class SingleConsumer:
         self._consumer: Any = None
         self.created = 0
 
-    def acquire(self, key: PoolKey, start: int, create: Callable[[], Any]) -> Lease:
+    def acquire(
+        self,
+        key: PoolKey,
+        start: int,
+        create: Callable[[], Any],
+        *,
+        topic_id: str | None = None,
+    ) -> Lease:
+        # Assigned and sought for every range: nothing fetched for an earlier range (of
+        # a topic under another id, say) is ever returned, so topic_id needs no check.
         if self._consumer is None:
             self._consumer = create()
             self.created += 1
@@ -378,7 +432,7 @@ class SingleConsumer:
         except BaseException:
             self.close()
             raise
-        return Lease(key, self._consumer, tp, created=self.created == 1)
+        return Lease(key, self._consumer, tp, created=self.created == 1, topic_id=topic_id)
 
     def release(self, lease: Lease, *, ok: bool) -> None:
         if not ok:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +67,15 @@ class KafkaInputPartition(InputPartition):
     ``records_batch`` marks the one partition of a streaming batch that writes the batch
     record (the first; a marker with no ranges when all of the epoch's ranges are empty).
     ``index`` is the partition's position in the batch (for logs and timing spans).
+    ``topic_ids`` are the ids of the ranges' topics when the epoch was planned (where the
+    broker gives ids): a pooled consumer that read a topic under another id is not used.
     """
 
     epoch: int
     ranges: tuple[OffsetRange, ...] = ()
     records_batch: bool = False
     index: int = 0
+    topic_ids: tuple[tuple[str, str], ...] = ()
 
     @property
     def records(self) -> int:
@@ -80,11 +83,23 @@ class KafkaInputPartition(InputPartition):
 
 
 def input_partitions(
-    epoch: int, tasks: list[tuple[OffsetRange, ...]], *, records_batch: bool
+    epoch: int,
+    tasks: list[tuple[OffsetRange, ...]],
+    *,
+    records_batch: bool,
+    topic_ids: Mapping[str, str] | None = None,
 ) -> list[KafkaInputPartition]:
-    """One partition per task; with ``records_batch`` the first one records the batch."""
+    """One partition per task; with ``records_batch`` the first one records the batch.
+    Each carries the ``topic_ids`` of the topics its ranges read."""
+    ids = topic_ids or {}
     return [
-        KafkaInputPartition(epoch, ranges, records_batch and i == 0, i)
+        KafkaInputPartition(
+            epoch,
+            ranges,
+            records_batch and i == 0,
+            i,
+            tuple(sorted((t, ids[t]) for t in {r.topic for r in ranges} if t in ids)),
+        )
         for i, ranges in enumerate(tasks)
     ]
 
@@ -204,9 +219,12 @@ def _read_ranges(
         return
     consumers = consumer_source(options) if source is None else source
     builder = ArrowBuilder(arrow_schema, partition.epoch)
+    ids = dict(partition.topic_ids)
     try:
         for r in ranges:
-            reader = RangeReader(options, r, consumer_factory=consumer_factory)
+            reader = RangeReader(
+                options, r, consumer_factory=consumer_factory, topic_id=ids.get(r.topic)
+            )
             yield from reader.read_into(builder, consumers, task=task)
         if builder.rows:
             with profiling.span(
@@ -220,7 +238,8 @@ def _read_ranges(
 
 
 class RangeReader:
-    """Reads ``[from, until)`` of one topic-partition."""
+    """Reads ``[from, until)`` of one topic-partition (of the topic with id ``topic_id``,
+    where the plan knows it)."""
 
     def __init__(
         self,
@@ -229,9 +248,11 @@ class RangeReader:
         *,
         consumer_factory: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        topic_id: str | None = None,
     ) -> None:
         self.options = options
         self.range = range_
+        self.topic_id = topic_id
         self.skipped = 0
         self.rows = 0
         self._factory = consumer_factory
@@ -279,7 +300,9 @@ class RangeReader:
         key = PoolKey.of(self.options.bootstrap_servers, config, r.topic, r.partition)
         began = time.time()
         t0 = time.perf_counter()
-        lease = source.acquire(key, r.from_offset, lambda: self._create(config))
+        lease = source.acquire(
+            key, r.from_offset, lambda: self._create(config), topic_id=self.topic_id
+        )
         if profiling.enabled():
             profiling.record(
                 "read.client",

@@ -12,14 +12,16 @@ without Spark's checkpoint) sees the same epochs and hence the same ``gt``.
 The end frontier never loses a partition and never goes backwards on one answer: a
 partition missing from the cluster's answer keeps its offset, and an end below the start
 counts only once a recreation of the topic is confirmed, by its topic id where the broker
-gives one, else by a second, fresh answer that agrees (:meth:`_settled_latest`).
+gives one, else by a second, fresh answer that agrees (:meth:`_settled_latest`). The
+topic ids under which each end was computed are recorded with its epoch, so a driver
+that starts again compares the broker's ids with those of the frontier it resumes from.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -56,7 +58,7 @@ log = logging.getLogger(__name__)
 class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Replayable micro-batch reads of Kafka with a durable epoch log."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only injectable clients, clock and sleep
         self,
         options: KafkaSourceOptions,
         schema: StructType,
@@ -64,6 +66,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         offset_reader: OffsetReader | None = None,
         epoch_log: EpochLog | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         options.require_streaming()
         assert options.pipeline_id is not None and options.store is not None
@@ -73,13 +76,17 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._offsets = offset_reader
         self._log = epoch_log
         self._clock = clock
+        self._sleep = sleep
         self._target: Frontier | None = None
         self._last_trigger: float | None = None
         self.lost_events = 0
-        # The topic ids under which the last frontier was computed (this process only),
-        # and the ids of the answer behind an end not recorded yet.
+        # The topic ids this process saw last (the epoch log's win where it has some, see
+        # _reference_ids), and the ids of the answer behind an end not recorded yet.
         self._topic_ids: dict[str, str] = {}
         self._pending_ids: dict[str, str] = {}
+        # The ids recorded with the frontier the next end starts from (one store read
+        # per frontier at most, not one per idle poll).
+        self._recorded_ids: tuple[SourceOffset, dict[str, str] | None] | None = None
         self._vanished: set[TopicPartitionKey] = set()  # reported missing, still missing
         self._stale: set[TopicPartitionKey] = set()  # reported below the frontier
 
@@ -88,11 +95,13 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         state["_offsets"] = None
         state["_log"] = None
         state["_clock"] = None
+        state["_sleep"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._clock = time.monotonic
+        self._sleep = time.sleep
 
     # --- lazily created clients ------------------------------------------------------
 
@@ -159,6 +168,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         with span("driver.epoch_log", op="recorded_end"):
             recorded = self.epoch_log.recorded_end(begin)
         if recorded is not None:
+            self._adopt_recorded_ids(recorded)
             self._last_trigger = self._clock()
             return recorded.to_json()
         with span("driver.kafka_offsets"):
@@ -166,9 +176,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         if end is None:
             self._topic_ids.update(self._pending_ids)
             return begin.to_json()
+        topics = {t for t, _ in end}
+        ids = {t: tid for t, tid in self._pending_ids.items() if t in topics}
         with span("driver.epoch_log", op="record"):
-            winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end))
+            winner = self.epoch_log.record(begin, SourceOffset(begin.epoch + 1, end), ids)
         self._topic_ids.update(self._pending_ids)
+        self._adopt_recorded_ids(winner)  # another driver's record, if it won the create
         self._last_trigger = self._clock()
         self._log_planned(begin, winner)
         return winner.to_json()
@@ -198,10 +211,15 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The ranges of the epoch, split as the options say; a marker if all are empty.
 
-        A pure function of ``(start, end, options)``, so a replay reads the same splits.
+        A pure function of ``(start, end, options)`` and the epoch's record, which never
+        changes, so a replay reads the same splits. Each partition carries the topic ids
+        recorded with the epoch: a pooled consumer that read a topic under another id is
+        not used for it (:mod:`datasource.consumer_pool`).
         """
         with span("driver.partitions"):
-            return plan_partitions(self.options, from_checkpoint(start), from_checkpoint(end))
+            begin, finish = from_checkpoint(start), from_checkpoint(end)
+            ids = self.epoch_log.topic_ids_at(finish) if not begin.same_as(finish) else None
+            return plan_partitions(self.options, begin, finish, topic_ids=ids)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The partition's rows; the marked partition of a streaming batch writes the batch
@@ -277,25 +295,38 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
     def _settled_latest(self, start: SourceOffset) -> tuple[Frontier, Frontier]:
         """The cluster's ends under the frontier rules, and the partitions to restart.
 
-        Every partition of ``start`` is in the result. One answer that lacks a partition,
-        or puts its end below ``start``, is checked against a second, fresh answer (its
-        ends all probed now) before anything is concluded:
+        Every partition of ``start`` is in the result. The topic ids ``start`` was computed
+        under are the epoch log's (:meth:`_reference_ids`). A topic whose id changed since
+        was deleted and created again (data loss): its partitions restart at the new log
+        start, whatever their ends say. One answer that lacks a partition, or puts its end
+        below ``start``, is checked against a second, fresh answer (its ends all probed
+        now) before anything else is concluded:
 
         * still missing: the partition vanished (data loss, reported once); it keeps its
           offset, so that it continues from there if it comes back;
-        * its topic has another topic id than when the frontier was computed: the topic
-          was recreated (data loss); it restarts at the new log start, whatever its end;
-        * still below ``start`` under the same topic id, or with an end the probe could not
-          confirm: a stale answer (Tansu's ListOffsets when the end probe failed); the
-          partition keeps its offset;
+        * still below ``start`` with an end the probe could not confirm: a stale answer
+          (Tansu's ListOffsets when the end probe failed); the partition keeps its offset;
+        * still below ``start``, confirmed, under the same topic id: asked again up to
+          ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (a new
+          leader's high watermark catches up within moments of a failover). Back at or
+          above ``start``: nothing happened. Still below in every answer: the log was
+          truncated (data loss); the partition goes on from its new end;
         * still below ``start``, confirmed, where no topic id tells: recreated or
           truncated (data loss); it restarts at the new log start.
         """
         begin = dict(start.offsets)
+        reference = self._reference_ids(start)
         view = self.offset_reader.view()
         if self._suspects(begin, view):
             view = self.offset_reader.view(verify=True)
-        self._pending_ids = dict(view.topic_ids)
+        retries = self.options.fetch_offset_num_retries
+        answers = 1
+        while retries > 0 and self._behind_under_same_id(begin, view, reference):
+            retries -= 1
+            answers += 1
+            self._sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+            view = self.offset_reader.view(fresh=True, verify=True)
+        self._pending_ids = {**reference, **view.topic_ids}
         settled: Frontier = dict(view.latest)
 
         missing = sorted(tp for tp in begin if tp not in view.latest)
@@ -303,34 +334,87 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         for tp in missing:
             settled[tp] = begin[tp]
 
-        recreated = {
+        recreated = sorted(
             t
             for t, tid in view.topic_ids.items()
-            if self._topic_ids.get(t, tid) != tid and any(tp[0] == t for tp in begin)
-        }
-        behind = sorted(tp for tp in begin if tp in view.latest and view.latest[tp] < begin[tp])
-        same_id = {t for t in view.topic_ids if t in self._topic_ids and t not in recreated}
-        stale = [tp for tp in behind if tp[0] in same_id or tp in view.unsure]
+            if reference.get(t, tid) != tid and any(tp[0] == t for tp in begin)
+        )
+        behind = sorted(
+            tp
+            for tp in begin
+            if tp in view.latest and view.latest[tp] < begin[tp] and tp[0] not in recreated
+        )
+        stale = [tp for tp in behind if tp in view.unsure]
         self._report_stale(begin, view, stale)
         for tp in stale:
             settled[tp] = begin[tp]
+        truncated = self._behind_under_same_id(begin, view, reference)
+        by_offsets = [tp for tp in behind if tp not in stale and tp not in truncated]
 
         by_id = sorted(tp for tp in view.latest if tp[0] in recreated)
-        by_offsets = [tp for tp in behind if tp[0] not in recreated and tp not in stale]
-        if by_id:
+        for topic in recreated:
             self._data_loss(
-                "topic(s) " + ", ".join(sorted(recreated)) + " were recreated (their topic id "
-                "changed): " + _moves(begin, view.latest, by_id) + "; records of the old topic "
-                "may have been missed, the new one is read from its log start"
+                f"topic '{topic}' was deleted and created again on Kafka at "
+                f"{self.options.bootstrap_servers}: its topic id is {view.topic_ids[topic]}, "
+                f"not {reference[topic]} as when the frontier {_frontier_of(begin, topic)} "
+                f"(the start of epoch {start.epoch}) was computed; it now ends at "
+                f"{_frontier_of(view.latest, topic)}. Records of the old topic after the "
+                "frontier may have been missed, and the new topic must be read from its log "
+                "start, not from the frontier"
+            )
+        if truncated:
+            self._data_loss(
+                f"the log of {_moves(begin, view.latest, truncated)} was truncated on Kafka at "
+                f"{self.options.bootstrap_servers}: the end stayed below the frontier (the "
+                f"start of epoch {start.epoch}) in {answers} answer(s) confirmed by a fetch, "
+                f"{self.options.fetch_offset_retry_interval_ms} ms apart, under the topic "
+                "id the frontier was computed under (not a recreation). Records written "
+                "after the truncation below the new end may have been missed; the "
+                "partition goes on from its new end"
             )
         if by_offsets:
             self._data_loss(
                 "offsets went backwards for "
                 + _moves(begin, view.latest, by_offsets)
-                + " (topic recreated or truncated); records may have been missed"
+                + " (topic recreated or truncated; the broker gives no topic id to tell); "
+                "records may have been missed"
             )
         restart = self.offset_reader.earliest([*by_id, *by_offsets])
+        restart.update({tp: view.latest[tp] for tp in truncated})
         return settled, restart
+
+    def _reference_ids(self, start: SourceOffset) -> dict[str, str]:
+        """The topic ids under which ``start`` was computed: those the epoch log recorded
+        with it where it has them (a driver that starts again knows no others), else the
+        ones this process saw."""
+        cached = self._recorded_ids
+        if cached is None or not cached[0].same_as(start):
+            with span("driver.epoch_log", op="topic_ids"):
+                cached = self._recorded_ids = (start, self.epoch_log.topic_ids_at(start))
+        return {**self._topic_ids, **(cached[1] or {})}
+
+    def _adopt_recorded_ids(self, end: SourceOffset) -> None:
+        """Take the ids recorded with the epoch that ends at ``end`` as this process's:
+        the next frontier starts there (a replayed epoch, or another driver's record)."""
+        recorded = self.epoch_log.topic_ids_at(end)
+        if recorded:
+            self._topic_ids.update(recorded)
+
+    @staticmethod
+    def _behind_under_same_id(
+        begin: Frontier, view: ClusterView, reference: dict[str, str]
+    ) -> list[TopicPartitionKey]:
+        """Partitions whose confirmed end is below ``begin`` under the topic id ``begin``
+        was computed under."""
+        return sorted(
+            tp
+            for tp, off in begin.items()
+            if tp in view.latest
+            and view.latest[tp] < off
+            and tp not in view.unsure
+            and tp[0] in view.topic_ids
+            and reference.get(tp[0]) == view.topic_ids[tp[0]]
+        )
 
     def _suspects(self, begin: Frontier, view: ClusterView) -> bool:
         """Does the answer lack a partition of ``begin``, or put one below it?"""
@@ -354,9 +438,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         new = [tp for tp in stale if tp not in self._stale]
         if new:
             log.warning(
-                "gtkafka: Kafka at %s answers ends below the frontier for %s, twice, but the "
-                "topic was not recreated (same topic id) or the end could not be confirmed "
-                "by a fetch: taken as a stale answer, the frontier stays",
+                "gtkafka: Kafka at %s answers ends below the frontier for %s, twice, and "
+                "the end could not be confirmed by a fetch: taken as a stale answer, the "
+                "frontier stays",
                 self.options.bootstrap_servers,
                 _moves(begin, view.latest, new),
             )
@@ -439,10 +523,15 @@ def from_checkpoint(value: Any) -> SourceOffset:
 
 
 def plan_partitions(
-    options: KafkaSourceOptions, start: SourceOffset, end: SourceOffset
+    options: KafkaSourceOptions,
+    start: SourceOffset,
+    end: SourceOffset,
+    *,
+    topic_ids: Mapping[str, str] | None = None,
 ) -> list[InputPartition]:
     """The epoch's tasks (:func:`~datasource.offsets.task_ranges`); the first one writes
-    the batch record, and an epoch whose ranges are all empty gets a marker that does."""
+    the batch record, and an epoch whose ranges are all empty gets a marker that does.
+    Each task carries the ``topic_ids`` of the topics it reads."""
     if start.same_as(end):
         return []
     tasks = task_ranges(
@@ -451,7 +540,9 @@ def plan_partitions(
         max_records_per_partition=options.max_records_per_partition,
         min_records_per_task=options.min_records_per_task,
     )
-    parts: list[InputPartition] = list(input_partitions(start.epoch, tasks, records_batch=True))
+    parts: list[InputPartition] = list(
+        input_partitions(start.epoch, tasks, records_batch=True, topic_ids=topic_ids)
+    )
     if not parts and start.epoch != end.epoch:
         parts.append(KafkaInputPartition(start.epoch, (), records_batch=True))
     return parts
@@ -459,6 +550,10 @@ def plan_partitions(
 
 def _tps(tps: list[TopicPartitionKey]) -> str:
     return ", ".join(f"{t}-{p}" for t, p in tps)
+
+
+def _frontier_of(begin: Frontier, topic: str) -> str:
+    return ", ".join(f"{t}-{p}={off}" for (t, p), off in sorted(begin.items()) if t == topic)
 
 
 def _moves(begin: Frontier, latest: Frontier, tps: list[TopicPartitionKey]) -> str:

@@ -143,4 +143,4 @@ def test_recreated_topic_restarts_from_its_new_log_start(
         f"{len(new)} of the new topic's {new_records} records read; epochs {driver.epochs}"
     )
     assert driver.reader.lost_events >= 1
-    assert any("recreated" in r.getMessage() for r in caplog.records)
+    assert any("deleted and created again" in r.getMessage() for r in caplog.records)

@@ -5,7 +5,9 @@ defect switchable (``tansu=True``: "latest" is the base offset of the last recor
 plus one) and every call counted in ``FakeBroker.calls``. Topics get topic ids (as in
 Metadata v10+) unless ``topic_ids=False``; :meth:`FakeBroker.hide` drops a partition from
 the next Metadata answers and :meth:`FakeBroker.fail_probes` leaves the fetches of the
-next end probes unanswered.
+next end probes unanswered. :meth:`FakeBroker.truncate` cuts a partition's log under the
+same topic id; :meth:`FakeBroker.lag` plays a new leader whose high watermark has not
+caught up yet (a lower end for a few answers).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class FakeBroker:
         self.hidden: dict[tuple[str, int], int] = {}  # partition -> Metadata answers to skip
         self.unanswered_probes = 0
         self.tick: Callable[[float], None] | None = None  # advances the test's clock
+        # partition -> (the end it answers, ListOffsets answers left), see lag()
+        self.lagging: dict[tuple[str, int], tuple[int, int]] = {}
+        self.lying: set[tuple[str, int]] = set()  # fetches see the lagging end
 
     def create(self, topic: str, partitions: int) -> None:
         self.topics[topic] = {p: FakePartition() for p in range(partitions)}
@@ -104,6 +109,39 @@ class FakeBroker:
 
     def recreate(self, topic: str, partitions: int) -> None:
         self.create(topic, partitions)
+
+    def truncate(self, topic: str, partition: int, offset: int) -> None:
+        """Cut the log at ``offset`` (an unclean leader election): the records from there
+        on are gone, the next record gets ``offset``; the topic id stays."""
+        part = self.topics[topic][partition]
+        for off in [o for o in part.records if o >= offset]:
+            del part.records[off]
+        part.end = offset
+        part.batch_bases = [b for b in part.batch_bases if b < offset]
+
+    def lag(self, topic: str, partition: int, end: int, answers: int) -> None:
+        """The next ``answers`` ListOffsets answers put the partition's end at ``end``, and
+        fetches until the next honest ListOffsets answer see that high watermark and no
+        record from there on (a new leader right after a failover)."""
+        self.lagging[(topic, partition)] = (end, answers)
+
+    def answered_end(self, tp: TopicPartition) -> int:
+        """The end a ListOffsets answer gives, lagging or not (see :meth:`lag`)."""
+        key = (tp.topic, tp.partition)
+        listed = self.listed_end(tp)
+        end, left = self.lagging.get(key, (listed, 0))
+        if left > 0 and end < listed:
+            self.lagging[key] = (end, left - 1)
+            self.lying.add(key)
+            return end
+        self.lying.discard(key)
+        return listed
+
+    def visible_end(self, tp: TopicPartition) -> int:
+        """The partition's end as fetches see it."""
+        key = (tp.topic, tp.partition)
+        end = self.topics[tp.topic][tp.partition].end
+        return min(end, self.lagging[key][0]) if key in self.lying else end
 
     def listed_end(self, tp: TopicPartition) -> int:
         part = self.topics[tp.topic][tp.partition]
@@ -172,7 +210,7 @@ class FakeConsumer:
         self, tps: list[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
         self._check("list_offsets")
-        return {tp: self.broker.listed_end(tp) for tp in tps}
+        return {tp: self.broker.answered_end(tp) for tp in tps}
 
     def offsets_for_times(
         self, stamps: dict[TopicPartition, int], timeout_ms: int | None = None
@@ -225,10 +263,11 @@ class FakeConsumer:
             pos = self.positions[tp]
             if pos < part.log_start or (pos > part.end and not self.broker.tansu):
                 raise kerr.OffsetOutOfRangeError({tp: pos})
-            self.high[tp] = part.end
+            visible = self.broker.visible_end(tp)
+            self.high[tp] = visible
             got: list[ConsumerRecord] = []
             off = pos
-            end = part.end if fetched_to is None else min(part.end, fetched_to)
+            end = visible if fetched_to is None else min(visible, fetched_to)
             while off < end and len(got) < limit:
                 rec = part.records.get(off)
                 if rec is not None:

@@ -156,3 +156,26 @@ def test_operators_list_and_read_the_recorded_epochs(log: EpochLog, store: Count
     recorded = log.read_epoch(1)
     assert recorded is not None and recorded.end.same_as(offset(2, 20))
     assert log.read_epoch(7) is None
+
+
+def test_topic_ids_are_recorded_with_the_end_they_were_computed_under(
+    log: EpochLog, store: CountingStore
+) -> None:
+    ids = {"t": "0e7b5a1c-0000-4000-8000-000000000001"}
+    log.record(offset(0, 0), offset(1, 10), ids)
+    log.record(offset(1, 10), offset(2, 20))  # a broker without ids
+    store.calls.clear()
+    assert log.topic_ids_at(offset(1, 10)) == ids
+    assert log.topic_ids_at(offset(2, 20)) is None
+    assert log.topic_ids_at(offset(0, 0)) is None  # the start: no epoch ends there
+    assert log.topic_ids_at(offset(1, 11)) is None  # epoch 0 ends elsewhere
+    assert store.calls == Counter()  # remembered
+    fresh = EpochLog(store, PipelineLayout("p"))  # a driver that starts again
+    assert fresh.topic_ids_at(offset(1, 10)) == ids
+    assert fresh.topic_ids_at(offset(1, 10)) == ids
+    assert fresh.topic_ids_at(offset(7, 70)) is None  # not recorded
+    assert store.calls == Counter(get=2)
+    raw, _ = store.get_json(PipelineLayout("p").epoch(0))
+    assert raw["topic_ids"] == ids
+    raw, _ = store.get_json(PipelineLayout("p").epoch(1))
+    assert "topic_ids" not in raw

@@ -25,6 +25,7 @@ from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 from state.stores import open_store
 
+TOPIC_ID = "01a212fd-3be2-76d0-825d-fa41f38b6803"  # as Tansu gives them
 START = SourceOffset(7, {("orders", 0): 1200, ("orders", 1): 1187})
 END = SourceOffset(8, {("orders", 0): 1300, ("orders", 1): 1290})
 PART = StagedPart(
@@ -66,6 +67,7 @@ RECORDS: list[tuple[Any, Callable[[object], Any]]] = [
     (GlobalTime(7, "t", 1, 99), GlobalTime.from_json),
     (START, SourceOffset.from_json),
     (EpochRecord(7, START, END), EpochRecord.from_json),
+    (EpochRecord(7, START, END, {"orders": TOPIC_ID}), EpochRecord.from_json),
     (BatchRecord("q", 3, 7), BatchRecord.from_json),
     (BUNDLE, InflightBundle.from_json),
     (InflightBundle(9, "q", 4, None, (), has_gt=False, ordered=True), InflightBundle.from_json),
@@ -116,6 +118,16 @@ def test_stored_bytes_are_todays_plus_the_format_field() -> None:
         b'{"end":{"epoch":1,"offsets":{"t":{"0":2}}},"epoch":0,"format":1,'
         b'"start":{"epoch":0,"offsets":{}}}'
     )
+    # with the topic ids of the end (a broker that reports them): one more field, sorted
+    with_ids = EpochRecord(
+        0, SourceOffset(0, {}), SourceOffset(1, {("t", 0): 2}), {"t": TOPIC_ID, "a": "x"}
+    )
+    assert dumps(with_ids.to_json()) == (
+        b'{"end":{"epoch":1,"offsets":{"t":{"0":2}}},"epoch":0,"format":1,'
+        b'"start":{"epoch":0,"offsets":{}},'
+        b'"topic_ids":{"a":"x","t":"01a212fd-3be2-76d0-825d-fa41f38b6803"}}'
+    )
+    assert EpochRecord.from_json(json.loads(dumps(with_ids.to_json()))) == with_ids
     assert dumps(BarrierState(-1, None, Owner("r", "q", 1, 2.0)).to_json()) == (
         b'{"format":1,"gt_last":-1,"inflight":null,"owner":{"generation":1,"query_id":"q",'
         b'"run_id":"r","since":2.0,"token":null}}'
@@ -283,6 +295,12 @@ def test_global_time_orders_as_the_gt_column() -> None:
             EpochRecord.from_json,
             {"epoch": 0, "start": START.to_json()},
             r"epoch record: field 'end' is missing",
+        ),
+        (
+            EpochRecord.from_json,
+            {"epoch": 0, "start": START.to_json(), "end": END.to_json(), "topic_ids": {"t": 7}},
+            r"epoch record: field 'topic_ids' = \{\"t\": 7\} is invalid: expected an object "
+            r"of topic names to topic ids",
         ),
         (
             ResumePoint.from_json,

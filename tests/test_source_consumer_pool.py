@@ -50,9 +50,12 @@ def read(
     pool: Any,
     r: OffsetRange,
     opts: KafkaSourceOptions | None = None,
+    topic_id: str | None = None,
 ) -> list[int]:
-    """The offsets read for ``r`` with a consumer from ``pool``."""
-    reader = RangeReader(opts or options(), r, consumer_factory=factory(broker))
+    """The offsets read for ``r`` (of the topic ``topic_id``) with a consumer from ``pool``."""
+    reader = RangeReader(
+        opts or options(), r, consumer_factory=factory(broker), topic_id=topic_id
+    )
     table = pa.Table.from_batches(list(reader.batches(4, SCHEMA, source=pool)), schema=SCHEMA)
     assert set(table.column("partition").to_pylist()) <= {r.partition}
     return list(table.column("offset").to_pylist())
@@ -83,6 +86,23 @@ def test_a_consumer_at_the_next_start_is_reused_without_a_seek(broker: FakeBroke
     assert not any(c.closed for c in broker.consumers)
     pool.close()
     assert all(c.closed for c in broker.consumers)
+
+
+def test_a_consumer_that_read_the_topic_under_another_id_is_closed(broker: FakeBroker) -> None:
+    """The topic was deleted and created again: a consumer that read the old one may stand
+    exactly at the next range's start with the old topic's records fetched ahead."""
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 0, 0, 30), topic_id="old") == list(range(30))
+    assert read(broker, pool, OffsetRange("t", 0, 30, 40), topic_id="old") == list(range(30, 40))
+    assert counts(pool) == (1, 1, 1, 0, 0)
+    first = broker.consumers[0]
+    assert read(broker, pool, OffsetRange("t", 0, 40, 50), topic_id="new") == list(range(40, 50))
+    assert counts(pool) == (2, 1, 2, 0, 1)  # closed, and a new one created and sought
+    assert first.closed and not broker.consumers[1].closed
+    # a plan without ids (a broker that gives none) cannot tell: the consumer is lent
+    assert read(broker, pool, OffsetRange("t", 0, 50, 60)) == list(range(50, 60))
+    assert read(broker, pool, OffsetRange("t", 0, 60, 70), topic_id="new") == list(range(60, 70))
+    assert counts(pool) == (2, 3, 2, 0, 1)
 
 
 def test_a_consumer_behind_the_start_moves_through_what_it_fetched(broker: FakeBroker) -> None:

@@ -51,6 +51,7 @@ class Harness:
         }
         self.options = KafkaSourceOptions.parse(raw)
         self.clock = Clock()
+        self.slept: list[float] = []
         broker.tick = self.tick  # an unanswered fetch takes its time on the fake clock
         self.store = MemoryStore(StoreConfig(self.uri))
         self.layout = PipelineLayout("p")
@@ -66,10 +67,15 @@ class Harness:
             offset_reader=offsets,
             epoch_log=EpochLog(self.store, self.layout),
             clock=self.clock,
+            sleep=self.sleep,
         )
 
     def tick(self, seconds: float) -> None:
         self.clock.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.tick(seconds)
 
     def tasks(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[KafkaInputPartition]:
         """``reader.partitions``: the stream reader plans only KafkaInputPartitions."""
@@ -169,7 +175,8 @@ def test_epoch_log_records_and_replays(broker: FakeBroker) -> None:
     end = h.latest(start, ReadMaxRows(20))
     assert end["epoch"] == 1 and offsets(end) == {("t", 0): 15, ("t", 1): 5}
     record, _ = h.store.get_json(h.layout.epoch(0))
-    assert record == {"epoch": 0, "format": 1, "start": start, "end": end}
+    ids = {"t": str(broker.ids["t"])}  # the topic ids under which the end was computed
+    assert record == {"epoch": 0, "format": 1, "start": start, "end": end, "topic_ids": ids}
     # a replay gets the recorded end whatever the limit is now, and from another reader
     assert h.latest(start, ReadAllAvailable()) == end
     assert h.new_reader().latestOffset(start, ReadMaxRows(1)) == end
@@ -338,7 +345,8 @@ def test_recreated_topic_is_data_loss(broker: FakeBroker) -> None:
     h.clock.now += 30  # Tansu's ListOffsets answers 1 before and after: the probe is aged out
     with pytest.raises(DataLossError) as info:
         h.latest(end)
-    assert "t-0 (from 50 to 20)" in str(info.value)
+    assert "frontier t-0=50, t-1=0 (the start of epoch 1)" in str(info.value)
+    assert "it now ends at t-0=20, t-1=0" in str(info.value)
 
     lenient = Harness(broker, h.uri, failOnDataLoss="false")
     restart = lenient.latest(end)
@@ -371,11 +379,18 @@ def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> No
     strict, lenient = Harness(broker), Harness(broker, failOnDataLoss="false")
     end = strict.latest(strict.reader.initialOffset())
     assert lenient.latest(lenient.reader.initialOffset()) == end
+    old_id = str(broker.ids["t"])
     broker.recreate("t", 2)
     broker.produce("t", 0, 80)
     with pytest.raises(DataLossError) as info:
         strict.latest(end)
-    assert "t were recreated (their topic id changed): t-0 (from 50 to 80)" in str(info.value)
+    assert str(info.value).startswith(
+        f"gtkafka: topic 't' was deleted and created again on Kafka at fake:9092: its topic "
+        f"id is {broker.ids['t']}, not {old_id} as when the frontier t-0=50, t-1=0 (the start "
+        "of epoch 1) was computed; it now ends at t-0=80, t-1=0. Records of the old topic "
+        "after the frontier may have been missed, and the new topic must be read from its "
+        "log start, not from the frontier. Set failOnDataLoss=false"
+    )
 
     restart = lenient.latest(end)
     assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
@@ -385,6 +400,113 @@ def test_recreated_topic_is_recognised_by_its_topic_id(broker: FakeBroker) -> No
     assert lenient.ranges(restart, again) == ["t-0 [0, 80)"]
     assert lenient.reader.lost_events == 1
     assert lenient.latest(again) == again  # the new topic id is the one that counts now
+
+
+def test_a_restarted_driver_knows_the_topic_ids_of_its_frontier_from_the_epoch_log(
+    broker: FakeBroker,
+) -> None:
+    """The topic is recreated while the query is down and refilled beyond the frontier: a
+    new driver process has only the epoch log to tell (its first answer looks like
+    growth), and the epoch that ends at the frontier recorded the old topic id."""
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    end = h.latest(h.reader.initialOffset())
+    old_id = str(broker.ids["t"])
+    broker.recreate("t", 2)
+    broker.produce("t", 0, 80)
+    restarted = h.new_reader()
+    with pytest.raises(DataLossError) as info:
+        restarted.latestOffset(end, ReadAllAvailable())
+    text = str(info.value)
+    assert "topic 't' was deleted and created again on Kafka at fake:9092" in text
+    assert f"its topic id is {broker.ids['t']}, not {old_id}" in text
+    assert "frontier t-0=50, t-1=0 (the start of epoch 1)" in text
+    assert h.store.get_or_none(h.layout.epoch(1)) is None  # the failing epoch: not recorded
+
+    lenient = Harness(broker, h.uri, failOnDataLoss="false")  # restarted, lenient
+    restart = lenient.latest(end)
+    assert offsets(restart) == {("t", 0): 0, ("t", 1): 0}  # the new log start
+    assert lenient.reader.lost_events == 1
+    again = lenient.latest(restart)
+    assert lenient.ranges(restart, again) == ["t-0 [0, 80)"]
+    new_id = str(broker.ids["t"])
+    record, _ = lenient.store.get_json(lenient.layout.epoch(1))
+    assert record["topic_ids"] == {"t": new_id}
+    # the plan names the topic id its ranges read (the pool checks its consumers by it)
+    assert [p.topic_ids for p in lenient.tasks(restart, again)] == [(("t", new_id),)]
+
+
+def test_epochs_recorded_without_topic_ids_are_judged_by_their_offsets() -> None:
+    """An epoch log written without topic ids (a broker that gives none, or a gtbarrier
+    before they were recorded): a restarted driver has no id to compare, and goes by the
+    offsets as before."""
+    broker = FakeBroker(tansu=True, topic_ids=False)
+    broker.create("t", 1)
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    end = h.latest(h.reader.initialOffset())
+    record, _ = h.store.get_json(h.layout.epoch(0))
+    assert "topic_ids" not in record
+    broker.with_ids = True
+    broker.recreate("t", 1)
+    broker.produce("t", 0, 20)
+    with pytest.raises(DataLossError) as info:
+        h.new_reader().latestOffset(end, ReadAllAvailable())
+    assert "offsets went backwards for t-0 (from 50 to 20)" in str(info.value)
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_an_end_below_the_frontier_for_a_moment_is_neither_a_recreation_nor_a_truncation(
+    broker: FakeBroker, restarted: bool
+) -> None:
+    """Right after a leader failover the new leader's high watermark may lag behind: two
+    answers, each confirmed by a fetch, put the end below the frontier under the same
+    topic id. It is asked again, fetchOffset.retryIntervalMs apart, and is back above."""
+    broker.produce("t", 0, 100)
+    h = Harness(broker, **{"fetchOffset.retryIntervalMs": "500"})
+    end = h.latest(h.reader.initialOffset())
+    if restarted:
+        h.reader = h.new_reader()
+    broker.produce("t", 0, 20)
+    broker.lag("t", 0, 40, answers=2)
+    end2 = h.latest(end)
+    assert h.ranges(end, end2) == ["t-0 [100, 120)"]
+    assert h.slept == [0.5]  # one more answer was enough
+    assert h.reader.lost_events == 0
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_truncation_under_the_same_topic_id_is_data_loss(
+    broker: FakeBroker, restarted: bool
+) -> None:
+    """An unclean leader election cut the log at 30; five records came since. Every
+    answer, fetchOffset.numRetries more of them, puts the end below the frontier under
+    the topic id the frontier was computed under: not a stale answer, data loss."""
+    broker.produce("t", 0, 50)
+    strict = Harness(broker, **{"fetchOffset.retryIntervalMs": "500"})
+    end = strict.latest(strict.reader.initialOffset())
+    if restarted:
+        strict.reader = strict.new_reader()
+    broker.truncate("t", 0, 30)
+    broker.produce("t", 0, 5, batch=1)
+    with pytest.raises(DataLossError) as info:
+        strict.latest(end)
+    assert str(info.value).startswith(
+        "gtkafka: the log of t-0 (from 50 to 35) was truncated on Kafka at fake:9092: the end "
+        "stayed below the frontier (the start of epoch 1) in 4 answer(s) confirmed by a "
+        "fetch, 500 ms apart, under the topic id the frontier was computed under"
+    )
+    assert strict.slept == [0.5, 0.5, 0.5]  # fetchOffset.numRetries = 3
+
+    lenient = Harness(broker, strict.uri, failOnDataLoss="false")
+    restart = lenient.latest(end)
+    # the partition goes on from its new end: nothing it read before is read again
+    assert offsets(restart) == {("t", 0): 35, ("t", 1): 0}
+    assert lenient.reader.lost_events == 1
+    broker.produce("t", 0, 10)
+    again = lenient.latest(restart)
+    assert lenient.ranges(restart, again) == ["t-0 [35, 45)"]
+    assert lenient.reader.lost_events == 1
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])

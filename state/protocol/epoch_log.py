@@ -5,7 +5,10 @@
   the same after a restart or on a new checkpoint.
 * ``<pipeline>/epochs/<k>.json``: the :class:`~state.records.epoch.EpochRecord` of epoch
   ``k``, created before ``latestOffset`` returns its ``end`` for ``start``; first writer
-  wins. A replay of ``start`` gets the recorded end, whatever the read limit is now.
+  wins. A replay of ``start`` gets the recorded end, whatever the read limit is now. The
+  record also keeps the topic ids under which its end was computed
+  (:meth:`EpochLog.topic_ids_at`), so that a driver that starts again can tell a topic
+  deleted and created again since from the one the frontier belongs to.
 
 The store retries its own requests (and resolves a create whose answer was lost), so a
 ``KeyExists`` here always means another writer won.
@@ -26,7 +29,7 @@ learnt, to spare the store a request per micro-batch (and one per poll while idl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -86,8 +89,15 @@ class EpochLog:
             self._remember(start.epoch, record)
         return self._check(key, record, start)
 
-    def record(self, start: SourceOffset, end: SourceOffset) -> SourceOffset:
-        """Create epoch ``start.epoch = (start, end)``; if it exists, the recorded end."""
+    def record(
+        self,
+        start: SourceOffset,
+        end: SourceOffset,
+        topic_ids: Mapping[str, str] | None = None,
+    ) -> SourceOffset:
+        """Create epoch ``start.epoch = (start, end)``, with the ``topic_ids`` under which
+        ``end`` was computed; if the epoch exists, the recorded end (and its ids count,
+        see :meth:`topic_ids_at`)."""
         if end.epoch != start.epoch + 1:
             raise ValueError(f"epoch {start.epoch} must end at epoch {start.epoch + 1}, not {end}")
         key = self.layout.epoch(start.epoch)
@@ -95,13 +105,34 @@ class EpochLog:
             self._absent = None  # whatever happens next, the store is asked again
         winner, created = self._create_or_get(
             key,
-            EpochRecord(start.epoch, start, end).to_json(),
+            EpochRecord(start.epoch, start, end, dict(topic_ids or {})).to_json(),
             lambda raw: self._epoch_record(key, raw),
         )
         self._remember(start.epoch, winner)
         if created:
             self._absent = end.epoch
         return self._check(key, winner, start)
+
+    def topic_ids_at(self, offset: SourceOffset) -> dict[str, str] | None:
+        """The topic ids under which the frontier ``offset`` was computed: those recorded
+        with epoch ``offset.epoch - 1``, the one that ends at ``offset``.
+
+        ``None`` when there are none to compare with: ``offset`` is the start (epoch 0),
+        that epoch is not recorded or ends elsewhere, or it was recorded without ids (by a
+        gtbarrier before topic ids were recorded, or from a broker that gives none).
+        """
+        if offset.epoch == 0:
+            return None
+        epoch = offset.epoch - 1
+        record = self._recorded.get(epoch)
+        if record is None:
+            record = self.read_epoch(epoch)
+            if record is None:
+                return None
+            self._remember(epoch, record)
+        if not record.end.same_as(offset) or not record.topic_ids:
+            return None
+        return dict(record.topic_ids)
 
     def _remember(self, epoch: int, record: EpochRecord) -> None:
         self._recorded[epoch] = record
