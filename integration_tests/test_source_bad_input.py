@@ -139,3 +139,76 @@ def test_batch_range_past_the_end_fails_or_is_skipped(spark: Any, kafka: Any) ->
     assert f"records [30, 80) of {topic}-0" in str(info.value)
     df = spark.read.format("gtkafka").options(**opts, failOnDataLoss="false").load()
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(10, 30))
+
+
+class RawHeaderKey(str):
+    """A header key that kafka-python's producer writes as the given bytes (it encodes
+    every key with ``key.encode("utf-8")``): the only way to send a key that is not
+    UTF-8, which Kafka allows (keys are bytes on the wire; Java clients decode them
+    leniently)."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> RawHeaderKey:
+        key = super().__new__(cls, raw.decode("latin-1"))
+        key.raw = raw
+        return key
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return self.raw
+
+
+@pytest.mark.timeout(300)
+def test_header_keys_that_are_not_utf8_are_replaced_or_never_decoded(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """Every third record has a header whose key is the bytes ff fe 68: with
+    includeHeaders=true the key reads with replacement characters, as Spark's Kafka
+    source (the Java client) gives it; with includeHeaders=false headers are not decoded
+    at all. The records sit in the partition's last batch, which the driver's end probe
+    fetches too."""
+    topic = kafka.create_topic(partitions=1)
+    records = [
+        (
+            b"k%d" % i,
+            b"v%d" % i,
+            [(RawHeaderKey(b"\xff\xfeh"), b"x%d" % i)] * (i % 3 == 0) + [("i", b"%d" % i)],
+            0,
+        )
+        for i in range(30)
+    ]
+    kafka.produce(topic, records, batch_size=100)
+    state = f"file://{tmp_path / 'state'}"
+    expected = [
+        [("\ufffd\ufffdh", b"x%d" % i)] * (i % 3 == 0) + [("i", b"%d" % i)] for i in range(30)
+    ]
+
+    for include in ("false", "true"):
+        opts = gtkafka_options(
+            kafka.bootstrap, topic, state, includeHeaders=include, **{"pipeline.id": include}
+        )
+        rows = streamed_rows(spark, opts, tmp_path / f"checkpoint-{include}")
+        assert [r.value for r in rows] == [b"v%d" % i for i in range(30)], include
+        if include == "true":
+            assert [[(h.key, h.value) for h in r.headers] for r in rows] == expected
+        else:
+            assert "headers" not in rows[0]
+
+    batch = (
+        spark.read.format("gtkafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .load()
+        .select("offset", "headers")
+        .collect()
+    )
+    got = [[(h.key, h.value) for h in r.headers] for r in sorted(batch, key=lambda r: r.offset)]
+    assert got == expected
+
+
+def streamed_rows(spark: Any, opts: dict[str, str], checkpoint: Path) -> list[Any]:
+    """Every row a streaming query of ``opts`` reads (all columns but ``gt``), by offset."""
+    rows: list[Any] = []
+    run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.drop("gt").collect()))
+    return sorted(rows, key=lambda r: r.offset)
