@@ -22,6 +22,7 @@ from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_INDEX
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, DeliveryFailed
+from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
 
 pytestmark = pytest.mark.timeout(180)
@@ -48,7 +49,7 @@ def pipeline(**raw: str) -> Pipeline:
     p.options = SinkOptions.parse(
         {"pipeline.id": "p1", "state.uri": f"memory://{p.query_id}", **raw}
     )
-    p.store = __import__("state.stores.base", fromlist=["open_store"]).open_store(p.options.store)
+    p.store = open_store(p.options.store)
     p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
     p.staging = p.consumer.staging
     return p
