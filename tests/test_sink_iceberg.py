@@ -3,6 +3,7 @@ barrier protocol on pyiceberg's SQL catalog (SQLite) with a file:// warehouse.""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from gtbarrier.cli import main
 from sink.consumers import open_consumer
 from sink.consumers.iceberg.iceberg_consumer import (
     BUNDLE_ID,
@@ -436,7 +438,9 @@ def test_sweep_lists_and_deletes_files_no_snapshot_references(tmp_path: Path) ->
     assert lake.values() == [b"0:0", b"0:1"]
 
 
-def test_the_kind_sweeps_orphans_and_keeps_newer_bundles_files(tmp_path: Path) -> None:
+def test_the_kind_sweeps_orphans_and_keeps_newer_bundles_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What ``gtbarrier sweep`` lists and deletes for consumer=iceberg: an orphan of a
     delivered bundle goes, the moved but uncommitted files of a newer bundle stay."""
     lake = Lake(tmp_path)
@@ -456,9 +460,22 @@ def test_the_kind_sweeps_orphans_and_keeps_newer_bundles_files(tmp_path: Path) -
         lake.consumer.deliver(newer)  # moved, not committed: maybe in flight
     found = ICEBERG.find_leftovers(lake.options)
     assert sorted((f.what, f.kept) for f in found) == [(ORPHAN, False), (PENDING, True)]
-    deleted = ICEBERG.delete_leftovers(lake.options, found)
-    assert deleted == [f.location for f in found if not f.kept]
+    (orphan,) = [f.location for f in found if not f.kept]
+
+    raw = raw_options(tmp_path)
+    options = [f"--option={k}={v}" for k, v in raw.items() if k.startswith("consumer")]
+    argv = ["sweep", "--pipeline", "p1", "--state-uri", raw["state.uri"], *options, "--json"]
+    assert main(argv) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["consumer"] == "iceberg" and listed["consumer_path"] is None
+    assert {(f["kind"], f["in_flight"]) for f in listed["found"]} >= {
+        (ORPHAN, False),
+        (PENDING, True),
+    }
+    assert main([*argv, "--delete", "--force"]) == 0
+    assert orphan in json.loads(capsys.readouterr().out)["deleted"]
     assert [(f.what, f.kept) for f in ICEBERG.find_leftovers(lake.options)] == [(PENDING, True)]
+    assert lake.values() == [b"0:0"]
 
 
 def _process_io() -> tuple[int, int]:

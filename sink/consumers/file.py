@@ -12,7 +12,9 @@ complete file, and the pointer is replaced atomically after it, so readers that 
 ``_``/``.`` names (pyarrow, pandas, DuckDB, Spark) see only complete bundles, and
 ``last_bundle()`` never names a bundle whose file is missing. A bundle staged as a single
 part is promoted by renaming that part (no item bytes through the driver); a bundle of
-several parts is combined into one file (see :mod:`sink.parquet_concat`).
+several parts is combined into one file (see :mod:`sink.parquet_concat`). ``gtbarrier
+sweep`` lists and deletes the ``.tmp-*`` files a process killed while writing left
+(:class:`FileKind`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sink.staging import FileStaging, Staging
 from state.errors import DeliveryFailed, StateError
 from state.option_table import StringOption
 from state.options import Options
+from state.stores import StateStore
 
 TMP_PREFIX = ".tmp-"
 """Files being written (by this consumer, or ``write_atomically``) start with this."""
@@ -199,7 +202,7 @@ class FileKind(ConsumerKind[FileSettings]):
         check_writable(settings.path)
         return settings
 
-    def open_staging(self, options: SinkView, store: Any) -> FileStaging:
+    def open_staging(self, options: SinkView, store: StateStore) -> FileStaging:
         return FileStaging(self.settings(options).path)
 
     def open_consumer(
