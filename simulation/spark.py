@@ -1,0 +1,611 @@
+"""The simulator's model of Spark and of the snapshot coordinator: a driver process.
+
+A :class:`DriverProc` is one driver program: a snapshot coordinator (its fencing token, the
+resume point generation it works in) and the query it supervises. Its actors:
+
+* ``pN`` runs the coordinator's start (take a fencing token, claim the barrier for the
+  driver, read the resume point), then the supervised query: recover the checkpoint, run
+  query runs one after the other, restarting a failed run up to :data:`MAX_RESETS` times;
+* ``pNs`` is the snapshot worker: it snapshots each completed batch while later batches
+  run, waits until the barrier has nothing in flight at or below the batch's epoch, and
+  accepts the snapshot into the resume point;
+* ``pNu`` replaces ``pN`` when the operator upgrades the query (a new version on a fresh
+  checkpoint, ``recover(mode="replay")``).
+
+One query run loops over micro-batches as Spark's ``MicroBatchExecution`` does: plan the
+next epoch through the epoch log (the recorded end if any, else a new end, first writer
+wins), write the offset-log entry (the simulated checkpoint), run the read task that writes
+the batch record, compute the batch's rows (the deterministic query, its state kept in the
+checkpoint), stage them with write tasks, commit through the barrier (abort if anything
+failed), write the commit-log entry. A restart with the checkpoint replays the last
+planned but uncommitted batch with the same batch id and offsets; without it the query
+gets a new query id and batch ids from 0, and starts from the source's persisted start or
+a snapshot's frontier.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from simulation.protocol import SimBarrier
+from simulation.query import EMPTY_STATE, QueryState, Row, rows_to_batch, run_epoch
+from sink import lost_bundle, write_task
+from sink.bundle import BarrierCommitMessage
+from sink.faults import FaultInjector
+from sink.options import SinkOptions
+from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
+from state.errors import (
+    CoordinationError,
+    GtBarrierError,
+    KeyExists,
+    PipelineFenced,
+    RetriableError,
+    SnapshotCorrupted,
+)
+from state.protocol import batch_records, fencing, resume_point
+from state.protocol.barrier_state import BarrierStateStore, read_barrier_state
+from state.protocol.epoch_log import EpochLog
+from state.records.checkpoint_marker import CheckpointMarker
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.records.source_offset import SourceOffset
+from state.spark_task import StreamingTask
+
+if TYPE_CHECKING:
+    from simulation.store import SimStore
+    from simulation.world import World
+
+T = TypeVar("T")
+
+#: Write tasks per batch (each stages one part: the rows of its keys).
+TASKS = 2
+#: Attempts of a failed task (Spark's task retry).
+TASK_ATTEMPTS = 2
+#: Restarts of a failed query run before the driver gives up.
+MAX_RESETS = 3
+#: Snapshots the resume point retains.
+RETAIN = 2
+#: How often the snapshot worker looks for the barrier to drain before giving up.
+DRAIN_POLLS = 3
+
+
+class SparkQueryError(RetriableError):
+    """Spark failed the query run (a task failed every attempt, two drivers wrote the same
+    checkpoint log entry); the supervisor restarts it."""
+
+
+@dataclass
+class Checkpoint:
+    """A query's checkpoint directory: its query id (``metadata``), offset and commit logs,
+    the operator state after each batch, and the coordinator's generation marker."""
+
+    query_id: str | None = None
+    offsets: dict[int, tuple[SourceOffset, SourceOffset]] = field(default_factory=dict)
+    commits: set[int] = field(default_factory=set)
+    states: dict[int, QueryState] = field(default_factory=dict)
+    marker: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.query_id is None and not self.offsets
+
+    def local(self) -> LocalCheckpoint:
+        """What :func:`~state.coordinator.checkpoint_recovery.decide` sees of it."""
+        return LocalCheckpoint(
+            path=Path("/simulated/checkpoint"),
+            exists=True,
+            empty=self.empty,
+            query_id=self.query_id,
+            last_committed=max(self.commits, default=None),
+            marker=None if self.marker is None else CheckpointMarker("sim", self.marker),
+        )
+
+    def snapshot_json(self, batch_id: int) -> dict[str, Any]:
+        """The files a restart after ``batch_id`` needs, as the manifest's content."""
+        return {
+            "query_id": self.query_id,
+            "offsets": {
+                str(b): [s.to_json(), e.to_json()]
+                for b, (s, e) in self.offsets.items()
+                if b <= batch_id
+            },
+            "commits": sorted(b for b in self.commits if b <= batch_id),
+            "state": [list(entry) for entry in self.states[batch_id]],
+            "batch_id": batch_id,
+        }
+
+    @classmethod
+    def from_snapshot(cls, raw: dict[str, Any], marker: int) -> Checkpoint:
+        states: QueryState = tuple(
+            (str(key), int(total), (int(g[0]), str(g[1]), int(g[2]), int(g[3])))
+            for key, total, g in raw["state"]
+        )
+        return cls(
+            query_id=raw["query_id"],
+            offsets={
+                int(b): (SourceOffset.from_json(s), SourceOffset.from_json(e))
+                for b, (s, e) in raw["offsets"].items()
+            },
+            commits=set(raw["commits"]),
+            states={int(raw["batch_id"]): states},
+            marker=marker,
+        )
+
+
+@dataclass(frozen=True)
+class CompletedBatch:
+    """A batch whose commit-log entry is written: what its snapshot needs."""
+
+    batch_id: int
+    epoch: int
+    end: SourceOffset
+    query_id: str
+    files: dict[str, Any]
+
+
+def task_rows(rows: list[Row], task: int) -> list[Row]:
+    """The rows write task ``task`` gets (by key, as after a shuffle)."""
+    return [r for r in rows if sum(map(ord, r[1])) % TASKS == task]
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """One write task of a batch (run once per attempt)."""
+
+    proc: DriverProc
+    query_id: str
+    batch_id: int
+    run_id: str
+    partition: int
+    rows: list[Row]
+
+    def run(self, attempt: int) -> BarrierCommitMessage:
+        return self.proc.stage(
+            query_id=self.query_id,
+            batch_id=self.batch_id,
+            run_id=self.run_id,
+            partition=self.partition,
+            attempt=attempt,
+            rows=self.rows,
+        )
+
+
+class DriverProc:
+    """One driver program (module docstring)."""
+
+    def __init__(
+        self,
+        world: World,
+        number: int,
+        *,
+        checkpoint: Checkpoint,
+        version: int,
+        healthy: bool = False,
+        newest_unusable: bool = False,
+    ) -> None:
+        self.world = world
+        self.number = number
+        self.name = f"p{number}"
+        limits = world.config.max_per_partition
+        self.max_per_partition = limits[(number - 1) % len(limits)]
+        self.store: SimStore = world.view(self.name)
+        self.exec_store: SimStore = world.view(f"{self.name}-exec")
+        self.checkpoint = checkpoint
+        self.version = version
+        self.healthy = healthy
+        self.newest_unusable = newest_unusable
+        self.token: int | None = None
+        self.lineage = 0
+        self.queue: list[CompletedBatch] = []
+        self.status = "running"
+        self.main_done = False
+        self.runs = 0
+        self.run_id: str | None = None
+        self.task_attempts = 0
+        self.errors: list[str] = []
+        self.accepted = 0
+
+    @property
+    def layout(self) -> Any:
+        return self.world.layout
+
+    # --- the driver program -------------------------------------------------------------
+
+    def main(self) -> None:
+        """``pN``: start the snapshot worker; then, for a query version whose generation is
+        not written yet, ``recover(mode="replay")``; then the supervised query."""
+        self.world.spawn(f"{self.name}s", self.snapshot_loop, self)
+        if self.version in self.world.generations or self.new_generation():
+            self.supervise()
+
+    def upgrade(self) -> None:
+        """``pNu``: the operator stopped the query; the coordinator starts a new version
+        of it on a fresh checkpoint (a new resume point generation), then supervises it."""
+        self.queue.clear()  # the coordinator stops following the old query's batches
+        self.version = self.world.version
+        if self.new_generation():
+            self.supervise()
+
+    def new_generation(self) -> bool:
+        """``recover(mode="replay")``: a new resume point generation, an empty checkpoint
+        marked with it. False if the driver stopped (fenced, or it gave up)."""
+        failures = 0
+        while True:
+            try:
+                if self.token is None:
+                    self.acquire()
+                written = self.write_new_generation()
+            except GtBarrierError as err:
+                if self.stop_on(err, recovering=True):
+                    return False
+                failures += 1
+                if failures > MAX_RESETS:
+                    self.end("gave-up")
+                    return False
+                self.world.sleep(1.0)
+                continue
+            self.lineage = written.generation
+            self.world.generations.setdefault(self.version, written.generation)
+            self.checkpoint = Checkpoint(marker=written.generation)
+            return True
+
+    def write_new_generation(self) -> ResumePoint:
+        """The next resume point generation, written by this driver's token (the product's
+        ``new_generation`` rule, moved forward with ``advance_resume_point``)."""
+        token, store, layout = self.token, self.store, self.layout
+        assert token is not None
+
+        def make(current: ResumePoint | None) -> ResumePoint:
+            fencing.check_token(store, layout, token)
+            return resume_point.new_generation(current, token=token, created_at=self.world.clock())
+
+        written = resume_point.advance_resume_point(
+            resume_point.StoreResumePoints(store, layout), make, retry=self.world.retry()
+        )
+        if written is None:  # a higher generation always moves the point forward
+            raise CoordinationError("the new generation was not written")
+        return written
+
+    def end(self, status: str) -> None:
+        self.status = status
+        self.main_done = True
+
+    def stop_on(self, err: GtBarrierError, *, recovering: bool) -> bool:
+        """Whether ``err`` stops the driver rather than a reset (the supervisor's rule: a
+        fenced driver stops; a recovery error that retrying cannot fix stops; a failed
+        query is reset)."""
+        self.errors.append(f"{type(err).__name__}: {err}")
+        if isinstance(err, PipelineFenced):
+            self.end("fenced")
+            return True
+        if recovering and not err.retriable:
+            self.end("gave-up")
+            return True
+        return False
+
+    def supervise(self) -> None:
+        """Recover and run the query; reset it after a failure, up to MAX_RESETS
+        consecutive times without an accepted snapshot in between."""
+        consecutive = 0
+        while True:
+            accepted = self.accepted
+            recovering = True
+            try:
+                if self.token is None:
+                    self.acquire()
+                self.recover()
+                recovering = False
+                self.run_query()
+            except GtBarrierError as err:
+                if self.stop_on(err, recovering=recovering):
+                    return
+                if self.healthy:
+                    self.operator_resolve()
+                if self.accepted > accepted:
+                    consecutive = 0
+                if consecutive >= MAX_RESETS:
+                    self.end("gave-up")
+                    return
+                consecutive += 1
+                self.world.sleep(1.0)
+                continue
+            self.end("finished")
+            return
+
+    def acquire(self) -> None:
+        """Take a fencing token, claim the barrier for this driver, read the lineage."""
+        token = fencing.take_token(self.store, self.layout, identifier=self.name)
+        states = BarrierStateStore(
+            self.store, self.layout, clock=self.world.clock, sleep=self.world.sleep
+        )
+        states.claim_driver(token, driver=self.name)
+        point, _ = resume_point.read_resume_point(self.backend())
+        self.token = token
+        self.lineage = point.generation if point is not None else 0
+
+    def backend(self) -> resume_point.StoreResumePoints:
+        return resume_point.StoreResumePoints(self.store, self.layout)
+
+    def recover(self) -> None:
+        """``recover(mode="restore")``: keep the checkpoint, start fresh, or materialise a
+        snapshot (the decision is the product's; the materialisation mirrors
+        ``recover_checkpoint`` over the simulated checkpoint)."""
+        point, _ = resume_point.read_resume_point(self.backend())
+        local = self.checkpoint.local()
+        decision = decide(point, local, "restore", pipeline_id=self.layout.pipeline_id)
+        generation = point.generation if point is not None else 0
+        if decision.action == "fresh":
+            self.checkpoint = Checkpoint(marker=generation)
+            return
+        if decision.action == "keep":
+            self.checkpoint.marker = generation
+            return
+        assert point is not None
+        reusable = local.foreign(self.layout.pipeline_id, point.generation) is None
+        for i, ref in enumerate(point.retained):
+            if reusable and local.at_or_past(ref, point.query_id):
+                self.checkpoint.marker = generation
+                return
+            if i == 0 and self.newest_unusable:
+                continue  # its files are corrupted: the previous retained one is tried
+            hit = self.store.get_or_none(ref.manifest)
+            if hit is None:
+                continue
+            manifest = json.loads(hit.data)
+            if manifest["generation"] != point.generation:
+                continue  # taken in another generation: never used
+            self.checkpoint = Checkpoint.from_snapshot(manifest["files"], generation)
+            self.newest_unusable = False
+            return
+        raise SnapshotCorrupted(
+            f"no retained snapshot of generation {point.generation} is usable "
+            f"({[r.snapshot_id for r in point.retained]})"
+        )
+
+    # --- one query run --------------------------------------------------------------------
+
+    def run_query(self) -> None:
+        """Micro-batches until the input has nothing new (module docstring)."""
+        self.runs += 1
+        run_id = f"{self.name}-r{self.runs}"
+        self.run_id = run_id
+        ck = self.checkpoint
+        if ck.query_id is None:
+            ck.query_id = self.world.new_query_id()
+        query_id = ck.query_id
+        epoch_log = EpochLog(self.store, self.layout)
+        replay: tuple[SourceOffset, SourceOffset] | None = None
+        if ck.offsets:
+            last = max(ck.offsets)
+            if last in ck.commits:
+                b, start = last + 1, ck.offsets[last][1]
+            else:
+                b, replay = last, ck.offsets[last]
+                start = replay[0]
+        else:
+            b = 0
+            begun = epoch_log.start()
+            if begun is None:
+                begun = epoch_log.create_start(SourceOffset(0, self.world.input.zero()))
+            start = begun
+        while True:
+            if replay is not None:
+                start, end = replay
+            else:
+                recorded = epoch_log.recorded_end(start)
+                if recorded is None:
+                    planned = self.world.input.plan(start, self.max_per_partition)
+                    if planned is None:
+                        return  # nothing new: the query idles
+                    recorded = epoch_log.record(start, planned)
+                end = recorded
+                self.log_entry(ck.offsets, b, (start, end), "offsets")
+            self.run_batch(ck, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id)
+            self.log_entry(ck.commits, b, None, "commits")
+            self.queue.append(CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b)))
+            b, start, replay = b + 1, end, None
+
+    def log_entry(
+        self,
+        log: Any,
+        batch_id: int,
+        value: tuple[SourceOffset, SourceOffset] | None,
+        what: str,
+    ) -> None:
+        """Add batch ``batch_id`` to the checkpoint's offset or commit log (a scheduling
+        point). As Spark's ``HDFSMetadataLog.add``, an existing entry fails the run:
+        another driver writes the same checkpoint."""
+        self.world.checkpoint_point(what, batch_id)
+        if batch_id in log:
+            raise SparkQueryError(
+                f"Concurrent update to the {what} log. Multiple streaming jobs detected for "
+                f"{batch_id}"
+            )
+        if value is None:
+            log.add(batch_id)
+        else:
+            log[batch_id] = value
+
+    def run_batch(
+        self,
+        ck: Checkpoint,
+        *,
+        batch_id: int,
+        start: SourceOffset,
+        end: SourceOffset,
+        query_id: str,
+        run_id: str,
+    ) -> None:
+        epoch = start.epoch
+        exec_store = self.exec_store
+
+        def read_task(attempt: int) -> None:
+            batch_records.write_batch_record(exec_store, self.layout, query_id, batch_id, epoch)
+
+        self.task(read_task)
+        before = ck.states[batch_id - 1] if batch_id > 0 else EMPTY_STATE
+        records = self.world.input.between(start, end)
+        rows, after = run_epoch(self.version, before, records, epoch)
+        ck.states[batch_id] = after
+        messages: list[BarrierCommitMessage] = []
+        try:
+            for t in range(TASKS):
+                writer = WriteTask(self, query_id, batch_id, run_id, t, task_rows(rows, t))
+                messages.append(self.task(writer.run))
+            self.barrier().commit(messages, batch_id)
+        except GtBarrierError:
+            try:
+                self.barrier().abort(messages, batch_id)
+            except GtBarrierError as err:
+                self.errors.append(f"abort: {type(err).__name__}: {err}")
+            raise
+
+    def task(self, body: Callable[[int], T]) -> T:
+        """Run a task, retrying a failed attempt (Spark's task retry)."""
+        for attempt in range(TASK_ATTEMPTS):
+            try:
+                return body(attempt)
+            except GtBarrierError as err:
+                if attempt + 1 == TASK_ATTEMPTS:
+                    raise SparkQueryError(f"task failed {TASK_ATTEMPTS} times: {err}") from err
+        raise AssertionError("unreachable")
+
+    def stage(
+        self,
+        *,
+        query_id: str,
+        batch_id: int,
+        run_id: str,
+        partition: int,
+        attempt: int,
+        rows: list[Row],
+    ) -> BarrierCommitMessage:
+        """One write task: the product's ``stage_task`` over the task's rows."""
+        self.task_attempts += 1
+        task = StreamingTask(
+            query_id=query_id,
+            batch_id=batch_id,
+            run_id=run_id,
+            partition=partition,
+            task_attempt=self.task_attempts,
+            attempt_number=attempt,
+        )
+        batches = [rows_to_batch(rows)] if rows else []
+        return write_task.stage_task(batches, task, self.world.staging, has_gt=True)
+
+    def options(self) -> SinkOptions:
+        return SinkOptions(
+            pipeline_id=self.layout.pipeline_id,
+            store=self.store.config,
+            max_retries=1,
+            retry_backoff=0.0,
+            fencing_token=self.token,
+        )
+
+    def barrier(self) -> SimBarrier:
+        return SimBarrier(
+            self.options(),
+            self.store,
+            self.world.consumer_api,
+            self.world.staging,
+            FaultInjector(),
+            clock=self.world.clock,
+            sleep=self.world.sleep,
+        )
+
+    def operator_resolve(self) -> None:
+        """The operator's documented way past a lost in-flight bundle: skip it,
+        acknowledging the loss (a no-op if the bundle is not lost)."""
+        try:
+            inflight = read_barrier_state(self.store, self.layout).inflight
+            if inflight is None:
+                return
+            lost_bundle.resolve(
+                self.options(),
+                self.store,
+                self.world.consumer_api,
+                inflight.bundle_id,
+                acknowledge_loss=True,
+            )
+        except GtBarrierError as err:  # not lost, or the store or consumer failed: later
+            self.errors.append(f"operator: {type(err).__name__}: {err}")
+
+    # --- the snapshot worker ---------------------------------------------------------------
+
+    def snapshot_loop(self) -> None:
+        """``pNs``: snapshot completed batches, one at a time, until the driver is done."""
+        while True:
+            self.world.wait_until(lambda: bool(self.queue) or self.main_done)
+            if not self.queue:
+                return
+            batch = self.queue.pop(0)
+            try:
+                self.snapshot(batch)
+            except PipelineFenced:
+                return
+            except GtBarrierError as err:
+                self.errors.append(f"snapshot {batch.batch_id}: {type(err).__name__}: {err}")
+
+    def snapshot(self, batch: CompletedBatch) -> None:
+        """Copy the batch's checkpoint files (one manifest), wait until the barrier has no
+        bundle in flight at or below its epoch, accept it into the resume point."""
+        generation, token = self.lineage, self.token
+        if token is None:
+            return
+        store, layout = self.store, self.layout
+        names = store.list(layout.snapshots_prefix)
+        sid = 1 + max((int(k.split("/")[-2]) for k in names), default=0)
+        manifest = {
+            "generation": generation,
+            "token": token,
+            "batch_id": batch.batch_id,
+            "epoch": batch.epoch,
+            "query_id": batch.query_id,
+            "files": batch.files,
+        }
+        for _ in range(3):
+            key = f"{layout.snapshot(sid)}manifest.json"
+            try:
+                store.create_json(key, manifest)
+                break
+            except KeyExists:
+                sid += 1
+        else:
+            return
+        for poll in range(DRAIN_POLLS):
+            inflight = read_barrier_state(store, layout).inflight
+            if inflight is None or inflight.epoch > batch.epoch:
+                break
+            if poll + 1 == DRAIN_POLLS:
+                return  # drain_timeout: this snapshot is abandoned
+            self.world.sleep(0.5)
+        ref = SnapshotRef(
+            snapshot_id=sid,
+            manifest=key,
+            manifest_sha256="simulated",
+            epoch=batch.epoch,
+            batch_id=batch.batch_id,
+        )
+
+        def make(current: ResumePoint | None) -> ResumePoint:
+            fencing.check_token(store, layout, token)
+            return resume_point.accepted_point(
+                current,
+                ref,
+                generation=generation,
+                token=token,
+                query_id=batch.query_id,
+                frontier=batch.end.to_json(),
+                retain=RETAIN,
+                created_at=self.world.clock(),
+            )
+
+        written = resume_point.advance_resume_point(
+            resume_point.StoreResumePoints(store, layout), make, retry=self.world.retry()
+        )
+        if written is not None:
+            self.lineage = written.generation
+            self.accepted += 1

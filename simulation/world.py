@@ -1,0 +1,496 @@
+"""One simulated schedule: the pipeline, its processes, the scheduler loop and the faults.
+
+:meth:`World.run` starts the first driver, then repeats one *step*: pick the actor that
+runs (the current one unless an event of the schedule says otherwise), apply the events
+anchored where it stands (a preemption, a crash, a lost answer, a second driver...), let
+it run up to its next scheduling point, and check every invariant
+(:mod:`simulation.invariants`). When the schedule's events are spent and every actor has
+ended (or at a ``heal`` event), every actor stops and one healthy driver runs alone, with
+no faults, until the input is consumed: the liveness check, after which the final
+exactly-once checks run.
+
+Everything is deterministic: the same :class:`Schedule` (or the same random seed)
+produces the same run, step for step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+import pyarrow as pa
+
+from simulation.consumer import AFTER, BEFORE, DOWN, ConsumerLog, SimConsumer
+from simulation.invariants import Checker, Violation
+from simulation.protocol import deterministic_retries, sim_cas_loop
+from simulation.query import InputLog, Row
+from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
+from simulation.spark import Checkpoint, DriverProc
+from simulation.staging import SimStaging
+from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
+from sink.known_state import KNOWN
+from state.layout import PipelineLayout
+from state.records.resume_point import ResumePoint
+from state.retry import Retry
+from state.stores import StateStore, new_store
+
+_WORLDS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The simulated pipeline and the bounds of a schedule."""
+
+    partitions: int = 2
+    per_partition: int = 3
+    keys: int = 2
+    #: Each driver's epoch size (records per partition), by driver number, cycling.
+    max_per_partition: tuple[int, ...] = (1, 2)
+    #: Driver processes a schedule may start (beyond, a crash is not followed by a restart).
+    max_procs: int = 4
+    max_upgrades: int = 1
+    #: Steps before the faulty part of a schedule is cut off (then the heal runs).
+    max_steps: int = 1500
+    #: Steps the healthy driver may take to finish.
+    heal_steps: int = 1500
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The events of one run and how its liveness check starts (``heal``)."""
+
+    events: tuple[Event, ...] = ()
+    heal: str = "keep"
+
+    def __str__(self) -> str:
+        if not self.events:
+            return f"(no events; heal {self.heal})"
+        return "; ".join(str(e) for e in self.events) + f"; heal {self.heal}"
+
+
+class Chooser(Protocol):
+    """Where a run's events come from: a fixed schedule, or a random walk."""
+
+    def take(self, world: World, actor: Actor, first: bool) -> Event | None:
+        """The next event anchored at ``actor``'s pending point, if any (``first``: the
+        step's first question)."""
+
+    def observe(self, world: World, actor: Actor) -> None:
+        """A step in which no event fired runs ``actor``'s pending point."""
+
+
+@dataclass
+class StepRecord:
+    """One step of a run, for traces and the exhaustive search's branching."""
+
+    step: int
+    actor: str
+    index: int
+    op: Op
+    fault: str | None
+    events: tuple[Event, ...]
+
+
+@dataclass
+class Outcome:
+    """What a run did: its steps, the events that fired, and the first violation."""
+
+    steps: int
+    fired: list[Event]
+    violation: Violation | None
+    healed: bool
+    trace: list[StepRecord] = field(default_factory=list)
+    fired_at: list[tuple[int, Event, Op]] = field(default_factory=list)
+
+
+class World:
+    """One run of one schedule (module docstring)."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        chooser: Chooser,
+        *,
+        heal: str = "keep",
+        trace: bool = False,
+    ) -> None:
+        self.config = config
+        self.chooser = chooser
+        self.heal_mode = heal
+        self.keep_trace = trace
+        self.input = InputLog(config.partitions, config.per_partition, config.keys)
+        self.layout = PipelineLayout("sim")
+        # One memory store per process, emptied after each run; the views of each run have
+        # configurations of their own (the product keeps per-process memory by them).
+        self.number = next(_WORLDS)
+        self.inner: StateStore = new_store(f"memory://simulation-{os.getpid()}")
+        self.parts: dict[str, pa.Table] = {}
+        self.staging = SimStaging(self, self.layout)
+        self.consumer = ConsumerLog()
+        self.consumer_api = SimConsumer(self, self.staging)
+        self.actors: list[Actor] = []
+        self.procs: list[DriverProc] = []
+        self.official: DriverProc | None = None
+        self.operator_runs = 0
+        #: Snapshots the resume point retains (a crash may find the newest unusable).
+        self.retained = 0
+        self.upgrades = 0
+        #: The query version deployed now, and the resume point generation each deployed
+        #: version began (version 1: generation 0, the pipeline's start). A driver of a
+        #: version without one begins it: ``recover(mode="replay")``.
+        self.version = 1
+        self.generations: dict[int, int] = {1: 0}
+        self.current: Actor | None = None
+        self.main: Greenlet | None = None
+        self.step = 0
+        self.healing = False
+        self.closed = False
+        self.fired: list[Event] = []
+        self.fired_at: list[tuple[int, Event, Op]] = []
+        self.trace: list[StepRecord] = []
+        self.barrier_changed = False
+        self.staging_changed = False
+        self.fault_deleted: set[str] = set()
+        self.deleted_by: dict[str, str] = {}
+        self.query_ids = itertools.count(1)
+        self.checker = Checker(self)
+        self.violation: Violation | None = None
+
+    # --- what the simulated processes call ------------------------------------------------
+
+    def point(self, op: Op) -> str | None:
+        """A scheduling point of the running actor: wait for the scheduler's decision.
+        Returns the fault to apply to ``op`` (None: none)."""
+        actor = self.current
+        if self.closed or actor is None or self.main is None:
+            raise Abandoned
+        actor.pending = op
+        return self.main.switch()
+
+    def wait_until(self, ready: Callable[[], bool]) -> None:
+        """Block the running actor until ``ready()`` holds (a scheduling point then)."""
+        if ready():
+            return
+        actor = self.current
+        if actor is None:
+            raise Abandoned
+        actor.wait = ready
+        try:
+            self.point(Op("wait"))
+        finally:
+            actor.wait = None
+
+    def sleep(self, seconds: float) -> None:
+        """A back-off: a scheduling point, no time passes."""
+        self.point(Op("sleep"))
+
+    def clock(self) -> float:
+        """The simulation's clock (steps, as seconds)."""
+        return float(self.step)
+
+    def retry(self) -> Retry:
+        """The product's retry loop for lost races, on the simulation's sleep and clock."""
+        return sim_cas_loop(self.sleep, self.clock)
+
+    def checkpoint_point(self, what: str, batch_id: int) -> None:
+        """Writing a checkpoint log entry (local files, not the store): a crash point."""
+        self.point(Op(f"ckpt-{what}", str(batch_id)))
+
+    def view(self, name: str) -> SimStore:
+        return SimStore(self, self.inner, f"w{self.number}-{name}")
+
+    def new_query_id(self) -> str:
+        return f"q{next(self.query_ids)}"
+
+    def wrote(self, key: str) -> None:
+        """A store write took effect (the invariants look at what it changed)."""
+        if key == self.layout.barrier_state:
+            self.barrier_changed = True
+        elif key == self.layout.resume_point:
+            hit = self.inner.get_or_none(key)
+            point = None if hit is None else ResumePoint.from_json(json.loads(hit.data))
+            self.retained = 0 if point is None else len(point.retained)
+
+    def part_deleted(self, location: str) -> None:
+        self.staging_changed = True
+        self.deleted_by[location] = self.current.name if self.current else "?"
+
+    def consumer_store(self, bundle_id: int, rows: list[Row], redelivery: bool) -> None:
+        """The consumer stores ``bundle_id`` atomically (nothing if it has it already)."""
+        self.checker.consumer_store(bundle_id, rows, redelivery)
+
+    def current_store(self) -> SimStore:
+        """The store view of the running actor's process (for code that runs "in" it)."""
+        proc = self.current.proc if self.current else None
+        if isinstance(proc, DriverProc):
+            return proc.exec_store
+        return self.view("outside")
+
+    def current_run(self) -> str | None:
+        proc = self.current.proc if self.current else None
+        return proc.run_id if isinstance(proc, DriverProc) else None
+
+    def spawn(self, name: str, body: Callable[[], None], proc: DriverProc | None) -> Actor:
+        actor = Actor(name=name, order=len(self.actors), body=body, proc=proc)
+        self.actors.append(actor)
+        return actor
+
+    # --- the environment ------------------------------------------------------------------
+
+    def start_driver(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        healthy: bool = False,
+        newest_unusable: bool = False,
+    ) -> DriverProc | None:
+        if not healthy and len(self.procs) >= self.config.max_procs:
+            return None
+        proc = DriverProc(
+            self,
+            len(self.procs) + 1,
+            checkpoint=checkpoint,
+            version=self.version,
+            healthy=healthy,
+            newest_unusable=newest_unusable,
+        )
+        self.procs.append(proc)
+        self.official = proc
+        self.spawn(proc.name, proc.main, proc)
+        return proc
+
+    def kill(self, proc: DriverProc) -> None:
+        """The process dies: its actors never run again (their memory is lost)."""
+        for actor in self.actors:
+            if actor.proc is proc:
+                actor.alive = False
+        proc.status = "dead"
+        proc.main_done = True
+
+    def crash(self, proc: DriverProc, how: str) -> None:
+        """A crash of ``proc``; the driver the environment runs is restarted."""
+        self.kill(proc)
+        if proc is not self.official:
+            return
+        if how == "keep":
+            self.start_driver(proc.checkpoint)
+        else:
+            self.start_driver(Checkpoint(), newest_unusable=how == "older")
+
+    def zombie(self, how: str) -> None:
+        """A second driver starts; the running one becomes a zombie."""
+        old = self.official
+        if old is None:
+            return
+        self.start_driver(old.checkpoint if how == "shared" else Checkpoint())
+
+    def upgrade(self) -> None:
+        """The operator replaces the query of the running driver by a new version."""
+        proc = self.official
+        if proc is None or proc.status != "running" or self.upgrades >= self.config.max_upgrades:
+            return
+        self.upgrades += 1
+        self.version += 1
+        for actor in self.actors:
+            if actor.proc is proc and actor.name in (proc.name, f"{proc.name}u"):
+                actor.alive = False
+        proc.main_done = False
+        self.spawn(f"{proc.name}u", proc.upgrade, proc)
+
+    def lose_part(self, location: str) -> None:
+        if self.parts.pop(location, None) is not None:
+            self.fault_deleted.add(location)
+            self.staging_changed = True
+
+    def operator(self) -> None:
+        """The operator skips the in-flight bundle, acknowledging its loss (concurrently
+        with whatever runs: the product says to stop the query first)."""
+        self.operator_runs += 1
+        helper = DriverProc(self, 0, checkpoint=Checkpoint(), version=1)
+        helper.name = f"op{self.operator_runs}"
+        helper.store = self.view(helper.name)
+        self.spawn(helper.name, helper.operator_resolve, None)
+
+    def heal(self, how: str) -> None:
+        """Faults end: every actor stops, and one healthy driver runs alone."""
+        self.healing = True
+        last = self.official
+        for actor in self.actors:
+            actor.alive = False
+        checkpoint = last.checkpoint if last is not None and how == "keep" else Checkpoint()
+        self.start_driver(checkpoint, healthy=True)
+
+    # --- the scheduler loop ---------------------------------------------------------------
+
+    def runnable(self) -> list[Actor]:
+        return [a for a in self.actors if a.runnable()]
+
+    def run(self) -> Outcome:
+        """Run the schedule, then the liveness check; the first violation ends it."""
+        KNOWN.clear()
+        self.main = Greenlet.current()
+        with deterministic_retries(self.sleep, self.clock):
+            try:
+                self.start_driver(Checkpoint())
+                self._loop(self.config.max_steps)
+                if self.violation is None:
+                    if not self.healing:
+                        self.heal(self.heal_mode)
+                    self._loop(self.step + self.config.heal_steps)
+                    if self.violation is None:
+                        self.checker.final()
+            finally:
+                self._teardown()
+        return Outcome(
+            self.step, self.fired, self.violation, self.healing, self.trace, self.fired_at
+        )
+
+    def _loop(self, until: int) -> None:
+        """Steps until ``until``, a violation, no runnable actor, or a heal (whose healthy
+        driver gets a budget of its own)."""
+        healing = self.healing
+        while self.violation is None and self.healing == healing:
+            if self.step >= until:
+                if self.healing:
+                    self.checker.fail(
+                        "liveness", f"the healthy driver did not finish in {until} steps"
+                    )
+                return
+            runnable = self.runnable()
+            if not runnable:
+                return
+            actor, fault, events = self._choose(runnable)
+            if actor is None:
+                continue  # a heal or a crash of everything: choose again
+            self._run_step(actor, fault, events)
+
+    def _default(self, runnable: list[Actor]) -> Actor:
+        current = self.current
+        if current is not None and current in runnable:
+            return current
+        return runnable[0]
+
+    def _choose(self, runnable: list[Actor]) -> tuple[Actor | None, str | None, tuple[Event, ...]]:
+        """The actor that runs this step, the fault on its pending point (the value the
+        store, staging or consumer sees), and the events that fired."""
+        actor = self._default(runnable)
+        fault: str | None = None
+        fired: list[Event] = []
+        first = True
+        while not self.healing:
+            event = self.chooser.take(self, actor, first)
+            first = False
+            if event is None:
+                break
+            applied = self._apply(event, actor)
+            if applied is None:
+                continue
+            fired.append(event)
+            self.fired.append(event)
+            self.fired_at.append((self.step, event, actor.pending))
+            if isinstance(applied, Actor):
+                actor = applied  # a preemption: that actor runs (its own events next)
+                continue
+            if applied:
+                fault = applied
+                break
+            # the world changed (a crash, a new actor, a heal): choose again from scratch
+            runnable = self.runnable()
+            if not runnable:
+                return None, None, tuple(fired)
+            actor = self._default(runnable)
+        if not fired:
+            self.chooser.observe(self, actor)
+        return actor, fault, tuple(fired)
+
+    def _apply(self, event: Event, actor: Actor) -> Actor | str | None:
+        """Apply ``event`` where ``actor`` stands. Returns the actor to run instead (a
+        preemption), the fault for its pending point, ``""`` if the world changed, or None
+        if the event does not apply there."""
+        if event.kind == "switch":
+            target = next((a for a in self.actors if a.name == event.arg and a.runnable()), None)
+            return None if target is None or target is actor else target
+        fault = _fault(event, actor.pending)
+        if fault is not None:
+            return fault
+        proc = actor.proc if isinstance(actor.proc, DriverProc) else None
+        if event.kind == "crash":
+            if proc is None:
+                return None
+            self.crash(proc, event.arg)
+        elif event.kind == "lose-part":
+            if event.arg not in self.parts:
+                return None
+            self.lose_part(event.arg)
+        elif event.kind in self._environment:
+            self._environment[event.kind](self, event.arg)
+        else:
+            return None
+        return ""
+
+    _environment: ClassVar[dict[str, Callable[[World, str], None]]] = {
+        "zombie": lambda w, arg: w.zombie(arg),
+        "upgrade": lambda w, arg: w.upgrade(),
+        "operator": lambda w, arg: w.operator(),
+        "heal": lambda w, arg: w.heal(arg),
+    }
+
+    def _run_step(self, actor: Actor, fault: str | None, events: tuple[Event, ...]) -> None:
+        if self.keep_trace:
+            self.trace.append(
+                StepRecord(self.step, actor.name, actor.index, actor.pending, fault, events)
+            )
+        self.current = actor
+        actor.index += 1
+        self.step += 1
+        if actor.glet is None:
+            actor.glet = Greenlet(self._body(actor), self.main)
+            actor.glet.switch(first=True)
+        else:
+            actor.glet.switch(fault)
+        if actor.glet.dead:
+            actor.alive = False
+        self.checker.after_step()
+
+    def _body(self, actor: Actor) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                actor.body()
+            except Abandoned:
+                raise
+            except Exception as err:  # a product or simulator error no fault explains
+                self.checker.unexpected(actor.name, err)
+
+        return run
+
+    def _teardown(self) -> None:
+        """Unwind every abandoned greenlet (their requests fail at once) and drop the
+        store's contents."""
+        self.closed = True
+        for actor in self.actors:
+            glet = actor.glet
+            if glet is not None and not glet.dead:
+                with contextlib.suppress(Abandoned):
+                    glet.throw()
+        self.actors.clear()
+        self.inner.delete_many(self.inner.list())
+
+
+def _fault(event: Event, op: Op) -> str | None:
+    """The fault ``event`` makes at ``op`` (what the store, staging or consumer sees), or
+    None if it is not a fault that applies there."""
+    if event.kind == "lost" and op.kind in WRITES:
+        return LOST_APPLIED if event.arg == "applied" else LOST_NOT_APPLIED
+    if event.kind == "unavailable" and op.kind in READS:
+        return UNAVAILABLE
+    if event.kind == "consumer":
+        if op.kind == "deliver" and event.arg in ("before", "after"):
+            return BEFORE if event.arg == "before" else AFTER
+        if op.kind == "last-bundle" and event.arg == "down":
+            return DOWN
+    return None
