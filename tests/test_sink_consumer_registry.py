@@ -80,7 +80,7 @@ def test_the_registry_lists_the_six_consumers_in_order() -> None:
 def test_each_kind_parses_its_own_frozen_picklable_settings(name: str, tmp_path: Path) -> None:
     options = SinkOptions.parse(example(name, tmp_path))
     kind = CONSUMER_KINDS[name]
-    assert options.consumer == name and options.kind is kind is kind_of(name)
+    assert (options.consumer, options.kind) == (name, kind) and kind is kind_of(name)
     settings = options.settings
     assert type(settings) is kind.settings_type and isinstance(settings, ConsumerSettings)
     assert dataclasses.is_dataclass(settings)
