@@ -324,9 +324,10 @@ class Barrier:
         is committed: acknowledge it if the consumer has it, else deliver it again.
 
         If it cannot be delivered again (the delivery fails and its staged parts are gone)
-        while this batch is its epoch or an earlier one, the batch is a replay that recomputes it: the
-        in-flight record is cleared, ``GT_last`` stays, and the replay of its epoch
-        delivers it (this batch, marked as a possible redelivery, when it is that epoch).
+        while this batch is its epoch or an earlier one, the batch is a replay that
+        recomputes it: the in-flight record is cleared, ``GT_last`` stays, and the replay of
+        its epoch delivers it (this batch, marked as a possible redelivery, when it is that
+        epoch).
         If a later epoch is committing, nothing will recompute it: the error says what is
         lost and names the way out (:mod:`sink.lost_bundle`).
         """

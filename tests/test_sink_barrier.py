@@ -282,7 +282,7 @@ def test_a_claim_that_loses_to_the_old_runs_commit_claims_again(
     old_runs_commit = p.write(1, [gt_batch(2, 0, [1])])  # run-a's batch 1, not yet committed
     new_runs_replay = p.write(1, [gt_batch(2, 0, [1])], run_id="run-b")
     real_cas = p.store.compare_and_swap
-    raced = []
+    raced: list[str] = []
 
     def old_run_commits_first(key: str, data: bytes, expected_version: str) -> str:
         if key == p.layout.barrier_state and not raced and b'"run-b"' in data:
