@@ -77,7 +77,7 @@ def without_record_rows() -> Iterator[None]:
     from datasource import record_rows
 
     install = record_rows.install
-    record_rows.install = lambda consumer: False
+    record_rows.install = lambda consumer, **_: False
     try:
         yield
     finally:

@@ -6,8 +6,8 @@ ApiVersions round trip and an IO thread. Spark's Python workers are reused acros
 keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` pool does:
 
 * keyed by :class:`PoolKey`: the cluster (bootstrap servers), the whole consumer
-  configuration and the topic-partition; a pooled consumer is assigned to exactly that
-  partition;
+  configuration, whether it decodes headers (``includeHeaders``) and the topic-partition;
+  a pooled consumer is assigned to exactly that partition;
 * a consumer is lent to one task at a time (:meth:`ConsumerPool.acquire` takes it out of
   the pool, :meth:`ConsumerPool.release` puts it back; thread-safe);
 * a consumer whose position is where the next range starts is lent without a seek, so
@@ -60,17 +60,27 @@ MAX_ADVANCE_RECORDS = 4_096
 
 @dataclass(frozen=True)
 class PoolKey:
-    """Which consumers are interchangeable: same cluster, configuration and partition."""
+    """Which consumers are interchangeable: same cluster, configuration, header decoding
+    (:func:`datasource.record_rows.install`) and partition."""
 
     servers: str
     config: tuple[tuple[str, str], ...]
     topic: str
     partition: int
+    headers: bool = False
 
     @classmethod
-    def of(cls, servers: str, config: Mapping[str, Any], topic: str, partition: int) -> PoolKey:
+    def of(
+        cls,
+        servers: str,
+        config: Mapping[str, Any],
+        topic: str,
+        partition: int,
+        *,
+        headers: bool = False,
+    ) -> PoolKey:
         fingerprint = tuple(sorted((k, repr(v)) for k, v in config.items()))
-        return cls(servers, fingerprint, topic, partition)
+        return cls(servers, fingerprint, topic, partition, headers)
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}@{self.servers}"

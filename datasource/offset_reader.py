@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from datasource import record_rows
 from datasource.offsets import Frontier, TopicPartitionKey
 from datasource.options import KafkaSourceOptions
 from state.kafka_errors import kafka_call as translated_call
@@ -85,6 +86,14 @@ def topic_id(consumer: Any, topic: str) -> str | None:
     return str(found)
 
 
+def _offset(record: Any) -> int:
+    """The offset of a polled record: kafka-python's ``ConsumerRecord`` (a named tuple
+    with ``offset``), or a :data:`~datasource.record_rows.Row` (a consumer with
+    record_rows installed), whose first field is the offset."""
+    found = getattr(record, "offset", None)
+    return int(record[0] if found is None else found)
+
+
 class OffsetReader:
     """Partitions and offsets of the subscribed topics; one instance per driver-side reader."""
 
@@ -130,6 +139,10 @@ class OffsetReader:
                 factory = KafkaConsumer
             self.requests["connect"] += 1
             self._consumer = self._call("connect", lambda: factory(**config))
+            # The end probe needs offsets only: its records are decoded without their
+            # headers, which could otherwise fail it (kafka-python refuses a header key
+            # that is not UTF-8) and cost time for nothing.
+            record_rows.install(self._consumer, headers=False)
         return self._consumer
 
     def close(self) -> None:
@@ -336,7 +349,7 @@ class OffsetReader:
                     key = (ktp.topic, ktp.partition)
                     if key not in pending:
                         continue
-                    last = records[-1].offset + 1 if records else 0
+                    last = _offset(records[-1]) + 1 if records else 0
                     found[key] = max(last, consumer.highwater(ktp) or 0)
                     pending.discard(key)
                     consumer.pause(ktp)

@@ -269,7 +269,7 @@ class RangeReader:
             f"connecting to read {self.range}",
             lambda: factory(**config),
         )
-        record_rows.install(consumer)
+        record_rows.install(consumer, headers=self.options.include_headers)
         return consumer
 
     def batches(
@@ -297,7 +297,13 @@ class RangeReader:
         """
         r = self.range
         config = self.options.consumer_config()
-        key = PoolKey.of(self.options.bootstrap_servers, config, r.topic, r.partition)
+        key = PoolKey.of(
+            self.options.bootstrap_servers,
+            config,
+            r.topic,
+            r.partition,
+            headers=self.options.include_headers,
+        )
         began = time.time()
         t0 = time.perf_counter()
         lease = source.acquire(

@@ -16,6 +16,12 @@ aborted transactions under ``read_committed``, records below the fetch offset (s
 the leader epoch, and the ``CorruptRecordError``\\ s of a malformed batch. Batches of the
 old formats (magic 0 and 1) go through kafka-python's own record classes.
 
+Header keys are decoded leniently (``errors="replace"``: bytes that are not UTF-8 become
+U+FFFD), as Spark's Kafka source gets them from the Java client, where kafka-python
+refuses the whole batch; a consumer installed with ``headers=False`` (a read without
+``includeHeaders``, the driver's end probe) skips every header without decoding it, so
+headers can neither cost time nor fail a read that does not return them.
+
 The fetcher class and the batch internals used here (``_buffer``, ``_pos``,
 ``_maybe_uncompress``) are checked once (:func:`supported`); where they are missing
 (another kafka-python), nothing is installed and ``poll()`` returns ``ConsumerRecord``\\ s
@@ -63,16 +69,21 @@ def supported() -> bool:
     return ok
 
 
-def install(consumer: Any) -> bool:
+def install(consumer: Any, *, headers: bool = True) -> bool:
     """Make ``consumer.poll()`` return :data:`Row` lists; ``False`` (and nothing changed)
-    where this kafka-python or this consumer does not allow it."""
+    where this kafka-python or this consumer does not allow it.
+
+    ``headers=False``: every row's headers are empty, and the records' headers are
+    skipped without being decoded. Fixed for the consumer's life (records it fetched ahead
+    are decoded one way), so consumers are pooled by it too.
+    """
     fetcher = getattr(consumer, "_fetcher", None)
     if fetcher is None or not supported():
         return False
     config = getattr(fetcher, "config", {})
     if config.get("key_deserializer") is not None or config.get("value_deserializer") is not None:
         return False
-    fetcher.PartitionRecords = _row_partition_records()
+    fetcher.PartitionRecords = _row_partition_records(headers)
     setattr(consumer, _ATTR, True)
     return True
 
@@ -90,9 +101,14 @@ def installed(consumer: Any) -> bool:
     return getattr(consumer, _ATTR, False) is True
 
 
+def _row_partition_records(headers: bool = True) -> type:
+    """:class:`RowPartitionRecords`, decoding headers or skipping them (one class for
+    each; defined on first use: kafka-python is imported late)."""
+    return _row_partition_records_class(headers)
+
+
 @functools.cache
-def _row_partition_records() -> type:
-    """:class:`RowPartitionRecords` (defined on first use: kafka-python is imported late)."""
+def _row_partition_records_class(headers: bool) -> type:
     from kafka import errors
     from kafka.consumer.fetcher import Fetcher, IsolationLevel
 
@@ -147,7 +163,7 @@ def _row_partition_records() -> type:
                             continue
                         self.bytes_read += batch.size_in_bytes
                         # take() sets next_fetch_offset and records_read after each call.
-                        yield from _batch_rows(batch, errors.CorruptRecordError)
+                        yield from _batch_rows(batch, errors.CorruptRecordError, headers)
                     else:
                         yield from self._legacy_rows(batch)
                     batch = records.next_batch()
@@ -195,8 +211,11 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("Out of int64 range")
 
 
-def _batch_rows(batch: Any, corrupt: type[Exception]) -> list[Row]:  # noqa: PLR0912, PLR0915 - the hot loop, inlined on purpose
-    """The records of one v2 batch (CRC checked by the caller) as rows.
+def _batch_rows(  # noqa: PLR0912, PLR0915 - the hot loop, inlined on purpose
+    batch: Any, corrupt: type[Exception], with_headers: bool = True
+) -> list[Row]:
+    """The records of one v2 batch (CRC checked by the caller) as rows; without
+    ``with_headers`` every row's headers are empty and none is decoded.
 
     The zigzag varints are decoded inline: one byte ``< 0x80`` (most fields) and two
     bytes (lengths of 64 to 8191) without a call; longer ones by :func:`_uvarint`.
@@ -288,8 +307,11 @@ def _batch_rows(batch: Any, corrupt: type[Exception]) -> list[Row]:  # noqa: PLR
             if buf[pos] == 0:
                 pos += 1
                 headers = NO_HEADERS
-            else:
+            elif with_headers:
                 headers, pos = _headers(buf, pos, corrupt)
+            else:
+                pos = _skip_headers(buf, pos, corrupt)
+                headers = NO_HEADERS
             if pos - start != length:
                 raise corrupt(
                     f"Invalid record size: expected to read {length} bytes in record "
@@ -320,7 +342,10 @@ def _headers(
         size = (raw >> 1) ^ -(raw & 1)
         if size < 0:
             raise corrupt(f"Invalid negative header key size {size}")
-        name = buf[pos : pos + size].decode("utf-8")
+        # Kafka does not require header keys to be UTF-8; a key that is not must not fail
+        # the partition on every replay. Replacement characters, as the Java client gives
+        # Spark's Kafka source.
+        name = buf[pos : pos + size].decode("utf-8", "replace")
         pos += size
         raw, pos = _uvarint(buf, pos)
         size = (raw >> 1) ^ -(raw & 1)
@@ -331,3 +356,22 @@ def _headers(
             value = None
         headers.append((name, value))
     return headers, pos
+
+
+def _skip_headers(buf: bytes, pos: int, corrupt: type[Exception]) -> int:
+    """The position after a record's headers at ``pos`` (their count first), none decoded."""
+    raw, pos = _uvarint(buf, pos)
+    count = (raw >> 1) ^ -(raw & 1)
+    if count < 0:
+        raise corrupt(f"Found invalid number of record headers {count}")
+    for _ in range(count):
+        raw, pos = _uvarint(buf, pos)
+        size = (raw >> 1) ^ -(raw & 1)
+        if size < 0:
+            raise corrupt(f"Invalid negative header key size {size}")
+        pos += size
+        raw, pos = _uvarint(buf, pos)
+        size = (raw >> 1) ^ -(raw & 1)
+        if size > 0:
+            pos += size
+    return pos

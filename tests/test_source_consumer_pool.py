@@ -53,9 +53,7 @@ def read(
     topic_id: str | None = None,
 ) -> list[int]:
     """The offsets read for ``r`` (of the topic ``topic_id``) with a consumer from ``pool``."""
-    reader = RangeReader(
-        opts or options(), r, consumer_factory=factory(broker), topic_id=topic_id
-    )
+    reader = RangeReader(opts or options(), r, consumer_factory=factory(broker), topic_id=topic_id)
     table = pa.Table.from_batches(list(reader.batches(4, SCHEMA, source=pool)), schema=SCHEMA)
     assert set(table.column("partition").to_pylist()) <= {r.partition}
     return list(table.column("offset").to_pylist())
@@ -103,6 +101,23 @@ def test_a_consumer_that_read_the_topic_under_another_id_is_closed(broker: FakeB
     assert read(broker, pool, OffsetRange("t", 0, 50, 60)) == list(range(50, 60))
     assert read(broker, pool, OffsetRange("t", 0, 60, 70), topic_id="new") == list(range(60, 70))
     assert counts(pool) == (2, 3, 2, 0, 1)
+
+
+def test_consumers_that_decode_headers_and_those_that_do_not_are_not_mixed(
+    broker: FakeBroker,
+) -> None:
+    """A consumer decodes headers or skips them for its whole life (what it fetched
+    ahead is decoded one way): a query with includeHeaders does not get one without."""
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 0, 0, 10)) == list(range(10))
+    headers = options(includeHeaders="true")
+    assert read(broker, pool, OffsetRange("t", 0, 10, 20), headers) == list(range(10, 20))
+    assert counts(pool)[:2] == (2, 0)  # a second consumer, not the first one reused
+    assert read(broker, pool, OffsetRange("t", 0, 20, 30), headers) == list(range(20, 30))
+    assert counts(pool)[:2] == (2, 1)
+    opts = options()  # the keys differ by the flag alone
+    plain = PoolKey.of(opts.bootstrap_servers, opts.consumer_config(), "t", 0)
+    assert plain != PoolKey.of(opts.bootstrap_servers, opts.consumer_config(), "t", 0, headers=True)
 
 
 def test_a_consumer_behind_the_start_moves_through_what_it_fetched(broker: FakeBroker) -> None:

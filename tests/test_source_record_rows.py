@@ -119,6 +119,42 @@ def test_varint_widths_nulls_headers_and_negative_deltas() -> None:
     assert got[-1][1] == 10**12 + 70_006  # past the batch's last offset (compaction)
 
 
+class RawKey(str):
+    """A header key that kafka-python's batch builder writes as the given bytes."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> RawKey:
+        key = super().__new__(cls, raw.decode("latin-1"))
+        key.raw = raw
+        return key
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return self.raw
+
+
+def test_header_keys_that_are_not_utf8_are_replaced_or_never_decoded() -> None:
+    """Kafka-python refuses the whole batch; record_rows reads the key with replacement
+    characters, and without headers skips them all (widths, null values) undecoded."""
+    records = [
+        (0, 1_700_000_000_000, b"k0", b"v0", [(RawKey(b"\xff\xfeh"), b"x"), ("ok", None)]),
+        (1, 1_700_000_000_001, b"k1", b"v1", [("h" * 70, b"y" * 9000), (RawKey(b"\xc3"), b"")]),
+        (2, 1_700_000_000_002, b"k2", b"v2", []),
+    ]
+    data = v2_batch(40, records)
+    with pytest.raises(CorruptRecordError, match="UnicodeDecodeError"):
+        Fetcher.PartitionRecords(0, TP, MemoryRecords(data)).take(None)
+    rows = record_rows._row_partition_records(True)(0, TP, MemoryRecords(data)).take(None)
+    assert [r[5] for r in rows] == [
+        [("\ufffd\ufffdh", b"x"), ("ok", None)],
+        [("h" * 70, b"y" * 9000), ("\ufffd", b"")],
+        [],
+    ]
+    bare = record_rows._row_partition_records(False)(0, TP, MemoryRecords(data)).take(None)
+    assert [r[5] for r in bare] == [[], [], []]
+    assert [r[:5] for r in bare] == [r[:5] for r in rows]  # all else the same
+
+
 @pytest.mark.parametrize("compression", [1, 4])  # gzip, zstd
 def test_compressed_batches(compression: int) -> None:
     data = plain(0, 300, compression=compression) + plain(300, 5, compression=compression)
@@ -189,6 +225,10 @@ def test_install_only_without_deserializers() -> None:
     assert record_rows.installed(consumer)
     assert consumer._fetcher.PartitionRecords is record_rows._row_partition_records()
     assert Fetcher.PartitionRecords is not record_rows._row_partition_records()
+    bare = Consumer()
+    assert record_rows.install(bare, headers=False)
+    assert bare._fetcher.PartitionRecords is record_rows._row_partition_records(False)
+    assert bare._fetcher.PartitionRecords is not record_rows._row_partition_records()
     other = Consumer(value_deserializer=bytes)
     assert not record_rows.install(other)
     assert not record_rows.installed(other)
