@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from datasource.consumer_pool import ConsumerSource
 from datasource.options import KafkaSourceOptions
@@ -147,7 +148,8 @@ def recreate(kafka: Any, topic: str, partitions: int = 1) -> None:
     """Delete ``topic`` and create it again, with the same name and ``partitions``.
 
     Tansu may still refuse the name for a moment after the deletion (TopicAlreadyExists
-    while Metadata no longer lists it), so the creation is tried until it is accepted.
+    while Metadata no longer lists it), so the creation is tried until it is accepted;
+    now and then the deletion did not take, so a refused creation deletes it once more.
     """
     admin = kafka.admin()
     try:
@@ -157,6 +159,8 @@ def recreate(kafka: Any, topic: str, partitions: int = 1) -> None:
             try:
                 admin.create_topics([NewTopic(topic, partitions, 1)])
             except TopicAlreadyExistsError:
+                with contextlib.suppress(KafkaError):
+                    admin.delete_topics([topic])
                 return False
             return True
 
