@@ -10,6 +10,8 @@ nothing else in the product tells consumers apart by name. A kind
 * parses them into its own frozen settings dataclass (:meth:`ConsumerKind.parse`), which
   the sink's options carry as ``settings`` to every write task and commit (so the settings
   are small and picklable, and hold no client);
+* says which rows its target would refuse (:meth:`ConsumerKind.validate`, a pure function
+  of the rows and its settings, run in the write tasks);
 * checks, when the query starts and before any data moves, that it can deliver
   (:meth:`ConsumerKind.check_at_start`), says where write tasks stage their parts
   (:meth:`ConsumerKind.open_staging`), opens the consumer in the commit process
@@ -27,6 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
+
+import pyarrow as pa
 
 from sink.consumers.base import Consumer
 from sink.faults import FaultInjector
@@ -63,6 +67,18 @@ class SinkView(Protocol):
 
     @property
     def settings(self) -> ConsumerSettings: ...
+
+
+@dataclass(frozen=True)
+class RowRejection:
+    """A row the consumer's target would refuse: its index in the table that was validated,
+    the column at fault (None: the row as a whole) and why, in words an operator acts on
+    (``"NUL character (0x00) in text"``, ``"record of 1,048,700 bytes with its headers
+    exceeds max.request.size 1,048,576"``)."""
+
+    row: int
+    column: str | None
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +125,19 @@ class ConsumerKind(ABC, Generic[S]):
         could never be delivered. Returns the settings the write tasks and commits receive:
         a kind may complete them (a table's location, say). By default: nothing to check."""
         return self.settings(options)
+
+    def validate(self, settings: S, table: pa.Table) -> list[RowRejection]:
+        """The rows of ``table`` (a write task's rows, in their staged order) that the
+        target would refuse, by row index; by default none.
+
+        Runs in the write tasks, before anything of the bundle is delivered. It must be a
+        pure function of the rows and ``settings`` (no I/O: what it needs of the target,
+        such as a topic's partition count or a table's column types, ``check_at_start``
+        records in the settings), so that every replay classifies the same rows the same
+        way. A failure that is not about a row (the target unreachable) is never a
+        rejection: it stays a failed delivery, retried.
+        """
+        return []
 
     def open_staging(self, options: SinkView, store: StateStore) -> Staging:
         """Where write tasks stage their parts and the commit reads them back; by default
