@@ -19,9 +19,10 @@ def is_retriable_kafka_error(err: BaseException) -> bool:
     import kafka.errors as kerr
 
     if isinstance(err, kerr.KafkaError):
+        # kafka-python 3 (pyproject) has no NoBrokersAvailable: an unreachable cluster is a
+        # KafkaTimeoutError or a KafkaConnectionError.
         return bool(getattr(err, "retriable", False)) or isinstance(
-            err,
-            kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NoBrokersAvailable,
+            err, kerr.KafkaTimeoutError | kerr.KafkaConnectionError
         )
     return isinstance(err, OSError)
 
