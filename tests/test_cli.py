@@ -196,3 +196,31 @@ def test_sweep_finds_a_file_consumers_temp_files(
     data = run_json(capsys, "sweep", *_args(p), *file_opts, "--delete", "--force")
     assert [f["location"] for f in data["found"]] == [".tmp-abc"]
     assert data["deleted"] == [".tmp-abc"] and not (tmp_path / ".tmp-abc").exists()
+
+
+def test_sweep_delete_takes_the_pipeline_and_refuses_a_newer_driver(
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gtbarrier.cli import sweep
+    from state.protocol.barrier_state import BarrierStateStore
+    from state.protocol.fencing import read_token, take_token
+
+    http = ["--option", "consumer=http", "--option", "consumer.url=http://127.0.0.1:9/b"]
+    before = read_token(pipeline.store, pipeline.layout)
+    run_json(capsys, "sweep", *_args(pipeline), *http, "--delete", "--force")
+    owner = pipeline.owner()
+    assert owner.token == before + 1 and owner.driver is not None
+    assert owner.driver.startswith("gtbarrier-sweep:")
+
+    # a driver that takes a newer token and claims between the sweep's token and its claim
+    def then_a_driver_starts(store: Any, layout: Any, *, identifier: str = "") -> int:
+        token = take_token(store, layout, identifier=identifier)
+        newer = take_token(store, layout)
+        BarrierStateStore(store, layout).claim_driver(newer, driver="host:1:d")
+        return token
+
+    monkeypatch.setattr(sweep, "take_token", then_a_driver_starts)
+    staged = pipeline.staged()
+    assert main(["sweep", *_args(pipeline), *http, "--delete", "--force"]) == 2
+    assert "a driver took pipeline 'p1'" in capsys.readouterr().err
+    assert pipeline.owner().driver == "host:1:d" and pipeline.staged() == staged

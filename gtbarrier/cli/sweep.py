@@ -6,10 +6,18 @@ consumer's failed attempts can leave files of their own: ``.tmp-*`` files in a f
 consumer's directory (a process killed mid-write), data files no Iceberg snapshot
 references (a zombie driver's). This lists both, the second as the consumer's kind finds
 them (:meth:`~sink.consumers.consumer_kind.ConsumerKind.find_leftovers`); the parts of the
-bundle in flight, and consumer files that may belong to it, are kept. ``--delete`` deletes what it
-lists, only when no driver runs: with ``--zookeeper`` it checks the pipeline's driver lock
-is free, without it ``--force`` says you checked. The barrier state is read again right
-before deleting (:mod:`sink.cleanup`), so a bundle recorded in flight meanwhile is kept.
+bundle in flight, and consumer files that may belong to it, are kept.
+
+``--delete`` deletes what it lists, only when no driver runs: with ``--zookeeper`` it
+checks that the pipeline's driver lock is free, without it ``--force`` says you checked.
+Neither check can see a driver that runs without the coordinator, so the sweep also takes
+the pipeline before it deletes: it takes the next fencing token and claims the barrier
+with it (:meth:`~state.protocol.barrier_state.BarrierStateStore.claim_driver`), as a new
+driver does. A driver still running is then fenced at its next commit, before it records
+anything in flight, so nothing it staged can become a bundle; the next driver replays its
+batch. A driver that took a newer token meanwhile makes the sweep refuse. The barrier state
+is read again after the claim (:mod:`sink.cleanup`), so a bundle recorded in flight before
+it is kept.
 
 Give the sink's consumer options (``--option consumer=file --option
 consumer.path=/data/billing``): file, s3 and iceberg consumers stage under their own path.
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +44,10 @@ from sink.consumers import open_staging
 from sink.consumers.consumer_kind import ConsumerLeftover
 from sink.options import SinkOptions
 from sink.staging import Staging, part_run_id
+from state.errors import PipelineFenced
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import BarrierStateStore
+from state.protocol.fencing import take_token
 from state.stores import StateStore
 
 ZOOKEEPER_TIMEOUT = 5.0
@@ -131,6 +142,7 @@ def run(args: argparse.Namespace) -> Result:
         if args.delete:
             if args.zookeeper:
                 _check_no_driver(args.zookeeper, pipeline.layout)
+            _take_pipeline(store, pipeline.layout)
             deleted = _delete_parts(store, pipeline.layout, staging, found)
             deleted += sink.kind.delete_leftovers(sink, [o for o in own if not o.kept])
     finally:
@@ -156,6 +168,20 @@ def _check_no_driver(zookeeper: str, layout: PipelineLayout) -> None:
             f"pipeline {layout.pipeline_id!r} has a running driver ({holders[0]} holds "
             f"{layout.zookeeper_driver_lock} on ZooKeeper {zookeeper}): nothing deleted"
         )
+
+
+def _take_pipeline(store: StateStore, layout: PipelineLayout) -> None:
+    """Take the next fencing token and claim the barrier with it, so that a driver still
+    running is fenced before it can record a batch in flight; :class:`UsageError` if a
+    driver with a newer token holds the pipeline."""
+    identity = f"gtbarrier-sweep:{socket.gethostname()}:{os.getpid()}"
+    token = take_token(store, layout, identifier=identity)
+    try:
+        BarrierStateStore(store, layout).claim_driver(token, driver=identity)
+    except PipelineFenced as err:
+        raise UsageError(
+            f"a driver took pipeline {layout.pipeline_id!r}: {err}; nothing deleted"
+        ) from err
 
 
 def _delete_parts(
