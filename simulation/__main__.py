@@ -1,54 +1,70 @@
 """``python -m simulation``: explore the protocol's schedules (``make sim``), or replay one.
 
     python -m simulation                          # the deep exploration (about 10 minutes)
-    python -m simulation --seconds 60 --bound 1   # a shorter one
+    python -m simulation --seconds 60             # a shorter one
     python -m simulation --seed 4711 --replay     # one random walk again, step by step
     python -m simulation --schedule '{"events": [["p1", 12, "crash", "keep"]], "heal": "keep"}'
 
-The exploration's last three lines are ``steps explored: N``, ``schedules: N`` and
-``violations: N``; it exits with 1 if there was a violation.
+The exploration prints its progress every 10 s and every violation it finds (minimised,
+with the command that replays it); its last three lines are ``steps explored: N``,
+``schedules: N`` and ``violations: N``, and it exits with 1 if there was a violation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 
-from simulation.choosers import RandomWalk
-from simulation.explore import Found, Plan, explore, report, run_schedule, run_seed
+from simulation.explore import (
+    Found,
+    Plan,
+    explore,
+    quiet,
+    report,
+    run_schedule,
+    run_seed,
+)
 from simulation.scheduler import Event
 from simulation.world import Outcome, Schedule, SimConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m simulation", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m simulation", description=__doc__)
     parser.add_argument("--seconds", type=float, default=Plan.seconds, help="time budget")
-    parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
-    parser.add_argument("--workers", type=int, default=Plan.workers)
-    parser.add_argument("--bound", type=int, default=Plan.bound, help="events, exhaustively")
+    parser.add_argument("--steps", type=int, default=None, help="stop after about N steps")
+    parser.add_argument("--workers", type=int, default=Plan.workers, help="processes")
+    parser.add_argument(
+        "--small-bound",
+        type=int,
+        default=Plan.small_bound,
+        help="events per schedule of the exhaustive search on the small pipeline",
+    )
+    parser.add_argument(
+        "--bound",
+        type=int,
+        default=Plan.bound,
+        help="events per schedule of the exhaustive search on the default pipeline",
+    )
     parser.add_argument("--seed", type=int, default=Plan.seed, help="first random-walk seed")
-    parser.add_argument("--replay", action="store_true", help="run --seed's walk, with a trace")
-    parser.add_argument("--schedule", help="run this schedule (JSON), with a trace")
+    parser.add_argument("--replay", action="store_true", help="run --seed's walk, traced")
+    parser.add_argument("--schedule", help="run this schedule (JSON), traced")
     args = parser.parse_args(argv)
     quiet()
-    config = SimConfig()
     if args.schedule is not None:
         raw = json.loads(args.schedule)
+        config = SimConfig(**raw.get("config", {}))
         schedule = Schedule(
             tuple(Event.from_json(e) for e in raw["events"]), str(raw.get("heal", "keep"))
         )
         outcome, _ = run_schedule(config, schedule, trace=True)
         return show(config, outcome, schedule, None)
     if args.replay:
-        outcome, schedule = run_seed(config, args.seed, RandomWalk(), trace=True)
+        config = SimConfig()
+        outcome, schedule = run_seed(config, args.seed, trace=True)
         return show(config, outcome, schedule, args.seed)
     plan = Plan(
-        config=config,
+        small_bound=args.small_bound,
         bound=args.bound,
         seconds=args.seconds,
         max_steps=args.steps,
@@ -63,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def show(config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | None) -> int:
-    """Print a run's trace and its violation (minimised), if any."""
+    """Print a run's trace, step by step, and its violation (minimised), if any."""
     for r in outcome.trace:
         events = "  <- " + ", ".join(str(e) for e in r.events) if r.events else ""
         fault = f" [{r.fault}]" if r.fault else ""
@@ -74,14 +90,6 @@ def show(config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | No
         return 0
     print(report(config, Found(outcome.violation, schedule, seed)))
     return 1
-
-
-def quiet() -> None:
-    """The product logs every decision; thousands of runs would drown the output."""
-    os.environ["GTBARRIER_LOG_LEVEL"] = "OFF"
-    os.environ.pop("GTBARRIER_FAULT", None)
-    os.environ.pop("GTBARRIER_METRICS", None)
-    logging.disable(logging.CRITICAL)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,20 @@ class RandomWalk:
     kinds: frozenset[str] = field(default=ALL_KINDS)
 
 
+#: Two drivers, interleaved: preemptions, second drivers and upgrades only, more often.
+CONCURRENCY = RandomWalk(
+    switch=0.08, environment=0.02, kinds=frozenset({"switch", "zombie", "upgrade"})
+)
+#: The random walks' profiles, taken in turn by seed: every kind of event, and two drivers
+#: interleaving (the races a preemption-heavy walk reaches sooner).
+PROFILES = (RandomWalk(), CONCURRENCY)
+
+
+def walk_for(seed: int) -> RandomWalk:
+    """The profile of the random walk of ``seed``."""
+    return PROFILES[seed % len(PROFILES)]
+
+
 _FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
 _ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator"})
 

@@ -16,13 +16,23 @@ and the two-process exploration ``make sim`` runs.
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue
 from queue import Empty
 
-from simulation.choosers import EXHAUSTIVE_KINDS, RandomChooser, RandomWalk, ReplayChooser
+from simulation.choosers import (
+    EXHAUSTIVE_KINDS,
+    RandomChooser,
+    RandomWalk,
+    ReplayChooser,
+    walk_for,
+)
 from simulation.invariants import Violation
 from simulation.scheduler import Event
 from simulation.world import Outcome, Schedule, SimConfig, World
@@ -48,10 +58,11 @@ def expected_steps(config: SimConfig) -> int:
 
 
 def run_seed(
-    config: SimConfig, seed: int, walk: RandomWalk, *, trace: bool = False
+    config: SimConfig, seed: int, walk: RandomWalk | None = None, *, trace: bool = False
 ) -> tuple[Outcome, Schedule]:
-    """The random walk of ``seed``, and the schedule of the events that fired in it."""
-    chooser = RandomChooser(seed, walk, expected_steps(config))
+    """The random walk of ``seed`` (by default with the seed's profile,
+    :func:`~simulation.choosers.walk_for`), and the schedule of the events that fired."""
+    chooser = RandomChooser(seed, walk or walk_for(seed), expected_steps(config))
     outcome = World(config, chooser, heal=chooser.heal, trace=trace).run()
     return outcome, Schedule(tuple(outcome.fired), chooser.heal)
 
@@ -79,7 +90,8 @@ class Tally:
         self.schedules += 1
         if outcome.violation is not None:
             self.violations += 1
-            self.found.append(Found(outcome.violation, schedule, seed))
+            if len(self.found) < 10:
+                self.found.append(Found(outcome.violation, schedule, seed))
 
 
 def exhaustive(
@@ -162,6 +174,23 @@ def minimise(
     return Schedule(tuple(events), schedule.heal)
 
 
+def hunt(config: SimConfig, *, bound: int, seeds: int) -> tuple[Found | None, Tally]:
+    """Search for a violation: every schedule of up to ``bound`` events (depth first, the
+    empty schedule first), then the random walks of seeds ``0 .. seeds - 1``. The first
+    violation found, and what the search ran."""
+    tally = Tally()
+    for outcome, schedule in exhaustive(config, bound):
+        tally.add(outcome, schedule)
+        if outcome.violation is not None:
+            return Found(outcome.violation, schedule), tally
+    for seed in range(seeds):
+        outcome, schedule = run_seed(config, seed)
+        tally.add(outcome, schedule, seed)
+        if outcome.violation is not None:
+            return Found(outcome.violation, schedule, seed), tally
+    return None, tally
+
+
 def describe(config: SimConfig, schedule: Schedule) -> list[str]:
     """The schedule's events with the step and the point each fired at (a replay)."""
     outcome, _ = run_schedule(config, schedule)
@@ -175,75 +204,126 @@ def describe(config: SimConfig, schedule: Schedule) -> list[str]:
 
 # --- the exploration of `make sim` -----------------------------------------------------------
 
+#: The small pipeline the deeper exhaustive search runs on: one partition of two records.
+SMALL = SimConfig(partitions=1, per_partition=2)
+
 
 @dataclass(frozen=True)
 class Plan:
-    """What ``python -m simulation`` explores."""
+    """What ``python -m simulation`` explores, in three phases: every schedule of up to
+    ``small_bound`` events on the :data:`SMALL` pipeline, every schedule of up to ``bound``
+    events on ``config``, then random walks on ``config`` (seeds from ``seed``) until
+    ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
 
     config: SimConfig = field(default_factory=SimConfig)
-    walk: RandomWalk = field(default_factory=RandomWalk)
+    small: SimConfig = SMALL
+    small_bound: int = 2
     bound: int = 1
     seconds: float = 570.0
     max_steps: int | None = None
     seed: int = 1
     workers: int = 2
     report_every: float = 10.0
+    #: Violations (of distinct invariants) each worker minimises and prints.
     show: int = 3
 
 
-def _worker(plan: Plan, index: int, out: mp.Queue[tuple[str, object]]) -> None:
-    """One worker: its shard of the exhaustive search, then its seeds, until the deadline;
-    counts go to ``out`` about every second, each new kind of violation minimised."""
-    deadline = time.monotonic() + plan.seconds
-    tally = Tally()
-    sent = Tally()
-    reported: set[str] = set()
-    last_send = time.monotonic()
-    step_cap = None if plan.max_steps is None else plan.max_steps // plan.workers
+Message = tuple[str, object]
 
-    def flush(force: bool = False) -> None:
-        nonlocal last_send
-        now = time.monotonic()
-        if force or now - last_send >= 1.0:
-            out.put(
-                (
-                    "count",
-                    (
-                        tally.steps - sent.steps,
-                        tally.schedules - sent.schedules,
-                        tally.violations - sent.violations,
-                    ),
-                )
-            )
-            sent.steps, sent.schedules, sent.violations = (
-                tally.steps,
-                tally.schedules,
-                tally.violations,
-            )
-            last_send = now
 
-    def record(outcome: Outcome, schedule: Schedule, seed: int | None) -> None:
-        tally.add(outcome, schedule, seed)
+class _Worker:
+    """One worker process's exploration and its messages to the parent."""
+
+    def __init__(self, plan: Plan, index: int, out: Queue[Message]) -> None:
+        self.plan = plan
+        self.index = index
+        self.out = out
+        self.deadline = time.monotonic() + plan.seconds
+        self.step_cap = None if plan.max_steps is None else plan.max_steps // plan.workers
+        self.tally = Tally()
+        self.sent = (0, 0, 0)
+        self.last_send = time.monotonic()
+        self.reported: set[str] = set()
+
+    def run(self) -> None:
+        plan, shard = self.plan, (self.index, self.plan.workers)
+        phases: list[tuple[str, SimConfig, Iterator[tuple[Outcome, Schedule, int | None]]]] = [
+            (
+                f"every schedule of up to {plan.small_bound} events, one partition of two records",
+                plan.small,
+                _unseeded(exhaustive(plan.small, plan.small_bound, shard=shard)),
+            ),
+            (
+                f"every schedule of up to {plan.bound} events, the default pipeline",
+                plan.config,
+                _unseeded(exhaustive(plan.config, plan.bound, shard=shard)),
+            ),
+            (
+                f"random walks from seed {plan.seed}, the default pipeline",
+                plan.config,
+                _walks(plan.config, plan.seed + self.index, plan.workers),
+            ),
+        ]
+        for name, config, runs in phases:
+            if self.index == 0:
+                self.out.put(("phase", name))
+            for outcome, schedule, seed in runs:
+                self.record(config, outcome, schedule, seed)
+                if self.done():
+                    break
+            if self.done():
+                break
+        self.flush(force=True)
+        self.out.put(("done", self.index))
+
+    def done(self) -> bool:
+        cap = self.step_cap
+        return time.monotonic() >= self.deadline or (cap is not None and self.tally.steps >= cap)
+
+    def record(
+        self, config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | None
+    ) -> None:
+        self.tally.add(outcome, schedule, seed)
         v = outcome.violation
-        if v is not None and v.invariant not in reported and len(reported) < plan.show:
-            reported.add(v.invariant)
-            out.put(("violation", report(plan.config, Found(v, schedule, seed))))
-        flush()
+        if (
+            v is not None
+            and v.invariant not in self.reported
+            and len(self.reported) < self.plan.show
+        ):
+            self.reported.add(v.invariant)
+            self.out.put(("violation", report(config, Found(v, schedule, seed))))
+        self.flush()
 
-    def done() -> bool:
-        return time.monotonic() >= deadline or (step_cap is not None and tally.steps >= step_cap)
+    def flush(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_send < 1.0:
+            return
+        t = self.tally
+        now_counts = (t.steps, t.schedules, t.violations)
+        self.out.put(("count", tuple(a - b for a, b in zip(now_counts, self.sent, strict=True))))
+        self.sent, self.last_send = now_counts, now
 
-    for outcome, schedule in exhaustive(plan.config, plan.bound, shard=(index, plan.workers)):
-        record(outcome, schedule, None)
-        if done():
-            break
-    seed = plan.seed + index
-    while not done():
-        outcome, schedule = run_seed(plan.config, seed, plan.walk)
-        record(outcome, schedule, seed)
-        seed += plan.workers
-    flush(force=True)
-    out.put(("done", index))
+
+def _unseeded(
+    runs: Iterator[tuple[Outcome, Schedule]],
+) -> Iterator[tuple[Outcome, Schedule, int | None]]:
+    for outcome, schedule in runs:
+        yield outcome, schedule, None
+
+
+def _walks(
+    config: SimConfig, first: int, stride: int
+) -> Iterator[tuple[Outcome, Schedule, int | None]]:
+    seed = first
+    while True:
+        outcome, schedule = run_seed(config, seed)
+        yield outcome, schedule, seed
+        seed += stride
+
+
+def _work(plan: Plan, index: int, out: Queue[Message]) -> None:
+    quiet()
+    _Worker(plan, index, out).run()
 
 
 def report(config: SimConfig, found: Found) -> str:
@@ -254,27 +334,38 @@ def report(config: SimConfig, found: Found) -> str:
         lines.append(f"  seed {found.seed}: python -m simulation --seed {found.seed} --replay")
     lines.append(f"  found with {len(found.schedule.events)} event(s): {found.schedule}")
     lines.append(f"  shortest schedule ({len(small.events)} event(s)): {small}")
-    lines.append(f"  python -m simulation --schedule '{schedule_json(small)}'")
+    lines.append(f"  python -m simulation --schedule '{schedule_json(small, config)}'")
     lines.extend(describe(config, small))
     return "\n".join(lines)
 
 
-def schedule_json(schedule: Schedule) -> str:
-    import json
+def schedule_json(schedule: Schedule, config: SimConfig | None = None) -> str:
+    """The schedule as ``--schedule`` takes it (with the pipeline, if not the default)."""
+    raw: dict[str, object] = {
+        "events": [e.to_json() for e in schedule.events],
+        "heal": schedule.heal,
+    }
+    if config is not None and config != SimConfig():
+        raw["config"] = {"partitions": config.partitions, "per_partition": config.per_partition}
+    return json.dumps(raw)
 
-    return json.dumps({"events": [e.to_json() for e in schedule.events], "heal": schedule.heal})
+
+def quiet() -> None:
+    """The product logs every decision; thousands of runs would drown the output."""
+    os.environ["GTBARRIER_LOG_LEVEL"] = "OFF"
+    os.environ.pop("GTBARRIER_FAULT", None)
+    os.environ.pop("GTBARRIER_METRICS", None)
+    logging.disable(logging.CRITICAL)
 
 
 def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
-    """Run ``plan`` on ``plan.workers`` processes; progress every ``report_every`` s."""
+    """Run ``plan`` on ``plan.workers`` processes, printing progress every
+    ``report_every`` seconds and each violation found (minimised)."""
     ctx = mp.get_context("fork")
-    out: mp.Queue[tuple[str, object]] = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(plan, i, out)) for i in range(plan.workers)]
-    emit(
-        f"exploring: bound {plan.bound} exhaustively, then random walks from seed {plan.seed}; "
-        f"{plan.workers} workers, {plan.seconds:.0f} s"
-        + ("" if plan.max_steps is None else f" or {plan.max_steps:,} steps")
-    )
+    out: Queue[Message] = ctx.Queue()
+    procs = [ctx.Process(target=_work, args=(plan, i, out)) for i in range(plan.workers)]
+    limit = "" if plan.max_steps is None else f" or {plan.max_steps:,} steps"
+    emit(f"exploring on {plan.workers} worker process(es) for {plan.seconds:.0f} s{limit}")
     started = time.monotonic()
     for p in procs:
         p.start()
@@ -287,19 +378,19 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
         except Empty:
             kind, payload = "", None
         if kind == "count":
-            steps, schedules, violations = payload  # type: ignore[misc]
-            total.steps += steps
-            total.schedules += schedules
-            total.violations += violations
-        elif kind == "violation":
-            emit(str(payload))
+            assert isinstance(payload, tuple)
+            total.steps += payload[0]
+            total.schedules += payload[1]
+            total.violations += payload[2]
+        elif kind in ("violation", "phase"):
+            emit(str(payload) if kind == "violation" else f"phase: {payload}")
         elif kind == "done":
             running -= 1
         now = time.monotonic()
         if now >= next_report:
             elapsed = now - started
             emit(
-                f"[{elapsed:5.0f} s] {total.steps:,} steps ({total.steps / elapsed:,.0f}/s), "
+                f"[{elapsed:4.0f} s] {total.steps:,} steps ({total.steps / elapsed:,.0f}/s), "
                 f"{total.schedules:,} schedules, {total.violations} violations"
             )
             next_report += plan.report_every
@@ -307,7 +398,7 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
         p.join()
     elapsed = time.monotonic() - started
     emit(
-        f"done in {elapsed:.0f} s: {total.steps / max(elapsed, 1e-9):,.0f} steps/s "
-        f"on {plan.workers} workers"
+        f"done in {elapsed:.0f} s: {total.steps:,} steps, "
+        f"{total.steps / max(elapsed, 1e-9):,.0f} steps/s on {plan.workers} worker(s)"
     )
     return total

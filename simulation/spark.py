@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -497,13 +497,19 @@ class DriverProc:
         return write_task.stage_task(batches, task, self.world.staging, has_gt=True)
 
     def options(self) -> SinkOptions:
-        return SinkOptions(
-            pipeline_id=self.layout.pipeline_id,
-            store=self.store.config,
-            max_retries=1,
-            retry_backoff=0.0,
-            fencing_token=self.token,
-        )
+        """The sink's options as the driver passes them (parsed by the product; the
+        consumer named is never opened: the simulated one is handed to the barrier)."""
+        raw = {
+            "pipeline.id": self.layout.pipeline_id,
+            "state.uri": "memory://simulation",
+            "consumer": "file",
+            "consumer.path": "/simulated/consumer",
+            "delivery.maxRetries": "1",
+            "delivery.retryBackoffMs": "0",
+        }
+        if self.token is not None:
+            raw["fencing.token"] = str(self.token)
+        return replace(SinkOptions.parse(raw), store=self.store.config)
 
     def barrier(self) -> SimBarrier:
         return SimBarrier(

@@ -106,6 +106,10 @@ class Outcome:
     healed: bool
     trace: list[StepRecord] = field(default_factory=list)
     fired_at: list[tuple[int, Event, Op]] = field(default_factory=list)
+    #: The bundle ids the consumer stored, in the order it stored them.
+    delivered: list[int] = field(default_factory=list)
+    #: Delivery attempts that reached the consumer (stored or not).
+    attempts: int = 0
 
 
 class World:
@@ -347,7 +351,14 @@ class World:
             finally:
                 self._teardown()
         return Outcome(
-            self.step, self.fired, self.violation, self.healing, self.trace, self.fired_at
+            self.step,
+            self.fired,
+            self.violation,
+            self.healing,
+            self.trace,
+            self.fired_at,
+            list(self.consumer.order),
+            len(self.consumer.attempts),
         )
 
     def _loop(self, until: int) -> None:

@@ -1,0 +1,231 @@
+"""The simulator can fail: each test re-introduces a known bug into the product's real code
+(a monkeypatch, undone after the test) and asserts that the simulator finds a violation
+within the test's budget and prints its shortest failing schedule.
+
+The search (:func:`simulation.explore.hunt`) first runs every schedule of at most one event
+(so a bug a failure-free run or a single fault shows is found with its shortest schedule),
+then seeded random walks; the schedule found is minimised by delta debugging and must be
+1-minimal: removing any one of its events makes the violation go away.
+
+The bugs:
+
+1. the row filter by gt: write tasks drop rows whose ``gt`` is at or below ``GT_last``,
+   losing stateful output that carries the ``gt`` of older records;
+2. a snapshot accepted into another generation (the resume point's generation check
+   removed, the snapshot written into the current generation);
+3. a zombie's cleanup deleting a newer run's parts (the generation rule of
+   ``sink/cleanup.py``'s ``_superseded`` removed);
+4. a commit without the claim check (``BarrierStateStore.claim_run`` claims even where it
+   would fence);
+5. a bundle recorded in flight from a stale state (a swap from the remembered state of
+   ``sink/known_state.py`` not confirmed by its compare-and-swap: it is made on whatever
+   version the state has now).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from simulation.explore import Found, hunt, minimise, report, run_schedule
+from simulation.staging import SimStaging
+from simulation.world import Schedule, SimConfig
+from sink import cleanup, write_task
+from sink.bundle import BarrierCommitMessage
+from sink.staging import Staging
+from state.errors import PipelineFenced
+from state.protocol import resume_point
+from state.protocol.barrier_state import BarrierStateStore, Claim, read_barrier_state
+from state.records.barrier import BarrierState, Owner
+from state.records.gt import GT_COLUMN
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.spark_task import StreamingTask
+
+CONFIG = SimConfig()
+#: Random walks after the exhaustive search of one-event schedules (fixed seeds: the
+#: search is deterministic, so is its time).
+SEEDS = 8000
+
+
+def find_shortest(name: str) -> tuple[Schedule, str]:
+    """Hunt for the mutation's violation; minimise, check and print the schedule found."""
+    started = time.monotonic()
+    found, tally = hunt(CONFIG, bound=1, seeds=SEEDS)
+    searched = time.monotonic() - started
+    assert found is not None, (
+        f"{name}: the simulator found no violation in {tally.schedules} schedules "
+        f"({tally.steps} steps)"
+    )
+    invariant = found.violation.invariant
+    shortest = minimise(CONFIG, found.schedule, invariant)
+    assert _fails(shortest, invariant), f"{name}: the minimised schedule does not fail"
+    for i in range(len(shortest.events)):
+        fewer = replace(shortest, events=shortest.events[:i] + shortest.events[i + 1 :])
+        assert not _fails(fewer, invariant), f"{name}: {shortest} is not 1-minimal"
+    total = time.monotonic() - started
+    print(
+        f"\n{name}: found after {tally.schedules} schedules ({tally.steps} steps) in "
+        f"{searched:.1f} s; shortest schedule {len(shortest.events)} event(s), "
+        f"{total:.1f} s in all"
+    )
+    print(report(CONFIG, Found(found.violation, shortest, found.seed)))
+    return shortest, invariant
+
+
+def _fails(schedule: Schedule, invariant: str) -> bool:
+    outcome, _ = run_schedule(CONFIG, schedule)
+    return outcome.violation is not None and outcome.violation.invariant == invariant
+
+
+# --- 1. the row filter by gt ------------------------------------------------------------------
+
+
+def test_row_filter_by_gt_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    stage = write_task.stage_task
+
+    def filtered(
+        batches: Iterable[pa.RecordBatch], task: StreamingTask, staging: Staging, *, has_gt: bool
+    ) -> BarrierCommitMessage:
+        assert isinstance(staging, SimStaging)
+        gt_last = read_barrier_state(staging.world.current_store(), staging.layout).gt_last
+        kept = [
+            b.filter(pc.greater(pc.struct_field(b.column(GT_COLUMN), [0]), gt_last))
+            for b in batches
+        ]
+        return stage(kept, task, staging, has_gt=has_gt)
+
+    monkeypatch.setattr(write_task, "stage_task", filtered)
+    shortest, invariant = find_shortest("row filter by gt")
+    # A failure-free run shows it: stateful rows carry the gt of older epochs.
+    assert invariant == "content"
+    assert shortest.events == ()
+
+
+# --- 2. a snapshot accepted into another generation -----------------------------------------
+
+
+def test_snapshot_accepted_into_another_generation_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def accepted_anywhere(
+        current: ResumePoint | None,
+        snapshot: SnapshotRef,
+        *,
+        generation: int,
+        token: int,
+        query_id: str | None,
+        frontier: Any,
+        retain: int,
+        created_at: float,
+    ) -> ResumePoint:
+        # No generation check: the snapshot joins whatever generation the point is in.
+        older = current.retained if current is not None else ()
+        return ResumePoint(
+            generation=current.generation if current is not None else generation,
+            token=token,
+            epoch=snapshot.epoch,
+            batch_id=snapshot.batch_id,
+            query_id=query_id,
+            frontier=frontier,
+            created_at=created_at,
+            retained=(snapshot, *older)[:retain],
+        )
+
+    monkeypatch.setattr(resume_point, "accepted_point", accepted_anywhere)
+    shortest, _ = find_shortest("snapshot accepted into another generation")
+    assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 3. a zombie's cleanup deleting a newer run's parts ---------------------------------------
+
+
+def test_cleanup_without_the_generation_rule_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    superseded: Callable[[cleanup.StagingCleanup, str, cleanup.Authority], bool] = (
+        cleanup.StagingCleanup._superseded
+    )
+
+    def any_claimed_run(self: cleanup.StagingCleanup, rid: str, auth: cleanup.Authority) -> bool:
+        # Every run that ever claimed counts as superseded, also one newer than the owner.
+        if auth.generation is None:
+            return superseded(self, rid, auth)
+        return superseded(self, rid, replace(auth, generation=1 << 62))
+
+    monkeypatch.setattr(cleanup.StagingCleanup, "_superseded", any_claimed_run)
+    _, invariant = find_shortest("cleanup without the generation rule")
+    assert invariant == "in-flight parts kept"
+
+
+# --- 4. a commit without the claim check -------------------------------------------------------
+
+
+def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    claim_run = BarrierStateStore.claim_run
+
+    def claim_anyway(  # noqa: PLR0917 - the signature of the method it replaces
+        self: BarrierStateStore,
+        state: BarrierState,
+        version: str | None,
+        run_id: str,
+        query_id: str,
+        token: int | None,
+    ) -> Claim:
+        try:
+            return claim_run(self, state, version, run_id, query_id, token)
+        except PipelineFenced:
+            # The fenced checks skipped: the run swaps itself in over the current state.
+            current, current_version = self.load()
+            assert current_version is not None
+            generation = current.owner.generation + 1 if current.owner else 1
+            owner = Owner(run_id, query_id, generation, self.clock(), token)
+            claimed = replace(current, owner=owner)
+            new_version = self.store.compare_and_swap_json(
+                self.layout.barrier_state, claimed.to_json(), current_version
+            )
+            return Claim(claimed, new_version, took_over=True)
+
+    monkeypatch.setattr(BarrierStateStore, "claim_run", claim_anyway)
+    shortest, _ = find_shortest("commit without the claim check")
+    assert any(e.kind in ("zombie", "crash") for e in shortest.events)
+
+
+# --- 5. an in-flight bundle recorded from a stale state ---------------------------------------
+
+
+def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    swap = BarrierStateStore.swap
+
+    def unconfirmed(  # noqa: PLR0917 - the signature of the method it replaces
+        self: BarrierStateStore,
+        old: BarrierState,
+        new: BarrierState,
+        version: str,
+        me: Owner | None,
+        what: str,
+        *,
+        claiming: bool = False,
+        remembered: bool = False,
+    ) -> tuple[BarrierState, str]:
+        if remembered:
+            # The decision made on the remembered state is swapped in on whatever version
+            # the state has now: the compare-and-swap no longer confirms it.
+            _, now = self.load()
+            version = now or version
+        return swap(self, old, new, version, me, what, claiming=claiming)
+
+    monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
+    shortest, _ = find_shortest("stale remembered state")
+    assert any(e.kind in ("zombie", "crash") for e in shortest.events)
+
+
+def test_the_unmutated_product_passes_the_same_search_start() -> None:
+    """Without a mutation, the exhaustive part of the same search finds nothing (the
+    bounded exploration of tests/test_simulation.py covers the random walks)."""
+    found, tally = hunt(CONFIG, bound=1, seeds=200)
+    assert found is None, str(found.violation if found else "")
+    assert tally.schedules > 500
