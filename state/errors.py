@@ -67,6 +67,21 @@ class UnknownOptionError(ConfigError):
         self.expected = "a known option"
 
 
+class SecretReferenceError(ConfigError):
+    """An option's secret reference (``${env:NAME}``, ``${file:/path}``,
+    ``${file:/path:key}``) that cannot be resolved where the client is created. The
+    message names the option and the reference, never a secret."""
+
+    def __init__(self, option: str, reference: str, why: str, *, where: str = "") -> None:
+        self.option = option
+        self.value = reference
+        self.expected = why
+        prefix = f"{where}: " if where else ""
+        GtBarrierError.__init__(
+            self, f"{prefix}option '{option}': secret reference {reference} {why}"
+        )
+
+
 # --- state stores ------------------------------------------------------------------
 
 
@@ -188,6 +203,16 @@ class SourceUnavailable(RetriableError):
 
 class DeliveryFailed(RetriableError):
     """The consumer did not acknowledge a bundle within the retries allowed."""
+
+
+class RowsRefused(FatalError):
+    """Rows of a bundle that the consumer's target refuses, found by the validation
+    before anything of the bundle is delivered, with ``errors.tolerance=none``.
+
+    Fatal: validation is a pure function of the rows, so every replay refuses the same
+    rows. The message names the bundle (its epoch), the first refused row's ``gt``, the
+    column and the reason; ``errors.tolerance=all`` writes such rows to dead letters.
+    """
 
 
 class CoordinationError(GtBarrierError):
