@@ -43,6 +43,10 @@ PART2 = StagedPart(
     GlobalTime(7, "t", 1, 399),
 )
 BUNDLE = InflightBundle(7, "q", 3, "run", (PART, PART2), has_gt=True, ordered=True)
+DEAD = StagedPart("p1/staging/q/000000000003/dl-p00000-t1-rrun.parquet", 2, 900)
+WITH_DEAD_LETTERS = InflightBundle(
+    7, "q", 3, "run", (PART,), has_gt=True, ordered=True, dead_letters=(DEAD,)
+)
 OWNER = Owner("run", "q", 4, 1760000000.5, 3)
 REF = SnapshotRef(12, "p1/snapshots/000000000012/manifest.json", "ab" * 32, 41, 41)
 POINT = ResumePoint(0, 3, 41, 41, "q", START.to_json(), 1760000000.0, (REF,))
@@ -71,6 +75,7 @@ RECORDS: list[tuple[Any, Callable[[object], Any]]] = [
     (BatchRecord("q", 3, 7), BatchRecord.from_json),
     (BUNDLE, InflightBundle.from_json),
     (InflightBundle(9, "q", 4, None, (), has_gt=False, ordered=True), InflightBundle.from_json),
+    (WITH_DEAD_LETTERS, InflightBundle.from_json),
     (BarrierState(), BarrierState.from_json),
     (BarrierState(6, BUNDLE, OWNER), BarrierState.from_json),
     (OWNER, Owner.from_json),
@@ -161,6 +166,34 @@ def test_in_flight_record_keeps_todays_fields() -> None:
         "min_gt": {"epoch": 7, "topic": "t", "partition": 0, "offset": 5},
         "max_gt": {"epoch": 7, "topic": "t", "partition": 0, "offset": 604},
     }
+
+
+def test_in_flight_record_with_dead_letters_adds_one_field_and_without_keeps_its_bytes() -> None:
+    # golden bytes: the record of a bundle whose tasks staged refused rows
+    assert dumps(WITH_DEAD_LETTERS.to_json()) == (
+        b'{"batch_id":3,"bundle_id":7,"dead_letters":{"part_info":[{"max_gt":null,'
+        b'"min_gt":null,"rows":2,"size":900}],'
+        b'"parts":["p1/staging/q/000000000003/dl-p00000-t1-rrun.parquet"],"rows":2},'
+        b'"epoch":7,"has_gt":true,"max_gt":{"epoch":7,"offset":604,"partition":0,"topic":"t"},'
+        b'"ordered":true,"part_info":[{"max_gt":{"epoch":7,"offset":604,"partition":0,'
+        b'"topic":"t"},"min_gt":{"epoch":7,"offset":5,"partition":0,"topic":"t"},"rows":600,'
+        b'"size":18000}],"parts":["p1/staging/q/000000000003/p00000-t1-rrun.parquet"],'
+        b'"query_id":"q","rows":600,"run_id":"run"}'
+    )
+    # and without dead letters, the bytes records had before the field existed
+    without = InflightBundle(7, "q", 3, "run", (PART,), has_gt=True, ordered=True)
+    assert dumps(without.to_json()) == (
+        b'{"batch_id":3,"bundle_id":7,"epoch":7,"has_gt":true,"max_gt":{"epoch":7,'
+        b'"offset":604,"partition":0,"topic":"t"},"ordered":true,"part_info":[{"max_gt":'
+        b'{"epoch":7,"offset":604,"partition":0,"topic":"t"},"min_gt":{"epoch":7,"offset":5,'
+        b'"partition":0,"topic":"t"},"rows":600,"size":18000}],'
+        b'"parts":["p1/staging/q/000000000003/p00000-t1-rrun.parquet"],"query_id":"q",'
+        b'"rows":600,"run_id":"run"}'
+    )
+    assert WITH_DEAD_LETTERS.staged_locations == (PART.location, DEAD.location)
+    assert WITH_DEAD_LETTERS.dead_letter_rows == 2 and without.dead_letter_rows == 0
+    state = BarrierState(6, WITH_DEAD_LETTERS, OWNER)
+    assert decode(dumps(state.to_json()), BarrierState.from_json, "s") == state
 
 
 def test_manifest_bytes_are_stable() -> None:
@@ -285,6 +318,17 @@ def test_global_time_orders_as_the_gt_column() -> None:
                 "part_info": [{"rows": 1, "size": 1, "min_gt": {"epoch": 1}}],
             },
             r"global time: field 'topic' is missing",
+        ),
+        (
+            InflightBundle.from_json,
+            {
+                "epoch": 1,
+                "query_id": "q",
+                "batch_id": 0,
+                "parts": [],
+                "dead_letters": {"parts": ["d"], "part_info": []},
+            },
+            r"in-flight bundle: dead_letters: field 'part_info' .* a list of 1 part",
         ),
         (
             BatchRecord.from_json,

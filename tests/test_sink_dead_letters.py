@@ -1,0 +1,481 @@
+"""Rows a consumer's target refuses (``errors.tolerance``) and dead letters, without servers.
+
+The options; the write task's checks (the shared null-``gt`` check and the kind's
+``validate``, here consumer=http with ``consumer.format=jsonl``, which refuses strings that
+are not UTF-8); the dead-letter file (format, create-once, another pipeline's file); and
+the barrier's step: the file written before the bundle is recorded in flight, never twice
+across a crash before the in-flight record, a redelivery, or a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from sink.barrier import Barrier
+from sink.consumers.consumer_kind import RowRejection
+from sink.consumers.http import HTTP, HttpSettings
+from sink.dead_letters import (
+    BUNDLE_COLUMN,
+    COLUMN_COLUMN,
+    REASON_COLUMN,
+    DeadLetterSettings,
+    FileDeadLetters,
+    StoreDeadLetters,
+    dead_letter_name,
+    open_dead_letters,
+)
+from sink.faults import FaultInjector, InjectedFault
+from sink.options import SinkOptions
+from sink.write_task import NULL_GT, RowChecks, check_rows
+from state.errors import ConfigError, RowsRefused, StateError, UnknownOptionError
+from state.records.gt import arrow_array as gt_array
+from state.stores import open_store
+from tests.sink_helpers import Pipeline, sink_options
+
+BAD = b"caf\xe9"  # latin-1, not UTF-8
+
+
+def note_batch(
+    epoch: int,
+    partition: int,
+    offsets: Sequence[int],
+    *,
+    bad: Sequence[int] = (),
+    null_gt: Sequence[int] = (),
+) -> pa.RecordBatch:
+    """Rows ``value``, ``note`` (a string; bytes that are not UTF-8 at offsets ``bad``) and
+    ``gt`` (null at offsets ``null_gt``)."""
+    n = len(offsets)
+    gt = gt_array(
+        pa.array([epoch] * n, pa.int64()),
+        pa.array(["t"] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(list(offsets), pa.int64()),
+    )
+    if null_gt:
+        mask = pa.array([o in null_gt for o in offsets], pa.bool_())
+        gt = pa.StructArray.from_arrays(
+            [gt.field(i) for i in range(gt.type.num_fields)],
+            fields=list(gt.type),
+            mask=mask,
+        )
+    notes = pa.array([BAD if o in bad else f"n{o}".encode() for o in offsets], pa.binary()).view(
+        pa.string()
+    )
+    values = pa.array([f"{partition}:{o}".encode() for o in offsets], pa.binary())
+    return pa.RecordBatch.from_arrays([values, notes, gt], names=["value", "note", "gt"])
+
+
+def jsonl(tmp_path: Path | None = None, **extra: str) -> SinkOptions:
+    """consumer=http with jsonl bodies (refuses strings that are not UTF-8); with
+    ``tmp_path``, errors.tolerance=all into ``<tmp_path>/dl``."""
+    opts = {"consumer.format": "jsonl", **extra}
+    if tmp_path is not None:
+        opts.update({"errors.tolerance": "all", "errors.deadLetter.path": f"file://{tmp_path}/dl"})
+    return sink_options(**opts)
+
+
+def notes(table: pa.Table | None) -> list[bytes]:
+    assert table is not None
+    found: list[bytes] = table.column("note").combine_chunks().view(pa.binary()).to_pylist()
+    return found
+
+
+def crash_at(step: str) -> FaultInjector:
+    class Crash(FaultInjector):
+        def at(self, name: str, n: int | None) -> None:
+            if name == step:
+                raise InjectedFault(f"crash at {step}")
+
+    return Crash()
+
+
+def file_id(path: Path) -> tuple[int, int]:
+    """What changes if a file is written again: its inode and modification time."""
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+def test_errors_tolerance_is_none_by_default_and_all_takes_a_file_or_s3_destination(
+    tmp_path: Path,
+) -> None:
+    assert sink_options().errors == DeadLetterSettings()
+    assert not sink_options().errors.tolerant
+    local = sink_options(
+        **{"errors.tolerance": "ALL", "errors.deadLetter.path": f"file://{tmp_path}/dl/"}
+    )
+    assert local.errors == DeadLetterSettings("all", f"file://{tmp_path}/dl")
+    s3 = sink_options(**{"errors.tolerance": "all", "errors.deadLetter.path": "s3://b/dl"})
+    assert s3.errors.path == "s3://b/dl" and s3.errors.tolerant
+
+
+@pytest.mark.parametrize(
+    ("extra", "option", "expected"),
+    [
+        ({"errors.tolerance": "some"}, "errors.tolerance", "'none', 'all'"),
+        ({"errors.tolerance": "all"}, "errors.deadLetter.path", "file:///absolute/dir"),
+        (
+            {"errors.tolerance": "all", "errors.deadLetter.path": "/tmp/dl"},
+            "errors.deadLetter.path",
+            "file:///absolute/dir or s3://bucket/prefix",
+        ),
+        (
+            {"errors.tolerance": "all", "errors.deadLetter.path": "file://host/dl"},
+            "errors.deadLetter.path",
+            "file:///absolute/dir",
+        ),
+        (
+            {"errors.tolerance": "all", "errors.deadLetter.path": "s3://"},
+            "errors.deadLetter.path",
+            "s3://bucket/prefix",
+        ),
+        (
+            {"errors.deadLetter.path": "file:///tmp/dl"},
+            "errors.deadLetter.path",
+            "not to be set with errors.tolerance=none",
+        ),
+        (
+            {
+                "errors.tolerance": "all",
+                "errors.deadLetter.path": "file:///tmp/dl",
+                "errors.deadLetter.topic": "dlq",
+            },
+            "errors.deadLetter.topic",
+            "errors.deadLetter.kafka.bootstrap.servers",
+        ),
+        (
+            {
+                "errors.tolerance": "all",
+                "errors.deadLetter.path": "file:///tmp/dl",
+                "errors.deadLetter.kafka.linger.ms": "5",
+            },
+            "errors.deadLetter.kafka.linger.ms",
+            "errors.deadLetter.topic",
+        ),
+    ],
+)
+def test_bad_error_options_name_the_option_the_value_and_what_was_expected(
+    extra: dict[str, str], option: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        sink_options(**extra)
+    assert f"option '{option}'" in str(err.value) and expected in str(err.value)
+
+
+def test_unknown_error_option_is_named() -> None:
+    with pytest.raises(UnknownOptionError, match=r"errors\.deadLetter\.pth"):
+        sink_options(**{"errors.deadLetter.pth": "file:///tmp/dl"})
+
+
+def test_dead_letters_inside_the_file_consumers_directory_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"outside consumer\.path") as err:
+        sink_options(
+            consumer="file",
+            **{
+                "consumer.url": "",
+                "consumer.path": str(tmp_path / "out"),
+                "errors.tolerance": "all",
+                "errors.deadLetter.path": f"file://{tmp_path}/out/dead",
+            },
+        )
+    assert "errors.deadLetter.path" in str(err.value)
+
+
+def test_start_check_refuses_an_input_with_the_added_columns_and_an_unwritable_destination(
+    tmp_path: Path,
+) -> None:
+    schema = StructType(
+        [StructField("value", BinaryType()), StructField("_gtb_reason", StringType())]
+    )
+    with pytest.raises(ConfigError, match="_gtb_reason"):
+        jsonl(tmp_path).check_at_start(schema)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    opts = jsonl(
+        None, **{"errors.tolerance": "all", "errors.deadLetter.path": f"file://{blocked}/dl"}
+    )
+    with pytest.raises(ConfigError, match=r"option 'errors.deadLetter.path' .* can write"):
+        opts.check_at_start(StructType([StructField("value", BinaryType())]))
+    ok = StructType([StructField("value", BinaryType())])
+    assert jsonl(tmp_path).check_at_start(ok).errors.tolerant
+    assert (tmp_path / "dl").is_dir()  # made before any data moves
+
+
+# --- the checks in the write task ---------------------------------------------------------
+
+
+def test_jsonl_http_refuses_strings_that_are_not_utf8_and_arrow_takes_them() -> None:
+    table = pa.Table.from_batches([note_batch(1, 0, [0, 1, 2], bad=[1])])
+    [rejection] = HTTP.validate(HttpSettings("http://h/x", "jsonl"), table)
+    assert rejection.row == 1 and rejection.column == "note"
+    assert "not valid UTF-8" in rejection.reason and "jsonl" in rejection.reason
+    assert HTTP.validate(HttpSettings("http://h/x", "arrow"), table) == []
+    nested = pa.table(
+        {"s": pa.StructArray.from_arrays([table.column("note").combine_chunks()], ["a"])}
+    )
+    assert [
+        (r.row, r.column) for r in HTTP.validate(HttpSettings("http://h", "jsonl"), nested)
+    ] == [(1, "s")]
+
+
+def test_the_kind_sees_the_rows_in_gt_order_and_null_gt_rows_are_refused_by_every_kind() -> None:
+    seen: list[list[int]] = []
+
+    class Spy(type(HTTP)):  # type: ignore[misc]
+        def validate(self, settings: Any, table: pa.Table) -> list[RowRejection]:
+            seen.append(table.column("gt").combine_chunks().field("offset").to_pylist())
+            return [RowRejection(0, None, "the first row in gt order")]
+
+    rows = pa.concat_tables(
+        [
+            pa.Table.from_batches([note_batch(2, 0, [9, 3])]),
+            pa.Table.from_batches([note_batch(2, 0, [5, 7], null_gt=[7])]),
+        ]
+    )
+    checks = RowChecks("http", Spy(), HttpSettings("http://h", "jsonl"), "all")
+    checked = check_rows(rows, checks, has_gt=True)
+    assert seen == [[3, 5, 9]]  # the null-gt row is not given to the kind
+    assert [(r.column, r.reason) for r in checked.rejections] == [
+        ("gt", NULL_GT),
+        (None, "the first row in gt order"),
+    ]
+    assert checked.accepted.column("gt").combine_chunks().field("offset").to_pylist() == [5, 9]
+    assert checked.refused is not None
+    assert checked.refused.column(COLUMN_COLUMN).to_pylist() == ["gt", None]
+    assert notes(checked.refused) == [b"n7", b"n3"]
+
+
+def test_refused_rows_fail_the_task_before_anything_is_staged(tmp_path: Path) -> None:
+    p = Pipeline(jsonl())
+    p.record_batch(0, epoch=3)
+    with pytest.raises(RowsRefused) as err:
+        p.write(0, [note_batch(3, 0, [4, 5, 6], bad=[5, 6])])
+    text = str(err.value)
+    assert "bundle 3 (epoch 3, batch 0 of query" in text and "was not stored" in text
+    assert "gt (epoch 3 t-0@5)" in text and "(and 1 more row(s) of this task)" in text
+    assert "column 'note'" in text and "not valid UTF-8" in text
+    assert "errors.tolerance=all" in text and "errors.deadLetter.path" in text
+    assert p.staged() == []
+
+
+def test_a_null_gt_is_a_refused_row_too() -> None:
+    p = Pipeline(jsonl())
+    p.record_batch(0, epoch=3)
+    with pytest.raises(RowsRefused, match=r"gt null, column 'gt': no gt \(null\)"):
+        p.write(0, [note_batch(3, 0, [1, 2], null_gt=[2])])
+    assert p.staged() == []
+
+
+def test_with_tolerance_all_the_task_stages_refused_rows_as_its_dead_letter_part(
+    tmp_path: Path,
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=3)
+    m = p.write(0, [note_batch(3, 0, [6, 5, 4], bad=[5], null_gt=[6])])
+    assert m.part is not None and m.dead_letters is not None
+    assert (m.rows, m.dead_letter_rows) == (1, 2)
+    assert m.dead_letters.location.rsplit("/", 1)[1].startswith("dl-p00000-t")
+    staged = p.staging.read_part(m.dead_letters.location)
+    assert staged.column_names == ["value", "note", "gt", REASON_COLUMN, COLUMN_COLUMN]
+    assert staged.column(COLUMN_COLUMN).to_pylist() == ["gt", "note"]
+    assert notes(staged) == [b"n6", BAD]
+    assert sorted(p.staged()) == sorted([m.part.location, m.dead_letters.location])
+
+
+# --- the dead-letter file -----------------------------------------------------------------
+
+
+def test_the_file_holds_the_input_columns_as_they_were_and_the_three_added_columns(
+    tmp_path: Path,
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=3)
+    outcome = p.barrier().commit([p.write(0, [note_batch(3, 0, [0, 1, 2], bad=[1])])], 0)
+    assert outcome.action == "delivered" and (outcome.rows, outcome.dead_letters) == (2, 1)
+    path = tmp_path / "dl" / dead_letter_name(3)
+    assert outcome.dead_letters_at == f"file://{path}"
+    table = pq.read_table(path)
+    expected = pa.schema(
+        [
+            *note_batch(3, 0, []).schema,
+            pa.field(BUNDLE_COLUMN, pa.int64()),
+            pa.field(REASON_COLUMN, pa.string()),
+            pa.field(COLUMN_COLUMN, pa.string()),
+        ]
+    )
+    assert table.schema.remove_metadata() == expected
+    assert table.column(BUNDLE_COLUMN).to_pylist() == [3]
+    assert table.column(COLUMN_COLUMN).to_pylist() == ["note"]
+    assert notes(table) == [BAD]
+    meta = pq.read_metadata(path).metadata
+    assert meta[b"gtbarrier.pipeline"] == b"p1" and meta[b"gtbarrier.bundle"] == b"3"
+    assert [d[0] for d in p.consumer.delivered] == [3] and notes(p.consumer.delivered[0][1]) == [
+        b"n0",
+        b"n2",
+    ]
+    assert p.staged() == []  # the dead-letter part too
+    assert sorted(os.listdir(tmp_path / "dl")) == [dead_letter_name(3)]
+
+
+def test_a_file_is_created_once_and_another_pipelines_file_is_never_taken_as_ours(
+    tmp_path: Path,
+) -> None:
+    dl = FileDeadLetters(str(tmp_path / "dl"))
+    rows = pa.table({"v": [1, 2], REASON_COLUMN: ["r", "r"], COLUMN_COLUMN: ["v", None]})
+    first = dl.write("p1", 7, lambda: rows)
+    assert first.written and first.rows == 2
+    again = dl.write("p1", 7, lambda: pytest.fail("the rows are read only to write the file"))
+    assert not again.written and again.rows == 2 and again.location == first.location
+    with pytest.raises(StateError, match="shared by two pipelines"):
+        dl.write("p2", 7, lambda: rows)
+    assert [(f.bundle_id, f.rows, f.pipeline_id) for f in dl.files()] == [(7, 2, "p1")]
+    assert dl.read(7).column(BUNDLE_COLUMN).to_pylist() == [7, 7]
+
+
+def test_the_same_on_a_store(tmp_path: Path) -> None:
+    dl = open_dead_letters(f"memory://{tmp_path.name}-dl")
+    assert isinstance(dl, StoreDeadLetters)
+    rows = pa.table({"v": [1], REASON_COLUMN: ["r"], COLUMN_COLUMN: [None]}, schema=None)
+    assert dl.write("p1", 2, lambda: rows).written
+    assert not dl.write("p1", 2, lambda: rows).written
+    assert dl.write("p1", 10, lambda: rows).written
+    assert [f.bundle_id for f in dl.files()] == [2, 10]
+    assert dl.read(10).num_rows == 1
+
+
+# --- the barrier's step -------------------------------------------------------------------
+
+
+def test_dead_letters_are_written_before_the_bundle_is_recorded_in_flight(
+    tmp_path: Path,
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    p.consumer.on_deliver = lambda bundle: seen.append(path.exists())
+    seen: list[bool] = []
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit(
+            [p.write(0, [note_batch(1, 0, [0, 1], bad=[0])])], 0
+        )
+    assert path.exists() and p.consumer.calls == 0
+    assert p.state().inflight is None and p.state().gt_last == -1
+    written = file_id(path)
+    # the restart replays the epoch: the same rows refused, the file found, not written again
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([p.write(0, [note_batch(1, 0, [0, 1], bad=[0])])], 0)
+    assert outcome.action == "delivered" and outcome.dead_letters == 1
+    assert seen == [True] and file_id(path) == written
+    assert p.state().gt_last == 1 and pq.read_table(path).num_rows == 1
+    assert p.staged() == []
+
+
+def test_a_redelivery_of_the_bundle_in_flight_never_writes_its_dead_letters_twice(
+    tmp_path: Path,
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    p.record_batch(0, epoch=1)
+    m = p.write(0, [note_batch(1, 0, [0, 1, 2], bad=[2])])
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_inflight")).commit([m], 0)
+    inflight = p.inflight()
+    assert m.dead_letters is not None
+    assert inflight.dead_letters == (m.dead_letters,) and inflight.dead_letter_rows == 1
+    written = file_id(path)
+    # a new run: its first commit's claim sweeps superseded runs' parts, but not those the
+    # in-flight record references (the dead-letter part included)
+    p.run_id = "run-b"
+    p.record_batch(1, epoch=2)
+    outcome = p.barrier().commit([p.write(1, [note_batch(2, 0, [3])])], 1)
+    assert outcome.recovered == 1 and outcome.action == "delivered"
+    assert [(d[0], d[2]) for d in p.consumer.delivered] == [(1, True), (2, False)]
+    assert file_id(path) == written
+    assert sorted(os.listdir(tmp_path / "dl")) == [dead_letter_name(1)]
+    assert p.staged() == []
+
+
+def test_a_replay_of_a_delivered_bundle_writes_no_dead_letters(tmp_path: Path) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [note_batch(1, 0, [0, 1], bad=[1])])], 0)
+    path.unlink()  # so that a write would show
+    p.record_batch(5, epoch=1)  # the same epoch on a new checkpoint
+    outcome = p.barrier().commit([p.write(5, [note_batch(1, 0, [0, 1], bad=[1])])], 5)
+    assert outcome.action == "dropped" and outcome.dead_letters == 0
+    assert not path.exists() and p.staged() == []
+
+
+def test_a_bundle_whose_every_row_is_refused_writes_its_dead_letters_and_delivers_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(4)
+    p.record_batch(0, epoch=4)
+    with caplog.at_level(logging.INFO, logger="sink.barrier"):
+        outcome = p.barrier().commit([p.write(0, [note_batch(4, 0, [0, 1], bad=[0, 1])])], 0)
+    assert outcome.action == "empty" and outcome.dead_letters == 2
+    assert p.consumer.calls == 0 and p.state().gt_last == -1
+    assert pq.read_table(path).num_rows == 2 and p.staged() == []
+    assert (
+        "bundle 4 had no rows to deliver; 2 row(s) refused, in dead letters file://" in caplog.text
+    )
+    written = file_id(path)
+    p.record_batch(1, epoch=4)  # replayed: found, not written again
+    p.barrier().commit([p.write(1, [note_batch(4, 0, [0, 1], bad=[0, 1])])], 1)
+    assert file_id(path) == written
+
+
+def test_the_log_line_counts_the_refused_rows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=2)
+    with caplog.at_level(logging.INFO, logger="sink.barrier"):
+        p.barrier().commit(
+            [
+                p.write(0, [note_batch(2, 0, [0, 1], bad=[1])], partition=0),
+                p.write(0, [note_batch(2, 1, [0, 1], bad=[0])], partition=1),
+            ],
+            0,
+        )
+    assert (
+        "bundle 2 (batch 0, 2 rows) delivered to fake; 2 row(s) refused, in dead letters "
+        f"file://{tmp_path}/dl/bundle-000000000002.parquet; GT_last=2"
+    ) in caplog.text
+    table = pq.read_table(tmp_path / "dl" / dead_letter_name(2))
+    assert table.column("gt").combine_chunks().field("partition").to_pylist() == [0, 1]
+
+
+def test_abort_deletes_the_dead_letter_parts_too(tmp_path: Path) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=1)
+    m = p.write(0, [note_batch(1, 0, [0, 1], bad=[1])])
+    assert len(p.staged()) == 2
+    p.barrier().abort([m], 0)
+    assert p.staged() == []
+
+
+def test_a_barrier_can_be_given_its_destination(tmp_path: Path) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    store_dl = StoreDeadLetters(open_store(f"memory://{tmp_path.name}-given"))
+    barrier = Barrier(
+        p.options, p.store, p.consumer, p.staging, FaultInjector(), dead_letters=store_dl
+    )
+    p.record_batch(0, epoch=6)
+    barrier.commit([p.write(0, [note_batch(6, 0, [0, 1], bad=[1])])], 0)
+    assert [f.bundle_id for f in store_dl.files()] == [6]
+    assert not (tmp_path / "dl").exists() or not os.listdir(tmp_path / "dl")
