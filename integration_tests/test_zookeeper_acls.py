@@ -1,0 +1,208 @@
+"""``zookeeper_auth`` against a real ZooKeeper 3.8 started with digest authentication.
+
+A coordinator with ``zookeeper_auth="digest:gtb:${env:...}"`` takes the driver lock and
+writes the resume point (``recover(mode="replay")`` starts a generation, which writes it);
+its znodes carry an ACL for that identity alone. An anonymous client, and one with other
+credentials, get ``NoAuthError`` reading and changing them; the CLI reads them with
+``--zookeeper-auth`` and fails with one clear line without it; the password shows in no
+log, message, status or output. Without the parameter the znodes are open, as before.
+No Spark: the coordinator runs recovery-only (``spark=None``) on a ``file://`` store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import ACL, Id, Permissions
+
+from gtbarrier import SnapshotCoordinator
+from gtbarrier.cli import main as gtbarrier
+from harness.zookeeper import ZkHelper
+from state.errors import CoordinationError, DriverLockHeld
+from state.layout import PipelineLayout
+
+PASSWORD = "zk-" + secrets.token_hex(8)
+ENV = "GTB_TEST_ZK_PASSWORD"
+AUTH = f"digest:gtb:${{env:{ENV}}}"
+PIPELINE = "acl-p1"
+LAYOUT = PipelineLayout(PIPELINE)
+NODES = (LAYOUT.zookeeper_root, LAYOUT.zookeeper_driver_lock, LAYOUT.zookeeper_resume)
+
+
+@pytest.fixture(autouse=True)
+def password(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """The password in the environment, every log record captured (kazoo's below DEBUG
+    too), and at the end: the password is in none of them."""
+    monkeypatch.setenv(ENV, PASSWORD)
+    caplog.set_level(1)
+    yield
+    assert PASSWORD not in caplog.text
+
+
+@pytest.fixture
+def coordinators(zk_auth: ZkHelper, tmp_path: Path) -> Iterator[Callable[..., SnapshotCoordinator]]:
+    made: list[SnapshotCoordinator] = []
+
+    def make(**kwargs: Any) -> SnapshotCoordinator:
+        coord = SnapshotCoordinator(
+            None,
+            pipeline_id=PIPELINE,
+            state_uri=f"file://{tmp_path}/state",
+            checkpoint_location=tmp_path / f"cp{len(made)}",
+            zookeeper_hosts=zk_auth.hosts,
+            reset_timeout="30s",
+            **kwargs,
+        )
+        made.append(coord)
+        return coord
+
+    yield make
+    for coord in made:
+        coord.close()
+
+
+def gtb_acl() -> list[ACL]:
+    """What the server records for ZooKeeper's ``auth`` id of a client authenticated as
+    ``gtb`` with the password: that digest, every permission."""
+    from kazoo.security import make_digest_acl_credential
+
+    return [ACL(Permissions.ALL, Id("digest", make_digest_acl_credential("gtb", PASSWORD)))]
+
+
+def assert_refused(client: KazooClient) -> None:
+    """``client`` can neither read nor change the pipeline's znodes."""
+    for node in NODES:
+        with pytest.raises(NoAuthError):
+            client.get(node)
+        with pytest.raises(NoAuthError):
+            client.set(node, b"{}")
+    with pytest.raises(NoAuthError):
+        client.get_children(LAYOUT.zookeeper_driver_lock)  # who holds the lock
+    with pytest.raises(NoAuthError):  # queue up for the lock, or take an absent one
+        client.create(f"{LAYOUT.zookeeper_driver_lock}/x__lock__", ephemeral=True, sequence=True)
+    with pytest.raises(NoAuthError):
+        client.delete(LAYOUT.zookeeper_resume)
+    with pytest.raises(NoAuthError):
+        client.create(f"{LAYOUT.zookeeper_root}/other", b"x")
+
+
+def test_the_pipelines_znodes_belong_to_the_identity_alone(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator]
+) -> None:
+    coord = coordinators(zookeeper_auth=AUTH)
+    coord.recover(mode="replay")  # the lock, then a new generation: the resume point written
+    point = coord.resume_point()
+    assert point is not None and point["generation"] == 1
+    assert coord.ownership.held and coord.status()["zookeeper"] == "CONNECTED"
+
+    admin = zk_auth.admin()
+    for node in NODES:
+        acl, _ = admin.get_acls(node)
+        assert acl == gtb_acl(), node
+    holders = admin.get_children(LAYOUT.zookeeper_driver_lock)
+    assert len(holders) == 1
+    assert admin.get_acls(f"{LAYOUT.zookeeper_driver_lock}/{holders[0]}")[0] == gtb_acl()
+    data, _ = admin.get(LAYOUT.zookeeper_resume)
+    assert json.loads(data)["generation"] == 1
+    # the shared parent stays as ZooKeeper makes it: other pipelines, other identities
+    assert admin.get_acls("/gtbarrier")[0][0].id == Id("world", "anyone")
+
+    assert_refused(zk_auth.client())
+    assert_refused(zk_auth.client(auth_data=[("digest", "gtb:not-the-password")]))
+    assert_refused(zk_auth.client(auth_data=[("digest", f"other:{PASSWORD}")]))
+
+    for shown in (repr(coord.config), repr(coord.status()), str(coord.config.zookeeper_auth)):
+        assert PASSWORD not in shown
+    # the same identity elsewhere sees the lock's holder
+    with pytest.raises(DriverLockHeld):
+        coordinators(zookeeper_auth=AUTH).recover()
+
+
+def test_a_driver_without_or_with_other_credentials_fails_clearly(
+    coordinators: Callable[..., SnapshotCoordinator],
+) -> None:
+    coordinators(zookeeper_auth=AUTH).recover(mode="replay")
+    for auth in (None, "digest:gtb:wrong", f"digest:intruder:{PASSWORD}"):
+        with pytest.raises(CoordinationError) as info:
+            coordinators(zookeeper_auth=auth).recover()
+        message = str(info.value)
+        assert "NoAuth" in message and LAYOUT.zookeeper_root in message
+        assert "zookeeper_auth" in message
+        assert PASSWORD not in message and not info.value.retriable
+
+
+def test_cli_status_and_sweep_read_them_with_the_auth_and_fail_clearly_without(
+    zk_auth: ZkHelper,
+    coordinators: Callable[..., SnapshotCoordinator],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    coord = coordinators(zookeeper_auth=AUTH)
+    coord.recover(mode="replay")
+    coord.close()  # the lock is released; the resume point stays
+    ids = ["--pipeline", PIPELINE, "--state-uri", f"file://{tmp_path}/state"]
+    zk = ["--zookeeper", zk_auth.hosts]
+
+    assert gtbarrier(["status", *ids, *zk, "--zookeeper-auth", AUTH, "--json"]) == 0
+    out = capsys.readouterr()
+    status = json.loads(out.out)
+    assert status["resume_point"]["generation"] == 1
+    assert status["resume_point"]["from"] == f"ZooKeeper {zk_auth.hosts} node {NODES[2]}"
+    assert PASSWORD not in out.out + out.err
+
+    assert gtbarrier(["status", *ids, *zk, "--zookeeper-auth", AUTH]) == 0  # the tables
+    assert PASSWORD not in capsys.readouterr().out
+
+    for auth in ([], ["--zookeeper-auth", "digest:gtb:wrong"]):
+        assert gtbarrier(["status", *ids, *zk, *auth]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "NoAuth" in err and NODES[2] in err and "--zookeeper-auth" in err
+        assert PASSWORD not in err
+
+    # sweep --delete reads the lock's holders before it deletes anything
+    sweep = ["sweep", *ids, "--option", "consumer=file", "--option", f"consumer.path={tmp_path}"]
+    assert gtbarrier([*sweep, "--delete", *zk, "--zookeeper-auth", AUTH, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == []
+    assert gtbarrier([*sweep, "--delete", *zk]) == 2
+    err = capsys.readouterr().err
+    assert "NoAuth" in err and LAYOUT.zookeeper_driver_lock in err and "Traceback" not in err
+
+
+def test_without_the_parameter_the_znodes_are_open_as_before(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator]
+) -> None:
+    coord = coordinators()
+    coord.recover(mode="replay")
+    anonymous = zk_auth.client()
+    for node in NODES:
+        acl, _ = anonymous.get_acls(node)
+        assert [a.id for a in acl] == [Id("world", "anyone")], node
+    data, _ = anonymous.get(LAYOUT.zookeeper_resume)
+    assert json.loads(data)["generation"] == 1
+
+
+def test_turning_auth_on_restricts_the_nodes_of_an_open_pipeline(
+    zk_auth: ZkHelper,
+    coordinators: Callable[..., SnapshotCoordinator],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = coordinators()
+    first.recover(mode="replay")
+    first.close()  # an open pipeline, its lock released
+    coord = coordinators(zookeeper_auth=AUTH)
+    with caplog.at_level(logging.WARNING, logger="state.coordinator.zookeeper"):
+        coord.recover()
+    admin = zk_auth.admin()
+    for node in NODES:
+        assert admin.get_acls(node)[0] == gtb_acl(), node
+    assert_refused(zk_auth.client())
+    assert any("open ACL" in r.getMessage() for r in caplog.records)
