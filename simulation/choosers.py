@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from simulation.scheduler import READS, WRITES, Actor, Event
-from simulation.spark import DriverProc
 from simulation.world import World
 
 #: Every kind of event a step can offer (``heal`` is decided per schedule, not per step).
@@ -52,7 +51,7 @@ def alternatives(world: World, actor: Actor, kinds: Iterable[str] = ALL_KINDS) -
 def _faults(world: World, actor: Actor) -> list[tuple[str, str]]:
     """A crash of the actor's driver, and the faults its pending point can have."""
     out: list[tuple[str, str]] = []
-    if isinstance(actor.proc, DriverProc):
+    if actor.proc is not None:
         out += [("crash", "keep"), ("crash", "lose")]
         if world.retained >= 2:
             out.append(("crash", "older"))

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import greenlet as _greenlet  # type: ignore[import-untyped]
+
+if TYPE_CHECKING:
+    from simulation.spark import DriverProc
 
 #: Store and staging requests whose answer can be lost (the write may or may not be done).
 WRITES = frozenset({"put", "create", "cas", "delete", "stage", "delete-parts"})
@@ -124,7 +127,7 @@ class Actor:
     name: str
     order: int
     body: Callable[[], None]
-    proc: object | None = None
+    proc: DriverProc | None = None
     glet: Greenlet | None = None
     index: int = 0
     pending: Op = Op("start")

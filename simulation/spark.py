@@ -66,6 +66,8 @@ TASKS = 2
 TASK_ATTEMPTS = 2
 #: Restarts of a failed query run before the driver gives up.
 MAX_RESETS = 3
+#: The pipeline's id (its keys in the store are under ``sim/``).
+PIPELINE = "sim"
 #: Snapshots the resume point retains.
 RETAIN = 2
 #: How often the snapshot worker looks for the barrier to drain before giving up.
@@ -144,6 +146,40 @@ class CompletedBatch:
     end: SourceOffset
     query_id: str
     files: dict[str, Any]
+
+
+def sink_options(store: SimStore, token: int | None) -> SinkOptions:
+    """The sink's options as a driver passes them (parsed by the product; the consumer
+    they name is never opened: the simulated one is handed to the barrier)."""
+    raw = {
+        "pipeline.id": PIPELINE,
+        "state.uri": "memory://simulation",
+        "consumer": "file",
+        "consumer.path": "/simulated/consumer",
+        "delivery.maxRetries": "1",
+        "delivery.retryBackoffMs": "0",
+    }
+    if token is not None:
+        raw["fencing.token"] = str(token)
+    return replace(SinkOptions.parse(raw), store=store.config)
+
+
+def skip_lost_bundle(world: World, store: SimStore, errors: list[str]) -> None:
+    """The operator's documented way past a lost in-flight bundle: skip it, acknowledging
+    the loss (:func:`sink.lost_bundle.resolve`; it refuses unless the bundle is lost)."""
+    try:
+        inflight = read_barrier_state(store, world.layout).inflight
+        if inflight is None:
+            return
+        lost_bundle.resolve(
+            sink_options(store, None),
+            store,
+            world.consumer_api,
+            inflight.bundle_id,
+            acknowledge_loss=True,
+        )
+    except GtBarrierError as err:  # not lost, or the store or consumer failed: later
+        errors.append(f"operator: {type(err).__name__}: {err}")
 
 
 def task_rows(rows: list[Row], task: int) -> list[Row]:
@@ -497,19 +533,7 @@ class DriverProc:
         return write_task.stage_task(batches, task, self.world.staging, has_gt=True)
 
     def options(self) -> SinkOptions:
-        """The sink's options as the driver passes them (parsed by the product; the
-        consumer named is never opened: the simulated one is handed to the barrier)."""
-        raw = {
-            "pipeline.id": self.layout.pipeline_id,
-            "state.uri": "memory://simulation",
-            "consumer": "file",
-            "consumer.path": "/simulated/consumer",
-            "delivery.maxRetries": "1",
-            "delivery.retryBackoffMs": "0",
-        }
-        if self.token is not None:
-            raw["fencing.token"] = str(self.token)
-        return replace(SinkOptions.parse(raw), store=self.store.config)
+        return sink_options(self.store, self.token)
 
     def barrier(self) -> SimBarrier:
         return SimBarrier(
@@ -523,21 +547,8 @@ class DriverProc:
         )
 
     def operator_resolve(self) -> None:
-        """The operator's documented way past a lost in-flight bundle: skip it,
-        acknowledging the loss (a no-op if the bundle is not lost)."""
-        try:
-            inflight = read_barrier_state(self.store, self.layout).inflight
-            if inflight is None:
-                return
-            lost_bundle.resolve(
-                self.options(),
-                self.store,
-                self.world.consumer_api,
-                inflight.bundle_id,
-                acknowledge_loss=True,
-            )
-        except GtBarrierError as err:  # not lost, or the store or consumer failed: later
-            self.errors.append(f"operator: {type(err).__name__}: {err}")
+        """Before a reset of the healthy driver: the operator's way past a lost bundle."""
+        skip_lost_bundle(self.world, self.store, self.errors)
 
     # --- the snapshot worker ---------------------------------------------------------------
 

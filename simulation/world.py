@@ -30,7 +30,7 @@ from simulation.invariants import Checker, Violation
 from simulation.protocol import deterministic_retries, sim_cas_loop
 from simulation.query import InputLog, Row
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
-from simulation.spark import Checkpoint, DriverProc
+from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
 from simulation.staging import SimStaging
 from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
 from sink.known_state import KNOWN
@@ -128,7 +128,7 @@ class World:
         self.heal_mode = heal
         self.keep_trace = trace
         self.input = InputLog(config.partitions, config.per_partition, config.keys)
-        self.layout = PipelineLayout("sim")
+        self.layout = PipelineLayout(PIPELINE)
         # One memory store per process, emptied after each run; the views of each run have
         # configurations of their own (the product keeps per-process memory by them).
         self.number = next(_WORLDS)
@@ -141,6 +141,7 @@ class World:
         self.procs: list[DriverProc] = []
         self.official: DriverProc | None = None
         self.operator_runs = 0
+        self.operator_errors: list[str] = []
         #: Snapshots the resume point retains (a crash may find the newest unusable).
         self.retained = 0
         self.upgrades = 0
@@ -231,13 +232,13 @@ class World:
     def current_store(self) -> SimStore:
         """The store view of the running actor's process (for code that runs "in" it)."""
         proc = self.current.proc if self.current else None
-        if isinstance(proc, DriverProc):
+        if proc is not None:
             return proc.exec_store
         return self.view("outside")
 
     def current_run(self) -> str | None:
         proc = self.current.proc if self.current else None
-        return proc.run_id if isinstance(proc, DriverProc) else None
+        return proc.run_id if proc is not None else None
 
     def spawn(self, name: str, body: Callable[[], None], proc: DriverProc | None) -> Actor:
         actor = Actor(name=name, order=len(self.actors), body=body, proc=proc)
@@ -315,10 +316,9 @@ class World:
         """The operator skips the in-flight bundle, acknowledging its loss (concurrently
         with whatever runs: the product says to stop the query first)."""
         self.operator_runs += 1
-        helper = DriverProc(self, 0, checkpoint=Checkpoint(), version=1)
-        helper.name = f"op{self.operator_runs}"
-        helper.store = self.view(helper.name)
-        self.spawn(helper.name, helper.operator_resolve, None)
+        name = f"op{self.operator_runs}"
+        store = self.view(name)
+        self.spawn(name, lambda: skip_lost_bundle(self, store, self.operator_errors), None)
 
     def heal(self, how: str) -> None:
         """Faults end: every actor stops, and one healthy driver runs alone."""
@@ -429,7 +429,7 @@ class World:
         fault = _fault(event, actor.pending)
         if fault is not None:
             return fault
-        proc = actor.proc if isinstance(actor.proc, DriverProc) else None
+        proc = actor.proc
         if event.kind == "crash":
             if proc is None:
                 return None

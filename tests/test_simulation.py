@@ -46,31 +46,26 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
     assert first.delivered == replayed.delivered
 
 
-def test_every_event_kind_takes_effect_in_the_random_walks() -> None:
-    fired: Counter[str] = Counter()
-    for seed in range(600):
-        outcome, schedule = run_seed(CONFIG, seed)
-        assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
-        fired.update(e.kind for e in schedule.events)
-    assert set(fired) >= ALL_KINDS | {"heal"}, fired
-
-
 def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, then
-    random walks: the unmodified product violates nothing (under 60 s)."""
+    random walks, in which every kind of event takes effect: the unmodified product
+    violates nothing (in well under 60 s)."""
     started = time.monotonic()
     schedules = steps = 0
+    fired: Counter[str] = Counter()
     for config, bound in ((SMALL, 1), (CONFIG, 1)):
         for outcome, schedule in exhaustive(config, bound):
             assert outcome.violation is None, f"{schedule}: {outcome.violation}"
             assert outcome.healed
             schedules, steps = schedules + 1, steps + outcome.steps
     for seed in range(1000, 2500):
-        outcome, _ = run_seed(CONFIG, seed)
+        outcome, schedule = run_seed(CONFIG, seed)
         assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
         schedules, steps = schedules + 1, steps + outcome.steps
+        fired.update(e.kind for e in schedule.events)
     elapsed = time.monotonic() - started
-    print(f"\n{schedules} schedules, {steps} steps in {elapsed:.1f} s")
+    print(f"\n{schedules} schedules, {steps} steps in {elapsed:.1f} s; events {dict(fired)}")
+    assert set(fired) >= ALL_KINDS | {"heal"}, fired
     assert schedules > 2000 and steps > 150_000
     assert elapsed < 60
 
@@ -95,7 +90,7 @@ def test_the_command_prints_its_counts_last() -> None:
             "-m",
             "simulation",
             "--seconds",
-            "3",
+            "2",
             "--workers",
             "1",
             "--small-bound",

@@ -221,11 +221,3 @@ def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
     shortest, _ = find_shortest("stale remembered state")
     assert any(e.kind in ("zombie", "crash") for e in shortest.events)
-
-
-def test_the_unmutated_product_passes_the_same_search_start() -> None:
-    """Without a mutation, the exhaustive part of the same search finds nothing (the
-    bounded exploration of tests/test_simulation.py covers the random walks)."""
-    found, tally = hunt(CONFIG, bound=1, seeds=200)
-    assert found is None, str(found.violation if found else "")
-    assert tally.schedules > 500
