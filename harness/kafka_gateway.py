@@ -21,10 +21,12 @@ Metadata, FindCoordinator and DescribeCluster answers, which are rewritten to ad
 the gateway's own address so that clients never reach the broker around it.
 
 Every event goes, one JSON object a line, to the events file: ``listening``,
-``authenticated`` (peer, client id, mechanism, principal), ``refused`` (the reason: a
-failed TLS handshake, a request before authentication, a wrong password...) and
-``closed`` (the requests the connection made, per api key). No password, proof or key is
-ever written there. Tests read it to see which client authenticated and what it did.
+``authenticated`` (peer, client id, mechanism, principal), ``request`` (the first request
+of each api key an authenticated connection forwards, with its client id), ``refused``
+(the reason: a failed TLS handshake, a request before authentication, a wrong
+password...) and ``closed`` (the requests the connection made, per api key). No
+password, proof or key is ever written there. Tests read it to see which client
+authenticated and what it did.
 
 Limits: SASL handshake v0 (raw tokens) and re-authentication (KIP-368) are refused
 (session lifetime 0 tells clients not to re-authenticate); no client certificates (mTLS),
@@ -694,6 +696,15 @@ class Connection:
                     tls=True,
                 )
             self.client_id = header.client_id or self.client_id
+            if not self.apis[header.api_key]:
+                # live, per connection: pooled consumers stay open past a test's checks
+                self.events.write(
+                    "request",
+                    peer=self.peer,
+                    client_id=header.client_id,
+                    principal=self.principal,
+                    api_key=header.api_key,
+                )
             self.apis[header.api_key] += 1
             if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                 raise Refused("SASL re-authentication is not supported")
@@ -880,6 +891,12 @@ class KafkaGateway(Server):
                 if event is None or data.get("event") == event:
                     found.append(data)
         return found
+
+    def requests_by(self, client_id: str) -> set[int]:
+        """The api keys that authenticated connections of ``client_id`` forwarded."""
+        return {
+            int(e["api_key"]) for e in self.events("request") if e.get("client_id") == client_id
+        }
 
     def client_settings(self, *, password: str | None = None) -> dict[str, Any]:
         """kafka-python settings for a client of this gateway (``password`` overrides the

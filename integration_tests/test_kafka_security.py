@@ -1,0 +1,384 @@
+"""Every Kafka client gtbarrier creates, against real TLS, SASL PLAIN and SCRAM-SHA-512
+endpoints (the gateways of :mod:`harness.kafka_gateway` in front of Tansu).
+
+The endpoints refuse a client without the settings (plaintext on a TLS port, any request
+but the SASL exchange before authentication), so a client that gtbarrier creates without
+them cannot do its work and its test fails. Each client has a test of its own:
+
+* the source's driver-side reader (metadata, ListOffsets, the end probe);
+* the executors' pooled consumers (partitions read with the pool);
+* ``commitOffsetsToGroup`` (the offsets then read from the broker itself);
+* ``gtbarrier status --bootstrap`` (its lag reader, the password given as ``${env:...}``);
+* the kafka consumer's producer and its tail scan (``consumer.kafka.*``);
+
+and a streaming query gtkafka -> barrier (file consumer) runs against each endpoint with
+every source client at once, exactly once, its group offsets and its lag checked; the
+gateway's log shows which requests each client made after authenticating.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kafka import TopicPartition
+
+from datasource.consumer_pool import ConsumerPool
+from datasource.group_commit import commit_to_group
+from datasource.offset_reader import OffsetReader
+from datasource.options import KafkaSourceOptions
+from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.schema import arrow_schema, source_schema
+from harness.kafka import KafkaHelper
+from harness.kafka_gateway import (
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_COMMIT,
+    PRODUCE,
+    KafkaGateway,
+)
+from harness.process import REPO_ROOT, repo_env, wait_until
+from integration_tests.sink_helpers import read_bundles
+from integration_tests.source_support import Driver
+from sink.consumers import open_consumer
+from sink.consumers.base import Consumer
+from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX
+from sink.faults import FaultInjector
+from sink.options import SinkOptions
+from state.stores import open_store
+
+ENDPOINTS = ("kafka_tls", "kafka_sasl_plain", "kafka_sasl_scram")
+QUERY_TIMEOUT = 300.0
+CLI_TIMEOUT = 120.0
+PASSWORD_ENV = "GTB_TEST_KAFKA_PASSWORD"
+
+
+@pytest.fixture(params=ENDPOINTS)
+def gateway(request: pytest.FixtureRequest) -> KafkaGateway:
+    found: KafkaGateway = request.getfixturevalue(request.param)
+    return found
+
+
+def source_options(gateway: KafkaGateway, topic: str, **extra: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": gateway.bootstrap,
+            **gateway.options("kafka."),
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+            "kafkaConsumer.pollTimeoutMs": "20000",
+            "fetchOffset.numRetries": "1",
+            **extra,
+        }
+    )
+
+
+def numbered(kafka: KafkaHelper, topic: str, n: int, partitions: int) -> None:
+    kafka.produce(topic, ((b"k%d" % i, b"%d" % i, None, i % partitions) for i in range(n)))
+
+
+def assert_no_password(gateway: KafkaGateway, *texts: str) -> None:
+    for text in texts:
+        assert gateway.password not in text, "the SASL password appears in a log or message"
+
+
+# --- one client at a time -------------------------------------------------------------
+
+
+def test_the_driver_side_reader_reads_metadata_and_ends(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=2)
+    numbered(kafka, topic, 30, 2)
+    reader = OffsetReader(source_options(gateway, topic, **{"pipeline.id": "sec-driver"}))
+    try:
+        view = reader.view(fresh=True, verify=True)
+    finally:
+        reader.close()
+    assert view.partitions == {topic: {0, 1}}
+    assert dict(view.latest) == {(topic, p): e for p, e in kafka.end_offsets(topic).items()}
+    assert {METADATA, LIST_OFFSETS, FETCH} <= gateway.requests_by("gtkafka-sec-driver")
+
+
+def test_the_executors_pooled_consumers_read_the_partitions(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=2)
+    numbered(kafka, topic, 40, 2)
+    # planned on the broker itself: only the read goes through the secured endpoint
+    planner = Driver(kafka.bootstrap, topic)
+    pool = ConsumerPool()
+    try:
+        end = planner.reader.latestOffset(planner.offset, planner.reader.getDefaultReadLimit())
+        parts = planner.reader.partitions(planner.offset, end)
+        options = source_options(gateway, topic, **{"pipeline.id": "sec-executor"})
+        schema = arrow_schema(source_schema(False))
+        values: list[bytes] = []
+        for part in parts:
+            assert isinstance(part, KafkaInputPartition)
+            for batch in read_partition(options, part, schema, task=None, source=pool):
+                values += batch.column("value").to_pylist()
+        assert sorted(int(v) for v in values) == list(range(40))
+        assert pool.stats().created >= 1
+    finally:
+        pool.close()
+        planner.close()
+    assert FETCH in gateway.requests_by("gtkafka-sec-executor")
+
+
+def test_commit_offsets_to_group_is_visible_on_the_broker(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=2)
+    group = f"sec-group-{uuid.uuid4().hex[:8]}"
+    options = source_options(gateway, topic, **{"pipeline.id": "sec-commit"})
+    commit_to_group(options, group, {(topic, 0): 7, (topic, 1): 3})
+    assert committed(kafka, group, topic) == {0: 7, 1: 3}
+    assert OFFSET_COMMIT in gateway.requests_by("gtkafka-sec-commit")
+
+
+def test_a_source_client_without_the_settings_is_refused_naming_the_servers(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=1)
+    options = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": gateway.bootstrap,
+            "subscribe": topic,
+            "kafkaConsumer.pollTimeoutMs": "4000",
+            "fetchOffset.numRetries": "0",
+        }
+    )
+    reader = OffsetReader(options)
+    with pytest.raises(Exception) as caught:
+        try:
+            reader.topic_partitions()
+        finally:
+            reader.close()
+    assert gateway.bootstrap in str(caught.value)
+
+
+def test_the_kafka_consumers_producer_sends_through_the_endpoint(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=1)
+    c = sink_consumer(gateway, topic)
+    try:
+        producer = c.producer()  # type: ignore[attr-defined]
+        producer.send(topic, value=b"through-the-gateway").get(timeout=30)
+    finally:
+        c.close()
+    assert [r.value for r in kafka.consume_all(topic)] == [b"through-the-gateway"]
+    assert PRODUCE in {int(e["api_key"]) for e in gateway.events("request")}
+
+
+def test_the_kafka_consumers_tail_scan_reads_the_last_bundle(
+    gateway: KafkaGateway, kafka: KafkaHelper
+) -> None:
+    topic = kafka.create_topic(partitions=1)
+    headers = [(H_BUNDLE, b"4"), (H_GT, b"4"), (H_INDEX, b"0"), (H_COUNT, b"1")]
+    kafka.produce(topic, [(None, b"item", headers, 0)])
+    c = sink_consumer(gateway, topic)
+    try:
+        last = c.last_bundle()
+    finally:
+        c.close()
+    assert last is not None and last.bundle_id == 4
+
+
+def sink_consumer(gateway: KafkaGateway, topic: str) -> Consumer:
+    options = SinkOptions.parse(
+        {
+            "pipeline.id": "sec-sink",
+            "state.uri": f"memory://sec-sink-{uuid.uuid4().hex}",
+            "consumer": "kafka",
+            "consumer.kafka.bootstrap.servers": gateway.bootstrap,
+            **gateway.options("consumer.kafka."),
+            "consumer.topic": topic,
+            "ack.timeoutMs": "20000",
+        }
+    )
+    assert options.store is not None
+    return open_consumer(options, open_store(options.store), FaultInjector())
+
+
+def committed(kafka: KafkaHelper, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets for ``topic``, read from the broker directly."""
+    admin = kafka.admin()
+    try:
+        answer = admin.list_group_offsets(group)
+    finally:
+        admin.close()
+    return {
+        tp.partition: om.offset
+        for tp, om in answer.get(group, {}).items()
+        if isinstance(tp, TopicPartition) and tp.topic == topic
+    }
+
+
+# --- a streaming query and the CLI ----------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_secured_query_delivers_exactly_once_commits_its_group_and_status_shows_lag(
+    gateway: KafkaGateway, kafka: KafkaHelper, spark: Any, tmp_path: Path
+) -> None:
+    n, partitions = 3000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    numbered(kafka, topic, n, partitions)
+    pipeline = f"sec-{gateway.security_protocol.lower().replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    group = f"{pipeline}-group"
+    state = f"file://{tmp_path / 'state'}"
+    ids = {"pipeline.id": pipeline, "state.uri": state}
+    df = (
+        spark.readStream.format("gtkafka")
+        .options(**ids)
+        .option("kafka.bootstrap.servers", gateway.bootstrap)
+        .options(**gateway.options("kafka."))
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "1000")
+        .option("commitOffsetsToGroup", group)
+        .option("kafkaConsumer.pollTimeoutMs", "30000")
+        .load()
+    )
+    out = tmp_path / "out"
+    query = (
+        df.select("key", "value", "gt")
+        .writeStream.format("barrier")
+        .options(**ids)
+        .option("consumer.path", str(out))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finished = query.awaitTermination(QUERY_TIMEOUT)
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise AssertionError(f"the secured query failed: {query.exception()}")
+    assert finished, f"the secured query did not finish within {QUERY_TIMEOUT}s"
+
+    table = read_bundles(out)
+    check_exactly_once(table, n, partitions)
+    ends = kafka.end_offsets(topic)
+    # commit(end) comes one batch late: the last epoch's end is committed by the query's
+    # next run, so every epoch but the last one is there
+    wait_until(
+        lambda: (
+            committed(kafka, group, topic)
+            and all(0 < off <= ends[p] for p, off in committed(kafka, group, topic).items())
+        ),
+        timeout=60,
+        what=f"group {group} to show committed offsets on the broker",
+    )
+    used = gateway.requests_by(f"gtkafka-{pipeline}")
+    assert {METADATA, LIST_OFFSETS, FETCH, OFFSET_COMMIT} <= used, used
+
+    kafka.produce_values(topic, [b"9"] * 25, partition=0)
+    status = gtbarrier_status(gateway, pipeline, state)
+    lag = status["lag"]
+    assert lag["behind_total"] == 25, lag
+    assert {p["partition"]: p["kafka_end"] for p in lag["partitions"]} == kafka.end_offsets(topic)
+    assert LIST_OFFSETS in gateway.requests_by("gtkafka")  # the CLI's reader has no pipeline.id
+
+    logs = [gateway.events_path.read_text()]
+    if gateway.log_path is not None:
+        logs.append(gateway.log_path.read_text())
+    assert_no_password(gateway, *logs, str(status))
+
+
+def check_exactly_once(table: pa.Table, n: int, partitions: int) -> None:
+    gt = table.column("gt").combine_chunks()
+    keys = list(
+        zip(
+            gt.field("epoch").to_pylist(),
+            gt.field("partition").to_pylist(),
+            gt.field("offset").to_pylist(),
+            strict=True,
+        )
+    )
+    assert keys == sorted(keys), "items are not in gt order"
+    pairs = [(p, o) for _, p, o in keys]
+    assert len(pairs) == len(set(pairs)), f"{len(pairs) - len(set(pairs))} duplicate item(s)"
+    assert sorted(int(v) for v in table.column("value").to_pylist()) == list(range(n))
+
+
+def gtbarrier_status(gateway: KafkaGateway, pipeline: str, state: str) -> dict[str, Any]:
+    """``gtbarrier status --bootstrap`` through the endpoint, the password (if any) given as
+    a reference to an environment variable so that it is not on the command line."""
+    settings = gateway.options("kafka.")
+    env = repo_env()
+    if "kafka.sasl.plain.password" in settings:
+        env[PASSWORD_ENV] = settings["kafka.sasl.plain.password"]
+        settings["kafka.sasl.plain.password"] = "${env:" + PASSWORD_ENV + "}"
+    argv = [
+        sys.executable,
+        "-m",
+        "gtbarrier",
+        "status",
+        *("--pipeline", pipeline, "--state-uri", state, "--bootstrap", gateway.bootstrap),
+        *(f"--option={k}={v}" for k, v in settings.items()),
+        "--json",
+    ]
+    assert all(gateway.password not in a for a in argv)
+    proc = subprocess.run(
+        argv,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert_no_password(gateway, proc.stdout, proc.stderr)
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def test_status_without_the_settings_fails_naming_the_servers(
+    gateway: KafkaGateway, tmp_path: Path
+) -> None:
+    """The CLI's lag reader gets no settings unless given: the endpoint refuses it."""
+    from state.layout import PipelineLayout
+    from state.protocol.epoch_log import EpochLog
+    from state.records.source_offset import SourceOffset
+
+    state = f"file://{tmp_path / 'state'}"
+    store = open_store(_file_config(state))
+    EpochLog(store, PipelineLayout("sec-nocreds")).create_start(SourceOffset(0, {("t", 0): 0}))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gtbarrier",
+            "status",
+            *("--pipeline", "sec-nocreds", "--state-uri", state, "--bootstrap", gateway.bootstrap),
+        ],
+        cwd=REPO_ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert gateway.bootstrap in proc.stderr
+
+
+def _file_config(uri: str) -> Any:
+    from state.options import Options
+    from state.stores import StoreConfig
+
+    return StoreConfig.from_options(Options({"state.uri": uri}, where="test"))
