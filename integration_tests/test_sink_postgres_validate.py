@@ -247,6 +247,17 @@ def test_varchar_excess_of_spaces_is_rejected_where_the_server_cuts_it(
     assert postgres.rows('SELECT v FROM "{schema}".padded ORDER BY v') == [("ab",), ("abc",)]
 
 
+def micros(column: str, *, utc: bool = True) -> str:
+    """SQL for a timestamp's microseconds since 1970, exact over PostgreSQL's whole range
+    (``extract(epoch ...)`` rounds near its end): the interval from 1970 in whole days and
+    the rest."""
+    epoch = "timestamptz '1970-01-01 00:00:00+00'" if utc else "timestamp '1970-01-01'"
+    since = f"({column} - {epoch})"
+    days = f"extract(day FROM {since})"
+    rest = f"extract(epoch FROM {since} - make_interval(days => {days}::int))"
+    return f"({days}::bigint * 86400000000 + ({rest} * 1000000)::bigint)"
+
+
 def test_dates_and_timestamps_out_of_range(postgres: PostgresSchema) -> None:
     postgres.execute(
         'CREATE TABLE "{schema}".times '
@@ -284,9 +295,8 @@ def test_dates_and_timestamps_out_of_range(postgres: PostgresSchema) -> None:
     assert sorted(out) == [5, 6, 7, 8, 9, 10, 11, 12]
     # read back as numbers: Python's datetime ends at year 9999
     stored = postgres.rows(
-        "SELECT (extract(epoch FROM tz) * 1000000)::bigint, "
-        "(extract(epoch FROM ntz) * 1000000)::bigint, d - date '1970-01-01', "
-        "(SELECT array_agg((extract(epoch FROM x) * 1000000)::bigint) FROM unnest(tzs) x), "
+        f"SELECT {micros('tz')}, {micros('ntz', utc=False)}, d - date '1970-01-01', "
+        f"(SELECT array_agg({micros('x')}) FROM unnest(tzs) x), "
         "(SELECT array_agg(x - date '1970-01-01') FROM unnest(ds) x) "
         'FROM "{schema}".times ORDER BY i'
     )

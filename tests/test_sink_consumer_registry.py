@@ -117,9 +117,12 @@ def test_each_kind_has_a_start_check_a_staging_and_a_consumer(
         from sink.consumers.postgres import postgres_consumer
 
         checked: list[Any] = []
-        monkeypatch.setattr(
-            postgres_consumer, "check_at_start", lambda *a, **kw: checked.append((a, kw))
-        )
+
+        def check(*a: Any, **kw: Any) -> Any:
+            checked.append((a, kw))
+            return a[0]  # the settings, completed with nothing
+
+        monkeypatch.setattr(postgres_consumer, "check_at_start", check)
     options = SinkOptions.parse(example(name, tmp_path))
     started = options.check_at_start(SCHEMA)
     assert type(started.settings) is type(options.settings)

@@ -60,7 +60,9 @@ def only(target: PostgresSettings, /, **arrays: pa.Array) -> dict[int, RowReject
 
 def text_array(values: Sequence[bytes | None], *, large: bool = False) -> pa.Array:
     """Strings given as bytes (invalid UTF-8 included: Spark strings may hold any bytes)."""
-    return pa.array(values, pa.binary()).view(pa.large_string() if large else pa.string())
+    if large:
+        return pa.array(values, pa.large_binary()).view(pa.large_string())
+    return pa.array(values, pa.binary()).view(pa.string())
 
 
 def test_nul_and_invalid_utf8_in_text() -> None:

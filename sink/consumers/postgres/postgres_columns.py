@@ -25,14 +25,13 @@ composite or ``jsonb``: readers sort and filter with ``ORDER BY gt_epoch, gt_top
 gt_partition, gt_offset`` and index them without knowing a custom type.
 
 The rows are encoded as CSV by pyarrow's CSV writer (vectorised); only ``bytea`` values
-(hex, ``\\x...``, vectorised with numpy) and arrays (array literals, per row) are
-converted first.
+(hex, ``\\x...``, vectorised with numpy), arrays (array literals, per row) and the rare
+date or timestamp column with a value outside years 1 to 9999 (PostgreSQL's text, ``BC``
+included, per row) are converted first.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import io
 import math
 from collections.abc import Sequence
@@ -181,7 +180,8 @@ def hex_bytea(arr: pa.Array) -> pa.Array:
     return out
 
 
-def _element(value: Any) -> str:  # noqa: PLR0911 - one form per Python type
+def _element(value: Any) -> str:
+    """A boolean or number as an array element."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -192,21 +192,147 @@ def _element(value: Any) -> str:  # noqa: PLR0911 - one form per Python type
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
         return repr(value)
-    if isinstance(value, int | decimal.Decimal):
-        return str(value)
-    if isinstance(value, datetime.datetime | datetime.date):
-        return '"' + value.isoformat() + '"'
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def _quoted(text: bytes) -> bytes:
+    return b'"' + text.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+def _element_texts(values: pa.Array) -> list[bytes]:
+    """Each of ``values`` (an array's elements) as it is written in an array literal."""
+    if is_text(values.type):
+        raw = values.view(pa.large_binary() if is_large(values.type) else pa.binary())
+        return [b"NULL" if v is None else _quoted(v) for v in raw.to_pylist()]
+    if is_temporal(values.type):
+        return [b"NULL" if v is None else _quoted(v.encode()) for v in temporal_texts(values)]
+    return [_element(v).encode() for v in values.to_pylist()]
+
+
+def list_parts(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The elements of the list array ``arr`` and its offsets into them (``n + 1`` of
+    them): row ``i`` holds elements ``offsets[i]`` to ``offsets[i + 1]``. Elements under a
+    null row are included (and belong to no value)."""
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
+    return arr.values.slice(start, end - start), offsets - start
 
 
 def array_literals(arr: pa.Array) -> pa.Array:
-    """List values as PostgreSQL array literals (``{1,2,NULL}``); nulls kept."""
-    values = arr.to_pylist()
-    return pa.array(
-        [None if v is None else "{" + ",".join(_element(x) for x in v) + "}" for v in values],
-        pa.large_string(),
-    )
+    """List values as PostgreSQL array literals (``{1,2,NULL}``); nulls kept.
+
+    Built as bytes: a string element's bytes go to the server as they are (bytes that are
+    not UTF-8 are the server's to refuse, and validation's to find first; decoding them
+    here would fail the whole delivery instead)."""
+    values, offsets = list_parts(arr)
+    texts = _element_texts(values)
+    valid = arr.is_valid().to_pylist()
+    literals = [
+        b"{" + b",".join(texts[offsets[i] : offsets[i + 1]]) + b"}" if ok else None
+        for i, ok in enumerate(valid)
+    ]
+    return pa.array(literals, pa.large_binary()).view(pa.large_string())
+
+
+# --- dates and timestamps ---------------------------------------------------------------
+
+USECS_PER_DAY = 86_400_000_000
+_UNIT_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+# pyarrow's CSV writer formats dates and times of years 1 to 9999 as PostgreSQL reads them;
+# outside (BC years, years past 9999) they are formatted here, one by one.
+_SAFE_DAYS = (-719_162, 2_932_896)  # 0001-01-01 and 9999-12-31
+_SAFE_US = (_SAFE_DAYS[0] * USECS_PER_DAY, (_SAFE_DAYS[1] + 1) * USECS_PER_DAY - 1)
+
+
+def is_text(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_string(dtype) or pa.types.is_large_string(dtype))
+
+
+def is_large(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype))
+
+
+def is_temporal(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_date(dtype) or pa.types.is_timestamp(dtype))
+
+
+def civil_date(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of ``days`` after 1970-01-01 in the proleptic Gregorian calendar,
+    years counted astronomically (0 is 1 BC), as Arrow and PostgreSQL both count dates."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1_460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def date_text(days: int) -> str:
+    """A date as PostgreSQL writes and reads it (``4714-11-24 BC``, ``10000-01-01``)."""
+    year, month, day = civil_date(days)
+    shown = year if year > 0 else 1 - year
+    return f"{shown:04d}-{month:02d}-{day:02d}" + ("" if year > 0 else " BC")
+
+
+def timestamp_text(micros: int, *, utc: bool = False) -> str:
+    """Microseconds since 1970-01-01 00:00 as PostgreSQL writes and reads a timestamp
+    (``+00`` with ``utc``): ``4714-11-24 00:00:00.000000 BC``."""
+    days, rest = divmod(micros, USECS_PER_DAY)
+    seconds, fraction = divmod(rest, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    date = date_text(days)
+    day, bc = (date[:-3], " BC") if date.endswith(" BC") else (date, "")
+    zone = "+00" if utc else ""
+    return f"{day} {hours:02d}:{minutes:02d}:{secs:02d}.{fraction:06d}{zone}{bc}"
+
+
+def temporal_ints(arr: pa.Array) -> tuple[pa.Array, str]:
+    """A date or timestamp array as integers and their unit: days (``"d"``) for dates,
+    else the timestamp's own unit (``"s"``, ``"ms"``, ``"us"``, ``"ns"``)."""
+    if pa.types.is_date32(arr.type):
+        return arr.cast(pa.int32()).cast(pa.int64()), "d"
+    if pa.types.is_date64(arr.type):  # whole days in milliseconds
+        return arr.cast(pa.date32(), safe=False).cast(pa.int32()).cast(pa.int64()), "d"
+    return arr.cast(pa.int64()), arr.type.unit
+
+
+def temporal_texts(arr: pa.Array) -> list[str | None]:
+    """Each date or timestamp of ``arr`` as PostgreSQL reads it, whatever its year."""
+    ints, unit = temporal_ints(arr)
+    if unit == "d":
+        return [None if v is None else date_text(v) for v in ints.to_pylist()]
+    utc = arr.type.tz is not None
+    if unit == "ns":
+        return [None if v is None else timestamp_text(v // 1000, utc=utc) for v in ints.to_pylist()]
+    scale = _UNIT_US[unit]
+    return [None if v is None else timestamp_text(v * scale, utc=utc) for v in ints.to_pylist()]
+
+
+def _outside_safe_years(arr: pa.Array) -> bool:
+    ints, unit = temporal_ints(arr)
+    low, high = pc.min_max(ints).values()
+    if low.as_py() is None:
+        return False
+    if unit == "d":
+        lo, hi = _SAFE_DAYS
+        return bool(low.as_py() < lo or high.as_py() > hi)
+    if unit == "ns":
+        return False  # int64 nanoseconds span 1677 to 2262
+    scale = _UNIT_US[unit]
+    return bool(low.as_py() * scale < _SAFE_US[0] or high.as_py() * scale > _SAFE_US[1])
+
+
+def temporal_column(arr: pa.Array) -> pa.Array:
+    """A date or timestamp column for the CSV writer: as it is when every value lies in
+    years 1 to 9999 (pyarrow formats those), else as PostgreSQL's text of each value
+    (pyarrow writes year 0 and earlier with a minus sign and wraps years past 32767)."""
+    if not _outside_safe_years(arr):
+        return arr
+    return pa.array(temporal_texts(arr), pa.large_string())
 
 
 def copy_arrays(table: pa.Table) -> tuple[list[pa.ChunkedArray | pa.Array], list[str]]:
@@ -222,6 +348,8 @@ def copy_arrays(table: pa.Table) -> tuple[list[pa.ChunkedArray | pa.Array], list
             continue
         if _is_binary(f.type):
             arrays.append(hex_bytea(col.combine_chunks()))
+        elif is_temporal(f.type):
+            arrays.append(temporal_column(col.combine_chunks()))
         elif _is_list(f.type):
             arrays.append(array_literals(col.combine_chunks()))
         else:

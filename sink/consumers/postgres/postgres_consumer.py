@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -46,6 +47,7 @@ from psycopg import sql
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.consumers.postgres import postgres_connections as pgc
+from sink.consumers.postgres.postgres_catalog import Target, read_target
 from sink.consumers.postgres.postgres_columns import (
     SEQ_COLUMN,
     PgColumn,
@@ -376,12 +378,17 @@ def check_keys(target: PostgresSettings, columns: Sequence[PgColumn]) -> None:
 # --- the check when the query starts -----------------------------------------------------
 
 
-def check_at_start(target: PostgresSettings, spark_schema: Any, *, exactly_once: bool) -> None:
+def check_at_start(
+    target: PostgresSettings, spark_schema: Any, *, exactly_once: bool
+) -> PostgresSettings:
     """Called when the query plans its first micro-batch, before any data moves: the input
     types map to PostgreSQL, the server answers, the table exists (or is created with
     ``createTable``) with the input's columns and, for ``upsert``, a unique key on
     ``keyColumns``; with ``exactly_once`` the bookkeeping table exists too. Each error names
-    the option or column, the value and the expectation."""
+    the option or column, the value and the expectation.
+
+    Returns ``target`` with the table's facts that validation needs (the input's columns
+    as the table has them, the unique indexes it can check), for the write tasks."""
     columns = columns_for_spark(spark_schema)
     check_keys(target, columns)
     statements = Sql(target)
@@ -396,17 +403,18 @@ def check_at_start(target: PostgresSettings, spark_schema: Any, *, exactly_once:
         ) from err
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s)::oid", (statements.table.as_string(conn),))
-            row = cur.fetchone()
-            oid = row[0] if row else None
+            oid = _table_oid(cur, statements)
             if oid is None:
                 if not target.create_table:
                     raise missing_table(target)
                 if (schema := statements.create_schema()) is not None:
                     cur.execute(schema)
                 cur.execute(statements.create_table(columns))
-            else:
-                _check_existing(cur, target, oid, columns)
+                oid = _table_oid(cur, statements)
+                if oid is None:
+                    raise missing_table(target)
+            facts = read_target(cur, oid)
+            _check_existing(target, facts, columns)
             if exactly_once:
                 cur.execute(statements.create_bookkeeping())
         conn.commit()
@@ -414,16 +422,29 @@ def check_at_start(target: PostgresSettings, spark_schema: Any, *, exactly_once:
         raise pgc.translate(err, f"barrier: consumer=postgres {target.qualified}") from err
     finally:
         conn.close()
-
-
-def _check_existing(
-    cur: Cursor, target: PostgresSettings, oid: int, columns: Sequence[PgColumn]
-) -> None:
-    cur.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
-        (oid,),
+    if facts.unchecked_indexes:
+        log.info(
+            "%s: unique index(es) %s are partial, on expressions or on a nondeterministic "
+            "collation: validation cannot find their duplicates, the server will",
+            target.qualified,
+            ", ".join(facts.unchecked_indexes),
+        )
+    names = {c.name for c in columns}
+    return replace(
+        target,
+        columns=tuple(c.column for c in facts.columns if c.column.name in names),
+        unique_indexes=facts.unique_indexes,
     )
-    present = {r[0] for r in cur.fetchall()}
+
+
+def _table_oid(cur: Cursor, statements: Sql) -> int | None:
+    cur.execute("SELECT to_regclass(%s)::oid", (statements.table.as_string(cur.connection),))
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _check_existing(target: PostgresSettings, facts: Target, columns: Sequence[PgColumn]) -> None:
+    present = {c.column.name for c in facts.columns}
     for c in columns:
         if c.name not in present:
             raise ConfigError(
@@ -435,13 +456,10 @@ def _check_existing(
             )
     if target.mode != "upsert":
         return
-    cur.execute(
-        "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a "
-        "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-        "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
-        (oid,),
-    )
-    if not any(set(r[0]) == set(target.key_columns) for r in cur.fetchall()):
+    # ON CONFLICT (keys) is answered only by a unique index on exactly those columns that
+    # covers every row (not partial, not on expressions)
+    keys = set(target.key_columns)
+    if not any(set(cols) == keys and not partial for _, cols, partial, _ in facts.index_columns):
         raise ConfigError(
             KEY_COLUMNS.name,
             ",".join(target.key_columns),

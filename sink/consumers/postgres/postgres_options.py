@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sink.consumers.consumer_kind import ConsumerSettings
+from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 from state.errors import ConfigError
 from state.option_table import BooleanOption, ChoiceOption, StringOption
 from state.options import Options
@@ -66,6 +67,11 @@ class PostgresSettings(ConsumerSettings):
     create_table: bool = True
     mode: Mode = "append"
     key_columns: tuple[str, ...] = ()
+    columns: tuple[TargetColumn, ...] = ()
+    """The target table's columns, recorded by the start check on the driver (empty until
+    it ran): what validation checks rows against in the write tasks."""
+    unique_indexes: tuple[UniqueIndex, ...] = ()
+    """The target table's unique indexes that validation can check (start check)."""
 
     @property
     def qualified(self) -> str:
