@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datasource.kafka_settings import consumer_settings
+from datasource.kafka_settings import consumer_settings, resolve_secrets
 from datasource.subscription import (
     EARLIEST,
     LATEST,
@@ -421,7 +421,7 @@ class KafkaSourceOptions:
             "fetch_max_wait_ms": min(500, timeout // 2),
             "max_poll_records": 10_000,
         }
-        config.update(self.kafka)
+        config.update(resolve_secrets(self.kafka, WHERE))  # the secrets, only here
         config.update(
             bootstrap_servers=self.bootstrap_servers.split(","),
             group_id=None,
