@@ -12,6 +12,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import MessageSizeTooLargeError
 
+from sink.consumers import open_consumer
 from sink.consumers.kafka import (
     H_BUNDLE,
     H_COUNT,
@@ -21,7 +22,11 @@ from sink.consumers.kafka import (
     KafkaTopicSettings,
     producer_config,
 )
+from sink.faults import FaultInjector
 from sink.options import SinkOptions
+from state.errors import ConfigError
+from state.stores import open_store
+from tests.sink_helpers import Pipeline, gt_batch
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,3 +105,92 @@ def test_the_real_producer_refuses_what_validate_rejects_at_the_limit(
         producer.close(timeout=5)
     (record,) = kafka.consume_all(topic)
     assert (record.key, len(record.value), record.headers) == (key, len(at), headers)
+
+
+def test_the_start_check_records_the_topics_partitions_when_rows_choose_them(kafka: Any) -> None:
+    """With a partition column the start check asks the broker (rows for partition 3 of a
+    3-partition topic are then rejected); a topic that does not exist is named before any
+    data moves. (Partitions added to a topic are seen by the next micro-batch's planning;
+    Tansu cannot add partitions: tests/test_sink_kafka_validate.py.)"""
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    topic = kafka.create_topic(partitions=3)
+    schema = StructType(
+        [StructField("value", BinaryType()), StructField("partition", IntegerType())]
+    )
+    raw = {
+        "pipeline.id": "rows",
+        "state.uri": "memory://rows",
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": kafka.bootstrap,
+        "ack.timeoutMs": "5000",
+    }
+    started = SinkOptions.parse({**raw, "consumer.topic": topic}).check_at_start(schema)
+    settings = started.settings
+    assert isinstance(settings, KafkaTopicSettings) and settings.partitions == 3
+    rows = pa.table({"value": pa.array([b"a", b"b"]), "partition": pa.array([2, 3], pa.int32())})
+    assert [(r.row, r.column) for r in KAFKA_TOPIC.validate(settings, rows)] == [(1, "partition")]
+
+    missing = f"{topic}-missing"
+    with pytest.raises(ConfigError) as info:
+        SinkOptions.parse({**raw, "consumer.topic": missing}).check_at_start(schema)
+    assert info.value.option == "consumer.topic" and repr(missing) in str(info.value)
+    assert kafka.bootstrap in str(info.value)
+
+
+# --- what the sink sends --------------------------------------------------------------
+
+
+def kafka_pipeline(bootstrap: str, topic: str) -> Pipeline:
+    raw = {
+        "pipeline.id": "rows",
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": bootstrap,
+        "consumer.topic": topic,
+    }
+    p = Pipeline(SinkOptions.parse({**raw, "state.uri": "memory://unused"}))
+    p.options = SinkOptions.parse({**raw, "state.uri": f"memory://{p.query_id}"})
+    p.store = open_store(p.options.store)
+    p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
+    p.staging = p.consumer.staging
+    return p
+
+
+def commit_rows(p: Pipeline, epoch: int, columns: dict[str, pa.Array]) -> Any:
+    """One bundle of the given rows (with a ``gt`` column in row order) through the barrier."""
+    n = len(next(iter(columns.values())))
+    batch = gt_batch(epoch, 0, range(n))
+    rows = pa.RecordBatch.from_arrays(
+        [*columns.values(), batch.column("gt")], names=[*columns, "gt"]
+    )
+    p.record_batch(epoch, epoch)
+    try:
+        return p.barrier().commit([p.write(epoch, [rows])], epoch)
+    finally:
+        p.consumer.close()
+
+
+def test_text_that_is_not_utf8_is_sent_as_its_bytes(kafka: Any) -> None:
+    """Strings Spark made from arbitrary bytes reach the topic as those bytes (as Spark's
+    Kafka sink sends them) instead of failing the delivery when decoded."""
+    topic = kafka.create_topic(partitions=1)
+    p = kafka_pipeline(kafka.bootstrap, topic)
+    bad = b"\xff\xfeh"
+
+    def text(*values: bytes) -> pa.Array:
+        return pa.array(values, pa.binary()).view(pa.string())
+
+    header = pa.struct([("key", pa.string()), ("value", pa.string())])
+    headers = pa.ListArray.from_arrays(
+        pa.array([0, 1, 1], pa.int32()),
+        pa.StructArray.from_arrays([text(b"h"), text(bad)], fields=list(header)),
+    )
+    assert (
+        commit_rows(
+            p, 1, {"key": text(bad, b"k"), "value": text(b"v", bad), "headers": headers}
+        ).action
+        == "delivered"
+    )
+    records = kafka.consume_all(topic)
+    assert [(r.key, r.value) for r in records] == [(bad, b"v"), (b"k", bad)]
+    assert records[0].headers[0] == ("h", bad)

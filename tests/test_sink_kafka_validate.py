@@ -9,6 +9,7 @@ the limit are in integration_tests/test_kafka_consumer_rows.py.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -38,7 +39,9 @@ def settings(limit: int | None = None, partitions: int | None = None) -> KafkaTo
     return KafkaTopicSettings(bootstrap="h:9092", topic="out", config=config, partitions=partitions)
 
 
-def oracle(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+def oracle(
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> int:
     """What kafka-python's producer compares with max.request.size for the message the sink
     would send, its own headers holding 19-digit numbers."""
     sink = [(name, LARGEST) for name in (H_BUNDLE, H_GT, H_INDEX, H_COUNT)]

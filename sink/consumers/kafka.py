@@ -37,14 +37,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection, SinkView
+from sink.consumers.kafka_rows import (
+    H_BUNDLE,
+    H_COUNT,
+    H_GT,
+    H_INDEX,
+    MAX_REQUEST_SIZE,
+    RowLimits,
+    max_request_size,
+    validate_rows,
+)
 from sink.consumers.producer_pool import PRODUCERS
 from sink.faults import FaultInjector
 from sink.staging import Staging
@@ -76,7 +86,8 @@ KAFKA_MANAGED = {
     "bootstrap.servers": "use consumer.kafka.bootstrap.servers",
 }
 
-H_BUNDLE, H_GT, H_INDEX, H_COUNT = "gtb.bundle", "gtb.gt", "gtb.index", "gtb.count"
+__all__ = ["H_BUNDLE", "H_COUNT", "H_GT", "H_INDEX", "KAFKA_TOPIC", "KafkaTopicConsumer"]
+
 SCAN_CHUNK = 2000
 # Beyond the producer's delivery.timeout.ms: its sender thread expires batches on its loop.
 SETTLE_MARGIN_S = 2.0
@@ -124,6 +135,13 @@ class KafkaTopicSettings(ConsumerSettings):
     topic: str
     config: tuple[tuple[str, str], ...] = ()
     """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted."""
+    partitions: int | None = None
+    """The topic's partition count when the micro-batch was planned, recorded by the start
+    check when the sink input has a ``partition`` column (None: not recorded)."""
+
+    def limits(self) -> RowLimits:
+        """What row validation needs of the target (:mod:`sink.consumers.kafka_rows`)."""
+        return RowLimits(self.topic, self.partitions, max_request_size(self.config))
 
 
 def parse_settings(opts: Options) -> KafkaTopicSettings:
@@ -148,6 +166,8 @@ def _producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
             raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
         if key not in known:
             raise opts.error(name, "a kafka-python producer setting, e.g. consumer.kafka.linger.ms")
+        if key == MAX_REQUEST_SIZE and not (value.isdigit() and int(value) > 0):
+            raise opts.error(name, "a number of bytes (an integer >= 1)")
         config[key] = value
     return tuple(sorted(config.items()))
 
@@ -198,6 +218,7 @@ class KafkaTopicConsumer(Consumer):
         ack_timeout: float,
     ) -> None:
         super().__init__(staging, faults)
+        self.settings = settings
         self.bootstrap = settings.bootstrap
         self.topic = settings.topic
         self.ack_timeout = ack_timeout
@@ -417,6 +438,7 @@ class KafkaTopicConsumer(Consumer):
                 request_timeout_ms=max(int(self.ack_timeout * 1000), 10_000) + 1000,
                 max_partition_fetch_bytes=8 << 20,
                 bootstrap_timeout_ms=int(self.ack_timeout * 1000),
+                **_connection_settings(self.settings),
             ),
         )
 
@@ -503,6 +525,61 @@ class KafkaTopicConsumer(Consumer):
         self._discard_producer()
 
 
+def topic_partitions(settings: KafkaTopicSettings, timeout: float) -> int:
+    """How many partitions ``settings.topic`` has now (fresh metadata from the cluster).
+
+    :class:`ConfigError` if the topic does not exist (rows that name partitions need a
+    topic that has them); :class:`DeliveryFailed` if the cluster does not answer within
+    ``timeout`` seconds.
+    """
+    from kafka import KafkaConsumer as KafkaReader
+
+    what = f"kafka consumer {settings.topic}@{settings.bootstrap}: reading the topic's partitions"
+
+    def count() -> int:
+        reader = KafkaReader(
+            bootstrap_servers=settings.bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            request_timeout_ms=max(int(timeout * 1000), 10_000) + 1000,
+            bootstrap_timeout_ms=int(timeout * 1000),
+            **_connection_settings(settings),
+        )
+        try:
+            return len(reader.partitions_for_topic(settings.topic) or ())
+        finally:
+            reader.close()
+
+    try:
+        n = count()
+    except Exception as err:
+        translated = translate_kafka_error(
+            err, servers=settings.bootstrap, what=what, retriable=DeliveryFailed
+        )
+        if translated is err:
+            raise
+        raise translated from err
+    if n == 0:
+        raise ConfigError(
+            TOPIC.name,
+            settings.topic,
+            f"a topic that exists on {settings.bootstrap} (the sink input has a partition "
+            "column, so the topic's partitions are checked before any data moves)",
+            where="barrier",
+        )
+    return n
+
+
+def _connection_settings(settings: KafkaTopicSettings) -> dict[str, Any]:
+    """The producer's ``consumer.kafka.*`` settings a reader of the same cluster needs too
+    (security: TLS and SASL)."""
+    return {
+        name.replace(".", "_"): raw
+        for name, raw in settings.config
+        if name.startswith(("security.", "ssl.", "sasl."))
+    }
+
+
 _TEXT_OR_BINARY = ("BinaryType", "StringType")
 
 
@@ -541,10 +618,15 @@ def check_spark_schema(schema: Any) -> None:
             raise refuse("headers", types["headers"].simpleString())
 
 
+_HEADERS_AS_BYTES = pa.large_list(pa.struct([("key", pa.string()), ("value", pa.large_binary())]))
+
+
 def _messages(
     table: pa.Table,
 ) -> Iterator[tuple[bytes, bytes | None, list[tuple[str, bytes]], int | None]]:
-    """``(value, key, headers, partition)`` per row, like Spark's Kafka sink reads them."""
+    """``(value, key, headers, partition)`` per row, like Spark's Kafka sink reads them:
+    string columns as the bytes they hold (never decoded: Spark hands over strings that are
+    not UTF-8 as they are)."""
     names = table.column_names
     if "value" not in names:
         raise ConfigError(
@@ -554,27 +636,21 @@ def _messages(
             where="barrier",
         )
     n = table.num_rows
-    values = table.column("value").to_pylist()
-    keys = table.column("key").to_pylist() if "key" in names else [None] * n
-    headers = table.column("headers").to_pylist() if "headers" in names else [None] * n
+    values = table.column("value").cast(pa.large_binary()).to_pylist()
+    keys = table.column("key").cast(pa.large_binary()).to_pylist() if "key" in names else [None] * n
+    headers = (
+        table.column("headers").cast(_HEADERS_AS_BYTES).to_pylist()
+        if "headers" in names
+        else [None] * n
+    )
     parts = table.column("partition").to_pylist() if "partition" in names else [None] * n
     for value, key, hdrs, partition in zip(values, keys, headers, parts, strict=True):
         yield (
-            _bytes(value) or b"",
-            _bytes(key),
-            [(h["key"], _bytes(h["value"]) or b"") for h in hdrs or []],
+            value or b"",
+            key,
+            [(h["key"], h["value"] or b"") for h in hdrs or []],
             partition,
         )
-
-
-def _bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    raise ConfigError(
-        "value", type(value).__name__, "binary or string key/value columns", where="barrier"
-    )
 
 
 class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
@@ -587,8 +663,21 @@ class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
         return parse_settings(opts)
 
     def check_at_start(self, options: SinkView, spark_schema: Any) -> KafkaTopicSettings:
+        """The input's shape; when rows choose their partition, the topic's partition count
+        (asked now: Spark plans every micro-batch this way, so partitions added to the topic
+        are accepted from the next micro-batch planned after they appear). Without a
+        ``partition`` column the producer's partitioner chooses and nothing is asked."""
         check_spark_schema(spark_schema)
-        return self.settings(options)
+        settings = self.settings(options)
+        if "partition" in spark_schema.fieldNames():
+            settings = replace(settings, partitions=topic_partitions(settings, options.ack_timeout))
+        return settings
+
+    def validate(self, settings: KafkaTopicSettings, table: pa.Table) -> list[RowRejection]:
+        """Rows the kafka consumer cannot send (:mod:`sink.consumers.kafka_rows`): header
+        entries, keys or values it cannot encode, a partition outside the recorded count, a
+        message larger than the producer's ``max.request.size`` with the sink's headers."""
+        return validate_rows(table, settings.limits())
 
     def open_consumer(
         self, options: SinkView, staging: Staging, faults: FaultInjector
