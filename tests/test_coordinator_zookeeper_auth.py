@@ -151,7 +151,7 @@ def test_kazoo_debug_logs_of_the_auth_packet_hide_the_credentials() -> None:
         (-4, Auth(0, "digest", f"gtb:{SECRET}")),
         None,
     )
-    assert all(f.filter(record) for f in logger.filters)
+    assert all(isinstance(f, logging.Filter) and f.filter(record) for f in logger.filters)
     message = record.getMessage()
     assert SECRET not in message and "digest" in message
 

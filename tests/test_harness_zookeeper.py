@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def test_a_server_with_a_superuser_authenticates_and_one_without_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(hz, "zookeeper_classpath", lambda: ["/zk.jar"])
-    monkeypatch.setattr(hz.shutil, "which", lambda name: "/usr/bin/java")
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/java")
     user = SuperUser("super", "pw")
     server = ZooKeeperServer(tmp_path / "auth", superuser=user)
     argv = server._owned().argv

@@ -25,6 +25,7 @@ from gtbarrier.cli.common import (
 from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch_row, read_epochs
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
+from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
 from state.layout import PipelineLayout
 from state.protocol.fencing import read_driver_record
 from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
@@ -54,6 +55,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="HOSTS",
         help=f"the coordinator's zookeeper_hosts, for the resume point (default: ${ZOOKEEPER_ENV})",
     )
+    add_zookeeper_auth_argument(parser)
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get(BOOTSTRAP_ENV),
@@ -81,7 +83,9 @@ def run(args: argparse.Namespace) -> Result:
         # the newest epoch is read even with --epochs 0: its end is where the source stands
         read = read_epochs(store, pipeline.layout, numbers[-max(args.epochs, 1) :])
         acknowledged = _acknowledged_position(store, pipeline.layout, records)
-        resume, resume_from = _resume_point(args.zookeeper, store, pipeline.layout)
+        resume, resume_from = _resume_point(
+            args.zookeeper, store, pipeline.layout, args.zookeeper_auth
+        )
     finally:
         store.close()
     newest = read[-args.epochs :] if args.epochs else []
@@ -131,17 +135,17 @@ def _acknowledged_position(
 
 
 def _resume_point(
-    zookeeper: str | None, store: StateStore, layout: PipelineLayout
+    zookeeper: str | None, store: StateStore, layout: PipelineLayout, auth: str | None = None
 ) -> tuple[ResumePoint | None, str | None]:
-    """The resume point from ZooKeeper when ``zookeeper`` is given, else the store's."""
+    """The resume point from ZooKeeper when ``zookeeper`` is given (as ``auth``, the
+    coordinator's ``zookeeper_auth``), else the store's."""
     if not zookeeper:
         backend: ResumePointBackend = StoreResumePoints(store, layout)
         point, _ = read_resume_point(backend)
         return point, None if point is None else backend.description
-    from state.coordinator.zookeeper import ZooKeeperResumePoints, ZooKeeperSession
+    from state.coordinator.zookeeper import ZooKeeperResumePoints
 
-    session = ZooKeeperSession(zookeeper, call_timeout=ZOOKEEPER_TIMEOUT)
-    session.start(ZOOKEEPER_TIMEOUT)
+    session = open_session(zookeeper, auth, ZOOKEEPER_TIMEOUT)
     try:
         zk_backend = ZooKeeperResumePoints(session, layout.zookeeper_resume)
         point, _ = read_resume_point(zk_backend)

@@ -5,6 +5,11 @@ with its type, default and a one-line meaning (the README's and docs/coordinator
 argument tables are written from it). :meth:`CoordinatorConfig.from_arguments` checks
 them all once, in the constructor: a bad one raises :class:`ConfigError` naming it.
 Durations accept ``"500ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a number of seconds.
+
+``zookeeper_auth`` (:class:`ZooKeeperAuth`) is the one secret among them. The config keeps
+the text as given, so a secret reference (``${env:NAME}``, ``${file:/path}``) stays a
+reference in the config and its pickles, and is resolved only where the kazoo client is
+created; no ``repr``, ``str`` or error message shows the credentials.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -128,7 +133,130 @@ PARAMETERS: tuple[Parameter, ...] = (
         "10s",
         "The ZooKeeper session timeout: how long a crashed driver blocks its successor.",
     ),
+    Parameter(
+        "zookeeper_auth",
+        "str | None",
+        None,
+        "`scheme:credentials`, e.g. `digest:gtb:${env:ZK_PASSWORD}` (`${env:NAME}` and "
+        "`${file:/path}` are resolved when the session starts): the pipeline's znodes get "
+        "an ACL that gives this identity every permission and other clients none; `None`: "
+        "open ACLs, as ZooKeeper makes them (docs/security.md).",
+    ),
 )
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
+_REFERENCE = re.compile(r"\$\{([A-Za-z]+):([^}]*)\}")
+_REFERENCE_FORMS = "${env:NAME} or ${file:/path}"
+_HIDDEN = "<credentials hidden>"
+
+
+def resolve_secret_references(text: str, *, option: str, where: str = WHERE) -> str:
+    """``text`` with every ``${env:NAME}`` replaced by that environment variable and every
+    ``${file:/path}`` by that file's content (one trailing newline dropped, as ``echo``
+    and editors leave one).
+
+    :class:`ConfigError` naming ``option`` and the reference (never a resolved value) if a
+    variable is unset, a file cannot be read, or a reference has another form. A stand-in
+    for the general resolver of secret references (``state/secrets.py``, planned), which
+    will replace it; it resolves exactly these two forms.
+    """
+
+    def resolve(match: re.Match[str]) -> str:
+        kind, name = match.group(1), match.group(2)
+        reference = match.group(0)
+        if kind == "env" and name:
+            value = os.environ.get(name)
+            if value is None:
+                raise ConfigError(
+                    option,
+                    _HIDDEN,
+                    f"{reference} to name an environment variable that is set ({name} is not set)",
+                    where=where,
+                )
+            return value
+        if kind == "file" and name:
+            try:
+                content = Path(name).read_text()
+            except (OSError, UnicodeDecodeError) as err:
+                raise ConfigError(
+                    option,
+                    _HIDDEN,
+                    f"{reference} to name a readable text file ({name}: {type(err).__name__})",
+                    where=where,
+                ) from None
+            return content[:-1] if content.endswith("\n") else content
+        raise ConfigError(
+            option, _HIDDEN, f"secret references of the form {_REFERENCE_FORMS}", where=where
+        )
+
+    return _REFERENCE.sub(resolve, text)
+
+
+@dataclass(frozen=True)
+class ZooKeeperAuth:
+    """``zookeeper_auth``: the scheme, and the credentials as given (with their secret
+    references unresolved). :meth:`credentials` resolves them; nothing else shows them.
+
+    kazoo sends ``(scheme, credentials)`` with ``addauth`` on every connection; the nodes
+    the coordinator creates get ZooKeeper's ``auth`` ACL, which the server records as the
+    identity the client authenticated as (for ``digest``: ``user:base64(sha1(user:pw))``).
+    Any scheme the server has an ``authProvider`` for works that way; ``digest`` is the
+    one ZooKeeper ships.
+    """
+
+    scheme: str
+    given: str = field(repr=False)
+
+    @classmethod
+    def parse(
+        cls, value: object, *, option: str = "zookeeper_auth", where: str = WHERE
+    ) -> ZooKeeperAuth:
+        """Check ``value`` and resolve its references once, so that an unset variable or
+        a missing file fails here, naming ``option``; the result keeps them unresolved."""
+        expected = (
+            "'scheme:credentials', e.g. 'digest:user:${env:ZK_PASSWORD}' "
+            f"(secret references: {_REFERENCE_FORMS})"
+        )
+        if not isinstance(value, str):
+            raise ConfigError(option, f"<a {type(value).__name__}>", expected, where=where)
+        scheme, sep, credentials = value.strip().partition(":")
+        if not sep or not _SCHEME.match(scheme) or not credentials:
+            raise ConfigError(option, _masked(value), expected, where=where)
+        auth = cls(scheme, credentials)
+        auth._check(auth._resolve(option, where), option, where)
+        return auth
+
+    def credentials(self) -> str:
+        """The credentials, references resolved now (an environment variable or a file
+        may have changed since :meth:`parse`)."""
+        resolved = self._resolve("zookeeper_auth", WHERE)
+        self._check(resolved, "zookeeper_auth", WHERE)
+        return resolved
+
+    def _resolve(self, option: str, where: str) -> str:
+        return resolve_secret_references(self.given, option=option, where=where)
+
+    def _check(self, resolved: str, option: str, where: str) -> None:
+        user, sep, password = resolved.partition(":")
+        if self.scheme == "digest" and (not sep or not user or not password):
+            raise ConfigError(
+                option,
+                f"digest:{_HIDDEN}",
+                "digest credentials as 'user:password' (both non-empty)",
+                where=where,
+            )
+
+    def __str__(self) -> str:
+        return f"{self.scheme}:{_HIDDEN}"
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperAuth(scheme={self.scheme!r}, credentials={_HIDDEN})"
+
+
+def _masked(value: str) -> str:
+    """What an error may show of a malformed ``zookeeper_auth``: a plausible scheme only."""
+    scheme = value.strip().partition(":")[0]
+    return f"{scheme}:{_HIDDEN}" if _SCHEME.match(scheme) else _HIDDEN
 
 
 @dataclass(frozen=True)
@@ -145,6 +273,7 @@ class CoordinatorConfig:
     reset_timeout: float = 180.0
     driver_wait: float | None = None
     zookeeper_session_timeout: float = 10.0
+    zookeeper_auth: ZooKeeperAuth | None = None
 
     @classmethod
     def from_arguments(  # noqa: PLR0913, PLR0917 - mirrors SnapshotCoordinator's signature
@@ -161,6 +290,7 @@ class CoordinatorConfig:
         state_options: Mapping[str, str] | None = None,
         driver_wait: str | float | None = None,
         zookeeper_session_timeout: str | float = "10s",
+        zookeeper_auth: str | None = None,
     ) -> CoordinatorConfig:
         """Check every argument; :class:`ConfigError` names the first bad one."""
         try:
@@ -210,6 +340,9 @@ class CoordinatorConfig:
             ),
             zookeeper_session_timeout=_positive_duration(
                 zookeeper_session_timeout, "zookeeper_session_timeout"
+            ),
+            zookeeper_auth=(
+                None if zookeeper_auth is None else ZooKeeperAuth.parse(zookeeper_auth)
             ),
         )
 
@@ -266,4 +399,11 @@ def _checkpoint_path(value: str | os.PathLike[str]) -> Path:
     return path
 
 
-__all__ = ["PARAMETERS", "REQUIRED", "CoordinatorConfig", "Parameter"]
+__all__ = [
+    "PARAMETERS",
+    "REQUIRED",
+    "CoordinatorConfig",
+    "Parameter",
+    "ZooKeeperAuth",
+    "resolve_secret_references",
+]

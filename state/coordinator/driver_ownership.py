@@ -15,7 +15,9 @@ recorded as the barrier's owner at once
 is refused at its next commit, before this driver's query has committed anything. An
 expired session (``LOST``, not a mere disconnection) voids the token at once and calls
 ``on_lost``: another driver may own the pipeline now. :mod:`state.coordinator.zookeeper`
-(kazoo) is imported only when ZooKeeper is used.
+(kazoo) is imported only when ZooKeeper is used. With ``zookeeper_auth`` every session
+authenticates, and the pipeline's znodes are prepared (created, or restricted if they
+were open) for that identity alone before the lock is taken.
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ class DriverOwnership:
 
         if self._session is None:
             session = self._start_session(hosts, call_timeout=min(10.0, self.config.reset_timeout))
+            try:
+                # Before the lock's recipe creates anything under the root: with credentials,
+                # the root must be this identity's first.
+                session.prepare_pipeline(
+                    self.layout.zookeeper_root,
+                    (self.layout.zookeeper_driver_lock, self.layout.zookeeper_resume),
+                )
+            except BaseException:
+                session.stop()
+                raise
             session.on_lost(self._session_lost)
             self._session = session
             self.backend = ZooKeeperResumePoints(session, self.layout.zookeeper_resume)
@@ -117,6 +129,7 @@ class DriverOwnership:
             hosts,
             session_timeout=self.config.zookeeper_session_timeout,
             call_timeout=call_timeout,
+            auth=self.config.zookeeper_auth,
         )
         session.start(timeout=min(0.8 * self.config.reset_timeout, 30.0))
         return session

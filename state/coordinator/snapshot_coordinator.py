@@ -86,6 +86,8 @@ class SnapshotCoordinator:
     * ``driver_wait``: None (default) fails fast if another driver holds the pipeline;
       a duration waits that long for its lock.
     * ``zookeeper_session_timeout`` (10s): how soon a crashed driver's lock is released.
+    * ``zookeeper_auth``: ``"scheme:credentials"`` (``"digest:user:${env:ZK_PASSWORD}"``);
+      the pipeline's znodes are then created with an ACL for that identity alone.
     """
 
     def __init__(  # noqa: PLR0913, PLR0917 - the public signature, keyword arguments as documented
@@ -103,6 +105,7 @@ class SnapshotCoordinator:
         state_options: Mapping[str, str] | None = None,
         driver_wait: str | float | None = None,
         zookeeper_session_timeout: str | float = "10s",
+        zookeeper_auth: str | None = None,
         store: StateStore | None = None,
     ) -> None:
         self.spark = spark
@@ -118,6 +121,7 @@ class SnapshotCoordinator:
             state_options=state_options,
             driver_wait=driver_wait,
             zookeeper_session_timeout=zookeeper_session_timeout,
+            zookeeper_auth=zookeeper_auth,
         )
         self.layout: PipelineLayout = self.config.layout
         self.store: StateStore = store if store is not None else open_store(self.config.store)

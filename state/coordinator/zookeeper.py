@@ -13,6 +13,20 @@
   expire).
 * :class:`ZooKeeperResumePoints` keeps the resume point in ``/gtbarrier/<pipeline>/resume``
   and compare-and-swaps it on the znode version.
+
+**ACLs** (``zookeeper_auth``, :class:`~state.coordinator.config.ZooKeeperAuth`). With
+credentials the session authenticates on every connection (kazoo's ``auth_data``) and
+every znode it creates gets ``CREATOR_ALL_ACL``: ZooKeeper's ``auth`` id, which the server
+records as the identity the client authenticated as, with every permission; other
+clients get none, so they can neither read nor change the pipeline's znodes (not even
+list the lock's holders, or queue up for the lock). :meth:`ZooKeeperSession.prepare_pipeline`
+creates the pipeline's root that way before anything else, and restricts the znodes of a
+pipeline that ran without credentials before. The shared parent ``/gtbarrier`` (and a
+chroot) keep the ACL ZooKeeper gives by default: pipelines with other identities create
+their roots under it. Without credentials nothing changes: ZooKeeper's open ACL. A refusal
+(``NoAuth``) is a fatal :class:`CoordinationError` that names the node and says whether
+this client authenticated; the credentials never appear in a message or a log (kazoo logs
+the ``Auth`` packet it sends at DEBUG: :class:`_HideCredentials` blanks it).
 """
 
 from __future__ import annotations
@@ -34,16 +48,20 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.serialization import Auth
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from state.coordinator.config import ZooKeeperAuth
 from state.errors import (
     ConcurrentModification,
     CoordinationError,
@@ -64,6 +82,27 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+class _HideCredentials(logging.Filter):
+    """Blanks the credentials of the ``Auth`` packets kazoo logs (``Sending request(xid=-4):
+    Auth(auth_type=0, scheme='digest', auth='user:password')`` at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, Auth) for a in record.args):
+            record.args = tuple(
+                a._replace(auth="<credentials hidden>") if isinstance(a, Auth) else a
+                for a in record.args
+            )
+        return True
+
+
+#: The logger of the coordinator's kazoo clients: a child of ``kazoo.client``, so kazoo's
+#: logging configuration applies, with the credentials filter attached.
+KAZOO_LOG = logging.getLogger("kazoo.client.gtbarrier")
+KAZOO_LOG.addFilter(_HideCredentials())
+
+_SHARED_PARENT_ACL = OPEN_ACL_UNSAFE  # what ZooKeeper gives a node created without an ACL
+
+
 def split_hosts(hosts: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/chroot"`` -> ``("h1:2181,h2:2181", "/chroot")`` (chroot may be "")."""
     if "/" in hosts:
@@ -76,7 +115,9 @@ class ZooKeeperSession:
     """One kazoo session with bounded calls and state callbacks.
 
     ``on_lost`` is called (once per loss, on a thread of its own) when the session
-    expires; ``on_connected`` whenever the client is connected again.
+    expires; ``on_connected`` whenever the client is connected again. With ``auth`` the
+    session authenticates and creates its znodes for that identity alone (see the
+    module docstring).
     """
 
     def __init__(
@@ -85,11 +126,13 @@ class ZooKeeperSession:
         *,
         session_timeout: float = 10.0,
         call_timeout: float = 10.0,
+        auth: ZooKeeperAuth | None = None,
     ) -> None:
         self.hosts = hosts
         self.servers, self.chroot = split_hosts(hosts)
         self.session_timeout = session_timeout
         self.call_timeout = call_timeout
+        self.auth = auth
         self._client: KazooClient | None = None
         self._state = KazooState.LOST
         self._lost_generation = 0
@@ -100,26 +143,52 @@ class ZooKeeperSession:
 
     # --- lifecycle ---------------------------------------------------------------------
 
+    def client_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of this session's ``KazooClient`` (the credentials
+        resolved now): the authentication and the ACL of new znodes only with ``auth``."""
+        arguments: dict[str, Any] = {
+            "hosts": self.hosts,
+            "timeout": self.session_timeout,
+            "connection_retry": KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            "command_retry": None,
+            "logger": KAZOO_LOG,
+        }
+        if self.auth is not None:
+            arguments["auth_data"] = [(self.auth.scheme, self.auth.credentials())]
+            arguments["default_acl"] = CREATOR_ALL_ACL
+        return arguments
+
+    @property
+    def identity(self) -> str:
+        """Who this client is to ZooKeeper's ACLs, for messages (never the credentials)."""
+        if self.auth is None:
+            return "an anonymous client (no zookeeper_auth given)"
+        return f"a client authenticated with scheme '{self.auth.scheme}' (zookeeper_auth)"
+
     def start(self, timeout: float) -> None:
-        """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the servers."""
+        """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the
+        servers; a server that refuses the credentials is a fatal :class:`CoordinationError`."""
         if self._client is not None:
             return
-        client = KazooClient(
-            hosts=self.hosts,
-            timeout=self.session_timeout,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-            command_retry=None,
-        )
-        try:
-            with warnings.catch_warnings():
-                # kazoo warns if the chroot does not exist yet; it is created just below.
-                warnings.simplefilter("ignore")
-                client.start(timeout=timeout)
-        except KazooTimeoutError:
+        client = KazooClient(**self.client_arguments())
+        with warnings.catch_warnings():
+            # kazoo warns if the chroot does not exist yet; it is created just below.
+            warnings.simplefilter("ignore")
+            client.start_async().wait(timeout=timeout)
+        if not client.connected:
+            refused = client.client_state == KeeperState.AUTH_FAILED
+            client.stop()
+            client.close()
+            if refused:
+                raise CoordinationError(
+                    f"ZooKeeper at {self.servers} refused the authentication of {self.identity}: "
+                    "the server has no authProvider for that scheme, or the credentials are "
+                    "not valid for it"
+                )
             raise ZooKeeperUnavailable(
                 f"ZooKeeper at {self.servers} could not be reached within {timeout:g}s "
                 f"(zookeeper_hosts={self.hosts!r})"
-            ) from None
+            )
         client.add_listener(self._on_state)
         self._client = client
         self._state = KazooState.CONNECTED
@@ -131,12 +200,19 @@ class ZooKeeperSession:
         if self.exists("/"):
             return
         # A client without the chroot creates it (a chrooted client cannot create its own root).
-        root = KazooClient(hosts=self.servers, timeout=self.session_timeout)
+        # It authenticates too (a parent may admit only this identity), but the chroot keeps
+        # ZooKeeper's default ACL: other pipelines share it.
+        arguments = {**self.client_arguments(), "hosts": self.servers}
+        arguments.pop("default_acl", None)
+        arguments.pop("connection_retry")
+        root = KazooClient(**arguments)
         try:
             root.start(timeout=timeout)
             root.ensure_path(self.chroot)
         except KazooTimeoutError:
             raise ZooKeeperUnavailable(f"ZooKeeper at {self.servers} unreachable") from None
+        except NoAuthError as err:
+            raise self.refused("creating the chroot", self.chroot) from err
         finally:
             root.stop()
             root.close()
@@ -199,6 +275,17 @@ class ZooKeeperSession:
             raise ZooKeeperUnavailable(
                 f"ZooKeeper at {self.hosts}: {what} {path} failed: {type(err).__name__}: {err}"
             ) from err
+        except NoAuthError as err:
+            raise self.refused(what, path) from err
+
+    def refused(self, what: str, path: str) -> CoordinationError:
+        """The fatal error of a ``NoAuth`` answer: ``path``'s ACL does not admit this client."""
+        return CoordinationError(
+            f"ZooKeeper at {self.hosts}: {what} {path} was refused (NoAuth): the node's ACL "
+            f"does not admit {self.identity}. Give the credentials the pipeline's znodes were "
+            "created with (SnapshotCoordinator's zookeeper_auth, the CLI's --zookeeper-auth "
+            "or $GTBARRIER_ZOOKEEPER_AUTH)"
+        )
 
     def exists(self, path: str) -> bool:
         return self._wait("exists", path, self.client.exists_async(path)) is not None
@@ -226,6 +313,55 @@ class ZooKeeperSession:
             return
         with contextlib.suppress(NodeExistsError):
             self._wait("ensure_path", path, self.client.ensure_path_async(path))
+
+    def children(self, path: str) -> list[str]:
+        """The children of ``path`` (sorted); ``[]`` if it does not exist."""
+        try:
+            return sorted(self._wait("listing", path, self.client.get_children_async(path)))
+        except NoNodeError:
+            return []
+
+    def prepare_pipeline(self, root: str, nodes: tuple[str, ...] = ()) -> None:
+        """With ``auth``: make sure the pipeline's ``root`` exists with this identity's ACL
+        before anything is created under it, its parent (shared by pipelines) with
+        ZooKeeper's default ACL; restrict ``root`` and ``nodes`` where they still carry an
+        open ACL (a pipeline that ran without credentials), with a warning. Without
+        ``auth``: nothing (znodes are created as before)."""
+        if self.auth is None:
+            return
+        parent = root.rsplit("/", 1)[0]
+        if parent and not self.exists(parent):
+            with contextlib.suppress(NodeExistsError):
+                self._wait(
+                    "creating",
+                    parent,
+                    self.client.create_async(parent, b"", acl=_SHARED_PARENT_ACL, makepath=True),
+                )
+        if not self.exists(root):
+            with contextlib.suppress(NodeExistsError):
+                self._wait("creating", root, self.client.create_async(root, b""))
+        for node in (root, *nodes):
+            self._restrict(node)
+
+    def _restrict(self, path: str) -> None:
+        try:
+            acl, stat = self._wait("reading the ACL of", path, self.client.get_acls_async(path))
+        except NoNodeError:
+            return
+        if not any(a.id.scheme == "world" for a in acl):
+            return  # already restricted (to us, or to another identity: its reads will say)
+        self._wait(
+            "restricting the ACL of",
+            path,
+            self.client.set_acls_async(path, CREATOR_ALL_ACL, version=stat.aversion),
+        )
+        log.warning(
+            "ZooKeeper %s: node %s had an open ACL (created without zookeeper_auth); "
+            "it is now restricted to this client's %s identity",
+            self.hosts,
+            path,
+            self.auth.scheme if self.auth else "",
+        )
 
 
 def driver_identifier() -> str:
@@ -270,6 +406,8 @@ class DriverLock:
             raise ZooKeeperUnavailable(
                 f"ZooKeeper at {self.session.hosts}: taking lock {self.path} failed: {err}"
             ) from err
+        except NoAuthError as err:
+            raise self.session.refused("taking the driver lock", self.path) from err
         if not got:
             holders = self._holders(lock)
             how = "is held" if wait is None else f"was not released within {wait:g}s"
