@@ -306,3 +306,47 @@ def test_connections_are_kept_between_commits_and_closed_when_idle(
     finally:
         CONNECTIONS.clear()
     assert fresh.closed and len(CONNECTIONS) == 0
+
+
+# --- an existing table's column types ------------------------------------------------
+
+
+def test_type_compatibility_keeps_values_or_says_why_not() -> None:
+    from sink.consumers.postgres.postgres_target import TargetColumn, incompatibility
+
+    def column(type_name: str, **kw: Any) -> TargetColumn:
+        return TargetColumn("c", type_name, **kw)
+
+    keeps = [
+        (pa.int64(), column("int2")),
+        (pa.int64(), column("numeric", precision=5, scale=2)),
+        (pa.int16(), column("float4")),
+        (pa.int32(), column("float8")),
+        (pa.float32(), column("float8")),
+        (pa.decimal128(10, 2), column("numeric", precision=6, scale=4)),
+        (pa.decimal128(18, 0), column("int8")),
+        (pa.string(), column("varchar", length=1)),
+        (pa.large_string(), column("text")),
+        (pa.binary(), column("bytea")),
+        (pa.date32(), column("date")),
+        (pa.timestamp("us", tz="UTC"), column("timestamptz", precision=6)),
+        (pa.timestamp("us"), column("timestamp")),
+        (pa.list_(pa.int64()), column("int4", is_array=True)),
+    ]
+    for dtype, target in keeps:
+        assert incompatibility(dtype, target) is None, (dtype, target)
+    changes = [
+        (pa.decimal128(12, 4), column("numeric", precision=10, scale=2), "round"),
+        (pa.float64(), column("float4"), "real"),
+        (pa.int64(), column("float8"), "2^53"),
+        (pa.binary(), column("text"), "hex"),
+        (pa.timestamp("us", tz="UTC"), column("timestamp"), "time zone"),
+        (pa.timestamp("us"), column("timestamptz"), "time zone"),
+        (pa.timestamp("us", tz="UTC"), column("timestamptz", precision=3), "round"),
+        (pa.string(), column("bpchar", length=3), "pad"),
+        (pa.list_(pa.int64()), column("int8"), "array"),
+        (pa.int64(), column("int8", is_array=True), "array"),
+    ]
+    for dtype, target, why in changes:
+        reason = incompatibility(dtype, target)
+        assert reason is not None and why in reason, (dtype, target, reason)
