@@ -194,3 +194,34 @@ def test_text_that_is_not_utf8_is_sent_as_its_bytes(kafka: Any) -> None:
     records = kafka.consume_all(topic)
     assert [(r.key, r.value) for r in records] == [(bad, b"v"), (b"k", bad)]
     assert records[0].headers[0] == ("h", bad)
+
+
+def test_null_values_stay_null_and_a_null_header_value_is_never_sent_empty(kafka: Any) -> None:
+    """A null value is a tombstone (compaction deletes its key), with or without a key: the
+    broker must hold null, not empty bytes. A null header value cannot be sent by
+    kafka-python's producer: the row is refused, never sent with an empty value."""
+    topic = kafka.create_topic(partitions=1)
+    p = kafka_pipeline(kafka.bootstrap, topic)
+    outcome = commit_rows(
+        p,
+        1,
+        {
+            "key": pa.array([b"k1", None, b"k3"], pa.binary()),
+            "value": pa.array([None, None, b"v3"], pa.binary()),
+        },
+    )
+    assert outcome.action == "delivered"
+    records = kafka.consume_all(topic)
+    assert [(r.key, r.value) for r in records] == [(b"k1", None), (None, None), (b"k3", b"v3")]
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    row = {
+        "key": pa.array([b"k4"], pa.binary()),
+        "value": pa.array([b"v4"], pa.binary()),
+        "headers": pa.array([[{"key": "trace", "value": None}]], pa.list_(header)),
+    }
+    (rejection,) = KAFKA_TOPIC.validate(p.options.settings, pa.table(row))  # type: ignore[arg-type]
+    assert rejection.column == "headers" and "'trace' has a null value" in rejection.reason
+    with pytest.raises(Exception, match="null"):
+        commit_rows(p, 2, row)
+    assert [(r.key, r.value) for r in kafka.consume_all(topic)][3:] == []
