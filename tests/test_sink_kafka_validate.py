@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 from sink.consumers import kafka as kafka_module
 from sink.consumers.consumer_kind import RowRejection
 from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX, KAFKA_TOPIC, KafkaTopicSettings
+from sink.consumers.kafka_rows import messages
 from sink.options import SinkOptions
 from state.errors import ConfigError
 
@@ -333,3 +334,37 @@ def test_the_start_check_records_the_partition_count_when_rows_choose_partitions
     plain = options.check_at_start(_schema(StructField("key", StringType())))
     assert isinstance(plain.settings, KafkaTopicSettings)
     assert plain.settings.partitions is None and len(asked) == 1
+
+
+# --- what the sink sends --------------------------------------------------------------------
+
+
+def test_messages_keep_nulls_and_bytes_as_the_rows_hold_them() -> None:
+    bad = b"\xff\xfeh"
+    string_headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
+    t = pa.table(
+        {
+            "key": pa.array([b"k", None, bad], pa.binary()).view(pa.string()),
+            "value": pa.array([None, None, bad], pa.binary()),
+            "headers": pa.array([None, [], [{"key": "h", "value": "é"}]], string_headers),
+            "partition": pa.array([None, 1, None], pa.int32()),
+        }
+    )
+    assert list(messages(t)) == [
+        (None, b"k", [], None),
+        (None, None, [], 1),
+        (bad, bad, [("h", "é".encode())], None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"key": "trace", "value": None}, {"key": None, "value": b"1"}, None],
+    ids=["null-value", "null-key", "null-entry"],
+)
+def test_a_header_the_producer_cannot_send_is_never_sent_otherwise(entry: Any) -> None:
+    t = table(value=pa.array([b"v"], pa.binary()), headers=pa.array([[entry]], HEADERS))
+    with pytest.raises(ConfigError) as info:
+        list(messages(t))
+    assert info.value.option == "headers"
+    assert len(validate(t)) == 1  # validation rejects the row before delivery

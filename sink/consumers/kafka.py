@@ -36,7 +36,7 @@ headers are skipped, but the tail scan reads through them).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -53,6 +53,7 @@ from sink.consumers.kafka_rows import (
     MAX_REQUEST_SIZE,
     RowLimits,
     max_request_size,
+    messages,
     validate_rows,
 )
 from sink.consumers.producer_pool import PRODUCERS
@@ -199,6 +200,21 @@ def producer_config(settings: KafkaTopicSettings, ack_timeout: float) -> dict[st
     return config
 
 
+_NULL = object()
+"""The value of a message with neither key nor value (see :func:`_value_serializer`)."""
+
+
+def _value_serializer() -> Any:
+    """The producer's value serializer: bytes as they are, :data:`_NULL` as null."""
+    from kafka.serializer import Serializer
+
+    class NullableValue(Serializer):  # type: ignore[misc]
+        def serialize(self, topic: str, headers: Any, data: Any) -> bytes | None:
+            return None if data is _NULL else data
+
+    return NullableValue()
+
+
 def _header(headers: list[tuple[str, bytes]], name: str) -> int | None:
     for key, value in headers:
         if key == name:
@@ -244,7 +260,11 @@ class KafkaTopicConsumer(Consumer):
                 pooled = PRODUCERS.take(self._pool_key)
                 if pooled is not None:
                     return pooled
-                return KafkaProducer(bootstrap_servers=self.bootstrap, **self.config)
+                return KafkaProducer(
+                    bootstrap_servers=self.bootstrap,
+                    value_serializer=_value_serializer(),
+                    **self.config,
+                )
 
             self._producer = self._kafka("connecting the producer", pooled_or_new)
         return self._producer
@@ -317,7 +337,7 @@ class KafkaTopicConsumer(Consumer):
         half = count // 2
         index = 0
         for table in bundle.tables(self.staging):
-            for value, key, headers, partition in _messages(table):
+            for value, key, headers, partition in messages(table):
                 if index not in present:
                     all_headers = [
                         *headers,
@@ -329,14 +349,17 @@ class KafkaTopicConsumer(Consumer):
                     attempt.futures.append(
                         producer.send(
                             self.topic,
-                            value=value,
+                            # kafka-python refuses a message with neither key nor value
+                            # before its serializer runs; Kafka takes one (Spark's sink
+                            # sends it): the sink's serializer turns this marker into null.
+                            value=_NULL if value is None and key is None else value,
                             key=key,
                             headers=all_headers,
                             partition=partition,
                         )
                     )
                     attempt.last_send = time.monotonic()
-                    attempt.driver_bytes += len(value) + (len(key) if key else 0)
+                    attempt.driver_bytes += len(value or b"") + len(key or b"")
                 index += 1
                 if index == half and self.faults.armed("after_deliver", bundle.bundle_id):
                     producer.flush(timeout=self.ack_timeout)
@@ -616,41 +639,6 @@ def check_spark_schema(schema: Any) -> None:
         fields = {f.name: type(f.dataType).__name__ for f in getattr(element, "fields", [])}
         if fields.get("key") != "StringType" or fields.get("value") not in _TEXT_OR_BINARY:
             raise refuse("headers", types["headers"].simpleString())
-
-
-_HEADERS_AS_BYTES = pa.large_list(pa.struct([("key", pa.string()), ("value", pa.large_binary())]))
-
-
-def _messages(
-    table: pa.Table,
-) -> Iterator[tuple[bytes, bytes | None, list[tuple[str, bytes]], int | None]]:
-    """``(value, key, headers, partition)`` per row, like Spark's Kafka sink reads them:
-    string columns as the bytes they hold (never decoded: Spark hands over strings that are
-    not UTF-8 as they are)."""
-    names = table.column_names
-    if "value" not in names:
-        raise ConfigError(
-            "value",
-            None,
-            "a 'value' column (binary or string) in the sink input for consumer=kafka",
-            where="barrier",
-        )
-    n = table.num_rows
-    values = table.column("value").cast(pa.large_binary()).to_pylist()
-    keys = table.column("key").cast(pa.large_binary()).to_pylist() if "key" in names else [None] * n
-    headers = (
-        table.column("headers").cast(_HEADERS_AS_BYTES).to_pylist()
-        if "headers" in names
-        else [None] * n
-    )
-    parts = table.column("partition").to_pylist() if "partition" in names else [None] * n
-    for value, key, hdrs, partition in zip(values, keys, headers, parts, strict=True):
-        yield (
-            value or b"",
-            key,
-            [(h["key"], h["value"] or b"") for h in hdrs or []],
-            partition,
-        )
 
 
 class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):

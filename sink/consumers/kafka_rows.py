@@ -272,3 +272,50 @@ def _partition_faults(partitions: pa.Array, limits: RowLimits) -> Iterator[RowRe
                 "planned"
             )
         yield RowRejection(row, "partition", why)
+
+
+# --- the messages ----------------------------------------------------------------------------
+
+Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]
+"""``(value, key, headers, partition)``; a null value stays None."""
+
+_HEADERS_AS_BYTES = pa.large_list(
+    pa.struct([("key", pa.large_binary()), ("value", pa.large_binary())])
+)
+
+
+def messages(table: pa.Table) -> Iterator[Message]:
+    """``(value, key, headers, partition)`` per row, as the module docstring says: bytes as
+    the columns hold them, nulls kept. A row :func:`validate_rows` rejects for its headers
+    raises :class:`ConfigError` here rather than be sent otherwise than it is."""
+    _require_value(table)
+    names = table.column_names
+    n = table.num_rows
+    values = _binary(table.column("value")).to_pylist()
+    keys = _binary(table.column("key")).to_pylist() if "key" in names else [None] * n
+    headers = (
+        table.column("headers").combine_chunks().cast(_HEADERS_AS_BYTES).to_pylist()
+        if "headers" in names
+        else [None] * n
+    )
+    parts = table.column("partition").to_pylist() if "partition" in names else [None] * n
+    for value, key, hdrs, partition in zip(values, keys, headers, parts, strict=True):
+        yield value, key, [_header(h) for h in hdrs or []], partition
+
+
+def _header(entry: dict[str, bytes | None] | None) -> tuple[str, bytes]:
+    key = None if entry is None else entry["key"]
+    value = None if entry is None else entry["value"]
+    try:
+        text = None if key is None else key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or value is None:
+        raise ConfigError(
+            "headers",
+            repr(entry),
+            "headers with a UTF-8 key and a value that is not null (validation rejects the "
+            "row otherwise)",
+            where="barrier",
+        )
+    return text, value
