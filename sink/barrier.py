@@ -33,8 +33,19 @@ record.
    epoch ``j`` delivers it. If ``k > j`` nothing recomputes it: the error says what is
    lost and names the way out (:mod:`sink.lost_bundle`).
 4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
-5. Otherwise bundle ``k`` is recorded in flight, delivered (retrying the *same* bundle),
-   then ``GT_last`` advances to ``k`` and the in-flight record is cleared, in one CAS.
+5. Otherwise, if the bundle has rows its consumer's target refused (``errors.tolerance=all``,
+   the tasks' dead-letter parts), its dead-letter file is created, keyed by ``k``
+   (:mod:`sink.dead_letters`; a file already there, from an earlier attempt of the same
+   bundle, is left as it is). Then bundle ``k`` is recorded in flight, delivered (retrying
+   the *same* bundle), then ``GT_last`` advances to ``k`` and the in-flight record is
+   cleared, in one CAS. A bundle all of whose rows were refused writes its dead-letter
+   file and delivers nothing (``GT_last`` stays, as for any bundle without rows).
+
+The dead letters are exactly once because their file is written before the bundle is
+recorded in flight, only ever created (never replaced), and named by the bundle id: a
+crash before the in-flight record replays the epoch, whose refused rows are the same, and
+finds the file; a redelivery of the bundle in flight finds it too (it checks, and writes
+it from the recorded dead-letter parts only if it is missing).
 
 ``delivery=at-least-once`` skips the in-flight record and ``last_bundle()``: a crash between
 delivery and the ``GT_last`` CAS delivers the bundle again on replay.
@@ -48,12 +59,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
+from sink.dead_letters import DeadLetters, DeadLetterTopic, DeadLetterWrite, open_dead_letters
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
@@ -104,9 +117,17 @@ class BatchCommit:
     def claimant(self) -> str:
         return claimant(self.run_id, self.query_id)
 
-    def outcome(self, action: str, epoch: int | None) -> CommitOutcome:
+    def outcome(
+        self, action: str, epoch: int | None, dead_letters: DeadLetterWrite | None = None
+    ) -> CommitOutcome:
         return CommitOutcome(
-            self.batch_id, epoch, action, rows=self.rows, timings=self.timer.seconds
+            self.batch_id,
+            epoch,
+            action,
+            rows=self.rows,
+            timings=self.timer.seconds,
+            dead_letters=0 if dead_letters is None else dead_letters.rows,
+            dead_letters_at=None if dead_letters is None else dead_letters.location,
         )
 
 
@@ -130,9 +151,12 @@ class Barrier:
         staging: Staging,
         faults: FaultInjector | None = None,
         *,
+        dead_letters: DeadLetters | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``dead_letters``: where refused rows go; by default opened (when a bundle has
+        any) from ``errors.deadLetter.path``."""
         self.options = options
         self.store = store
         self.consumer = consumer
@@ -141,6 +165,7 @@ class Barrier:
         self.layout = PipelineLayout(options.pipeline_id)
         self.sleep = sleep
         self.states = BarrierStateStore(store, self.layout, clock=clock, sleep=sleep)
+        self._dead_letters = dead_letters
 
     # --- Spark's hooks --------------------------------------------------------------
 
@@ -216,9 +241,13 @@ class Barrier:
                 held, recovered = self._resolve_inflight(held, batch, epoch)
 
         if epoch <= held.state.gt_last or batch.rows == 0:
+            written = None
+            if epoch > held.state.gt_last:  # no rows to deliver, maybe rows refused
+                written = self._write_dead_letters(self._bundle(batch, epoch), batch)
             self._clean_up(batch)
             self._remember(held)
-            outcome = batch.outcome("dropped" if epoch <= held.state.gt_last else "empty", epoch)
+            action = "dropped" if epoch <= held.state.gt_last else "empty"
+            outcome = batch.outcome(action, epoch, written)
         else:
             outcome = self._advance(batch, epoch, held, remembered=False)
         outcome.recovered = recovered
@@ -235,11 +264,14 @@ class Barrier:
         its first swap, so it never starts from a remembered state.
         """
         me = held.state.owner
-        bundle = Bundle.from_messages(
-            self.options.pipeline_id, epoch, batch.batch_id, batch.messages
-        )
+        bundle = self._bundle(batch, epoch)
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
+        # Before anything of the bundle is recorded or delivered; created only once.
+        written = self._write_dead_letters(bundle, batch)
+        if written is not None:
+            self.faults.at("after_dead_letters", epoch)
+        if self.options.exactly_once:
             with batch.timer.step("cas_inflight"):
                 held = self._swap(
                     held,
@@ -268,7 +300,7 @@ class Barrier:
             auth = cleanup.verify(batch.run_id, batch.claimant, held.state)  # just swapped
             cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
         self.faults.at("after_gt_last", epoch)
-        outcome = batch.outcome("delivered", epoch)
+        outcome = batch.outcome("delivered", epoch, written)
         outcome.driver_bytes = ack.driver_bytes
         return outcome
 
@@ -285,6 +317,67 @@ class Barrier:
             held.state, new, held.version, me, what, remembered=remembered
         )
         return Held(state, version)
+
+    def _bundle(self, batch: BatchCommit, epoch: int) -> Bundle:
+        return Bundle.from_messages(self.options.pipeline_id, epoch, batch.batch_id, batch.messages)
+
+    def _write_dead_letters(
+        self, bundle: Bundle, batch: BatchCommit | None = None
+    ) -> DeadLetterWrite | None:
+        """Create the bundle's dead-letter file from its dead-letter parts unless it is
+        there already (an earlier attempt of the same bundle wrote it); None if the bundle
+        has none. Only ever creates: a replay or a redelivery never writes it twice."""
+        if not bundle.dead_letters:
+            return None
+        destination = self._dead_letter_destination()
+        if destination is None:
+            # Recorded in flight by a run with errors.tolerance=all, which wrote the file
+            # before recording it; this run has no destination to check it in.
+            log.warning(
+                "barrier: pipeline %s: bundle %d has %d refused row(s) whose dead-letter file "
+                "was written before it was recorded in flight; errors.deadLetter.path is not "
+                "set now, so it is not checked",
+                self.options.pipeline_id,
+                bundle.bundle_id,
+                bundle.dead_letter_rows,
+            )
+            return None
+        timed = batch.timer.step("dead_letters") if batch is not None else nullcontext()
+        with timed:
+            written = destination.write(
+                self.options.pipeline_id,
+                bundle.bundle_id,
+                lambda: bundle.read_dead_letters(self.staging),
+            )
+            topic = self._dead_letter_topic()
+            if topic is not None:
+                # After the file (the record of what was refused): the messages are the
+                # file's rows, and a topic holding the bundle already is not sent to.
+                table = written.table
+                retry = delivery(
+                    self.options.max_retries, self.options.retry_backoff, sleep=self.sleep
+                )
+                retry(
+                    lambda: topic.ensure(
+                        self.options.pipeline_id,
+                        bundle.bundle_id,
+                        lambda: table if table is not None else destination.read(bundle.bundle_id),
+                    )
+                )
+            return written
+
+    def _dead_letter_topic(self) -> DeadLetterTopic | None:
+        errors = self.options.errors
+        if errors.topic is None or errors.bootstrap is None:
+            return None
+        return DeadLetterTopic(
+            errors.bootstrap, errors.topic, errors.kafka, self.options.ack_timeout
+        )
+
+    def _dead_letter_destination(self) -> DeadLetters | None:
+        if self._dead_letters is None and self.options.errors.path is not None:
+            self._dead_letters = open_dead_letters(self.options.errors.path, self.options.store.s3)
+        return self._dead_letters
 
     def _known(self, batch: BatchCommit) -> Held | None:
         """The state this process remembers for the pipeline, if an exactly-once commit of
@@ -346,6 +439,8 @@ class Barrier:
         if last is not None and last.bundle_id == bundle.bundle_id:
             how = "the consumer had it"
         else:
+            # Written before the bundle was recorded in flight: found, never written twice.
+            self._write_dead_letters(bundle)
             try:
                 self._deliver(bundle, redelivery=True)
             except GtBarrierError:
@@ -359,7 +454,9 @@ class Barrier:
                 )
                 if lost is None:
                     raise
-                return self._clear_lost(held, lost, batch, epoch), bundle.bundle_id
+                held = self._clear_lost(held, lost, batch, epoch)
+                self.staging.delete_many(p.location for p in bundle.dead_letters)
+                return held, bundle.bundle_id
             how = "delivered again"
         state = held.state
         held = self._swap(
@@ -433,8 +530,9 @@ class Barrier:
     # --- staging cleanup --------------------------------------------------------------
 
     def _delete_parts(self, bundle: Bundle) -> None:
-        """Delete a bundle's parts once a swap this driver made no longer references them."""
-        self.staging.delete_many(part.location for part in bundle.parts)
+        """Delete a bundle's parts and dead-letter parts once a swap this driver made no
+        longer references them."""
+        self.staging.delete_many(bundle.staged_locations)
 
     def _cleanup(self) -> StagingCleanup:
         return StagingCleanup(self.states, self.staging)
@@ -445,7 +543,8 @@ class Barrier:
         predate another run's claim)."""
         cleanup = self._cleanup()
         auth = cleanup.verify(batch.run_id, batch.claimant)
-        cleanup.discard((m.part.location for m in batch.messages if m.part is not None), auth)
+        staged = (p.location for m in batch.messages for p in (m.part, m.dead_letters) if p)
+        cleanup.discard(staged, auth)
         cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
 
 

@@ -7,6 +7,10 @@ by ``gt``; if the parts' ``gt`` ranges are disjoint (each task read its own Kafk
 concatenating them in the listed order is ``gt`` order (``ordered``), otherwise delivery
 merges them. A staged part and the in-flight record of a bundle are protocol records
 (:mod:`state.records.inflight_bundle`).
+
+The rows the consumer's target refuses (``errors.tolerance=all``) travel beside the parts
+as the tasks' *dead-letter parts*: never delivered, written once as the bundle's
+dead-letter file before the bundle is (:mod:`sink.dead_letters`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,16 @@ class BarrierCommitMessage(WriterCommitMessage):
     task_attempt: int
     has_gt: bool
     part: StagedPart | None = None
+    dead_letters: StagedPart | None = None
+    """The task's rows the consumer's target refuses (``errors.tolerance=all``)."""
 
     @property
     def rows(self) -> int:
         return 0 if self.part is None else self.part.rows
+
+    @property
+    def dead_letter_rows(self) -> int:
+        return 0 if self.dead_letters is None else self.dead_letters.rows
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,8 @@ class Bundle:
     has_gt: bool
     ordered: bool
     run_id: str | None = None
+    dead_letters: tuple[StagedPart, ...] = ()
+    """The tasks' dead-letter parts, by location (never delivered)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -73,6 +85,15 @@ class Bundle:
     @property
     def size(self) -> int:
         return sum(p.size for p in self.parts)
+
+    @property
+    def dead_letter_rows(self) -> int:
+        return sum(p.rows for p in self.dead_letters)
+
+    @property
+    def staged_locations(self) -> tuple[str, ...]:
+        """Every staged file of the bundle: its parts, then its dead-letter parts."""
+        return tuple(p.location for p in (*self.parts, *self.dead_letters))
 
     @property
     def max_gt(self) -> GlobalTime | None:
@@ -93,6 +114,14 @@ class Bundle:
                     ordered = False
         else:
             parts.sort(key=lambda p: p.location)
+        dead = sorted(
+            (
+                m.dead_letters
+                for m in messages
+                if m.dead_letters is not None and m.dead_letters.rows
+            ),
+            key=lambda p: p.location,
+        )
         first = messages[0] if messages else None
         return cls(
             pipeline_id=pipeline_id,
@@ -103,6 +132,7 @@ class Bundle:
             has_gt=has_gt,
             ordered=ordered or len(parts) <= 1,
             run_id=first.run_id if first else None,
+            dead_letters=tuple(dead),
         )
 
     # --- the in-flight record (docs/PROTOCOL.md) --------------------------------------
@@ -116,6 +146,7 @@ class Bundle:
             parts=self.parts,
             has_gt=self.has_gt,
             ordered=self.ordered,
+            dead_letters=self.dead_letters,
         )
 
     @classmethod
@@ -129,6 +160,7 @@ class Bundle:
             has_gt=record.has_gt,
             ordered=record.ordered,
             run_id=record.run_id,
+            dead_letters=record.dead_letters,
         )
 
     # --- reading the rows back ----------------------------------------------------------
@@ -141,6 +173,13 @@ class Bundle:
             return
         merged = pa.concat_tables([staging.read_part(p.location) for p in self.parts])
         yield sort_by_gt(merged) if self.has_gt else merged
+
+    def read_dead_letters(self, staging: Staging) -> pa.Table:
+        """The bundle's staged dead-letter rows, part after part (in location order)."""
+        if not self.dead_letters:
+            raise ValueError(f"bundle {self.bundle_id} has no dead letters")
+        tables = [staging.read_part(p.location) for p in self.dead_letters]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def read_all(self, staging: Staging) -> pa.Table:
         tables = list(self.tables(staging))

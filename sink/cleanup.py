@@ -50,7 +50,7 @@ class Authority:
             generation=(
                 owner.generation if owner is not None and owner.run_id == claimant else None
             ),
-            keep=frozenset(state.inflight.locations if state.inflight else ()),
+            keep=frozenset(state.inflight.staged_locations if state.inflight else ()),
         )
 
 

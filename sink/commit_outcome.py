@@ -1,8 +1,10 @@
 """What one barrier commit did: :class:`CommitOutcome`, its log line and its metrics line.
 
-The log line (INFO for a delivered or dropped bundle, DEBUG otherwise) is the user's
-record of the barrier's decisions. With ``$GTBARRIER_METRICS`` set, every commit also
-appends one JSON line to that file (the benchmarks read it).
+The log line (INFO for a delivered or dropped bundle and for rows refused, DEBUG
+otherwise) is the user's record of the barrier's decisions; a bundle with rows its
+consumer's target refused says how many and which dead-letter file holds them. With
+``$GTBARRIER_METRICS`` set, every commit also appends one JSON line to that file (the
+benchmarks read it).
 """
 
 from __future__ import annotations
@@ -30,17 +32,28 @@ class CommitOutcome:
     recovered: int | None = None
     driver_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    dead_letters: int = 0
+    """Rows of the bundle the consumer's target refused (in its dead-letter file)."""
+    dead_letters_at: str | None = None
+    """The bundle's dead-letter file (None: it has none)."""
+
+    def refused(self) -> str:
+        """``; 2 row(s) refused, in dead letters <file>`` (empty without dead letters)."""
+        if not self.dead_letters_at:
+            return ""
+        return f"; {self.dead_letters} row(s) refused, in dead letters {self.dead_letters_at}"
 
     def log(self, pipeline: str, consumer: str) -> None:
         """One line per commit: what the barrier decided, and for a delivery to whom."""
         if self.action == "delivered":
             log.info(
-                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s; GT_last=%d",
+                "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s%s; GT_last=%d",
                 pipeline,
                 self.epoch,
                 self.batch_id,
                 self.rows,
                 consumer,
+                self.refused(),
                 self.epoch,
             )
         elif self.action == "dropped":
@@ -51,6 +64,14 @@ class CommitOutcome:
                 self.batch_id,
                 self.epoch,
                 self.rows,
+            )
+        elif self.dead_letters_at:
+            log.info(
+                "barrier: pipeline %s: batch %d: bundle %s had no rows to deliver%s",
+                pipeline,
+                self.batch_id,
+                self.epoch,
+                self.refused(),
             )
         else:
             log.debug(
@@ -76,6 +97,7 @@ class CommitOutcome:
             "rows": self.rows,
             "recovered": self.recovered,
             "driver_bytes": self.driver_bytes,
+            "dead_letters": self.dead_letters,
             "timings": self.timings,
         }
         with open(path, "a") as f:

@@ -11,7 +11,10 @@ the fault fires every time.
 Steps of the barrier protocol (driver, commit process); the action is SIGKILL of the whole
 driver (see :func:`kill_driver`):
 
-* ``before_inflight``  - the bundle is about to be recorded in flight
+* ``before_inflight``  - the bundle is about to be recorded in flight (and, if it has
+  rows its consumer's target refused, to have its dead-letter file written)
+* ``after_dead_letters`` - the bundle's dead-letter file written, the bundle not yet
+  recorded in flight (only for a bundle with refused rows)
 * ``after_inflight``   - recorded in flight, nothing delivered yet
 * ``after_deliver``    - the consumer holds (part of) the bundle, the ack has not arrived
   (file/s3: data promoted, pointer not yet replaced; kafka: half of the messages sent;
@@ -39,6 +42,7 @@ from state.errors import ConfigError, GtBarrierError
 ENV = "GTBARRIER_FAULT"
 KILL_STEPS = (
     "before_inflight",
+    "after_dead_letters",
     "after_inflight",
     "after_deliver",
     "after_consumer_commit",

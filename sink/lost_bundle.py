@@ -218,7 +218,7 @@ def resolve(
         return lost
     states.skip(state, version, lost.skipped(time.time()))
     # Nothing references the bundle's remaining parts once the in-flight record is gone.
-    for location in inflight.locations:
+    for location in inflight.staged_locations:
         if location not in lost.parts_missing:
             consumer.staging.delete(location)
     applied = replace(lost, applied=True)

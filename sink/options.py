@@ -11,17 +11,23 @@ option, the value and what was expected.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings
 from sink.consumers.registry import CONSUMER, CONSUMER_OPTIONS, kind_of
+from sink.dead_letters import ADDED_COLUMNS, TOLERANCES, DeadLetterSettings, Tolerance
+from state.errors import ConfigError
 from state.layout import validate_pipeline_id
 from state.option_table import (
     ChoiceOption,
     IntegerOption,
+    OnlyWith,
     OptionTable,
+    PrefixOption,
     Shared,
     StringOption,
 )
@@ -82,6 +88,41 @@ FENCING_TOKEN = IntegerOption(
     "lock): a commit with a lower token than the recorded one is fenced.",
 )
 
+ERRORS_TOLERANCE = ChoiceOption[Tolerance](
+    name="errors.tolerance",
+    choices=TOLERANCES,
+    default="none",
+    doc="Rows the consumer's target refuses (a NUL in PostgreSQL text, a record over "
+    "`max.request.size`...), found before anything of their bundle is delivered: `none` "
+    "fails the bundle, naming the row's `gt`, the column and the reason; `all` writes them "
+    'to `errors.deadLetter.path` and delivers the rest (docs/sink.md, "Bad rows and dead '
+    'letters").',
+)
+_WITH_ALL = OnlyWith(ERRORS_TOLERANCE.name, ("all",))
+DEAD_LETTER_PATH = StringOption(
+    name="errors.deadLetter.path",
+    required=True,
+    only_with=_WITH_ALL,
+    default_doc="required with `errors.tolerance=all`",
+    doc="Where refused rows go, exactly once: `file:///abs/dir` or `s3://bucket/prefix` "
+    "(with the `s3.*` settings), one Parquet file per bundle, `bundle-<id>.parquet`: the "
+    "input's columns plus `_gtb_bundle`, `_gtb_reason`, `_gtb_column`.",
+)
+DEAD_LETTER_TOPIC = StringOption(
+    name="errors.deadLetter.topic",
+    only_with=_WITH_ALL,
+    requires="errors.deadLetter.kafka.bootstrap.servers",
+    doc="Also send each refused row to this Kafka topic, with the bundle, `gt`, reason and "
+    "column in `gtb.errors.*` headers (as Kafka Connect's dead letter queue); "
+    "exactly once like the file.",
+)
+DEAD_LETTER_KAFKA = PrefixOption(
+    name="errors.deadLetter.kafka.",
+    only_with=_WITH_ALL,
+    doc="kafka-python producer settings for `errors.deadLetter.topic` "
+    "(`...kafka.bootstrap.servers` is required with it).",
+)
+
 SINK_OPTIONS = OptionTable(
     WHERE,
     (
@@ -97,6 +138,10 @@ SINK_OPTIONS = OptionTable(
         MAX_RETRIES,
         RETRY_BACKOFF_MS,
         FENCING_TOKEN,
+        ERRORS_TOLERANCE,
+        DEAD_LETTER_PATH,
+        DEAD_LETTER_TOPIC,
+        DEAD_LETTER_KAFKA,
         CONSUMER,
         *CONSUMER_OPTIONS,
     ),
@@ -120,6 +165,8 @@ class SinkOptions:
     max_retries: int = 3
     retry_backoff: float = 0.5
     fencing_token: int | None = None
+    errors: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    """``errors.*``: what happens to rows the consumer's target refuses."""
 
     def __post_init__(self) -> None:
         self.kind.settings(self)  # the settings are the consumer's kind's, or a TypeError
@@ -135,7 +182,11 @@ class SinkOptions:
 
     def check_at_start(self, spark_schema: Any) -> SinkOptions:
         """The kind's check when the query starts (before any data moves), and these options
-        with the settings it completed: what the write tasks and commits receive."""
+        with the settings it completed: what the write tasks and commits receive. With
+        ``errors.tolerance=all`` the dead-letter destination must be writable and the input
+        must not have the columns a dead-letter file adds."""
+        if self.errors.tolerant:
+            _check_dead_letters_at_start(self, spark_schema)
         return replace(self, settings=self.kind.check_at_start(self, spark_schema))
 
     @classmethod
@@ -153,8 +204,9 @@ class SinkOptions:
         backoff_ms = RETRY_BACKOFF_MS.read(opts)
         token = FENCING_TOKEN.read(opts)
         settings = kind_of(consumer).parse(opts)
+        errors = _parse_errors(opts)
 
-        return cls(
+        options = cls(
             pipeline_id=pipeline_id,
             store=store,
             consumer=consumer,
@@ -164,4 +216,113 @@ class SinkOptions:
             max_retries=retries,
             retry_backoff=backoff_ms / 1000.0,
             fencing_token=token,
+            errors=errors,
         )
+        _check_dead_letters_outside_the_output(options)
+        return options
+
+
+def _parse_errors(opts: Options) -> DeadLetterSettings:
+    """``errors.*``: the tolerance, and with ``all`` the dead-letter destination."""
+    tolerance = ERRORS_TOLERANCE.read(opts)
+    SINK_OPTIONS.check_only_with(opts, ERRORS_TOLERANCE.name, tolerance)
+    if tolerance == "none":
+        return DeadLetterSettings()
+    path = DEAD_LETTER_PATH.read(opts)
+    if path is None:
+        raise opts.error(
+            DEAD_LETTER_PATH.name,
+            "a dead-letter destination, file:///absolute/dir or s3://bucket/prefix, with "
+            "errors.tolerance=all",
+        )
+    parsed = urlparse(path)
+    local = parsed.scheme == "file" and parsed.netloc in ("", "localhost")
+    if not (local and parsed.path.startswith("/")) and not (
+        parsed.scheme == "s3" and parsed.netloc
+    ):
+        raise opts.error(DEAD_LETTER_PATH.name, "file:///absolute/dir or s3://bucket/prefix")
+    if local:
+        path = "file://" + os.path.normpath(parsed.path)
+    SINK_OPTIONS.check_requires(opts)
+    topic = DEAD_LETTER_TOPIC.read(opts)
+    given = DEAD_LETTER_KAFKA.given(opts)
+    if given and topic is None:
+        raise opts.error(given[0][0], "to be set only together with errors.deadLetter.topic")
+    bootstrap = opts.string(DEAD_LETTER_KAFKA.name + "bootstrap.servers")
+    return DeadLetterSettings(
+        tolerance=tolerance,
+        path=path.rstrip("/"),
+        topic=topic,
+        bootstrap=bootstrap,
+        kafka=_dead_letter_producer_settings(opts),
+    )
+
+
+def _dead_letter_producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
+    """``errors.deadLetter.kafka.*`` but the bootstrap servers: kafka-python producer
+    settings, none of those the Kafka consumer owns (it sends the dead letters)."""
+    from kafka import KafkaProducer
+
+    from sink.consumers.kafka import KAFKA_MANAGED
+
+    known = {k.replace("_", ".") for k in KafkaProducer.DEFAULT_CONFIG}
+    config: dict[str, str] = {}
+    for name, value in DEAD_LETTER_KAFKA.given(opts):
+        key = name.lower()[len(DEAD_LETTER_KAFKA.name) :]
+        if key == "bootstrap.servers":
+            continue
+        if key in KAFKA_MANAGED:
+            raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
+        if key not in known:
+            raise opts.error(
+                name, "a kafka-python producer setting, e.g. errors.deadLetter.kafka.linger.ms"
+            )
+        config[key] = value
+    return tuple(sorted(config.items()))
+
+
+def _check_dead_letters_outside_the_output(options: SinkOptions) -> None:
+    """Dead letters inside ``consumer.path`` would be read as the consumer's output."""
+    path, output = options.errors.path, options.kind.consumer_path(options)
+    if path is None or output is None:
+        return
+    where = urlparse(path).path if path.startswith("file://") else path
+    output = output.rstrip("/")
+    if where == output or where.startswith(output + "/"):
+        raise ConfigError(
+            DEAD_LETTER_PATH.name,
+            path,
+            f"a destination outside consumer.path {output!r} (readers of the consumer's "
+            "output would read the dead letters as output)",
+            where=WHERE,
+        )
+
+
+def _check_dead_letters_at_start(options: SinkOptions, spark_schema: Any) -> None:
+    """Before any data moves: no input column a dead-letter file adds, and a destination
+    that can be written (a directory made if missing; an S3 prefix that can be listed)."""
+    from sink.dead_letters import open_dead_letters
+
+    names = [f.name for f in getattr(spark_schema, "fields", [])]
+    clash = [n for n in names if n in ADDED_COLUMNS]
+    if clash:
+        raise ConfigError(
+            ERRORS_TOLERANCE.name,
+            "all",
+            f"a sink input without the columns dead-letter files add ({', '.join(ADDED_COLUMNS)}); "
+            f"rename {', '.join(repr(n) for n in clash)}",
+            where=WHERE,
+        )
+    assert options.errors.path is not None
+    destination = open_dead_letters(options.errors.path, options.store.s3)
+    try:
+        destination.check()
+    except Exception as err:
+        raise ConfigError(
+            DEAD_LETTER_PATH.name,
+            options.errors.path,
+            f"a dead-letter destination this driver can write ({type(err).__name__}: {err})",
+            where=WHERE,
+        ) from err
+    finally:
+        destination.close()

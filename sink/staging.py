@@ -9,7 +9,9 @@
 
 A part's name carries the Spark partition, the task attempt id and the driver run id
 (``p00003-t17-r<runId>.parquet``): attempts never overwrite each other, and cleanup can
-tell the parts of this run from those of another driver.
+tell the parts of this run from those of another driver. A task's *dead-letter part*, the
+rows the consumer's target refuses (:mod:`sink.dead_letters`), sits beside its part as
+``dl-p00003-t17-r<runId>.parquet``, so cleanup treats it as the run's like any part.
 """
 
 from __future__ import annotations
@@ -30,11 +32,17 @@ from state.stores import StateStore
 HIDDEN_STAGING = "_staging"
 UNKNOWN_RUN = "unknown"
 """The run id in the names of parts staged by a task that saw no run id."""
+DEAD_LETTER_PART_PREFIX = "dl-"
 _PART = re.compile(r"p(\d+)-t(\d+)-r([A-Za-z0-9-]+)\.parquet$")
 
 
 def part_name(partition: int, task_attempt: int, run_id: str | None) -> str:
     return f"p{partition:05d}-t{task_attempt}-r{run_id or UNKNOWN_RUN}.parquet"
+
+
+def dead_letter_part_name(partition: int, task_attempt: int, run_id: str | None) -> str:
+    """The name of a task's dead-letter part: its part's name behind ``dl-``."""
+    return DEAD_LETTER_PART_PREFIX + part_name(partition, task_attempt, run_id)
 
 
 def part_run_id(location: str) -> str | None:
@@ -69,6 +77,12 @@ class Staging(ABC):
     @abstractmethod
     def write_part(self, location: str, table: pa.Table) -> int:
         """Write ``table`` as a Parquet part at ``location``; its size in bytes."""
+
+    def write_dead_letter_part(self, location: str, table: pa.Table) -> int:
+        """Write a task's refused rows (as they were, with the columns
+        :func:`sink.dead_letters.rejected_rows` adds) at ``location``; its size. Never
+        delivered: only read back for the dead-letter file. By default as a part."""
+        return self.write_part(location, table)
 
     @abstractmethod
     def read_part(self, location: str) -> pa.Table: ...

@@ -27,9 +27,11 @@ from sink.consumers import open_consumer, open_staging
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from sink.session import check_session
-from sink.write_task import stage_task
+from sink.write_task import RowChecks, stage_task
 from state import profiling
 from state.errors import GtBarrierError
+from state.layout import PipelineLayout
+from state.protocol.batch_records import epoch_of_batch
 from state.spark_task import StreamingTask, local_property
 from state.stores import open_store
 
@@ -69,14 +71,31 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
     def write_task(
         self, iterator: Iterator[pa.RecordBatch], task: StreamingTask
     ) -> BarrierCommitMessage:
-        """Stage the task's rows as one Parquet part sorted by ``gt``
-        (:func:`~sink.write_task.stage_task`) where the consumer's staging keeps them."""
+        """Check the task's rows against the consumer's target, then stage them as one
+        Parquet part sorted by ``gt`` (:func:`~sink.write_task.stage_task`) where the
+        consumer's staging keeps them."""
         faults = FaultInjector.from_environment()
         store = open_store(self.options.store)
         try:
             staging = open_staging(self.options, store)
+            layout = PipelineLayout(self.options.pipeline_id)
+
+            def bundle_of() -> int | None:
+                """The batch's epoch, for the message of rows refused (one read)."""
+                try:
+                    return epoch_of_batch(store, layout, task.query_id, task.batch_id)
+                except GtBarrierError:
+                    return None
+
             try:
-                message = stage_task(iterator, task, staging, has_gt=self.has_gt)
+                message = stage_task(
+                    iterator,
+                    task,
+                    staging,
+                    has_gt=self.has_gt,
+                    checks=RowChecks.of(self.options),
+                    bundle_of=bundle_of,
+                )
             finally:
                 staging.close()
             if task.attempt_number == 0:

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> Result:
     try:
         records = read_pipeline(store, pipeline.layout)
         inflight = records.barrier.inflight
-        keep = frozenset(inflight.locations if inflight else ())
+        keep = frozenset(inflight.staged_locations if inflight else ())
         found = [staged_part(staging, loc, keep) for loc in staging.list(staging.root_prefix)]
         own = sink.kind.find_leftovers(sink)
         found += [consumer_leftover(leftover) for leftover in own]

@@ -11,6 +11,10 @@ has that bundle id.
 ``GET {consumer.url}/last`` answers ``{"bundle_id": 7, "gt": 7}`` (or ``404`` / a null
 ``bundle_id`` when it has none). :mod:`gtbarrier.http_receiver` is a reference receiver.
 
+A JSON line holds text: with ``jsonl`` a row whose strings are not valid UTF-8 cannot be
+encoded, so :meth:`HttpKind.validate` refuses it before the bundle is delivered (it goes
+to dead letters with ``errors.tolerance=all``); Arrow bodies carry the bytes as they are.
+
 A refused connection or a 4xx/5xx answer means the bundle was not stored
 (:class:`DeliveryFailed`); a timeout or a connection dropped after the request was sent
 means it may have been (:class:`CommitStateUnknown`); the barrier retries the same bundle
@@ -34,7 +38,8 @@ import urllib3
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection, SinkView
+from sink.consumers.row_checks import invalid_utf8
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, DeliveryFailed
@@ -50,6 +55,8 @@ FORMAT = ChoiceOption[BodyFormat](
     default="arrow",
     doc="http body: `arrow` (Arrow IPC stream) or `jsonl`.",
 )
+
+NOT_UTF8 = "string not valid UTF-8, which a JSON line (consumer.format=jsonl) cannot hold"
 
 CONTENT_TYPES = {"arrow": "application/vnd.apache.arrow.stream", "jsonl": "application/x-ndjson"}
 
@@ -178,6 +185,12 @@ class HttpKind(ConsumerKind[HttpSettings]):
 
     def parse(self, opts: Options) -> HttpSettings:
         return parse_settings(opts)
+
+    def validate(self, settings: HttpSettings, table: pa.Table) -> list[RowRejection]:
+        """With ``jsonl`` bodies: rows with strings that are not valid UTF-8."""
+        if settings.format != "jsonl":
+            return []
+        return invalid_utf8(table, NOT_UTF8)
 
     def open_consumer(
         self, options: SinkView, staging: Staging, faults: FaultInjector

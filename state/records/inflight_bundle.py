@@ -12,6 +12,13 @@ docs/PROTOCOL.md "Barrier state")::
 ``gt`` ranges, index by index. ``bundle_id``, ``rows`` and ``max_gt`` are derived (from
 ``epoch`` and the parts) and written for readers of the raw record. Its format is the
 barrier state's.
+
+``dead_letters`` (written only when the bundle has any, so a record without them keeps
+its bytes) lists the staged dead-letter parts, the rows the consumer's target refused
+under ``errors.tolerance=all``: ``{"parts": ["..."], "part_info": [{"rows": 2,
+"size": 900, "min_gt": null, "max_gt": null}], "rows": 2}``. The bundle's dead-letter file
+is written from them before the bundle is recorded in flight; the record keeps them so
+that cleanup spares them until the bundle is resolved.
 """
 
 from __future__ import annotations
@@ -66,10 +73,20 @@ class InflightBundle:
     parts: tuple[StagedPart, ...]
     has_gt: bool
     ordered: bool
+    dead_letters: tuple[StagedPart, ...] = ()
 
     @property
     def bundle_id(self) -> int:
         return self.epoch
+
+    @property
+    def dead_letter_rows(self) -> int:
+        return sum(p.rows for p in self.dead_letters)
+
+    @property
+    def staged_locations(self) -> tuple[str, ...]:
+        """Every staged file the record references: its parts and dead-letter parts."""
+        return (*self.locations, *(p.location for p in self.dead_letters))
 
     @property
     def locations(self) -> tuple[str, ...]:
@@ -86,7 +103,7 @@ class InflightBundle:
 
     def to_json(self) -> dict[str, Any]:
         max_gt = self.max_gt
-        return {
+        raw: dict[str, Any] = {
             "bundle_id": self.bundle_id,
             "epoch": self.epoch,
             "query_id": self.query_id,
@@ -99,6 +116,13 @@ class InflightBundle:
             "ordered": self.ordered,
             "max_gt": None if max_gt is None else max_gt.to_json(),
         }
+        if self.dead_letters:
+            raw["dead_letters"] = {
+                "parts": [p.location for p in self.dead_letters],
+                "part_info": [p.info_json() for p in self.dead_letters],
+                "rows": self.dead_letter_rows,
+            }
+        return raw
 
     @classmethod
     def from_json(cls, raw: object) -> InflightBundle:
@@ -126,4 +150,22 @@ class InflightBundle:
             parts=parts,
             has_gt=f.boolean("has_gt", False),
             ordered=f.boolean("ordered", True),
+            dead_letters=_dead_letters(f.value("dead_letters"), f"{what}: dead_letters"),
         )
+
+
+def _dead_letters(raw: object, where: str) -> tuple[StagedPart, ...]:
+    """The ``dead_letters`` object (absent or null: none)."""
+    if raw is None:
+        return ()
+    f = Fields(raw, where)
+    locations = f.array("parts")
+    if not all(isinstance(loc, str) for loc in locations):
+        raise f.invalid("parts", "a list of staged dead-letter part locations (strings)")
+    infos = f.value("part_info")
+    if not isinstance(infos, list) or len(infos) != len(locations):
+        raise f.invalid("part_info", f"a list of {len(locations)} part(s), one per 'parts'")
+    return tuple(
+        StagedPart.from_info_json(loc, info, f"{where}: part_info[{i}]")
+        for i, (loc, info) in enumerate(zip(locations, infos, strict=True))
+    )
