@@ -149,6 +149,11 @@ def test_a_driver_without_or_with_other_credentials_fails_clearly(
         assert "NoAuth" in message and LAYOUT.zookeeper_root in message
         assert "zookeeper_auth" in message
         assert PASSWORD not in message and not info.value.retriable
+    # a scheme the server has no authProvider for: refused at once, not "unreachable"
+    with pytest.raises(CoordinationError) as refused:
+        coordinators(zookeeper_auth=f"kerberos:{PASSWORD}").recover()
+    assert "refused the authentication" in str(refused.value)
+    assert "'kerberos'" in str(refused.value) and PASSWORD not in str(refused.value)
 
 
 def test_cli_status_and_sweep_read_them_with_the_auth_and_fail_clearly_without(

@@ -44,6 +44,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
@@ -163,7 +164,7 @@ class ZooKeeperSession:
         """Who this client is to ZooKeeper's ACLs, for messages (never the credentials)."""
         if self.auth is None:
             return "an anonymous client (no zookeeper_auth given)"
-        return f"a client authenticated with scheme '{self.auth.scheme}' (zookeeper_auth)"
+        return f"a client with zookeeper_auth credentials of scheme '{self.auth.scheme}'"
 
     def start(self, timeout: float) -> None:
         """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the
@@ -175,8 +176,17 @@ class ZooKeeperSession:
             # kazoo warns if the chroot does not exist yet; it is created just below.
             warnings.simplefilter("ignore")
             client.start_async().wait(timeout=timeout)
-        if not client.connected:
-            refused = client.client_state == KeeperState.AUTH_FAILED
+        refused = client.client_state == KeeperState.AUTH_FAILED
+        if client.connected and self.auth is not None:
+            # kazoo reports the session connected before the server has answered the
+            # credentials; a first request on the connection waits for that answer.
+            try:
+                client.exists_async("/").get(timeout=self.call_timeout)
+            except AuthFailedError:
+                refused = True
+            except (*_UNAVAILABLE, KazooException):
+                pass  # unreachable now: the calls that follow say so, with their deadline
+        if refused or not client.connected:
             client.stop()
             client.close()
             if refused:
