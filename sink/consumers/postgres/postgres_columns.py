@@ -142,8 +142,9 @@ def columns_for(schema: pa.Schema) -> tuple[PgColumn, ...]:
     return tuple(out)
 
 
-def columns_for_spark(schema: Any) -> tuple[PgColumn, ...]:
-    """:func:`columns_for` of a Spark ``StructType`` (checked when the query starts)."""
+def arrow_schema_of(schema: Any) -> pa.Schema:
+    """A Spark ``StructType`` as the Arrow schema its rows reach the sink in; a column
+    Arrow has no type for is refused naming it."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     fields = []
@@ -153,7 +154,36 @@ def columns_for_spark(schema: Any) -> tuple[PgColumn, ...]:
         except Exception as err:
             raise refused(f.name, f.dataType.simpleString()) from err
         fields.append(pa.field(f.name, dtype))
-    return columns_for(pa.schema(fields))
+    return pa.schema(fields)
+
+
+def columns_for_spark(schema: Any) -> tuple[PgColumn, ...]:
+    """:func:`columns_for` of a Spark ``StructType`` (checked when the query starts)."""
+    return columns_for(arrow_schema_of(schema))
+
+
+@dataclass(frozen=True)
+class InputColumn:
+    """One column the sink's input fills: the table's column name, its Arrow type, and its
+    Spark type as Spark writes it (``decimal(12,4)``; ``bigint (gt.epoch)`` for gt's)."""
+
+    name: str
+    dtype: pa.DataType
+    spark: str
+
+
+def input_columns_spark(schema: Any) -> list[InputColumn]:
+    """The table's columns a Spark ``StructType`` fills, in order (``gt`` as four)."""
+    arrow = arrow_schema_of(schema)
+    out: list[InputColumn] = []
+    for f, field in zip(schema.fields, arrow, strict=True):
+        if f.name == GT_COLUMN and pa.types.is_struct(field.type):
+            for sub, sub_arrow in zip(f.dataType.fields, field.type, strict=True):
+                spark = f"{sub.dataType.simpleString()} ({GT_COLUMN}.{sub.name})"
+                out.append(InputColumn(f"{GT_COLUMN}_{sub.name}", sub_arrow.type, spark))
+            continue
+        out.append(InputColumn(f.name, field.type, f.dataType.simpleString()))
+    return out
 
 
 # --- encoding ---------------------------------------------------------------------------

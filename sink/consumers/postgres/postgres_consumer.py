@@ -47,13 +47,15 @@ from psycopg import sql
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.consumers.postgres import postgres_connections as pgc
-from sink.consumers.postgres.postgres_catalog import Target, read_target
+from sink.consumers.postgres.postgres_catalog import CatalogColumn, Target, read_target
 from sink.consumers.postgres.postgres_columns import (
     SEQ_COLUMN,
+    InputColumn,
     PgColumn,
     columns_for,
     columns_for_spark,
     encode_csv,
+    input_columns_spark,
 )
 from sink.consumers.postgres.postgres_options import (
     CREATE_TABLE,
@@ -62,6 +64,7 @@ from sink.consumers.postgres.postgres_options import (
     TABLE,
     PostgresSettings,
 )
+from sink.consumers.postgres.postgres_target import incompatibility
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
@@ -383,13 +386,17 @@ def check_at_start(
 ) -> PostgresSettings:
     """Called when the query plans its first micro-batch, before any data moves: the input
     types map to PostgreSQL, the server answers, the table exists (or is created with
-    ``createTable``) with the input's columns and, for ``upsert``, a unique key on
+    ``createTable``) with the input's columns, each of a type that stores the input's values
+    as they are (no rounding, no time zone dropped or invented, no hex text of binary), and
+    none of its other columns NOT NULL without a default; for ``upsert``, a unique key on
     ``keyColumns``; with ``exactly_once`` the bookkeeping table exists too. Each error names
-    the option or column, the value and the expectation.
+    the option or column, the value (for a column: the Spark type and the PostgreSQL type)
+    and the expectation.
 
     Returns ``target`` with the table's facts that validation needs (the input's columns
     as the table has them, the unique indexes it can check), for the write tasks."""
     columns = columns_for_spark(spark_schema)
+    inputs = input_columns_spark(spark_schema)
     check_keys(target, columns)
     statements = Sql(target)
     try:
@@ -414,7 +421,7 @@ def check_at_start(
                 if oid is None:
                     raise missing_table(target)
             facts = read_target(cur, oid)
-            _check_existing(target, facts, columns)
+            _check_existing(target, facts, inputs)
             if exactly_once:
                 cur.execute(statements.create_bookkeeping())
         conn.commit()
@@ -443,15 +450,52 @@ def _table_oid(cur: Cursor, statements: Sql) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _check_existing(target: PostgresSettings, facts: Target, columns: Sequence[PgColumn]) -> None:
-    present = {c.column.name for c in facts.columns}
-    for c in columns:
-        if c.name not in present:
+def _refusal(found: CatalogColumn, column: InputColumn) -> str | None:
+    """Why ``found`` cannot take the input ``column``, or None."""
+    if found.generated:
+        return "it is a generated column, which cannot be written: leave it out of the input"
+    if found.domain:
+        return (
+            f"its type is a domain over {found.column.type_name}, whose constraints cannot "
+            "be checked before delivery: use the base type"
+        )
+    return incompatibility(column.dtype, found.column)
+
+
+def _check_existing(target: PostgresSettings, facts: Target, inputs: Sequence[InputColumn]) -> None:
+    """The table has every input column, each of a type that keeps the input's values
+    (:func:`~sink.consumers.postgres.postgres_target.incompatibility`), none generated or of
+    a domain; a column the input lacks can be left to its default or NULL; an upsert key
+    has a unique index."""
+    present = {c.column.name: c for c in facts.columns}
+    for column in inputs:
+        found = present.get(column.name)
+        if found is None:
             raise ConfigError(
-                c.name,
-                c.sql_type,
+                column.name,
+                column.spark,
                 f"a column of {target.qualified} (it has {', '.join(sorted(present))}); "
                 f"add it, or drop the table and let {CREATE_TABLE.name}=true create it",
+                where=WHERE,
+            )
+        why = _refusal(found, column)
+        if why is not None:
+            raise ConfigError(
+                column.name,
+                f"{column.spark} into {found.column.shown}",
+                f"a column of {target.qualified} that stores {column.spark} values as they "
+                f"are, but {why}; alter the column, or cast the input in the query",
+                where=WHERE,
+            )
+    filled = {c.name for c in inputs}
+    for c in facts.columns:
+        if c.column.name not in filled and c.column.not_null and not c.has_default:
+            raise ConfigError(
+                c.column.name,
+                c.column.shown,
+                f"a column of the sink's input, a default or NULL allowed: "
+                f"{target.qualified}.{c.column.name} is NOT NULL without a default and the "
+                "input does not fill it, so every row would be refused",
                 where=WHERE,
             )
     if target.mode != "upsert":
