@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from sink.consumers.base import Consumer
-from sink.consumers.consumer_kind import ConsumerKind, ConsumerLeftover, SinkView
+from sink.consumers.consumer_kind import ConsumerKind, ConsumerLeftover, RowRejection, SinkView
 from sink.consumers.iceberg.iceberg_options import SPECS, IcebergSettings, parse_settings
+from sink.consumers.row_checks import invalid_utf8, nulls_where_required
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.options import Options
@@ -31,9 +34,26 @@ class IcebergKind(ConsumerKind[IcebergSettings]):
     def parse(self, opts: Options) -> IcebergSettings:
         return parse_settings(opts)
 
+    def validate(self, settings: IcebergSettings, table: pa.Table) -> list[RowRejection]:
+        """Rows with a null in a column the table requires (as recorded when the query
+        started), and strings that are not UTF-8 (an Iceberg string is UTF-8)."""
+        return [
+            *nulls_where_required(
+                table,
+                settings.required,
+                f"null in a required (NOT NULL) column of Iceberg table {settings.identifier}",
+            ),
+            *invalid_utf8(
+                table,
+                f"string not valid UTF-8, which Iceberg table {settings.identifier} "
+                "cannot hold (an Iceberg string is UTF-8)",
+            ),
+        ]
+
     def check_at_start(self, options: SinkView, spark_schema: Any) -> IcebergSettings:
         """The table, loaded or created, takes the input's columns; the settings the write
-        tasks receive carry its location (they never open the catalog)."""
+        tasks receive carry its location and its required columns (they never open the
+        catalog)."""
         from sink.consumers.iceberg.iceberg_table import with_table
 
         return with_table(self.settings(options), spark_schema)

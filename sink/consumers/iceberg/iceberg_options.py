@@ -42,6 +42,9 @@ class IcebergSettings(ConsumerSettings):
     """The table's location and FileIO properties, filled in on the driver when the query
     starts (write tasks then never open the catalog)."""
     io_properties: tuple[tuple[str, str], ...] = ()
+    required: tuple[str, ...] = ()
+    """The table's required (``NOT NULL``) columns, recorded when the query starts: the write
+    tasks refuse rows with a null there and stage parts that mark them required."""
 
     @property
     def identifier(self) -> str:

@@ -12,6 +12,10 @@ and the catalog's ``s3.*`` properties)::
 A data file's name is its part's name behind the bundle's epoch: unique per write
 attempt, so a retried delivery finds the file its failed attempt moved (and moves
 nothing twice), and no data file of one attempt ever overwrites another's.
+
+A part is written as the table's data file must be: the columns the table requires are
+marked required (the write task has refused the rows with a null there). A dead-letter
+part keeps the input's columns as they were.
 """
 
 from __future__ import annotations
@@ -52,11 +56,18 @@ def epoch_of_data_file(location: str) -> int | None:
 class IcebergStaging(Staging):
     """Parts and data files under one table location, through a pyarrow file system."""
 
-    def __init__(self, location: str, io_properties: dict[str, str], pipeline_id: str) -> None:
+    def __init__(
+        self,
+        location: str,
+        io_properties: dict[str, str],
+        pipeline_id: str,
+        required: tuple[str, ...] = (),
+    ) -> None:
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
         self.location = location.rstrip("/")
         self.pipeline_id = pipeline_id
+        self.required = required
         scheme, netloc, self.base_path = PyArrowFileIO.parse_location(self.location)
         self.fs: pafs.FileSystem = _file_system(
             tuple(sorted(io_properties.items())), scheme, netloc
@@ -75,6 +86,16 @@ class IcebergStaging(Staging):
         return f"{self.base_path}/{location}"
 
     def write_part(self, location: str, table: pa.Table) -> int:
+        if self.required:
+            from sink.consumers.iceberg.iceberg_table import with_required
+
+            table = table.cast(with_required(table.schema, self.required))
+        return self._write(location, table)
+
+    def write_dead_letter_part(self, location: str, table: pa.Table) -> int:
+        return self._write(location, table)
+
+    def _write(self, location: str, table: pa.Table) -> int:
         path = self.path(location)
         if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -150,4 +171,4 @@ def iceberg_staging(settings: IcebergSettings, pipeline_id: str) -> IcebergStagi
         location, io_properties = settings.location, settings.io_properties
     else:
         location, io_properties = table_location(settings)
-    return IcebergStaging(location, dict(io_properties), pipeline_id)
+    return IcebergStaging(location, dict(io_properties), pipeline_id, settings.required)

@@ -16,6 +16,13 @@ expected.
 
 The table's columns are the input's, all optional (nullable): a data file whose column is
 required is still compatible with an optional table column, never the other way round.
+An existing table may require a column: the input's column (nullable, as Spark's columns
+are) is taken for it, because the write tasks refuse the rows with a null there
+(:meth:`~sink.consumers.iceberg.iceberg_kind.IcebergKind.validate`) and stage the others in
+parts that mark the column required. The required columns are recorded in the settings
+the tasks receive (the schema as the query started: validation never asks the catalog).
+Required fields nested in structs are not relaxed: such a table is refused at start unless
+the input's fields are not nullable.
 """
 
 from __future__ import annotations
@@ -127,7 +134,27 @@ def with_table(settings: IcebergSettings, spark_schema: Any) -> IcebergSettings:
     to it: a SQLite file on the driver, a REST catalog's credentials)."""
     table = prepare_table(settings, spark_schema)
     location, io_properties = table.location().rstrip("/"), table.io.properties
-    return replace(settings, location=location, io_properties=tuple(sorted(io_properties.items())))
+    return replace(
+        settings,
+        location=location,
+        io_properties=tuple(sorted(io_properties.items())),
+        required=required_columns(table, arrow_input_schema(spark_schema).names),
+    )
+
+
+def required_columns(table: Table, names: list[str]) -> tuple[str, ...]:
+    """Those of the input's columns ``names`` that ``table`` requires (``NOT NULL``)."""
+    schema = table.schema()
+    return tuple(f.name for f in schema.fields if f.required and f.name in names)
+
+
+def with_required(arrow: pa.Schema, required: tuple[str, ...] | list[str]) -> pa.Schema:
+    """``arrow`` with the columns ``required`` marked not nullable."""
+    wanted = set(required)
+    return pa.schema(
+        [f.with_nullable(False) if f.name in wanted else f for f in arrow],
+        metadata=arrow.metadata,
+    )
 
 
 def prepare_table(settings: IcebergSettings, spark_schema: Any) -> Table:
@@ -178,12 +205,14 @@ def _create(catalog: Catalog, settings: IcebergSettings, schema: Any) -> Table:
 
 
 def check_compatible(table: Table, arrow: pa.Schema, settings: IcebergSettings) -> None:
-    """ConfigError unless data files with the input's columns can be added to ``table``."""
+    """ConfigError unless data files with the input's columns can be added to ``table``
+    (with the columns the table requires marked required, as the write tasks stage them)."""
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 
+    staged = with_required(arrow, required_columns(table, arrow.names))
     try:
         _check_pyarrow_schema_compatible(
-            table.schema(), arrow, format_version=table.metadata.format_version
+            table.schema(), staged, format_version=table.metadata.format_version
         )
     except Exception as err:
         raise ConfigError(
