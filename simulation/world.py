@@ -195,8 +195,10 @@ class World:
         self.point(Op("sleep"))
 
     def clock(self) -> float:
-        """The simulation's clock (steps, as seconds)."""
-        return float(self.step)
+        """The simulation's clock: a millisecond per step (a store request's order of
+        magnitude), so that the product's retry deadlines (30 s of lost races) are
+        bounded by their attempts, as they are in reality, not by the step count."""
+        return self.step / 1000.0
 
     def retry(self) -> Retry:
         """The product's retry loop for lost races, on the simulation's sleep and clock."""
