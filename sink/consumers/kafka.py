@@ -10,6 +10,11 @@ Every message carries, after the item's own headers::
     gtb.bundle  bundle id (the epoch)         gtb.index  the item's index in the bundle
     gtb.gt      the bundle's global time      gtb.count  the number of items in the bundle
 
+An item may carry ``gtb.*`` headers of its own (relayed from another gtbarrier pipeline
+read with ``includeHeaders=true``): the sink's are the *last* of each name, which is what
+the tail scan reads (as Kafka's ``Headers.lastHeader`` does, and ``dict(headers)`` in
+Python).
+
 Items are sent in ``gt`` order with ``acks=all`` and one request in flight per connection,
 so each partition holds a prefix of the bundle's items sent to it even if the driver dies
 in the middle. ``last_bundle()`` reads the tail of every partition of the topic: the newest
@@ -215,10 +220,17 @@ def _value_serializer() -> Any:
     return NullableValue()
 
 
-def _header(headers: list[tuple[str, bytes]], name: str) -> int | None:
-    for key, value in headers:
+def _header(headers: list[tuple[str, bytes | None]], name: str) -> int | None:
+    """The sink's header ``name`` of a message: the *last* one of that name (Kafka's
+    ``Headers.lastHeader``). The sink appends its headers after the item's own, and an item
+    relayed from another gtbarrier pipeline carries that pipeline's ``gtb.*`` headers
+    first. None if there is none or it is not a number (not written by the sink)."""
+    for key, value in reversed(headers):
         if key == name:
-            return int(value)
+            try:
+                return int(value) if value is not None else None
+            except ValueError:
+                return None
     return None
 
 
