@@ -41,7 +41,7 @@ headers are skipped, but the tail scan reads through them).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -220,7 +220,7 @@ def _value_serializer() -> Any:
     return NullableValue()
 
 
-def _header(headers: list[tuple[str, bytes | None]], name: str) -> int | None:
+def _header(headers: Sequence[tuple[str, bytes | None]], name: str) -> int | None:
     """The sink's header ``name`` of a message: the *last* one of that name (Kafka's
     ``Headers.lastHeader``). The sink appends its headers after the item's own, and an item
     relayed from another gtbarrier pipeline carries that pipeline's ``gtb.*`` headers
