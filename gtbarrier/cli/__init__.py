@@ -4,6 +4,7 @@
 ``status``     GT_last, in-flight bundle, owner, epochs, resume point, lag
 ``epochs``     the epoch log, or a range of it
 ``sweep``      staged parts and consumer leftovers no bundle references
+``deadletters`` the rows the consumer refused (errors.tolerance=all), per bundle
 ``receiver``   the reference HTTP receiver (``consumer=http``)
 =============  ================================================================
 
@@ -19,7 +20,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gtbarrier.cli import epochs, receiver, status, sweep
+from gtbarrier.cli import deadletters, epochs, receiver, status, sweep
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result, render
 from state.errors import (
@@ -37,10 +38,11 @@ USAGE_EXIT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Operate gtbarrier pipelines: status, epoch log, leftovers, receiver.",
+        description="Operate gtbarrier pipelines: status, epoch log, leftovers, dead letters, "
+        "receiver.",
     )
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
-    for module in (status, epochs, sweep, receiver):
+    for module in (status, epochs, sweep, deadletters, receiver):
         module.add_parser(commands)
     return parser
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
+from sink.dead_letters import DeadLetters, open_dead_letters
 from state.errors import GtBarrierError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.options import Options
@@ -23,6 +25,7 @@ from state.stores import STORE_OPTIONS, StateStore, StoreConfig, new_store
 
 PIPELINE_ENV = "GTBARRIER_PIPELINE"
 STATE_URI_ENV = "GTBARRIER_STATE_URI"
+DEAD_LETTERS_ENV = "GTBARRIER_DEAD_LETTERS"
 # An operator waits for an answer: a store that does not answer fails the command in
 # seconds, not after the sink's 30 s (``--option s3.retryDeadline=...`` overrides).
 CLI_STORE_DEFAULTS = {"s3.retryDeadline": "10s", "s3.connectTimeout": "3s"}
@@ -60,6 +63,32 @@ def add_option_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def add_dead_letters_argument(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """``--dead-letters URI``: the sink's ``errors.deadLetter.path``."""
+    parser.add_argument(
+        "--dead-letters",
+        default=os.environ.get(DEAD_LETTERS_ENV),
+        metavar="URI",
+        help=f"the sink's errors.deadLetter.path, file:///dir or s3://bucket/prefix, {what} "
+        f"(S3 settings as for the store, via --option s3.*; default: ${DEAD_LETTERS_ENV})",
+    )
+
+
+def open_dead_letter_files(uri: str, config: StoreConfig) -> DeadLetters:
+    """The dead-letter destination ``uri`` (with the S3 settings of ``config``);
+    :class:`UsageError` unless it is a ``file:///`` or ``s3://`` URI."""
+    parsed = urlparse(uri)
+    local = parsed.scheme == "file" and parsed.netloc in ("", "localhost")
+    if not (local and parsed.path.startswith("/")) and not (
+        parsed.scheme == "s3" and parsed.netloc
+    ):
+        raise UsageError(
+            f"--dead-letters {uri!r}: expected file:///absolute/dir or s3://bucket/prefix "
+            "(the sink's errors.deadLetter.path)"
+        )
+    return open_dead_letters(uri, config.s3)
 
 
 def parse_options(pairs: list[str]) -> dict[str, str]:

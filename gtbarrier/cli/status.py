@@ -3,8 +3,10 @@
 ``GT_last`` (the last bundle the consumer acknowledged), the bundle in flight, the driver
 run that owns the barrier and its generation, the fencing token, the newest epochs, the
 resume point and its snapshots (from ZooKeeper with ``--zookeeper``, else from the state
-store when the coordinator ran without ZooKeeper) and, with ``--bootstrap``, how far the
-source is behind Kafka's end, per partition.
+store when the coordinator ran without ZooKeeper), with ``--bootstrap`` how far the
+source is behind Kafka's end, per partition, and with ``--dead-letters`` (the sink's
+``errors.deadLetter.path``) how many rows the consumer refused, in how many bundles. The
+in-flight bundle's refused rows are shown in any case.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from gtbarrier.cli.common import (
     PipelineArgs,
     PipelineRecords,
     UsageError,
+    add_dead_letters_argument,
     add_pipeline_arguments,
+    open_dead_letter_files,
     read_pipeline,
 )
+from gtbarrier.cli.deadletters import pipeline_files
 from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch_row, read_epochs
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
@@ -66,6 +71,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--epochs", type=int, default=NEWEST_EPOCHS, metavar="N", help="newest epochs to show"
     )
+    add_dead_letters_argument(parser, what="to count the rows the consumer refused")
     parser.set_defaults(run=run)
 
 
@@ -75,6 +81,9 @@ def run(args: argparse.Namespace) -> Result:
         raise UsageError(f"--epochs {args.epochs}: expected a number >= 0")
     if args.bootstrap:  # the kafka.* options are checked before anything is read
         source_options(args.bootstrap, ["-"], pipeline.options)
+    dead_letters = (
+        open_dead_letter_files(args.dead_letters, pipeline.config) if args.dead_letters else None
+    )
     store = pipeline.open_store()
     try:
         records = read_pipeline(store, pipeline.layout)
@@ -86,8 +95,19 @@ def run(args: argparse.Namespace) -> Result:
         resume, resume_from = _resume_point(
             args.zookeeper, store, pipeline.layout, args.zookeeper_auth
         )
+        refused = None
+        if dead_letters is not None:
+            files = pipeline_files(dead_letters, pipeline.pipeline_id)
+            refused = {
+                "uri": dead_letters.uri,
+                "bundles": len(files),
+                "rows": sum(f.rows for f in files),
+                "last_bundle": files[-1].bundle_id if files else None,
+            }
     finally:
         store.close()
+        if dead_letters is not None:
+            dead_letters.close()
     newest = read[-args.epochs :] if args.epochs else []
     planned = read[-1].end.offsets if read else (records.start.offsets if records.start else {})
     lag = None
@@ -111,6 +131,7 @@ def run(args: argparse.Namespace) -> Result:
         if resume is None
         else {"from": resume_from, **resume.to_json(), "snapshot": _snapshot(resume)},
         "lag": lag,
+        "dead_letters": refused,
     }
     return Result(data, _tables(data))
 
@@ -171,6 +192,7 @@ def _barrier_json(state: BarrierState, written: bool) -> dict[str, Any]:
             "run_id": inflight.run_id,
             "rows": inflight.rows,
             "parts": list(inflight.locations),
+            "dead_letter_rows": inflight.dead_letter_rows,
         },
         "owner": None if state.owner is None else state.owner.to_json(),
         "skipped": [s.to_json() for s in state.skipped],
@@ -230,7 +252,9 @@ def _tables(data: dict[str, Any]) -> tuple[Table, ...]:
             None
             if inflight is None
             else f"{inflight['bundle_id']} (batch {inflight['batch_id']}, {inflight['rows']} rows, "
-            f"{len(inflight['parts'])} part(s))",
+            f"{len(inflight['parts'])} part(s)"
+            + (f"; {inflight['dead_letter_rows']} refused" if inflight["dead_letter_rows"] else "")
+            + ")",
         ),
         ("owner run", owner.get("run_id") or owner.get("driver")),
         ("owner query", owner.get("query_id") or None),
@@ -242,6 +266,16 @@ def _tables(data: dict[str, Any]) -> tuple[Table, ...]:
         ("epochs recorded", epochs["recorded"]),
         ("last epoch", epochs["last_recorded"]),
     ]
+    refused = data["dead_letters"]
+    if refused is not None:
+        newest = refused["last_bundle"]
+        summary.append(
+            (
+                "dead letters",
+                f"{refused['rows']} row(s) in {refused['bundles']} bundle(s)"
+                + ("" if newest is None else f", newest {newest}"),
+            )
+        )
     tables = [Table.fields(f"pipeline {data['pipeline']}", summary)]
     tables.append(
         Table(
