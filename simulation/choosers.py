@@ -137,9 +137,11 @@ class RandomWalk:
 CONCURRENCY = RandomWalk(
     switch=0.08, environment=0.02, kinds=frozenset({"switch", "zombie", "upgrade"})
 )
-#: The random walks' profiles, taken in turn by seed: every kind of event, and two drivers
-#: interleaving (the races a preemption-heavy walk reaches sooner).
-PROFILES = (RandomWalk(), CONCURRENCY)
+#: Long schedules: every kind of event, twice as often, up to 12 of them.
+DEEP = RandomWalk(switch=0.08, fault=0.04, environment=0.02, max_events=12)
+#: The random walks' profiles, taken in turn by seed: every kind of event; two drivers
+#: interleaving (the races a preemption-heavy walk reaches sooner); long schedules.
+PROFILES = (RandomWalk(), CONCURRENCY, DEEP)
 
 
 def walk_for(seed: int) -> RandomWalk:

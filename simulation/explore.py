@@ -174,21 +174,46 @@ def minimise(
     return Schedule(tuple(events), schedule.heal)
 
 
-def hunt(config: SimConfig, *, bound: int, seeds: int) -> tuple[Found | None, Tally]:
-    """Search for a violation: every schedule of up to ``bound`` events (depth first, the
-    empty schedule first), then the random walks of seeds ``0 .. seeds - 1``. The first
-    violation found, and what the search ran."""
+def hunt(
+    config: SimConfig, *, bound: int, seeds: int, more: int = 0, keep: int = 5
+) -> tuple[list[Found], Tally]:
+    """Search for violations: every schedule of up to ``bound`` events (depth first, the
+    empty schedule first), then the random walks of seeds ``0 .. seeds - 1``. Stops at the
+    first violation, or, with ``more``, after ``more`` further seeds (or ``keep``
+    violations of the first one's invariant), so that there are several schedules to
+    minimise. The violations found, first first, and what the search ran."""
     tally = Tally()
+    found: list[Found] = []
     for outcome, schedule in exhaustive(config, bound):
         tally.add(outcome, schedule)
         if outcome.violation is not None:
-            return Found(outcome.violation, schedule), tally
+            return [Found(outcome.violation, schedule)], tally
+    stop = seeds
     for seed in range(seeds):
+        if seed >= stop:
+            break
         outcome, schedule = run_seed(config, seed)
         tally.add(outcome, schedule, seed)
-        if outcome.violation is not None:
-            return Found(outcome.violation, schedule, seed), tally
-    return None, tally
+        v = outcome.violation
+        if v is not None and (not found or v.invariant == found[0].violation.invariant):
+            found.append(Found(v, schedule, seed))
+            if len(found) == 1:
+                stop = min(seeds, seed + 1 + more)
+            if len(found) >= keep:
+                break
+    return found, tally
+
+
+def shortest(config: SimConfig, found: list[Found]) -> tuple[Found, Schedule]:
+    """Of ``found`` (violations of one invariant), the one whose minimised schedule is the
+    shortest, and that schedule."""
+    best: tuple[Found, Schedule] | None = None
+    for f in found:
+        small = minimise(config, f.schedule, f.violation.invariant)
+        if best is None or len(small.events) < len(best[1].events):
+            best = (f, small)
+    assert best is not None
+    return best
 
 
 def describe(config: SimConfig, schedule: Schedule) -> list[str]:
@@ -326,9 +351,11 @@ def _work(plan: Plan, index: int, out: Queue[Message]) -> None:
     _Worker(plan, index, out).run()
 
 
-def report(config: SimConfig, found: Found) -> str:
-    """A violation, its minimised schedule, and how to run it again."""
-    small = minimise(config, found.schedule, found.violation.invariant)
+def report(config: SimConfig, found: Found, small: Schedule | None = None) -> str:
+    """A violation, its minimised schedule (``small``, else minimised here), and how to
+    run it again."""
+    if small is None:
+        small = minimise(config, found.schedule, found.violation.invariant)
     lines = [f"VIOLATION {found.violation}"]
     if found.seed is not None:
         lines.append(f"  seed {found.seed}: python -m simulation --seed {found.seed} --replay")
