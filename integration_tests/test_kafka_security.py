@@ -382,3 +382,61 @@ def _file_config(uri: str) -> Any:
     from state.stores import StoreConfig
 
     return StoreConfig.from_options(Options({"state.uri": uri}, where="test"))
+
+
+# --- the kafka consumer in a query: its producer, and its tail scan after a crash -----
+
+PROGRAM = Path(__file__).with_name("kafka_security_driver_program.py")
+DRIVER_TIMEOUT = 300.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_secured_query_into_the_kafka_consumer_recovers_a_half_sent_bundle_by_its_tail_scan(
+    gateway: KafkaGateway, kafka: KafkaHelper, driver: Any, tmp_path: Path
+) -> None:
+    """Source and sink both secured. The driver is killed with half of bundle 1 sent; the
+    restarted query asks the topic's tail which items of the in-flight bundle are there
+    (the tail scan) and sends only the others: every record once in the output topic."""
+    n, partitions = 2000, 2
+    topic = kafka.create_topic(partitions=partitions)
+    out_topic = kafka.create_topic(partitions=partitions)
+    numbered(kafka, topic, n, partitions)
+    pipeline = f"sec-out-{gateway.security_protocol.lower().replace('_', '-')}"
+    args = [
+        *("--bootstrap", gateway.bootstrap, "--topic", topic, "--pipeline", pipeline),
+        *("--state", f"file://{tmp_path / 'state'}", "--checkpoint", str(tmp_path / "cp")),
+    ]
+    sink = {
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": gateway.bootstrap,
+        "consumer.topic": out_topic,
+        **gateway.options("consumer.kafka."),
+    }
+    given = {"source": gateway.options("kafka."), "sink": sink}
+    env = {"GTB_SECURITY_OPTIONS": json.dumps(given)}
+    crashed = driver.run(PROGRAM, *args, env={**env, "GTBARRIER_FAULT": "after_deliver:1"})
+    code = crashed.wait(DRIVER_TIMEOUT)
+    assert code == -9, (
+        f"driver exited {code}, not killed at after_deliver:\n{crashed.output()[-3000:]}"
+    )
+    half = [r for r in kafka.consume_all(out_topic) if dict(r.headers)[H_BUNDLE] == b"1"]
+    assert 0 < len(half) < 500, f"{len(half)} item(s) of bundle 1 in the topic"
+    fetches_before = tail_scan_fetches(gateway)
+
+    restarted = driver.run(PROGRAM, *args, env=env)
+    assert restarted.wait(DRIVER_TIMEOUT) == 0, restarted.output()[-5000:]
+    values = sorted(int(r.value) for r in kafka.consume_all(out_topic))
+    assert values == list(range(n)), "the output topic does not hold every record exactly once"
+    assert tail_scan_fetches(gateway) > fetches_before, "no tail scan went through the endpoint"
+    assert PRODUCE in {int(e["api_key"]) for e in gateway.events("request")}
+    assert_no_password(gateway, restarted.output(), crashed.output())
+
+
+def tail_scan_fetches(gateway: KafkaGateway) -> int:
+    """Authenticated connections of the sink's readers (not gtkafka's) that fetched."""
+    return sum(
+        1
+        for e in gateway.events("request")
+        if e["api_key"] == FETCH and not str(e.get("client_id") or "").startswith("gtkafka")
+    )
