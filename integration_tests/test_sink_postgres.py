@@ -15,6 +15,7 @@ import datetime
 import decimal
 import signal
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,24 @@ from harness.ports import free_port
 from harness.postgres import PostgresSchema, PostgresServer
 from harness.process import wait_until
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
+from sink.bundle import Bundle
 from sink.consumers import open_consumer
 from sink.consumers.base import LastBundle
 from sink.consumers.postgres.postgres_consumer import PostgresConsumer
 from sink.consumers.postgres.postgres_options import PostgresSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
+from sink.staging import StoreStaging
+from state.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    DeliveryFailed,
+    GtBarrierError,
+)
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
+from state.records.inflight_bundle import StagedPart
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch, plain_batch
 
@@ -419,3 +429,143 @@ def test_spark_driver_killed_around_the_commit_is_exactly_once(
     assert progress() == (3, None)
     assert [b[0] for b in bundles(postgres)] == [0, 1, 2, 3]
     check_exactly_once_in_gt_order(read_back(postgres), n, partitions)
+
+
+# --- a unique violation: the user's index or the bundle's own row ------------------------
+
+
+def stage(table: pa.Table, bundle_id: int = 1) -> tuple[StoreStaging, Bundle]:
+    """``table`` staged as the one part of bundle ``bundle_id`` (memory://)."""
+    staging = StoreStaging(open_store(f"memory://pg-unique-{uuid.uuid4().hex}"))
+    size = staging.write_part("parts/p0.parquet", table)
+    bundle = Bundle(
+        pipeline_id="p1",
+        epoch=bundle_id,
+        query_id="q",
+        batch_id=0,
+        parts=(StagedPart("parts/p0.parquet", table.num_rows, size),),
+        has_gt=False,
+        ordered=True,
+    )
+    return staging, bundle
+
+
+def unique_consumer(
+    postgres: PostgresSchema,
+    table: str,
+    staging: StoreStaging,
+    *,
+    exactly_once: bool = True,
+    faults: FaultInjector | None = None,
+    key_columns: tuple[str, ...] = (),
+) -> PostgresConsumer:
+    settings = PostgresSettings(
+        dsn=postgres.dsn,
+        table=table,
+        schema=postgres.schema,
+        create_table=False,
+        mode="upsert" if key_columns else "append",
+        key_columns=key_columns,
+    )
+    return PostgresConsumer(
+        settings,
+        staging,
+        faults if faults is not None else FaultInjector(),
+        pipeline_id="p1",
+        exactly_once=exactly_once,
+    )
+
+
+def emails(ids: list[int], addresses: list[str]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "email": pa.array(addresses)})
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_duplicate_of_a_stored_row_on_the_users_index_is_a_poison_row(
+    postgres: PostgresSchema, exactly_once: bool
+) -> None:
+    """Validation cannot see the rows already in the table: the server's unique violation
+    on the user's own index fails the delivery as a row the table refuses, naming the
+    index, the bundle and the key; it is not taken for the bundle stored by another
+    attempt, nor retried."""
+    postgres.execute('CREATE TABLE "{schema}".users (id bigint PRIMARY KEY, email text UNIQUE)')
+    postgres.execute("INSERT INTO \"{schema}\".users VALUES (1, 'a@example.com')")
+    staging, bundle = stage(emails([2, 3], ["b@example.com", "a@example.com"]), bundle_id=7)
+    consumer = unique_consumer(postgres, "users", staging, exactly_once=exactly_once)
+    with pytest.raises(CommitFailed) as info:
+        consumer.deliver(bundle)
+    consumer.close()
+    message = str(info.value)
+    assert "poison row" in message and "bundle 7" in message, message
+    assert "users_email_key" in message and "Key (email)=(a@example.com)" in message, message
+    assert "SQLSTATE 23505" in message, message
+    assert postgres.rows('SELECT id FROM "{schema}".users ORDER BY id') == [(1,)]
+    if exactly_once:
+        assert postgres.rows('SELECT count(*) FROM "{schema}".gtbarrier_bundles') == [(0,)]
+
+
+def test_a_duplicate_on_another_index_in_upsert_mode_is_a_poison_row(
+    postgres: PostgresSchema,
+) -> None:
+    postgres.execute('CREATE TABLE "{schema}".accounts (id bigint PRIMARY KEY, email text UNIQUE)')
+    postgres.execute("INSERT INTO \"{schema}\".accounts VALUES (1, 'a')")
+    staging, bundle = stage(emails([2], ["a"]))
+    consumer = unique_consumer(postgres, "accounts", staging, key_columns=("id",))
+    with pytest.raises(CommitFailed) as info:
+        consumer.deliver(bundle)
+    consumer.close()
+    assert "poison row" in str(info.value) and "accounts_email_key" in str(info.value)
+    assert "Key (email)=(a)" in str(info.value)
+
+
+def race(postgres: PostgresSchema, table: str, bundle_id: int) -> tuple[Any, Any]:
+    """Two attempts at bundle ``bundle_id`` into ``table``: the first holds its transaction
+    open after the COPY until the second is under way. Their outcomes (an Ack or the
+    error), first and second."""
+    staging, bundle = stage(emails([1, 2], ["a", "b"]), bundle_id)
+    copied, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        copied.set()
+        assert release.wait(60)
+
+    first = unique_consumer(postgres, table, staging, faults=At("after_deliver", bundle_id, hold))
+    second = unique_consumer(postgres, table, staging)
+    result: dict[str, Any] = {}
+
+    def run_first() -> None:
+        try:
+            result["first"] = first.deliver(bundle)
+        except BaseException as err:
+            result["first"] = err
+
+    worker = threading.Thread(target=run_first)
+    worker.start()
+    assert copied.wait(60), result
+    threading.Timer(1.0, release.set).start()  # the second attempt waits on the first by then
+    try:
+        result["second"] = second.deliver(bundle)
+    except BaseException as err:
+        result["second"] = err
+    worker.join(60)
+    first.close()
+    second.close()
+    return result["first"], result["second"]
+
+
+def test_a_concurrent_attempt_that_stored_the_bundle_still_acknowledges_it(
+    postgres: PostgresSchema,
+) -> None:
+    """Two attempts at one bundle (a zombie driver's and the new one's): the second waits
+    on the first's rows, and when the first commits it meets a unique violation, on the
+    user's index or on the bundle's own row in gtbarrier_bundles. Either way the bundle
+    is stored, once: the second attempt acknowledges it."""
+    postgres.execute('CREATE TABLE "{schema}".users (id bigint PRIMARY KEY, email text UNIQUE)')
+    postgres.execute('CREATE TABLE "{schema}".plain (id bigint, email text)')
+    for bundle_id, table in enumerate(("users", "plain"), start=1):
+        first, second = race(postgres, table, bundle_id)
+        assert second.bundle_id == bundle_id, table
+        assert not isinstance(first, BaseException), first
+        assert postgres.rows(f'SELECT count(*) FROM "{{schema}}".{table}') == [(2,)]
+    stored = postgres.rows('SELECT bundle_id FROM "{schema}".gtbarrier_bundles ORDER BY 1')
+    assert stored == [(1,), (2,)]
