@@ -62,3 +62,32 @@ def test_weed_port_conflicts_are_recognised() -> None:
 def test_admin_grpc_port_is_the_http_port_plus_the_offset() -> None:
     ports = WeedPorts.allocate()
     assert ports.admin_grpc == ports.admin + 10000  # where weed mini's worker dials
+
+
+def test_more_identities_with_actions_and_attached_policies(tmp_path: Path) -> None:
+    from harness.seaweedfs import WeedIdentity, write_s3_config
+
+    policy = {"Version": "2012-10-17", "Statement": []}
+    reader = WeedIdentity("reader", "RK", "RS", actions=("Read:b/p/*",), policies=("p",))
+    path = write_s3_config(tmp_path / "s3.json", [reader], {"p": policy})
+    config = json.loads(path.read_text())
+    (entry,) = config["identities"]
+    assert entry["actions"] == ["Read:b/p/*"] and entry["policyNames"] == ["p"]
+    # SeaweedFS takes a policy document as a JSON string
+    assert config["policies"] == [{"name": "p", "content": json.dumps(policy)}]
+    assert "RS" not in repr(reader)
+
+
+def test_tls_serves_https_on_a_port_of_its_own(tmp_path: Path) -> None:
+    from harness.kafka_gateway import TlsFiles
+
+    tls = TlsFiles(tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem")
+    ports = WeedPorts.allocate(https=True)
+    assert ports.s3_https is not None and ports.s3_https in ports.all()
+    argv = weed_argv(Path("/bin/weed"), tmp_path, ports, tmp_path / "id.json", tls)
+    assert f"-s3.port.https={ports.s3_https}" in argv
+    assert f"-s3.cert.file={tls.cert}" in argv and f"-s3.key.file={tls.key}" in argv
+    plain = weed_argv(Path("/bin/weed"), tmp_path, WeedPorts.allocate(), tmp_path / "id.json")
+    assert not any(a.startswith(("-s3.port.https", "-s3.cert", "-s3.key")) for a in plain)
+    with pytest.raises(ValueError, match="HTTPS port"):
+        weed_argv(Path("/bin/weed"), tmp_path, WeedPorts.allocate(), tmp_path / "id.json", tls)
