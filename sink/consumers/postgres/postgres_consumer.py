@@ -67,7 +67,13 @@ from sink.consumers.postgres.postgres_options import (
 from sink.consumers.postgres.postgres_target import incompatibility
 from sink.faults import FaultInjector
 from sink.staging import Staging
-from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, GtBarrierError
+from state.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    DeliveryFailed,
+    GtBarrierError,
+)
 from state.retry import store_requests
 
 log = logging.getLogger(__name__)
@@ -215,8 +221,8 @@ class PostgresConsumer(Consumer):
             self.faults.at("after_deliver", bundle.bundle_id)
         except psycopg.Error as err:
             self._drop()
-            if self.exactly_once and pgc.sqlstate(err) == pgc.UNIQUE_VIOLATION:
-                return self._resolve(bundle, err)  # another attempt stored it meanwhile
+            if pgc.sqlstate(err) == pgc.UNIQUE_VIOLATION:
+                return self._unique_violation(bundle, err)
             raise pgc.translate(
                 err, f"{self.describe()}: bundle {bundle.bundle_id} was not stored"
             ) from err
@@ -234,6 +240,46 @@ class PostgresConsumer(Consumer):
             ) from err
         self.faults.at("after_consumer_commit", bundle.bundle_id)
         return ack
+
+    def _is_bookkeeping(self, err: psycopg.Error) -> bool:
+        """Whether ``err`` is about ``gtbarrier_bundles`` (in the target's schema)."""
+        diag = err.diag
+        if diag.table_name != BOOKKEEPING:
+            return False
+        return self.target.schema is None or diag.schema_name == self.target.schema
+
+    def _unique_violation(self, bundle: Bundle, err: psycopg.Error) -> Ack:
+        """A unique violation before ``COMMIT``.
+
+        On the bundle's own row in ``gtbarrier_bundles``: another attempt at the bundle
+        stored it meanwhile; the table says so (:meth:`_resolve`). On an index of the
+        user's table: a row of the bundle the table refuses, a *poison row* (a duplicate of
+        a row already in the table, or of another write task's row of the bundle, neither
+        of which validation can see), unless another attempt stored this very bundle
+        meanwhile, its rows being what collided. A poison row is
+        :class:`~state.errors.CommitFailed`, naming the index, the bundle and the key: the
+        same bundle would fail again."""
+        if self.exactly_once and self._is_bookkeeping(err):
+            return self._resolve(bundle, err)  # another attempt stored it meanwhile
+        if self.exactly_once and self._read(
+            f"reading {BOOKKEEPING}", lambda cur: self._stored(cur, bundle.bundle_id)
+        ):
+            log.info(
+                "%s: bundle %d was stored by another attempt (%s)",
+                self.describe(),
+                bundle.bundle_id,
+                str(err).strip(),
+            )
+            return Ack(bundle.bundle_id, bundle.rows)
+        diag = err.diag
+        key = (diag.message_detail or "").strip() or "(the server named no key)"
+        raise CommitFailed(
+            f"{self.describe()}: bundle {bundle.bundle_id} has a row {self.target.qualified} "
+            f"refuses, a poison row: unique index {diag.constraint_name}: {key} The row "
+            "duplicates a row already in the table or a row of another write task of the "
+            "bundle, which validation cannot see; the same bundle fails again until one of "
+            f"the two rows is changed [SQLSTATE {pgc.UNIQUE_VIOLATION}]"
+        ) from err
 
     def _resolve(self, bundle: Bundle, err: BaseException) -> Ack:
         """The outcome of a COMMIT whose answer was lost, from ``gtbarrier_bundles``."""
