@@ -214,3 +214,31 @@ def test_a_spark_query_into_a_rounding_column_fails_before_data_moves(
     assert "option 'price'" in text and "decimal(12,4)" in text and "numeric(10,2)" in text
     assert postgres.rows('SELECT count(*) FROM "{schema}".prices') == [(0,)]
     assert not list((tmp_path / "state").rglob("*.parquet"))  # nothing staged
+
+
+def test_identifiers_over_63_bytes_are_refused_before_the_server_cuts_them(
+    postgres: PostgresSchema,
+) -> None:
+    """PostgreSQL cuts longer names to 63 bytes, with a NOTICE only: a column would be
+    created and copied under another name, and two long names alike in their first 63 bytes
+    would be one column. Refused at start, before the table is created."""
+    long_name = "measurement_" + "x" * 52  # 64 bytes
+    with pytest.raises(ConfigError) as info:
+        start(
+            postgres,
+            "cut",
+            one(long_name, st.LongType()),
+            **{"consumer.postgres.createTable": "true"},
+        )
+    assert info.value.option == long_name and "64 bytes" in str(info.value)
+    assert postgres.rows(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (postgres.schema,)
+    ) == [(0,)]
+    kept = "é" * 31 + "x"  # 63 bytes: the server keeps it whole
+    start(postgres, "kept", one(kept, st.LongType()), **{"consumer.postgres.createTable": "true"})
+    names = postgres.rows(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = 'kept'",
+        (postgres.schema,),
+    )
+    assert names == [(kept,)]

@@ -350,3 +350,53 @@ def test_type_compatibility_keeps_values_or_says_why_not() -> None:
     for dtype, target, why in changes:
         reason = incompatibility(dtype, target)
         assert reason is not None and why in reason, (dtype, target, reason)
+
+
+# --- identifiers PostgreSQL would cut -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "name"),
+    [
+        ("consumer.postgres.table", "t" * 64, "t" * 64),
+        ("consumer.postgres.table", "s" * 70 + ".events", "s" * 70),
+        ("consumer.postgres.table", "out." + "e" * 64, "e" * 64),
+    ],
+)
+def test_table_and_schema_names_over_63_bytes_are_refused(
+    option: str, value: str, name: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(**{option: value})
+    message = str(info.value)
+    assert info.value.option == option
+    assert name in message and f"{len(name)} bytes" in message and "63" in message, message
+
+
+def test_key_columns_over_63_bytes_are_refused() -> None:
+    long_key = "k" * 64
+    with pytest.raises(ConfigError) as info:
+        parse(
+            **{
+                "consumer.postgres.mode": "upsert",
+                "consumer.postgres.keyColumns": f"id, {long_key}",
+            }
+        )
+    assert info.value.option == "consumer.postgres.keyColumns"
+    assert long_key in str(info.value) and "64 bytes" in str(info.value)
+
+
+def test_names_of_63_bytes_are_kept() -> None:
+    s = settings(**{"consumer.postgres.table": "s" * 63 + "." + "t" * 63})
+    assert (s.schema, s.table) == ("s" * 63, "t" * 63)
+    columns = columns_for(pa.schema([("c" * 63, pa.int64()), ("é" * 31 + "x", pa.int64())]))
+    assert [len(c.name.encode()) for c in columns] == [63, 63]
+
+
+@pytest.mark.parametrize("name", ["c" * 64, "é" * 32, "列" * 22], ids=["ascii", "2-byte", "3-byte"])
+def test_column_names_over_63_bytes_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        columns_for(pa.schema([("ok", pa.int64()), (name, pa.int64())]))
+    assert info.value.option == name
+    size = len(name.encode())
+    assert f"{size} bytes" in str(info.value) and "63" in str(info.value)
