@@ -54,6 +54,23 @@ SEQ_COLUMN = "gtbarrier_seq"
 """The extra column of the upsert staging table: a row's position in the bundle."""
 
 
+MAX_IDENTIFIER_BYTES = 63
+"""PostgreSQL keeps the first 63 bytes of a longer name (NAMEDATALEN - 1), with a NOTICE
+only: the name would silently be another, and two long names alike in their first 63 bytes
+one."""
+
+
+def identifier_too_long(name: str) -> str | None:
+    """Why ``name`` cannot be a PostgreSQL identifier as it is (None if it can)."""
+    size = len(name.encode("utf-8"))
+    if size <= MAX_IDENTIFIER_BYTES:
+        return None
+    return (
+        f"names of at most {MAX_IDENTIFIER_BYTES} bytes: {name!r} is {size} bytes in UTF-8, "
+        f"and PostgreSQL would cut it to its first {MAX_IDENTIFIER_BYTES}"
+    )
+
+
 @dataclass(frozen=True)
 class PgColumn:
     """One column of the target table: its name and SQL type."""
@@ -128,6 +145,14 @@ def columns_for(schema: pa.Schema) -> tuple[PgColumn, ...]:
         if sql is None:
             raise refused(f.name, f.type)
         out.append(PgColumn(f.name, sql))
+    for c in out:
+        if (too_long := identifier_too_long(c.name)) is not None:
+            raise ConfigError(
+                c.name,
+                c.name,
+                f"column {too_long}; rename it in the query (alias)",
+                where="barrier",
+            )
     seen: set[str] = set()
     for c in out:
         if c.name in seen:

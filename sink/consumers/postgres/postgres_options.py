@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sink.consumers.consumer_kind import ConsumerSettings
+from sink.consumers.postgres.postgres_columns import identifier_too_long
 from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 from state.errors import ConfigError
 from state.option_table import BooleanOption, ChoiceOption, StringOption
@@ -19,7 +20,7 @@ from state.options import Options
 Mode = Literal["append", "upsert"]
 
 # One identifier as written in the option: used verbatim (quoted) in SQL, so its case counts.
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
 DSN = StringOption(
     name="consumer.postgres.dsn",
@@ -116,6 +117,9 @@ def parse_settings(opts: Options) -> PostgresSettings:
         ) from None
     raw_table = TABLE.read_required(opts)
     names = raw_table.split(".")
+    for name in names:
+        if (too_long := identifier_too_long(name)) is not None:
+            raise opts.error(TABLE.name, too_long)
     if len(names) > 2 or not all(_IDENTIFIER.match(n) for n in names):
         raise opts.error(
             TABLE.name, "'schema.table' or 'table', each a letter or _ then letters, digits, _, $"
@@ -126,6 +130,9 @@ def parse_settings(opts: Options) -> PostgresSettings:
     keys: tuple[str, ...] = ()
     if raw_keys is not None:
         keys = tuple(k.strip() for k in raw_keys.split(","))
+        for key in keys:
+            if (too_long := identifier_too_long(key)) is not None:
+                raise opts.error(KEY_COLUMNS.name, too_long)
         if not all(_IDENTIFIER.match(k) for k in keys) or len(set(keys)) != len(keys):
             raise opts.error(KEY_COLUMNS.name, "distinct column names separated by commas")
     if mode == "upsert" and not keys:
