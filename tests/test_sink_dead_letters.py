@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
@@ -53,7 +54,8 @@ def note_batch(
     null_gt: Sequence[int] = (),
 ) -> pa.RecordBatch:
     """Rows ``value``, ``note`` (a string; bytes that are not UTF-8 at offsets ``bad``) and
-    ``gt`` (null at offsets ``null_gt``)."""
+    ``gt`` (null at offsets ``null_gt``, its fields null there too, as Spark gives them
+    although their type says not nullable)."""
     n = len(offsets)
     gt = gt_array(
         pa.array([epoch] * n, pa.int64()),
@@ -64,7 +66,10 @@ def note_batch(
     if null_gt:
         mask = pa.array([o in null_gt for o in offsets], pa.bool_())
         gt = pa.StructArray.from_arrays(
-            [gt.field(i) for i in range(gt.type.num_fields)],
+            [
+                pc.if_else(mask, pa.scalar(None, gt.type.field(i).type), gt.field(i))
+                for i in range(gt.type.num_fields)
+            ],
             fields=list(gt.type),
             mask=mask,
         )
