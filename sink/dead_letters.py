@@ -121,11 +121,36 @@ def first_rejections(rejections: Sequence[RowRejection]) -> list[RowRejection]:
 
 def rejected_rows(table: pa.Table, rejections: Sequence[RowRejection]) -> pa.Table:
     """The rows of ``table`` that ``rejections`` name, once each in row order, as they
-    were, with ``_gtb_reason`` and ``_gtb_column`` (the first rejection of each row)."""
+    were, with ``_gtb_reason`` and ``_gtb_column`` (the first rejection of each row).
+
+    Every field is made nullable, nested ones too (the names and types stay): a refused
+    row may hold a null where the input's schema says there is none (Spark gives a null
+    ``gt`` struct with null fields that its type declares not nullable), which Parquet
+    would refuse to write.
+    """
     first = first_rejections(rejections)
     rows = table.take(pa.array([r.row for r in first], pa.int64()))
+    rows = rows.cast(nullable_schema(rows.schema))
     rows = rows.append_column(REASON_COLUMN, pa.array([r.reason for r in first], pa.string()))
     return rows.append_column(COLUMN_COLUMN, pa.array([r.column for r in first], pa.string()))
+
+
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field nullable, in structs, lists and maps too."""
+    return pa.schema([_nullable(f) for f in schema], metadata=schema.metadata)
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    t = field.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_nullable(t.field(i)) for i in range(t.num_fields)])
+    elif pa.types.is_large_list(t):
+        t = pa.large_list(_nullable(t.value_field))
+    elif pa.types.is_list(t):
+        t = pa.list_(_nullable(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(t.key_field.type, _nullable(t.item_field))
+    return field.with_type(t).with_nullable(True)
 
 
 def dead_letter_table(staged: pa.Table, bundle_id: int) -> pa.Table:
