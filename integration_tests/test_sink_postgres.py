@@ -29,6 +29,7 @@ from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order,
 from sink.bundle import Bundle
 from sink.consumers import open_consumer
 from sink.consumers.base import LastBundle
+from sink.consumers.postgres.postgres_connections import CONNECTIONS
 from sink.consumers.postgres.postgres_consumer import PostgresConsumer
 from sink.consumers.postgres.postgres_options import PostgresSettings
 from sink.faults import FaultInjector, InjectedFault
@@ -572,3 +573,35 @@ def test_a_concurrent_attempt_that_stored_the_bundle_still_acknowledges_it(
         assert postgres.rows(f'SELECT count(*) FROM "{{schema}}".{table}') == [(2,)]
     stored = postgres.rows('SELECT bundle_id FROM "{schema}".gtbarrier_bundles ORDER BY 1')
     assert stored == [(1,), (2,)]
+
+
+def test_text_reaches_a_latin1_database_as_the_characters_it_is(
+    postgres: PostgresSchema, postgres_server: PostgresServer
+) -> None:
+    """The rows are UTF-8 whatever the database's encoding: the connection says so, and the
+    server converts them (a character the database cannot hold is refused, not stored as
+    the text of its UTF-8 bytes)."""
+    name = f"latin_{uuid.uuid4().hex[:8]}"
+    postgres.execute(
+        f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+    )
+    dsn = postgres.dsn.replace("dbname=postgres", f"dbname={name}")
+    try:
+        with postgres_server.connect(dsn) as conn:
+            conn.execute("CREATE TABLE t (s text)")
+        settings = PostgresSettings(dsn=dsn, table="t", create_table=False)
+        staging, bundle = stage(pa.table({"s": pa.array(["é", "ß"])}))
+        consumer = PostgresConsumer(
+            settings, staging, FaultInjector(), pipeline_id="p1", exactly_once=True
+        )
+        consumer.deliver(bundle)
+        staging, euro = stage(pa.table({"s": pa.array(["€"])}), bundle_id=2)
+        with pytest.raises(CommitFailed, match="22P05"):
+            consumer.deliver(euro)
+        consumer.close()
+        with postgres_server.connect(dsn) as conn:
+            stored = conn.execute("SELECT s, convert_to(s, 'LATIN1') FROM t ORDER BY s").fetchall()
+        assert stored == [("ß", b"\xdf"), ("é", b"\xe9")]
+    finally:
+        CONNECTIONS.clear()  # no pooled connection to a database about to be dropped
+        postgres.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
