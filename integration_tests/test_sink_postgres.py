@@ -595,7 +595,11 @@ def test_text_reaches_a_latin1_database_as_the_characters_it_is(
             settings, staging, FaultInjector(), pipeline_id="p1", exactly_once=True
         )
         consumer.deliver(bundle)
+        consumer.close()
         staging, euro = stage(pa.table({"s": pa.array(["€"])}), bundle_id=2)
+        consumer = PostgresConsumer(
+            settings, staging, FaultInjector(), pipeline_id="p1", exactly_once=True
+        )
         with pytest.raises(CommitFailed, match="22P05"):
             consumer.deliver(euro)
         consumer.close()

@@ -47,10 +47,15 @@ CONNECTIONS = client_pool("postgres connections", _close)
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
-    """A new connection (not autocommit: every delivery is one explicit transaction)."""
+    """A new connection (not autocommit: every delivery is one explicit transaction),
+    whose client encoding is UTF8 whatever the DSN or the database say."""
     params = conninfo_to_dict(dsn)
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "gtbarrier")
+    # The COPY data is UTF-8 (Arrow strings): the server must read it as such and convert
+    # it to the database's encoding. Left to libpq, the client encoding is the database's,
+    # and a LATIN1 database would store each UTF-8 byte as a character of its own.
+    params["client_encoding"] = "UTF8"
     return psycopg.connect(make_conninfo("", **params), autocommit=False)
 
 
