@@ -25,8 +25,9 @@ from simulation.explore import (
     run_schedule,
     run_seed,
 )
+from simulation.query import SimConfig
 from simulation.scheduler import Event
-from simulation.world import Outcome, Schedule, SimConfig
+from simulation.world import Outcome, Schedule
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ which bundle, whether it stored it, and the rows it stored (:class:`ConsumerLog`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from simulation.query import Row, table_rows
 from simulation.scheduler import Op
@@ -29,7 +29,6 @@ from state.errors import CommitStateUnknown, DeliveryFailed
 
 if TYPE_CHECKING:
     from simulation.staging import SimStaging
-    from simulation.world import World
 
 BEFORE = "consumer-before"
 AFTER = "consumer-after"
@@ -61,12 +60,24 @@ class ConsumerLog:
         return self.order[-1] if self.order else None
 
 
+class ConsumerHost(Protocol):
+    """What the consumer needs of the simulation (:class:`simulation.world.World`)."""
+
+    consumer: ConsumerLog
+
+    def point(self, op: Op) -> str | None:
+        """A scheduling point; the fault to apply to ``op``, if any."""
+
+    def consumer_store(self, bundle_id: int, rows: list[Row], redelivery: bool) -> None:
+        """Store the bundle (unless the consumer has it) and check what is stored."""
+
+
 class SimConsumer(Consumer):
     """The consumer of the simulated pipeline (module docstring)."""
 
     name = "sim-consumer"
 
-    def __init__(self, world: World, staging: SimStaging) -> None:
+    def __init__(self, world: ConsumerHost, staging: SimStaging) -> None:
         super().__init__(staging, FaultInjector())
         self.world = world
 

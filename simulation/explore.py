@@ -34,8 +34,9 @@ from simulation.choosers import (
     walk_for,
 )
 from simulation.invariants import Violation
+from simulation.query import SimConfig
 from simulation.scheduler import Event
-from simulation.world import Outcome, Schedule, SimConfig, World
+from simulation.world import Outcome, Schedule, World
 
 
 def run_schedule(

@@ -27,16 +27,19 @@ from __future__ import annotations
 import json
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from simulation.consumer import Delivery
-from simulation.query import Reference, Row, same_rows
+import pyarrow as pa
+
+from simulation.consumer import ConsumerLog, Delivery
+from simulation.query import InputLog, Reference, Row, same_rows
+from simulation.scheduler import Actor
+from simulation.spark import DriverProc
+from state.layout import PipelineLayout
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
-
-if TYPE_CHECKING:
-    from simulation.world import World
+from state.stores import StateStore
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,31 @@ class Violation:
         return f"{self.invariant} at step {self.step}{who}: {self.message}"
 
 
+class CheckedWorld(Protocol):
+    """What the invariants look at (:class:`simulation.world.World`)."""
+
+    inner: StateStore
+    layout: PipelineLayout
+    input: InputLog
+    parts: dict[str, pa.Table]
+    fault_deleted: set[str]
+    deleted_by: dict[str, str]
+    consumer: ConsumerLog
+    current: Actor | None
+    step: int
+    violation: Violation | None
+    barrier_changed: bool
+    staging_changed: bool
+    official: DriverProc | None
+
+    def current_run(self) -> str | None:
+        """The run id of the running actor's query (None outside a query)."""
+
+
 class Checker:
     """The invariants of one run (module docstring)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: CheckedWorld) -> None:
         self.world = world
         self.state = BarrierState()
         self.max_gt_last = NO_BUNDLE

@@ -20,7 +20,8 @@ import pstats
 import time
 
 from simulation.explore import exhaustive, quiet, run_schedule, run_seed
-from simulation.world import Schedule, SimConfig
+from simulation.query import SimConfig
+from simulation.world import Schedule
 
 
 def walks(config: SimConfig, seeds: int) -> tuple[int, float]:

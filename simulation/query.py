@@ -179,3 +179,21 @@ class Reference:
 def same_rows(a: Sequence[Row], b: Sequence[Row]) -> bool:
     """Equal as multisets (delivery order within equal ``gt`` is not specified)."""
     return sorted(a) == sorted(b)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The simulated pipeline and the bounds of a schedule."""
+
+    partitions: int = 2
+    per_partition: int = 3
+    keys: int = 2
+    #: Each driver's epoch size (records per partition), by driver number, cycling.
+    max_per_partition: tuple[int, ...] = (1, 2)
+    #: Driver processes a schedule may start (beyond, a crash is not followed by a restart).
+    max_procs: int = 4
+    max_upgrades: int = 1
+    #: Steps before the faulty part of a schedule is cut off (then the heal runs).
+    max_steps: int = 1500
+    #: Steps the healthy driver may take to finish.
+    heal_steps: int = 1500

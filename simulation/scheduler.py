@@ -18,12 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import greenlet as _greenlet  # type: ignore[import-untyped]
-
-if TYPE_CHECKING:
-    from simulation.spark import DriverProc
 
 #: Store and staging requests whose answer can be lost (the write may or may not be done).
 WRITES = frozenset({"put", "create", "cas", "delete", "stage", "delete-parts"})
@@ -92,6 +89,13 @@ class Abandoned(BaseException):
     the teardown of the simulation runs them, and every request then fails at once)."""
 
 
+class Process(Protocol):
+    """What the scheduler knows of a driver process (:class:`simulation.spark.DriverProc`)."""
+
+    name: str
+    run_id: str | None
+
+
 class Greenlet:
     """A typed handle on one greenlet (greenlet ships no type information)."""
 
@@ -127,7 +131,7 @@ class Actor:
     name: str
     order: int
     body: Callable[[], None]
-    proc: DriverProc | None = None
+    proc: Process | None = None
     glet: Greenlet | None = None
     index: int = 0
     pending: Op = Op("start")

@@ -29,10 +29,22 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from simulation.consumer import SimConsumer
 from simulation.protocol import SimBarrier
-from simulation.query import EMPTY_STATE, QueryState, Row, rows_to_batch, run_epoch
+from simulation.query import (
+    EMPTY_STATE,
+    InputLog,
+    QueryState,
+    Row,
+    SimConfig,
+    rows_to_batch,
+    run_epoch,
+)
+from simulation.scheduler import Actor
+from simulation.staging import SimStaging
+from simulation.store import SimStore
 from sink import lost_bundle, write_task
 from sink.bundle import BarrierCommitMessage
 from sink.faults import FaultInjector
@@ -46,17 +58,15 @@ from state.errors import (
     RetriableError,
     SnapshotCorrupted,
 )
+from state.layout import PipelineLayout
 from state.protocol import batch_records, fencing, resume_point
 from state.protocol.barrier_state import BarrierStateStore, read_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
+from state.retry import Retry
 from state.spark_task import StreamingTask
-
-if TYPE_CHECKING:
-    from simulation.store import SimStore
-    from simulation.world import World
 
 T = TypeVar("T")
 
@@ -72,6 +82,43 @@ PIPELINE = "sim"
 RETAIN = 2
 #: How often the snapshot worker looks for the barrier to drain before giving up.
 DRAIN_POLLS = 3
+
+
+class World(Protocol):
+    """What a driver process needs of the simulation (:class:`simulation.world.World`)."""
+
+    config: SimConfig
+    input: InputLog
+    layout: PipelineLayout
+    staging: SimStaging
+    consumer_api: SimConsumer
+    #: The query version deployed now; the resume point generation each version began.
+    version: int
+    generations: dict[int, int]
+
+    def view(self, name: str) -> SimStore:
+        """A store view of its own (per-process memory is keyed by it)."""
+
+    def spawn(self, name: str, body: Callable[[], None], proc: DriverProc | None) -> Actor:
+        """A new actor."""
+
+    def wait_until(self, ready: Callable[[], bool]) -> None:
+        """Block the running actor until ``ready()``."""
+
+    def sleep(self, seconds: float) -> None:
+        """A back-off (a scheduling point)."""
+
+    def clock(self) -> float:
+        """The simulation's clock."""
+
+    def retry(self) -> Retry:
+        """The retry loop of lost races, on the simulation's sleep and clock."""
+
+    def new_query_id(self) -> str:
+        """A query id nobody used."""
+
+    def checkpoint_point(self, what: str, batch_id: int) -> None:
+        """Writing a checkpoint log entry (a scheduling point)."""
 
 
 class SparkQueryError(RetriableError):

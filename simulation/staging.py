@@ -12,7 +12,7 @@ deleted it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -21,15 +21,29 @@ from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE
 from sink.staging import Staging
 from state.errors import KeyNotFound, StoreUnavailable
 from state.layout import PipelineLayout
+from state.stores import StateStore
 
-if TYPE_CHECKING:
-    from simulation.world import World
+
+class StagingHost(Protocol):
+    """What the staging area needs of the simulation (:class:`simulation.world.World`)."""
+
+    parts: dict[str, pa.Table]
+    staging_changed: bool
+
+    def point(self, op: Op) -> str | None:
+        """A scheduling point; the fault to apply to ``op``, if any."""
+
+    def part_deleted(self, location: str) -> None:
+        """A part was deleted by the running actor."""
+
+    def current_store(self) -> StateStore:
+        """The store view of the running actor's process."""
 
 
 class SimStaging(Staging):
     """The pipeline's staging area, shared by every simulated process."""
 
-    def __init__(self, world: World, layout: PipelineLayout) -> None:
+    def __init__(self, world: StagingHost, layout: PipelineLayout) -> None:
         self.world = world
         self.layout = layout
         self.uri = "sim-staging"

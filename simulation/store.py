@@ -19,14 +19,11 @@ does, is the same as no fault.)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from simulation.scheduler import Op
 from state.errors import StoreUnavailable, StoreWriteUnknown
 from state.stores import StateStore, StoreConfig, Versioned
-
-if TYPE_CHECKING:
-    from simulation.world import World
 
 T = TypeVar("T")
 
@@ -35,10 +32,20 @@ LOST_NOT_APPLIED = "lost-not-applied"
 UNAVAILABLE = "unavailable"
 
 
+class StoreHost(Protocol):
+    """What a store view needs of the simulation (:class:`simulation.world.World`)."""
+
+    def point(self, op: Op) -> str | None:
+        """A scheduling point; the fault to apply to ``op``, if any."""
+
+    def wrote(self, key: str) -> None:
+        """A write took effect."""
+
+
 class SimStore(StateStore):
     """One process's view of the shared memory store (module docstring)."""
 
-    def __init__(self, world: World, inner: StateStore, view: str) -> None:
+    def __init__(self, world: StoreHost, inner: StateStore, view: str) -> None:
         super().__init__(StoreConfig(uri=f"{inner.uri}#{view}"))
         self.world = world
         self.inner = inner

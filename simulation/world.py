@@ -28,7 +28,7 @@ import pyarrow as pa
 from simulation.consumer import AFTER, BEFORE, DOWN, ConsumerLog, SimConsumer
 from simulation.invariants import Checker, Violation
 from simulation.protocol import deterministic_retries, sim_cas_loop
-from simulation.query import InputLog, Row
+from simulation.query import InputLog, Row, SimConfig
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
 from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
 from simulation.staging import SimStaging
@@ -40,24 +40,6 @@ from state.retry import Retry
 from state.stores import StateStore, new_store
 
 _WORLDS = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """The simulated pipeline and the bounds of a schedule."""
-
-    partitions: int = 2
-    per_partition: int = 3
-    keys: int = 2
-    #: Each driver's epoch size (records per partition), by driver number, cycling.
-    max_per_partition: tuple[int, ...] = (1, 2)
-    #: Driver processes a schedule may start (beyond, a crash is not followed by a restart).
-    max_procs: int = 4
-    max_upgrades: int = 1
-    #: Steps before the faulty part of a schedule is cut off (then the heal runs).
-    max_steps: int = 1500
-    #: Steps the healthy driver may take to finish.
-    heal_steps: int = 1500
 
 
 @dataclass(frozen=True)
@@ -233,10 +215,16 @@ class World:
 
     def current_store(self) -> SimStore:
         """The store view of the running actor's process (for code that runs "in" it)."""
-        proc = self.current.proc if self.current else None
+        proc = self._proc(self.current)
         if proc is not None:
             return proc.exec_store
         return self.view("outside")
+
+    def _proc(self, actor: Actor | None) -> DriverProc | None:
+        """The driver process of ``actor`` (None: the operator, or no actor)."""
+        if actor is None or actor.proc is None:
+            return None
+        return next(p for p in self.procs if p is actor.proc)
 
     def current_run(self) -> str | None:
         proc = self.current.proc if self.current else None
@@ -431,7 +419,7 @@ class World:
         fault = _fault(event, actor.pending)
         if fault is not None:
             return fault
-        proc = actor.proc
+        proc = self._proc(actor)
         if event.kind == "crash":
             if proc is None:
                 return None

@@ -16,8 +16,9 @@ import pytest
 
 from simulation.choosers import ALL_KINDS
 from simulation.explore import SMALL, exhaustive, run_schedule, run_seed
+from simulation.query import SimConfig
 from simulation.spark import DriverProc, SparkQueryError
-from simulation.world import Schedule, SimConfig, StepRecord
+from simulation.world import Schedule, StepRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SimConfig()

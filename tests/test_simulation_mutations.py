@@ -34,8 +34,9 @@ import pyarrow.compute as pc
 import pytest
 
 from simulation.explore import hunt, report, run_schedule, shortest
+from simulation.query import SimConfig
 from simulation.staging import SimStaging
-from simulation.world import Schedule, SimConfig
+from simulation.world import Schedule
 from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage
 from sink.staging import Staging
