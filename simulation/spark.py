@@ -280,19 +280,25 @@ class DriverProc:
         self.version = version
         self.healthy = healthy
         self.newest_unusable = newest_unusable
+        #: The fencing token the coordinator holds (None: not taken yet).
         self.token: int | None = None
+        #: The resume point generation the coordinator snapshots in.
         self.lineage = 0
+        #: Completed batches the snapshot worker has still to snapshot.
         self.queue: list[CompletedBatch] = []
+        #: running, finished (the input is consumed), fenced, gave-up, or dead (crashed).
         self.status = "running"
         self.main_done = False
         self.runs = 0
         self.run_id: str | None = None
         self.task_attempts = 0
+        #: Every error the driver met (resets, aborts, snapshots, the operator's).
         self.errors: list[str] = []
+        #: Snapshots accepted (progress: it resets the supervisor's count of resets).
         self.accepted = 0
 
     @property
-    def layout(self) -> Any:
+    def layout(self) -> PipelineLayout:
         return self.world.layout
 
     # --- the driver program -------------------------------------------------------------
