@@ -96,6 +96,8 @@ def assert_refused(client: KazooClient) -> None:
             client.get(node)
         with pytest.raises(NoAuthError):
             client.set(node, b"{}")
+        with pytest.raises(NoAuthError):  # not even the ACL (with the password's digest)
+            client.get_acls(node)
     with pytest.raises(NoAuthError):
         client.get_children(LAYOUT.zookeeper_driver_lock)  # who holds the lock
     with pytest.raises(NoAuthError):  # queue up for the lock, or take an absent one

@@ -39,6 +39,7 @@ from gtbarrier.cli.common import (
     read_pipeline,
 )
 from gtbarrier.cli.output import Result, Table
+from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
 from sink.cleanup import Authority, StagingCleanup
 from sink.consumers import open_staging
 from sink.consumers.consumer_kind import ConsumerLeftover
@@ -90,6 +91,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="HOSTS",
         help="with --delete: check that no driver holds the pipeline's lock",
     )
+    add_zookeeper_auth_argument(parser)
     parser.add_argument(
         "--force",
         action="store_true",
@@ -141,7 +143,7 @@ def run(args: argparse.Namespace) -> Result:
         deleted: list[str] = []
         if args.delete:
             if args.zookeeper:
-                _check_no_driver(args.zookeeper, pipeline.layout)
+                _check_no_driver(args.zookeeper, pipeline.layout, args.zookeeper_auth)
             _take_pipeline(store, pipeline.layout)
             deleted = _delete_parts(store, pipeline.layout, staging, found)
             deleted += sink.kind.delete_leftovers(sink, [o for o in own if not o.kept])
@@ -151,16 +153,18 @@ def run(args: argparse.Namespace) -> Result:
     return _result(pipeline, sink, found, deleted, deleting=args.delete)
 
 
-def _check_no_driver(zookeeper: str, layout: PipelineLayout) -> None:
-    """:class:`UsageError` if a driver holds the pipeline's ZooKeeper lock."""
+def _check_no_driver(zookeeper: str, layout: PipelineLayout, auth: str | None = None) -> None:
+    """:class:`UsageError` if a driver holds the pipeline's ZooKeeper lock (read as
+    ``auth``, the coordinator's ``zookeeper_auth``)."""
+    from kazoo.exceptions import NoAuthError
     from kazoo.recipe.lock import Lock
 
-    from state.coordinator.zookeeper import ZooKeeperSession
-
-    session = ZooKeeperSession(zookeeper, call_timeout=ZOOKEEPER_TIMEOUT)
-    session.start(ZOOKEEPER_TIMEOUT)
+    session = open_session(zookeeper, auth, ZOOKEEPER_TIMEOUT)
     try:
-        holders = Lock(session.client, layout.zookeeper_driver_lock).contenders()
+        try:
+            holders = Lock(session.client, layout.zookeeper_driver_lock).contenders()
+        except NoAuthError as err:
+            raise session.refused("listing the holders of", layout.zookeeper_driver_lock) from err
     finally:
         session.stop()
     if holders:
