@@ -200,7 +200,20 @@ def weed_actions(r: Role, bucket: str, prefix: str, pipeline: str) -> list[str]:
                 action = f"{WEED_ACTION[g.action]}:{bucket}/{root}{pattern}"
             if action not in actions:
                 actions.append(action)
-    return actions
+    return [a for a in actions if not _covered(a, actions)]
+
+
+def _covered(action: str, actions: list[str]) -> bool:
+    """Another of ``actions`` with the same verb grants a prefix of ``action``'s path (the
+    driver's ``Write`` everywhere makes its deletes' narrower ``Write`` redundant)."""
+    verb, _, path = action.partition(":")
+    for other in actions:
+        other_verb, _, other_path = other.partition(":")
+        # what ``other`` grants: a key prefix (``bucket/path*``) or the whole bucket
+        granted = other_path.removesuffix("*") if other_path.endswith("*") else other_path + "/"
+        if other != action and other_verb == verb and path.startswith(granted):
+            return True
+    return False
 
 
 def weed_identity_json(

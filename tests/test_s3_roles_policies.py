@@ -75,6 +75,13 @@ def test_seaweedfs_actions_end_in_their_only_wildcard() -> None:
         "Write:b/pre/p1/staging/*",
     ]
     assert weed_actions(CLI_READ, "b", "", "p1") == ["List:b", "Read:b"]
+    # SeaweedFS's Write is puts and deletes: the driver's narrower deletes fold into it
+    assert weed_actions(DRIVER, "b", "pre", "p1") == [
+        "List:b/pre/*",
+        "Read:b/pre/*",
+        "Write:b/pre/*",
+    ]
+    assert weed_actions(DRIVER, "b", "", "p1") == ["List:b", "Read:b", "Write:b"]
 
 
 def test_without_takes_one_permission_away() -> None:

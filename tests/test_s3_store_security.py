@@ -19,7 +19,7 @@ import pytest
 from state.errors import StateError, StoreConfigError, StoreUnavailable
 from state.stores import STORE_OPTIONS, S3Settings, StoreConfig
 from state.stores.s3_store import S3Store
-from tests.test_s3_store import URI, FakeClient, client_error, make
+from tests.test_s3_store import URI, FakeClient, Step, client_error, make
 
 ARN = "arn:aws:s3:::bucket-a/pre/fix"
 
@@ -63,7 +63,8 @@ CASES: list[tuple[str, str, Callable[[S3Store], object], str, str]] = [
 def test_access_denied_names_the_operation_the_key_and_the_permission(
     op: str, operation: str, call: Callable[[S3Store], object], permission: str, weed: str
 ) -> None:
-    fake = ListingClient(**{op: [denied(op)]})
+    steps: list[Step] = [denied(op)]
+    fake = ListingClient(**{op: steps})
     store, sleeps = make(fake)
     with pytest.raises(StateError) as info:
         call(store)

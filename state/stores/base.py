@@ -61,6 +61,7 @@ class S3Settings:
     connect_timeout: float | None = None
     read_timeout: float | None = None
     retry_deadline: float | None = None
+    ca_bundle: str | None = None
 
 
 # --- options: state.uri and s3.*, shared by the source, the sink and the coordinator -----
@@ -118,6 +119,13 @@ S3_RETRY_DEADLINE = DurationOption(
     doc="how long one operation keeps retrying transient failures",
 )
 
+S3_CA_BUNDLE = StringOption(
+    name="s3.caBundle",
+    default_doc="`AWS_CA_BUNDLE`, else botocore's bundle (public CAs)",
+    doc="a PEM file of the CA certificates that sign an `https://` endpoint's certificate, on "
+    "every host (a certificate it does not trust fails at once, naming the endpoint)",
+)
+
 S3_OPTIONS = OptionTable(
     "s3",
     (
@@ -129,6 +137,7 @@ S3_OPTIONS = OptionTable(
         S3_CONNECT_TIMEOUT,
         S3_READ_TIMEOUT,
         S3_RETRY_DEADLINE,
+        S3_CA_BUNDLE,
     ),
 )
 STORE_OPTIONS = OptionTable("state", (STATE_URI, *S3_OPTIONS.entries))
@@ -176,6 +185,7 @@ class StoreConfig:
             connect_timeout=_under(s3_prefix, S3_CONNECT_TIMEOUT).read(opts),
             read_timeout=_under(s3_prefix, S3_READ_TIMEOUT).read(opts),
             retry_deadline=_under(s3_prefix, S3_RETRY_DEADLINE).read(opts),
+            ca_bundle=_under(s3_prefix, S3_CA_BUNDLE).read(opts),
         )
         return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
 

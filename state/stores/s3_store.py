@@ -27,6 +27,19 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
   or was already superseded by a writer who read it). If the store stays unreachable,
   :class:`StoreWriteUnknown` (a :class:`StoreUnavailable`) says the outcome is unknown.
 
+* Refusals: an ``AccessDenied`` is fatal (never retried): a :class:`StateError` naming the
+  operation (get, put, create, compare-and-swap, list, delete), the key (or the listed
+  prefix) and the permission the credentials likely lack, as AWS names it with the
+  resource ARN (``s3:PutObject on arn:aws:s3:::bucket/prefix/key``) and as a SeaweedFS
+  identity action (``Write:bucket/prefix/key``); docs/security.md has each role's
+  policy. Credentials the server does not accept (``InvalidAccessKeyId``...) are told
+  apart from a missing permission.
+* TLS: an ``https://`` endpoint's certificate is checked against ``s3.caBundle`` (a PEM
+  file), else ``AWS_CA_BUNDLE``, else botocore's bundle. A certificate that does not
+  verify is a fatal :class:`StoreConfigError` naming ``s3.caBundle``, the endpoint and
+  the reason, at the first request: retrying cannot make it trusted. Other TLS failures
+  (a handshake cut short) are transport failures and retried.
+
 The boto3 client is created on first use and dropped when the store is pickled. Clients
 come from one boto3 session per process (and ``AWS_*`` environment), which loads the S3
 service model once: the first client of a process costs 0.1-0.5 s, later ones a few
@@ -39,9 +52,11 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -91,15 +106,26 @@ _THROTTLING = {
 }
 _TRANSIENT = {"InternalError", "RequestTimeout", "OperationAborted", "BadGateway"}
 _PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict"}
-_AUTH = {
-    "AccessDenied",
+# A permission the credentials lack (or a policy that denies): fatal, names the permission.
+_DENIED = {"AccessDenied", "AllAccessDisabled"}
+# Credentials the server does not accept at all: fatal, names the credential options.
+_BAD_CREDENTIALS = {
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "ExpiredToken",
     "InvalidToken",
-    "AllAccessDisabled",
     "AuthorizationHeaderMalformed",
 }
+# The S3 permission (AWS) and SeaweedFS identity action each store operation needs.
+_PERMISSION = {
+    "get": ("s3:GetObject", "Read"),
+    "read back": ("s3:GetObject", "Read"),  # HeadObject after an ambiguous write
+    "put": ("s3:PutObject", "Write"),
+    "create": ("s3:PutObject", "Write"),
+    "compare-and-swap": ("s3:PutObject", "Write"),
+    "delete": ("s3:DeleteObject", "Write"),
+}
+LIST_OPERATION = "list"
 
 # Failures where the request never reached the server: a write cannot have happened.
 _UNSENT = (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError)
@@ -198,6 +224,7 @@ class S3Store(StateStore):
             response_checksum_validation="when_required",
             max_pool_connections=16,
         )
+        verify = self.ca_bundle()
         shared = _sessions.get_or_create(aws_environment(), _Session)
         with shared.lock:
             return shared.session.client(
@@ -206,8 +233,24 @@ class S3Store(StateStore):
                 region_name=s3.region,
                 aws_access_key_id=s3.access_key_id,
                 aws_secret_access_key=s3.secret_access_key,
+                verify=verify,  # None: AWS_CA_BUNDLE, else botocore's bundle
                 config=config,
             )
+
+    def ca_bundle(self) -> str | None:
+        """``s3.caBundle``, checked to be a readable file on this host (executors read
+        their own copy); None if not given. :class:`StoreConfigError` naming the option
+        otherwise (botocore would fail each request with a less telling error)."""
+        path = self.config.s3.ca_bundle
+        if path is None:
+            return None
+        if not os.access(path, os.R_OK) or not Path(path).is_file():
+            raise StoreConfigError(
+                "s3.caBundle",
+                path,
+                f"a readable PEM file of CA certificates on this host (store {self.uri})",
+            )
+        return path
 
     def release(self) -> None:
         with self._lock:
@@ -231,7 +274,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     raise KeyNotFound(self.uri, key) from None
-                raise self.translate_error(err, key) from err
+                raise self.translate_error(err, key, "get") from err
             return Versioned(data, resp["ETag"])
 
         return self.retry(attempt)
@@ -246,7 +289,7 @@ class S3Store(StateStore):
                     Bucket=self.bucket, Key=name, Body=data, Metadata={TOKEN_METADATA: token}
                 )
             except Exception as err:
-                raise self.translate_error(err, key) from err
+                raise self.translate_error(err, key, "put") from err
             return resp["ETag"]
 
         return self.retry(attempt)  # an unconditional put is safe to repeat
@@ -270,7 +313,7 @@ class S3Store(StateStore):
                 for page in pages:
                     keys.extend(obj["Key"][cut:] for obj in page.get("Contents", []))
             except Exception as err:
-                raise self.translate_error(err, prefix or "<all keys>") from err
+                raise self.translate_error(err, prefix, LIST_OPERATION) from err
             return sorted(keys)
 
         return self.retry(attempt)
@@ -284,7 +327,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     return
-                raise self.translate_error(err, key) from err
+                raise self.translate_error(err, key, "delete") from err
 
         self.retry(attempt)
 
@@ -307,14 +350,10 @@ class S3Store(StateStore):
                         },
                     )
                 except Exception as err:
-                    raise self.translate_error(err, batch[0]) from err
+                    raise self.translate_error(err, batch[0], "delete") from err
                 failed = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
                 if failed:
-                    first = failed[0]
-                    raise StateError(
-                        f"{self.uri}: deleting {len(failed)} of {len(batch)} key(s) failed, "
-                        f"e.g. '{first.get('Key')}': {first.get('Code')} {first.get('Message')}"
-                    )
+                    raise self._delete_failed(failed, len(batch))
 
             self.retry(attempt)
 
@@ -343,7 +382,7 @@ class S3Store(StateStore):
             except Exception as err:
                 if _code(err) in ("NoSuchKey", "404"):
                     raise lost(None, _SUPERSEDED) from first
-                raise self.translate_error(err, key) from err
+                raise self.translate_error(err, key, "read back") from err
             if head.get("Metadata", {}).get(TOKEN_METADATA) == token:
                 return head["ETag"]  # our earlier attempt did write
             raise lost(head["ETag"], _SUPERSEDED) from first
@@ -370,7 +409,9 @@ class S3Store(StateStore):
                     if ambiguous:
                         return resolve(err)
                     raise lost(None) from None
-                translated = self.translate_error(err, key)
+                translated = self.translate_error(
+                    err, key, "create" if expected is None else "compare-and-swap"
+                )
                 if translated.retriable and _may_have_written(err):
                     ambiguous = True
                 raise translated from err
@@ -398,12 +439,17 @@ class S3Store(StateStore):
     def _object_prefix(self, prefix: str) -> str:
         return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
-    def translate_error(self, err: Exception, key: str) -> GtBarrierError:  # noqa: PLR0911 - one return per error class of the mapping
-        """Map a boto3/transport error about ``key`` (a key or a description of the object)
-        to the error hierarchy: :class:`StoreUnavailable` (retriable) for throttling, 5xx
-        and transport failures, :class:`StoreConfigError` for a missing bucket or
-        credentials, :class:`StateError` otherwise. Code that calls :attr:`client` directly
-        (the s3 consumer) raises what this returns, so both report failures alike."""
+    def translate_error(  # noqa: PLR0911 - one return per error class of the mapping
+        self, err: Exception, key: str, operation: str | None = None
+    ) -> GtBarrierError:
+        """Map a boto3/transport error of ``operation`` (``"get"``, ``"put"``,
+        ``"create"``, ``"compare-and-swap"``, ``"list"``, ``"delete"``, ``"read back"``;
+        None: unknown) on ``key`` (a key, or for a listing its prefix) to the error
+        hierarchy: :class:`StoreUnavailable` (retriable) for throttling, 5xx and transport
+        failures; :class:`StoreConfigError` for a missing bucket or credentials, or a TLS
+        certificate not trusted; :class:`StateError` for a refusal (naming the permission
+        likely missing) and anything else. Code that calls :attr:`client` directly (the
+        s3 consumer) raises what this returns, so both report failures alike."""
         code = _code(err)
         status = _status(err)
         if code == "NoSuchBucket":
@@ -421,6 +467,17 @@ class S3Store(StateStore):
             )
         if isinstance(err, bce.ParamValidationError):
             return StoreConfigError("key", key, f"a key S3 accepts (store {self.uri}): {err}")
+        untrusted = _certificate_not_trusted(err)
+        if untrusted is not None:
+            endpoint = _endpoint_of(err) or self._where()
+            return StoreConfigError(
+                "s3.caBundle",
+                self.config.s3.ca_bundle,
+                f"the CA that signed the TLS certificate of {endpoint}: that certificate was not "
+                f"trusted ({untrusted}). Set s3.caBundle, or AWS_CA_BUNDLE, to a PEM file "
+                "holding the CA that signed it",
+                where=self.uri,
+            )
         if isinstance(err, _UNSENT + _TRANSPORT):
             return StoreUnavailable(
                 self.uri, key, f"{type(err).__name__} talking to {self._where()}: {err}"
@@ -435,12 +492,61 @@ class S3Store(StateStore):
                 or (status is not None and status >= 500)
             ):
                 return StoreUnavailable(self.uri, key, cause)
-            if code in _AUTH:
-                return StateError(f"{self.uri}: key '{key}': access refused: {cause}")
+            if code in _DENIED:
+                return StateError(self._refusal(operation, key, cause))
+            if code in _BAD_CREDENTIALS:
+                return StateError(
+                    f"{self.uri}: {operation or 'access'} of key '{key}': the credentials were "
+                    f"not accepted: {cause}. Check s3.accessKeyId and s3.secretAccessKey, or the "
+                    "AWS configuration chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)"
+                )
             return StateError(f"{self.uri}: key '{key}': {cause}")
         if isinstance(err, GtBarrierError):
             return err
         return StateError(f"{self.uri}: key '{key}': {type(err).__name__}: {err}")
+
+    def _refusal(self, operation: str | None, key: str, cause: str) -> str:
+        """What an ``AccessDenied`` of ``operation`` on ``key`` tells the operator."""
+        if operation == LIST_OPERATION:
+            prefix = self._object_prefix(key)
+            return (
+                f"{self.uri}: list of keys under '{key}' was refused: {cause.rstrip('.')}. "
+                f"These credentials likely lack s3:ListBucket on arn:aws:s3:::{self.bucket} "
+                f"with s3:prefix '{prefix}' (SeaweedFS: List:{self.bucket}/{prefix}); "
+                "see docs/security.md"
+            )
+        if operation not in _PERMISSION:
+            return f"{self.uri}: key '{key}': access refused: {cause}"
+        permission, action = _PERMISSION[operation]
+        name = f"{self.bucket}/{self._object(key)}"
+        text = (
+            f"{self.uri}: {operation} of key '{key}' was refused: {cause.rstrip('.')}. "
+            f"These credentials likely lack {permission} on arn:aws:s3:::{name} "
+            f"(SeaweedFS: {action}:{name})"
+        )
+        if permission == "s3:GetObject":
+            text += (
+                f"; on AWS a key that does not exist is refused the same way without "
+                f"s3:ListBucket on arn:aws:s3:::{self.bucket}"
+            )
+        return text + "; see docs/security.md"
+
+    def _delete_failed(self, failed: Sequence[Mapping[str, Any]], asked: int) -> StateError:
+        """The error of a ``DeleteObjects`` whose answer lists keys it did not delete."""
+        first = failed[0]
+        name = str(first.get("Key", ""))
+        key = name.removeprefix(self._object_prefix(""))
+        cause = f"{first.get('Code')} {first.get('Message')}".rstrip(".")
+        if first.get("Code") in _DENIED:
+            return StateError(
+                f"{self.uri}: delete of {len(failed)} of {asked} key(s) was refused, e.g. "
+                f"'{key}': {cause}. These credentials likely lack s3:DeleteObject on "
+                f"arn:aws:s3:::{self.bucket}/{name} (SeaweedFS: Write:{self.bucket}/{name}); "
+                "see docs/security.md"
+            )
+        return StateError(
+            f"{self.uri}: delete of {len(failed)} of {asked} key(s) failed, e.g. '{key}': {cause}"
+        )
 
     def _where(self) -> str:
         s3 = self._s3
@@ -480,6 +586,39 @@ def _status(err: Exception) -> int | None:
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return int(status) if status is not None else None
     return None
+
+
+def _certificate_not_trusted(err: Exception) -> str | None:
+    """The reason a TLS certificate did not verify, if that is what ``err`` is: botocore's
+    ``SSLError`` wraps urllib3's, which wraps :class:`ssl.SSLCertVerificationError`."""
+    if not isinstance(err, bce.SSLError | urllib3.exceptions.SSLError | ssl.SSLError):
+        return None
+    seen: set[int] = set()
+    stack: list[object] = [err]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return str(e)
+        kwargs = getattr(e, "kwargs", None)
+        nested = kwargs.get("error") if isinstance(kwargs, dict) else None
+        stack.extend([e.__cause__, e.__context__, nested, *e.args])
+    text = str(err)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return text[text.index("CERTIFICATE_VERIFY_FAILED") :]
+    return None
+
+
+def _endpoint_of(err: Exception) -> str | None:
+    """``scheme://host:port`` of the URL a botocore error names, if it names one."""
+    kwargs = getattr(err, "kwargs", None)
+    url = kwargs.get("endpoint_url") if isinstance(kwargs, dict) else None
+    if not isinstance(url, str):
+        return None
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}" if parsed.netloc else None
 
 
 def _may_have_written(err: Exception) -> bool:
