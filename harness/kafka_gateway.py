@@ -482,20 +482,26 @@ class Refused(Exception):
     """The connection is closed for the reason given (logged as a ``refused`` event)."""
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What every connection of the listener uses."""
+
+    config: GatewayConfig
+    events: Events
+    scram: Mapping[str, ScramCredential]
+    tls_context: ssl.SSLContext | None
+
+
 class Connection:
     """One client connection: TLS, then SASL (if configured), then forwarding."""
 
     def __init__(
-        self,
-        config: GatewayConfig,
-        events: Events,
-        scram: Mapping[str, ScramCredential],
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, shared: Shared, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self.config = config
-        self.events = events
-        self.scram = scram
+        self.config = shared.config
+        self.tls_context = shared.tls_context
+        self.events = shared.events
+        self.scram = shared.scram
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -509,7 +515,7 @@ class Connection:
 
     async def run(self) -> None:
         try:
-            if self.config.tls is not None:
+            if self.tls_context is not None:
                 await self._start_tls()
             if self.config.mechanism is not None:
                 await self._authenticate()
@@ -538,12 +544,9 @@ class Connection:
                         writer.close()
 
     async def _start_tls(self) -> None:
-        assert self.config.tls is not None
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.config.tls.cert, self.config.tls.key)
+        assert self.tls_context is not None
         try:
-            await self.writer.start_tls(context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            await self.writer.start_tls(self.tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
         except (ssl.SSLError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as err:
             # A plaintext Kafka request read as a TLS record ("wrong version number"), or a
             # client that does not trust the test CA (it aborts with an alert).
@@ -734,11 +737,16 @@ def _scram_credentials(config: GatewayConfig) -> dict[str, ScramCredential]:
 
 async def serve(config: GatewayConfig) -> None:
     """Accept connections until the process is stopped."""
-    events = Events(config.events)
-    scram = _scram_credentials(config)
+    context: ssl.SSLContext | None = None
+    if config.tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(config.tls.cert, config.tls.key)
+    shared = Shared(config, Events(config.events), _scram_credentials(config), context)
+    events = shared.events
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await Connection(config, events, scram, reader, writer).run()
+        await Connection(shared, reader, writer).run()
 
     server = await asyncio.start_server(handle, config.host, config.port, reuse_address=True)
     events.write(
