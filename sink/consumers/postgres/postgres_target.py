@@ -57,7 +57,13 @@ class TargetColumn:
         """The column's type for messages."""
         if self.sql_type:
             return self.sql_type
-        return self.type_name + ("[]" if self.is_array else "")
+        modifier = ""
+        if self.length is not None:
+            modifier = f"({self.length})"
+        elif self.precision is not None:
+            scale = "" if self.scale is None else f",{self.scale}"
+            modifier = f"({self.precision}{scale})"
+        return self.type_name + modifier + ("[]" if self.is_array else "")
 
 
 @dataclass(frozen=True)
