@@ -1,0 +1,90 @@
+"""A driver program for the dead-letter tests (run by the ``driver`` fixture).
+
+gtkafka -> ``key``, ``value``, ``note`` (``"n<number>"``, or text with a NUL character for
+the numbers in ``--nul``) and ``gt`` (null for the numbers in ``--null-gt``: a poison row
+for every consumer) -> barrier. Every record reaches the sink; the sink's options decide
+what is refused and where it goes. Exits 0 when the query ends (Trigger.AvailableNow), 1
+with the error on stderr when it fails; a fault injected with GTBARRIER_FAULT kills it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+
+def numbers(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--max-offsets", default="1000")
+    parser.add_argument("--null-gt", default="", help="numbers whose gt is null")
+    parser.add_argument("--nul", default="", help="numbers whose note holds a NUL character")
+    parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as sf
+
+    import gtbarrier
+    from harness.spark import local_spark_conf
+
+    workdir = Path(tempfile.mkdtemp(prefix="dead-letter-driver-", dir=Path.cwd()))
+    builder = SparkSession.builder
+    for key, value in {**local_spark_conf(workdir), "spark.master": "local[2,2]"}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    gtbarrier.register_all(spark)
+
+    df = (
+        spark.readStream.format("gtkafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("pipeline.id", args.pipeline)
+        .option("state.uri", args.state)
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .load()
+    )
+    number = sf.col("value").cast("string").cast("long")
+    null_gt, nul = numbers(args.null_gt), numbers(args.nul)
+    gt = sf.col("gt")
+    if null_gt:
+        gt = sf.when(number.isin(null_gt), sf.lit(None)).otherwise(sf.col("gt"))
+    note = sf.concat(sf.lit("n"), number.cast("string"))
+    if nul:
+        note = sf.when(number.isin(nul), sf.concat(sf.lit("bad\u0000"), note)).otherwise(note)
+    out = df.select("key", "value", note.alias("note"), gt.alias("gt"))
+    sink_options = dict(o.split("=", 1) for o in args.sink_option)
+    query = (
+        out.writeStream.format("barrier")
+        .option("pipeline.id", args.pipeline)
+        .option("state.uri", args.state)
+        .options(**sink_options)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    print(f"STARTED query {query.id} run {query.runId}", flush=True)
+    try:
+        query.awaitTermination()
+    except Exception as err:
+        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+    print("QUERY FINISHED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

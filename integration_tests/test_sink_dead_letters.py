@@ -1,0 +1,337 @@
+"""Rows a consumer's target refuses, against real servers: the poison bundle, the way past
+it, and dead letters exactly once under SIGKILL at every protocol step.
+
+Drivers run ``integration_tests/dead_letter_driver_program.py`` (gtkafka -> key, value,
+note, gt -> barrier) in their own process groups (the ``driver`` fixture). A row without a
+``gt`` is refused by every consumer; with consumer=postgres a NUL character in text is
+refused too. At the end, the consumer's rows and the dead letters together hold every
+input record exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gtbarrier.cli import main as gtbarrier
+from integration_tests.sink_helpers import read_bundles
+from sink.dead_letters import (
+    BUNDLE_COLUMN,
+    COLUMN_COLUMN,
+    H_BUNDLE,
+    H_COLUMN,
+    H_OFFSET,
+    H_PIPELINE,
+    REASON_COLUMN,
+    dead_letter_name,
+)
+from sink.faults import InjectedFault
+from state.layout import PipelineLayout
+from state.protocol.barrier_state import read_barrier_state
+from state.records.barrier import BarrierState
+from state.stores import open_store
+from tests.sink_helpers import Pipeline, sink_options
+from tests.test_sink_dead_letters import crash_at, note_batch
+
+PROGRAM = Path(__file__).with_name("dead_letter_driver_program.py")
+DRIVER_TIMEOUT = 240.0
+PARTITIONS = 2
+PER_EPOCH = 1000  # maxOffsetsPerTrigger: epoch e reads the numbers [1000 e, 1000 e + 1000)
+
+
+def produce(kafka: Any, topic: str, n: int) -> None:
+    """Records ``value = "<i>"`` for i < n, number i in partition i % 2."""
+    kafka.produce(
+        topic,
+        ((b"k%d" % i, b"%d" % i, None, i % PARTITIONS) for i in range(n)),
+        batch_size=2000,
+    )
+
+
+class Chain:
+    """One pipeline into a file consumer (or another), run by successive drivers."""
+
+    def __init__(
+        self,
+        driver: Any,
+        kafka: Any,
+        tmp_path: Path,
+        topic: str,
+        *,
+        per_epoch: int = PER_EPOCH,
+        null_gt: str = "",
+        nul: str = "",
+    ) -> None:
+        self.driver, self.kafka, self.topic, self.tmp_path = driver, kafka, topic, tmp_path
+        self.per_epoch = per_epoch
+        self.pipeline = "dl"
+        self.state_uri = f"file://{tmp_path}/state"
+        self.out = tmp_path / "out"
+        self.dead = tmp_path / "dead"
+        self.poison = {"null-gt": null_gt, "nul": nul}
+        self.store = open_store(self.state_uri)
+        self.layout = PipelineLayout(self.pipeline)
+
+    def consumer_options(self) -> dict[str, str]:
+        return {"consumer": "file", "consumer.path": str(self.out)}
+
+    def tolerant(self) -> dict[str, str]:
+        return {"errors.tolerance": "all", "errors.deadLetter.path": f"file://{self.dead}"}
+
+    def run(self, *, fault: str | None = None, options: dict[str, str] | None = None) -> Any:
+        args = [
+            "--bootstrap", self.kafka.bootstrap, "--topic", self.topic,
+            "--pipeline", self.pipeline, "--state", self.state_uri,
+            "--checkpoint", str(self.tmp_path / "cp"), "--max-offsets", str(self.per_epoch),
+        ]  # fmt: skip
+        for name, numbers in self.poison.items():
+            if numbers:
+                args += [f"--{name}", numbers]
+        for key, value in {**self.consumer_options(), **(options or {})}.items():
+            args += ["--sink-option", f"{key}={value}"]
+        return self.driver.run(PROGRAM, *args, env={"GTBARRIER_FAULT": fault} if fault else None)
+
+    def state(self) -> BarrierState:
+        return read_barrier_state(self.store, self.layout)
+
+    def progress(self) -> tuple[int, int | None]:
+        s = self.state()
+        return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
+
+    def bundle_files(self) -> list[int]:
+        return sorted(int(p.name[7:19]) for p in self.out.glob("bundle-*.parquet"))
+
+    def dead_letter_files(self) -> list[int]:
+        return sorted(int(p.name[7:19]) for p in self.dead.glob("bundle-*.parquet"))
+
+    def staged(self) -> list[Path]:
+        return sorted((self.out / "_staging").rglob("*.parquet"))
+
+    def delivered_numbers(self) -> list[int]:
+        if not self.bundle_files():
+            return []
+        return [int(v) for v in read_bundles(self.out).column("value").to_pylist()]
+
+    def dead_letters(self) -> pa.Table:
+        return read_bundles(self.dead)
+
+
+def failed(proc: Any) -> str:
+    code = proc.wait(DRIVER_TIMEOUT)
+    out: str = proc.output()
+    assert code == 1, f"driver exited {code}, expected a failed query:\n{out[-3000:]}"
+    return out
+
+
+def finished(proc: Any) -> str:
+    code = proc.wait(DRIVER_TIMEOUT)
+    out: str = proc.output()
+    assert code == 0, out[-3000:]
+    return out
+
+
+def killed(proc: Any) -> None:
+    code = proc.wait(DRIVER_TIMEOUT)
+    assert code == -signal.SIGKILL, f"driver exited {code}, not killed:\n{proc.output()[-3000:]}"
+
+
+def file_id(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    capsys.readouterr()
+    code = gtbarrier([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_poison_bundle_stops_every_restart_before_any_of_it_is_delivered_until_all_takes_it(
+    driver: Any, kafka: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n, poison = 4000, 2503  # epoch 2 holds the row without a gt
+    topic = kafka.create_topic(partitions=PARTITIONS)
+    produce(kafka, topic, n)
+    c = Chain(driver, kafka, tmp_path, topic, null_gt=str(poison))
+
+    # errors.tolerance=none (the default): the query stops before anything of bundle 2 is
+    # delivered, and every restart on the same checkpoint does the same
+    for _ in range(2):
+        out = failed(c.run())
+        assert "RowsRefused" in out and "bundle 2 (epoch 2, batch 2 of query" in out, out[-3000:]
+        assert "was not stored" in out and "gt null, column 'gt': no gt (null)" in out
+        assert "errors.tolerance=all" in out
+        assert c.progress() == (1, None) and c.bundle_files() == [0, 1]
+        assert sorted(c.delivered_numbers()) == list(range(2 * PER_EPOCH))
+        assert [p for p in c.staged() if "/000000000002/" in str(p)] == []
+        assert not c.dead.exists()
+
+    # the way past it: the same checkpoint with errors.tolerance=all
+    out = finished(c.run(options=c.tolerant()))
+    assert c.progress() == (3, None) and c.bundle_files() == [0, 1, 2, 3]
+    assert "1 row(s) refused, in dead letters file://" in out
+    delivered = c.delivered_numbers()
+    dead = c.dead_letters()
+    refused = [int(v) for v in dead.column("value").to_pylist()]
+    assert refused == [poison] and poison not in delivered
+    assert sorted(delivered + refused) == list(range(n)), "lost or duplicated records"
+    assert dead.column(BUNDLE_COLUMN).to_pylist() == [2]
+    assert dead.column(COLUMN_COLUMN).to_pylist() == ["gt"]
+    assert dead.column("gt").to_pylist() == [None] and dead.column("note").to_pylist() == [
+        f"n{poison}"
+    ]
+    assert c.dead_letter_files() == [2] and c.staged() == []
+
+    # the counts, as an operator sees them
+    where = ["--pipeline", c.pipeline, "--state-uri", c.state_uri, "--dead-letters"]
+    listed = cli_json(capsys, "deadletters", *where, f"file://{c.dead}")
+    assert [(b["bundle_id"], b["rows"], b["acknowledged"]) for b in listed["bundles"]] == [
+        (2, 1, True)
+    ]
+    one = cli_json(capsys, "deadletters", *where, f"file://{c.dead}", "--bundle", "2")
+    assert one["items"][0]["value"] and one["items"][0][REASON_COLUMN].startswith("no gt")
+    status = cli_json(capsys, "status", *where, f"file://{c.dead}")
+    assert status["dead_letters"]["rows"] == 1 and status["barrier"]["gt_last"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_once(
+    driver: Any, kafka: Any, tmp_path: Path
+) -> None:
+    epochs = 8
+    n = epochs * PER_EPOCH
+    poison = [e * PER_EPOCH + 7 for e in range(epochs)]  # one row without a gt per epoch
+    topic = kafka.create_topic(partitions=PARTITIONS)
+    produce(kafka, topic, n)
+    c = Chain(driver, kafka, tmp_path, topic, null_gt=",".join(map(str, poison)))
+    tolerant = c.tolerant()
+    seen: dict[int, tuple[int, int]] = {}
+
+    def dead_letter_file(bundle: int) -> Path:
+        path = c.dead / dead_letter_name(bundle)
+        assert path.exists(), f"no dead-letter file for bundle {bundle}"
+        seen.setdefault(bundle, file_id(path))
+        return path
+
+    # 1. killed before bundle 1 is recorded in flight: nothing of it written
+    killed(c.run(fault="before_inflight:1", options=tolerant))
+    assert c.progress() == (0, None) and c.dead_letter_files() == [0]
+    dead_letter_file(0)
+    # 2. killed right after bundle 2's dead letters were written, before its in-flight record
+    killed(c.run(fault="after_dead_letters:2", options=tolerant))
+    assert c.progress() == (1, None) and c.dead_letter_files() == [0, 1, 2]
+    assert c.bundle_files() == [0, 1]
+    for bundle in (1, 2):
+        dead_letter_file(bundle)
+    # 3. killed after bundle 3 was recorded in flight (its dead letters written before)
+    killed(c.run(fault="after_inflight:3", options=tolerant))
+    assert c.progress() == (2, 3) and c.dead_letter_files() == [0, 1, 2, 3]
+    inflight = c.state().inflight
+    assert inflight is not None and inflight.dead_letter_rows == 1
+    assert all(Path(c.out, p.location).exists() for p in inflight.dead_letters)
+    dead_letter_file(3)
+    # 4. bundle 3 redelivered (its dead letters found, not written again); bundle 4 reaches
+    #    the consumer, which dies before it acknowledges
+    killed(c.run(fault="after_deliver:4", options=tolerant))
+    assert c.progress() == (3, 4) and c.bundle_files() == [0, 1, 2, 3, 4]
+    dead_letter_file(4)
+    # 5. killed after the consumer acknowledged bundle 5, before GT_last moves
+    killed(c.run(fault="after_ack:5", options=tolerant))
+    assert c.progress() == (4, 5)
+    dead_letter_file(5)
+    # 6. killed after GT_last moved to 6, before Spark's commit log: Spark replays batch 6,
+    #    which the barrier drops (its dead letters untouched)
+    killed(c.run(fault="after_gt_last:6", options=tolerant))
+    assert c.progress() == (6, None)
+    dead_letter_file(6)
+    # 7. to the end
+    finished(c.run(options=tolerant))
+    assert c.progress() == (7, None) and c.bundle_files() == list(range(epochs))
+    assert c.dead_letter_files() == list(range(epochs))
+    for bundle in range(epochs):
+        dead_letter_file(bundle)
+    assert {b: file_id(c.dead / dead_letter_name(b)) for b in seen} == seen, (
+        "a dead-letter file was written again"
+    )
+
+    delivered = c.delivered_numbers()
+    dead = c.dead_letters()
+    refused = [int(v) for v in dead.column("value").to_pylist()]
+    assert sorted(refused) == poison
+    assert len(delivered) == len(set(delivered)), "records delivered twice"
+    assert sorted(delivered + refused) == list(range(n)), "lost or duplicated records"
+    assert sorted(dead.column(BUNDLE_COLUMN).to_pylist()) == list(range(epochs))
+    for bundle in range(epochs):
+        rows = pq.read_table(c.dead / dead_letter_name(bundle))
+        assert [int(v) for v in rows.column("value").to_pylist()] == [poison[bundle]]
+    assert c.staged() == []
+
+
+# --- on S3 and to a topic, in-process (no Spark) ------------------------------------------
+
+
+def test_dead_letters_on_s3_and_on_a_topic_are_written_once_across_a_crash(
+    s3: Any, kafka: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dlq = kafka.create_topic(partitions=2)
+    options = sink_options(
+        **{
+            "consumer.format": "jsonl",
+            "errors.tolerance": "all",
+            "errors.deadLetter.path": s3.uri("dead"),
+            "errors.deadLetter.topic": dlq,
+            "errors.deadLetter.kafka.bootstrap.servers": kafka.bootstrap,
+            **s3.options(),
+        }
+    )
+    p = Pipeline(options)
+    p.record_batch(0, epoch=5)
+    rows = [note_batch(5, 0, [0, 1, 2, 3], bad=[1, 3], null_gt=[2])]
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, rows)], 0)
+    key = f"dead/{dead_letter_name(5)}"
+    first = s3.client().head_object(Bucket=s3.bucket, Key=key)
+    messages = kafka.consume_all(dlq)
+    assert len(messages) == 3 and p.consumer.calls == 0
+
+    # the restart replays the epoch: the file and the messages are found, not written again
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([p.write(0, rows)], 0)
+    assert outcome.action == "delivered" and (outcome.rows, outcome.dead_letters) == (1, 3)
+    again = s3.client().head_object(Bucket=s3.bucket, Key=key)
+    assert again["ETag"] == first["ETag"] and again["LastModified"] == first["LastModified"]
+    assert len(kafka.consume_all(dlq)) == 3
+
+    dead = pq.read_table(
+        pa.BufferReader(s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read())
+    )
+    assert dead.column(COLUMN_COLUMN).to_pylist() == ["gt", "note", "note"]
+    headers = [dict(m.headers) for m in messages]
+    by_reason = sorted(
+        (h[H_COLUMN].decode(), h.get(H_OFFSET, b"-").decode(), h[H_BUNDLE].decode())
+        for h in headers
+    )
+    assert by_reason == [("gt", "-", "5"), ("note", "1", "5"), ("note", "3", "5")]
+    assert all(h[H_PIPELINE] == b"p1" and "gtb.index" in h for h in headers)
+    assert sorted(m.value for m in messages) == [b"0:1", b"0:2", b"0:3"]  # the value column
+
+    listed = cli_json(
+        capsys,
+        "deadletters",
+        "--pipeline", "p1", "--state-uri", options.store.uri,
+        "--dead-letters", s3.uri("dead"),
+        *[f"--option={k}={v}" for k, v in s3.options().items()],
+    )  # fmt: skip
+    assert [(b["bundle_id"], b["rows"]) for b in listed["bundles"]] == [(5, 3)]
