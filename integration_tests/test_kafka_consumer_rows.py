@@ -94,13 +94,17 @@ def test_the_real_producer_refuses_what_validate_rejects_at_the_limit(
     at = largest_accepted(settings, key, item_headers)
     sink_headers = [(name, LARGEST) for name in (H_BUNDLE, H_GT, H_INDEX, H_COUNT)]
     headers = [*item_headers, *sink_headers]
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, **producer_config(settings, 10.0))
+    config = producer_config(settings, 10.0, "rows")  # the sink's: transactional
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, **config)
     try:
+        producer.init_transactions()
+        producer.begin_transaction()
         with pytest.raises(MessageSizeTooLargeError):
             producer.send(topic, key=key, value=at + b"v", headers=headers, partition=0)
         sent = producer.send(topic, key=key, value=at, headers=headers, partition=0)
         producer.flush(timeout=30)
         assert sent.get(timeout=30).offset == 0
+        producer.commit_transaction()
     finally:
         producer.close(timeout=5)
     (record,) = kafka.consume_all(topic)

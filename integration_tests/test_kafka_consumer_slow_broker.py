@@ -171,34 +171,34 @@ def test_late_produce_answers_are_awaited_not_redelivered(kafka: Any) -> None:
     assert_exactly_once(copies(kafka, topic), [1, 2])
 
 
-def test_unsettled_delivery_stops_instead_of_redelivering(kafka: Any) -> None:
-    """Produce answers never come within the producer's delivery timeout: the outcome is
-    unknowable in-process, so the commit stops (the bundle stays in flight) without a
-    second attempt; the restart resolves it from the topic's tail, exactly once."""
+def test_an_unsettled_delivery_is_retried_after_a_fence_and_lands_once(kafka: Any) -> None:
+    """Produce answers do not come within the producer's delivery timeout: the attempt's
+    outcome is unknown, so its producer is closed and the attempt fails retriably. The
+    retry fences that producer (a new one with the pipeline's transactional.id) before it
+    reads the tail, then sends what is missing: delivered by the same commit, once."""
     topic = kafka.create_topic(partitions=2)
     slow = SlowProduce(count=1_000, delay=2.5)
     with KafkaProxy(kafka.bootstrap, slow) as proxy:
-        p = kafka_pipeline(proxy.bootstrap, topic, **{"consumer.kafka.delivery.timeout.ms": "3000"})
+        p = kafka_pipeline(
+            proxy.bootstrap,
+            topic,
+            **{"consumer.kafka.delivery.timeout.ms": "3000", "delivery.maxRetries": "1"},
+        )
+
+        class BrokerRecovers(list[float]):
+            def append(self, seconds: float) -> None:  # the barrier's backoff before a retry
+                slow.remaining = 0
+                super().append(seconds)
+
+        p.sleeps = BrokerRecovers()
         try:
-            with pytest.raises(CommitStateUnknown) as info:
-                commit_bundle(p, 0, 1)
+            outcome = commit_bundle(p, 0, 1)
         finally:
             p.consumer.close()
-        assert not info.value.retriable and "may still land" in str(info.value)
-        notes = "\n".join(getattr(info.value, "__notes__", []))
-        assert "after 1 attempt(s)" in notes and "restarting the query resolves it" in notes
-        inflight = p.state().inflight
-        assert inflight is not None and inflight.bundle_id == 1
-        # the restart: a new run with a new consumer, and a broker that answers in time
-        slow.remaining = 0
-        p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
-        p.run_id = "run-b"
-        try:
-            outcome = commit_bundle(p, 1, 2)
-        finally:
-            p.consumer.close()
-    assert outcome.recovered == 1 and outcome.action == "delivered"
-    assert_exactly_once(copies(kafka, topic), [1, 2])
+    assert slow.delayed > 0 and len(p.sleeps) == 1  # one failed attempt, one retry
+    assert outcome.action == "delivered"
+    assert p.state().gt_last == 1 and p.state().inflight is None
+    assert_exactly_once(copies(kafka, topic), [1])
 
 
 def test_a_zombies_produce_requests_written_late_never_duplicate_the_new_drivers_items(
@@ -271,7 +271,6 @@ def test_a_request_written_after_the_restart_never_duplicates_the_restarts_items
             **{
                 "consumer.kafka.request.timeout.ms": "2000",
                 "consumer.kafka.delivery.timeout.ms": "3000",
-                "consumer.kafka.retries": "0",
                 "delivery.maxRetries": "0",
             },
         )

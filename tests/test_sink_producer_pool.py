@@ -8,10 +8,11 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 
 from sink.bundle import Bundle
 from sink.consumers import open_consumer
-from sink.consumers.kafka import KafkaTopicConsumer
+from sink.consumers.kafka import KafkaTopicConsumer, producer_config
 from sink.consumers.producer_pool import MAX_IDLE_S, PRODUCERS, client_pool
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
@@ -134,15 +135,51 @@ class Answered:
         return False
 
 
+class Committed:
+    """A transaction's commit, answered."""
+
+    def wait(self, timeout_ms: int | None = None) -> bool:
+        return True
+
+
+class FakeTransactions:
+    def __init__(self) -> None:
+        self.commits = 0
+
+    def begin_commit(self) -> Committed:
+        self.commits += 1
+        return Committed()
+
+
+class FakeSender:
+    def wakeup(self) -> None:
+        pass
+
+    def force_close(self) -> None:
+        pass
+
+
 class FakeKafkaProducer(FakeProducer):
-    """kafka-python's producer as the consumer uses it; ``refuse`` makes every send fail
-    before the message is handed over."""
+    """kafka-python's transactional producer as the consumer uses it; ``refuse`` makes
+    every send fail before the message is handed over."""
 
     refuse = False
+    DEFAULT_CONFIG = KafkaProducer.DEFAULT_CONFIG  # option parsing reads the known settings
 
     def __init__(self, **config: Any) -> None:
         super().__init__()
+        self.config = config
         self.sent: list[dict[str, Any]] = []
+        self.inits = 0
+        self.transactions = 0
+        self._transaction_manager = FakeTransactions()
+        self._sender = FakeSender()
+
+    def init_transactions(self) -> None:
+        self.inits += 1
+
+    def begin_transaction(self) -> None:
+        self.transactions += 1
 
     def send(self, topic: str, **message: Any) -> Answered:
         if self.refuse:
@@ -192,12 +229,63 @@ def test_a_settled_producer_goes_back_to_the_pool(kafka_pipeline: Pipeline) -> N
     ack = consumer.deliver(bundle(kafka_pipeline))  # every message answered: settled
     producer = consumer.producer()
     assert ack.rows == 2 and isinstance(producer, FakeKafkaProducer) and len(producer.sent) == 2
+    assert (producer.inits, producer.transactions) == (1, 1)
+    assert producer._transaction_manager.commits == 1
     consumer.close()
     assert not producer.closed and len(PRODUCERS) == 1
     again = kafka_consumer(kafka_pipeline)
     assert again.producer() is producer  # the pooled one: nothing connects
     again.close()  # never delivered: not known to be settled
     assert producer.closed and len(PRODUCERS) == 0
+
+
+def test_a_redelivery_fences_with_a_new_producer_even_when_one_is_pooled(
+    kafka_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled producer may be behind a zombie's: the tail scan of a redelivery is made
+    only after a new producer's init_transactions, and the idle one is closed."""
+    consumer = kafka_consumer(kafka_pipeline)
+    consumer.deliver(bundle(kafka_pipeline))
+    pooled = consumer.producer()
+    consumer.close()
+    assert len(PRODUCERS) == 1
+    scans: list[Any] = []
+    again = kafka_consumer(kafka_pipeline)
+
+    def tails() -> list[Any]:
+        scans.append(again._producer)
+        return []
+
+    monkeypatch.setattr(again, "_tails", tails)
+    again.deliver(bundle(kafka_pipeline), redelivery=True)
+    fresh = again.producer()
+    assert fresh is not pooled and pooled.closed and len(PRODUCERS) == 0
+    assert isinstance(fresh, FakeKafkaProducer) and fresh.inits == 1
+    assert scans == [fresh]  # the scan came after the fence
+    assert again.last_bundle() is None  # a scan of its own, after a fence of its own
+    assert fresh.closed and scans[-1] is not fresh
+    again.close()
+
+
+def test_the_producer_is_transactional_per_pipeline(kafka_pipeline: Pipeline) -> None:
+    consumer = kafka_consumer(kafka_pipeline)
+    producer = consumer.producer()
+    assert isinstance(producer, FakeKafkaProducer)
+    assert producer.config["transactional_id"] == "gtbarrier.p1"
+    assert producer.config["transaction_timeout_ms"] == 120_000 + 60_000 + 60_000
+    assert (producer.config["acks"], producer.config["retries"]) == ("all", 5)
+    consumer.close()
+    named = SinkOptions.parse(
+        {
+            "pipeline.id": "p1",
+            "state.uri": "memory://x",
+            "consumer": "kafka",
+            "consumer.kafka.bootstrap.servers": "127.0.0.1:9",
+            "consumer.topic": "out",
+            "consumer.kafka.transactional.id": "billing-out",
+        }
+    )
+    assert producer_config(named.settings, 30.0, "p1")["transactional_id"] == "billing-out"  # type: ignore[arg-type]
 
 
 def test_an_unsettled_producer_is_closed(kafka_pipeline: Pipeline) -> None:

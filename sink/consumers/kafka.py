@@ -23,12 +23,19 @@ bundle before the previous one was acknowledged). Delivering a bundle again firs
 which of its indices are already in the topic and sends only the missing ones, so a bundle
 interrupted half-way is completed, never repeated.
 
-An attempt never ends while one of its messages may still be buffered or in flight
-(:meth:`KafkaTopicConsumer._settle`): after ``ack.timeoutMs`` it waits for the producer's
-verdict on each message (at most ``delivery.timeout.ms``); late acknowledgements deliver
-the bundle, broker rejections fail the attempt retriably, and anything still unknown
-closes the producer and raises :class:`~state.errors.DeliveryUnsettled`, which stops the
-query instead of redelivering in-process (docs/sink.md, "A slow broker").
+A tail scan is only right if nothing sent before it can land after it, and no time bound
+promises that (a broker writes a request whenever it reads it; a zombie driver may still
+be sending). So the producer is transactional, with one ``transactional.id`` per
+pipeline, each delivery attempt one transaction, and every scan is preceded by a new
+producer's ``init_transactions()`` (:meth:`KafkaTopicConsumer._fence`): the broker then
+aborts what an older producer left open and refuses its later requests. The scan reads
+``read_committed``, as the topic's readers should (docs/sink.md, "Transactions").
+
+An attempt waits for the producer's verdict on each message before it ends
+(:meth:`KafkaTopicConsumer._settle`): after ``ack.timeoutMs``, up to
+``delivery.timeout.ms``; late acknowledgements deliver the bundle, and anything else
+closes the producer and fails the attempt retriably: the retry fences it before it scans
+(docs/sink.md, "A slow broker").
 
 The end of a partition is the larger of ListOffsets and a fetch's high watermark: the
 Tansu broker answers ListOffsets "latest" with the base offset of the last record batch
@@ -64,7 +71,7 @@ from sink.consumers.kafka_rows import (
 from sink.consumers.producer_pool import PRODUCERS
 from sink.faults import FaultInjector
 from sink.staging import Staging
-from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed, DeliveryUnsettled
+from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
 from state.kafka_errors import translate_kafka_error
 from state.option_table import PrefixOption, StringOption
 from state.options import Options
@@ -88,7 +95,7 @@ KAFKA_MANAGED = {
     "value.serializer": "the sink sends the value column's bytes",
     "acks": "the sink always uses acks=all",
     "max.in.flight.requests.per.connection": "the sink uses 1 to keep order on retries",
-    "enable.idempotence": "ordering is kept with one request in flight",
+    "enable.idempotence": "the sink's producer is transactional, hence idempotent",
     "bootstrap.servers": "use consumer.kafka.bootstrap.servers",
 }
 
@@ -174,13 +181,18 @@ def _producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
             raise opts.error(name, "a kafka-python producer setting, e.g. consumer.kafka.linger.ms")
         if key == MAX_REQUEST_SIZE and not (value.isdigit() and int(value) > 0):
             raise opts.error(name, "a number of bytes (an integer >= 1)")
+        if key == "retries" and not (value.isdigit() and int(value) > 0):
+            raise opts.error(name, "an integer >= 1 (the sink's producer is transactional)")
         config[key] = value
     return tuple(sorted(config.items()))
 
 
-def producer_config(settings: KafkaTopicSettings, ack_timeout: float) -> dict[str, Any]:
+def producer_config(
+    settings: KafkaTopicSettings, ack_timeout: float, pipeline_id: str
+) -> dict[str, Any]:
     """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns;
-    ``ack_timeout`` is ``ack.timeoutMs`` in seconds."""
+    ``ack_timeout`` is ``ack.timeoutMs`` in seconds. The producer is transactional, its
+    ``transactional.id`` the pipeline's (:func:`transactional_id`)."""
     config: dict[str, Any] = {}
     for name, raw in settings.config:
         key = name.replace(".", "_")
@@ -201,8 +213,23 @@ def producer_config(settings: KafkaTopicSettings, ack_timeout: float) -> dict[st
             int(config["linger_ms"]) + int(config["request_timeout_ms"]),
         ),
     )
+    config.setdefault("transactional_id", transactional_id(pipeline_id))
+    # A transaction spans one delivery attempt: the sends, the flush, the wait for late
+    # answers and the commit. The broker aborts one open longer (and Kafka's default cap,
+    # transaction.max.timeout.ms, is 15 minutes).
+    config.setdefault(
+        "transaction_timeout_ms",
+        min(900_000, int(config["delivery_timeout_ms"]) + 2 * int(ack_timeout * 1000) + 60_000),
+    )
     config.update(acks="all", max_in_flight_requests_per_connection=1)
     return config
+
+
+def transactional_id(pipeline_id: str) -> str:
+    """The ``transactional.id`` of a pipeline's producers (unless
+    ``consumer.kafka.transactional.id`` names another): the same for every driver and run of
+    the pipeline, so that a new producer fences every older one."""
+    return f"gtbarrier.{pipeline_id}"
 
 
 _NULL = object()
@@ -244,16 +271,20 @@ class KafkaTopicConsumer(Consumer):
         faults: FaultInjector,
         *,
         ack_timeout: float,
+        pipeline_id: str,
     ) -> None:
         super().__init__(staging, faults)
         self.settings = settings
         self.bootstrap = settings.bootstrap
         self.topic = settings.topic
         self.ack_timeout = ack_timeout
-        self.config = producer_config(settings, ack_timeout)
+        self.config = producer_config(settings, ack_timeout, pipeline_id)
         self.delivery_timeout = int(self.config["delivery_timeout_ms"]) / 1000.0
         self._producer: Any = None
         self._settled = False  # the last delivery was acknowledged: the producer holds nothing
+        # The producer was made by _fence() and has not begun a transaction since: the
+        # topic's tail cannot have grown behind a scan made now.
+        self._fresh = False
         config = tuple(sorted((k, repr(v)) for k, v in self.config.items()))
         self._pool_key = (self.bootstrap, config)
 
@@ -264,22 +295,54 @@ class KafkaTopicConsumer(Consumer):
 
     def producer(self) -> Any:
         """This consumer's producer: one an earlier commit of this process left settled in
-        the pool (:mod:`sink.consumers.producer_pool`), or a new one."""
+        the pool (:mod:`sink.consumers.producer_pool`), or a new one (:meth:`_fence`).
+
+        A pooled producer may have been fenced by another driver since: its next
+        transaction then fails (``ProducerFenced``) and nothing of it is written."""
         if self._producer is None:
-            from kafka import KafkaProducer
-
-            def pooled_or_new() -> Any:
-                pooled = PRODUCERS.take(self._pool_key)
-                if pooled is not None:
-                    return pooled
-                return KafkaProducer(
-                    bootstrap_servers=self.bootstrap,
-                    value_serializer=_value_serializer(),
-                    **self.config,
-                )
-
-            self._producer = self._kafka("connecting the producer", pooled_or_new)
+            pooled = PRODUCERS.take(self._pool_key)
+            if pooled is None:
+                self._fence()
+            else:
+                self._producer = pooled
         return self._producer
+
+    def _fence(self) -> None:
+        """Fence every older producer of the pipeline, then hold the new one.
+
+        A new producer's ``init_transactions()`` makes the broker bump the transactional
+        id's epoch, abort the transaction an older producer left open (on Kafka, after
+        completing one it had begun to commit), and refuse from then on every request of an
+        older epoch, also one already on its way to the broker (held in a queue or on the
+        network), or sent by a zombie driver. So a tail scan made after this sees all that
+        any older producer of the pipeline will ever have written: what it lacks, only this
+        producer can add. No time bound can promise that: a broker writes a request when it
+        reads it, whenever that is.
+        """
+        from kafka import KafkaProducer
+
+        self._discard_producer()
+        idle = PRODUCERS.take(self._pool_key)  # this process's own, fenced below
+        if idle is not None:
+            idle.close(timeout=0)
+
+        def new() -> Any:
+            producer = KafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                value_serializer=_value_serializer(),
+                **self.config,
+            )
+            try:
+                producer.init_transactions()
+            except BaseException:
+                producer.close(timeout=0)
+                raise
+            return producer
+
+        self._producer = self._kafka(
+            f"starting a producer with transactional.id {self.config['transactional_id']!r}", new
+        )
+        self._fresh = True
 
     def _kafka(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()``; a kafka-python failure becomes :class:`DeliveryFailed` when retriable."""
@@ -297,23 +360,31 @@ class KafkaTopicConsumer(Consumer):
             raise translated from err
 
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
-        """Send the bundle's missing items and wait until the broker has answered for each.
+        """Send the bundle's missing items in one transaction, wait until the broker has
+        answered for each, and commit it.
 
-        Never returns or raises a retriable error while a message of this attempt may still
-        be buffered in the producer or in flight (a redelivery's tail scan would miss it and
-        send it again): see :meth:`_settle`.
+        A redelivery first fences every older producer of the pipeline (:meth:`_fence`),
+        then reads which items are in the topic: nothing sent before can land after that
+        read. An attempt whose outcome is unknown closes its producer and fails retriably;
+        the retry, a redelivery, fences it.
         """
         from kafka.errors import KafkaError, KafkaTimeoutError
 
         self._settled = False
+        if redelivery and not self._fresh:
+            self._fence()
         present = self._scan().get(bundle.bundle_id, set()) if redelivery else set()
         attempt = _Attempt(wanted=bundle.rows - len(present))
         try:
             producer = self.producer()
+            self._fresh = False
+            producer.begin_transaction()
             self._send(producer, bundle, present, attempt)
             producer.flush(timeout=self.ack_timeout)
         except Exception as err:
             if not attempt.futures:
+                # its transaction may be in an error state: the next attempt starts afresh
+                self._discard_producer()
                 if isinstance(err, KafkaError):
                     raise DeliveryFailed(
                         f"{self.describe()}: bundle {bundle.bundle_id}: no message was handed "
@@ -341,8 +412,39 @@ class KafkaTopicConsumer(Consumer):
                 f"{self.describe()}: bundle {bundle.bundle_id}: the broker rejected "
                 f"{len(rejected)} of {len(attempt.futures)} message(s): {rejected[0]!r}"
             )
+        self._commit_transaction(bundle)
         self._settled = True
         return Ack(bundle.bundle_id, bundle.rows, attempt.driver_bytes)
+
+    def _commit_transaction(self, bundle: Bundle) -> None:
+        """Commit the attempt's transaction, waiting at most ``ack.timeoutMs``.
+
+        kafka-python's ``commit_transaction()`` waits for the answer without a bound, and a
+        producer fenced meanwhile may get none (Tansu: the fenced EndTxn is retried for
+        ever), so the commit is started and awaited here. Without a verdict in time the
+        producer is closed and the attempt fails retriably: the retry's fence settles the
+        transaction (Kafka completes a commit it began before it bumps the epoch) and its
+        tail scan sees whether it was committed.
+        """
+        from kafka.errors import KafkaError
+
+        producer = self._producer
+        try:
+            result = producer._transaction_manager.begin_commit()
+            producer._sender.wakeup()
+            committed = result.wait(timeout_ms=int(self.ack_timeout * 1000))
+        except KafkaError as err:
+            self._discard_producer()
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id}: committing its transaction "
+                f"failed: {type(err).__name__}: {err}"
+            ) from err
+        if not committed:
+            self._discard_producer()
+            raise CommitStateUnknown(
+                f"{self.describe()}: bundle {bundle.bundle_id}: its transaction's commit was "
+                f"not answered within {self.ack_timeout:.0f}s; the producer was closed"
+            )
 
     def _send(self, producer: Any, bundle: Bundle, present: set[int], attempt: _Attempt) -> None:
         count = bundle.rows
@@ -358,8 +460,8 @@ class KafkaTopicConsumer(Consumer):
                         (H_INDEX, str(index).encode()),
                         (H_COUNT, str(count).encode()),
                     ]
-                    attempt.futures.append(
-                        producer.send(
+                    try:
+                        future = producer.send(
                             self.topic,
                             # kafka-python refuses a message with neither key nor value
                             # before its serializer runs; Kafka takes one (Spark's sink
@@ -369,7 +471,13 @@ class KafkaTopicConsumer(Consumer):
                             headers=all_headers,
                             partition=partition,
                         )
-                    )
+                    except ValueError as err:
+                        # a partition the producer's metadata lacks (added since it was
+                        # fetched: the retry's new producer fetches it again)
+                        raise DeliveryFailed(
+                            f"{self.describe()}: bundle {bundle.bundle_id}, item {index}: {err}"
+                        ) from err
+                    attempt.futures.append(future)
                     attempt.last_send = time.monotonic()
                     attempt.driver_bytes += len(value or b"") + len(key or b"")
                 index += 1
@@ -386,9 +494,10 @@ class KafkaTopicConsumer(Consumer):
         every message was acknowledged or rejected by the broker: nothing of this attempt
         can land later, and a redelivery's tail scan sees the whole truth. Otherwise (no
         answer in time, or a time-out / lost connection that may have left a request at the
-        broker) the producer is closed, so that nothing it still holds is ever sent, and
-        :class:`DeliveryUnsettled` stops the barrier: redelivering now could duplicate
-        items that are still on their way; the restart resolves the bundle from the topic.
+        broker) the producer is closed, so that nothing it still holds is ever sent, and the
+        attempt fails retriably (:class:`CommitStateUnknown`): the retry is a redelivery,
+        which fences this producer before it reads the topic's tail (:meth:`_fence`), so a
+        request still on its way is refused by the broker rather than written twice.
         """
         from kafka.errors import KafkaError
 
@@ -411,10 +520,10 @@ class KafkaTopicConsumer(Consumer):
             else f"{len(unsure)} message(s) failed without a broker answer ({unsure[0]!r})"
         )
         then = "" if cause is None else f", then {type(cause).__name__}: {cause}"
-        raise DeliveryUnsettled(
+        raise CommitStateUnknown(
             f"{self.describe()}: bundle {bundle.bundle_id}: {len(attempt.futures)} of "
-            f"{attempt.wanted} message(s) handed to the producer{then}; {what}. They may still "
-            "land, so the bundle is not sent again in this process; the producer was closed"
+            f"{attempt.wanted} message(s) handed to the producer{then}; {what}. The producer "
+            "was closed; a redelivery fences it before it reads the topic"
         ) from cause
 
     def _discard_producer(self) -> None:
@@ -436,6 +545,10 @@ class KafkaTopicConsumer(Consumer):
     # --- the tail of the topic ----------------------------------------------------------
 
     def last_bundle(self) -> LastBundle | None:
+        """The newest bundle all of whose items are in the topic (as a ``read_committed``
+        reader sees it), read after fencing every older producer of the pipeline."""
+        if not self._fresh:
+            self._fence()
         tails = self._tails()
         newest = [t.newest for t in tails if t.newest is not None]
         if not newest:
@@ -473,6 +586,9 @@ class KafkaTopicConsumer(Consumer):
                 request_timeout_ms=max(int(self.ack_timeout * 1000), 10_000) + 1000,
                 max_partition_fetch_bytes=8 << 20,
                 bootstrap_timeout_ms=int(self.ack_timeout * 1000),
+                # what a reader of the topic sees: on Kafka, not the items of an aborted
+                # attempt (Tansu shows them to every reader, and so counts them too)
+                isolation_level="read_committed",
                 **_connection_settings(self.settings),
             ),
         )
@@ -683,7 +799,11 @@ class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
         self, options: SinkView, staging: Staging, faults: FaultInjector
     ) -> KafkaTopicConsumer:
         return KafkaTopicConsumer(
-            self.settings(options), staging, faults, ack_timeout=options.ack_timeout
+            self.settings(options),
+            staging,
+            faults,
+            ack_timeout=options.ack_timeout,
+            pipeline_id=options.pipeline_id,
         )
 
 
