@@ -255,6 +255,11 @@ class Plan:
 
 
 Message = tuple[str, object]
+Run = tuple[Outcome, Schedule, int | None]
+#: When each phase must end, as a share of the time budget (cumulative): the exhaustive
+#: search of the small pipeline takes about 3 minutes of 2 idle cores; on a busy machine it
+#: is cut, and the output says so.
+PHASE_SHARES = (0.45, 0.55)
 
 
 class _Worker:
@@ -272,34 +277,48 @@ class _Worker:
         self.reported: set[str] = set()
 
     def run(self) -> None:
+        """The three phases, each until it is complete or its share of the time is spent
+        (the shares are cumulative: time a phase leaves goes to the next)."""
         plan, shard = self.plan, (self.index, self.plan.workers)
-        phases: list[tuple[str, SimConfig, Iterator[tuple[Outcome, Schedule, int | None]]]] = [
+        phases: list[tuple[str, float, SimConfig, Iterator[Run]]] = [
             (
                 f"every schedule of up to {plan.small_bound} events, one partition of two records",
+                PHASE_SHARES[0],
                 plan.small,
                 _unseeded(exhaustive(plan.small, plan.small_bound, shard=shard)),
             ),
             (
                 f"every schedule of up to {plan.bound} events, the default pipeline",
+                PHASE_SHARES[1],
                 plan.config,
                 _unseeded(exhaustive(plan.config, plan.bound, shard=shard)),
             ),
             (
                 f"random walks from seed {plan.seed}, the default pipeline",
+                1.0,
                 plan.config,
                 _walks(plan.config, plan.seed + self.index, plan.workers),
             ),
         ]
-        for name, config, runs in phases:
-            if self.index == 0:
-                self.out.put(("phase", name))
+        started = time.monotonic()
+        for name, share, config, runs in phases:
+            until = started + share * plan.seconds
+            before = self.tally.schedules
+            complete = True
             for outcome, schedule, seed in runs:
                 self.record(config, outcome, schedule, seed)
-                if self.done():
+                if self.done() or time.monotonic() >= until:
+                    complete = False
                     break
+            self.flush(force=True)
+            count = self.tally.schedules - before
+            if share >= 1.0:
+                state = "until the time limit"
+            else:
+                state = "complete" if complete else "cut at its time limit (not complete)"
+            self.out.put(("phase", f"worker {self.index}: {name}: {count:,} schedules, {state}"))
             if self.done():
                 break
-        self.flush(force=True)
         self.out.put(("done", self.index))
 
     def done(self) -> bool:
@@ -330,16 +349,12 @@ class _Worker:
         self.sent, self.last_send = now_counts, now
 
 
-def _unseeded(
-    runs: Iterator[tuple[Outcome, Schedule]],
-) -> Iterator[tuple[Outcome, Schedule, int | None]]:
+def _unseeded(runs: Iterator[tuple[Outcome, Schedule]]) -> Iterator[Run]:
     for outcome, schedule in runs:
         yield outcome, schedule, None
 
 
-def _walks(
-    config: SimConfig, first: int, stride: int
-) -> Iterator[tuple[Outcome, Schedule, int | None]]:
+def _walks(config: SimConfig, first: int, stride: int) -> Iterator[Run]:
     seed = first
     while True:
         outcome, schedule = run_seed(config, seed)
@@ -411,7 +426,7 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
             total.schedules += payload[1]
             total.violations += payload[2]
         elif kind in ("violation", "phase"):
-            emit(str(payload) if kind == "violation" else f"phase: {payload}")
+            emit(str(payload))
         elif kind == "done":
             running -= 1
         now = time.monotonic()
