@@ -526,26 +526,36 @@ def topic_messages(table: pa.Table, pipeline_id: str) -> pa.Table:
 
 
 class _OneTable(Staging):
-    """A staging area of one table, the messages of one dead-letter bundle."""
+    """A staging area of one table, the messages of one dead-letter bundle, made when
+    first read (a topic that holds them already never needs them)."""
 
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
+    def __init__(self, table: Callable[[], pa.Table]) -> None:
+        self._make = table
+        self._table: pa.Table | None = None
 
     @property
     def root_prefix(self) -> str:
         return "dead-letters/"
 
     def write_part(self, location: str, table: pa.Table) -> int:
-        raise NotImplementedError
+        raise NotImplementedError("the dead-letter messages are made, never staged")
 
     def read_part(self, location: str) -> pa.Table:
-        return self.table
+        if self._table is None:
+            self._table = self._make()
+        return self._table
 
     def list(self, prefix: str) -> list[str]:
         return []
 
     def delete(self, location: str) -> None:
         """Nothing to delete: the table is in memory."""
+
+
+def dead_letter_transactional_id(pipeline_id: str) -> str:
+    """The ``transactional.id`` of the dead-letter topic's producers: the pipeline's own,
+    but not that of its kafka consumer (``gtbarrier.<pipeline>``), which it would fence."""
+    return f"gtbarrier.{pipeline_id}.dead-letters"
 
 
 @dataclass(frozen=True)
@@ -562,35 +572,41 @@ class DeadLetterTopic:
 
     def ensure(self, pipeline_id: str, bundle_id: int, rows: Callable[[], pa.Table]) -> bool:
         """Send bundle ``bundle_id``'s dead letters (``rows``, as the file holds them; read
-        only if needed) unless the topic holds them all; whether anything was sent."""
+        only if needed) unless the topic holds them all; whether anything was sent.
+
+        Through :class:`~sink.consumers.kafka.KafkaTopicConsumer`, whose producer is
+        transactional and whose tail scan first fences older producers of the same
+        ``transactional.id``: a bundle the topic holds completely is not sent again, one it
+        holds in part is completed from its first missing index."""
         from sink.consumers.kafka import KafkaTopicConsumer, KafkaTopicSettings
 
+        config = dict(self.config)
+        config.setdefault("transactional.id", dead_letter_transactional_id(pipeline_id))
         settings = KafkaTopicSettings(
-            bootstrap=self.bootstrap, topic=self.topic, config=self.config
+            bootstrap=self.bootstrap, topic=self.topic, config=tuple(sorted(config.items()))
         )
-        probe = KafkaTopicConsumer(
-            settings, _OneTable(pa.table({})), FaultInjector(), ack_timeout=self.ack_timeout
-        )
-        try:
-            last = probe.last_bundle()
-        finally:
-            probe.close()
-        if last is not None and last.bundle_id >= bundle_id:
-            return False
-        messages = topic_messages(rows(), pipeline_id)
-        bundle = Bundle(
-            pipeline_id=pipeline_id,
-            epoch=bundle_id,
-            query_id="",
-            batch_id=0,
-            parts=(StagedPart("dead-letters", messages.num_rows, 0),),
-            has_gt=False,
-            ordered=True,
-        )
+        staged = _OneTable(lambda: topic_messages(rows(), pipeline_id))
         sender = KafkaTopicConsumer(
-            settings, _OneTable(messages), FaultInjector(), ack_timeout=self.ack_timeout
+            settings,
+            staged,
+            FaultInjector(),  # the barrier's faults name the bundle's own steps, not these
+            ack_timeout=self.ack_timeout,
+            pipeline_id=pipeline_id,
         )
         try:
+            last = sender.last_bundle()
+            if last is not None and last.bundle_id >= bundle_id:
+                return False
+            count = staged.read_part("dead-letters").num_rows
+            bundle = Bundle(
+                pipeline_id=pipeline_id,
+                epoch=bundle_id,
+                query_id="",
+                batch_id=0,
+                parts=(StagedPart("dead-letters", count, 0),),
+                has_gt=False,
+                ordered=True,
+            )
             sender.deliver(bundle, redelivery=True)
         finally:
             sender.close()
