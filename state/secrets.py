@@ -14,7 +14,8 @@ and logs keeps the reference; :func:`resolve` turns it into the secret only wher
 is made, on the driver or in an executor's task, so the secret never sits in the query
 plan, the checkpoint or Spark's event log.
 
-A reference that cannot be resolved (an unset variable, a missing file or key) raises
+A reference that cannot be resolved (an unset variable, a missing file or key, another
+provider than ``env`` and ``file``) raises
 :class:`~state.errors.SecretReferenceError`, which names the option and the reference,
 never a value.
 """
@@ -28,7 +29,8 @@ from pathlib import Path
 
 from state.errors import SecretReferenceError
 
-REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
+REFERENCE = re.compile(r"\$\{([A-Za-z][A-Za-z0-9_]*):([^}]*)\}")
+PROVIDERS = ("env", "file")
 
 
 def has_reference(value: str) -> bool:
@@ -55,7 +57,14 @@ def resolve(
         reference = match.group(0)
         if provider == "env":
             return _from_environment(env, target, option, reference, where)
-        return _from_file(target, option, reference, where)
+        if provider == "file":
+            return _from_file(target, option, reference, where)
+        raise SecretReferenceError(
+            option,
+            reference,
+            "names an unknown provider (expected ${env:NAME}, ${file:/path} or ${file:/path:key})",
+            where=where,
+        )
 
     return REFERENCE.sub(secret, value)
 

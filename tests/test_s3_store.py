@@ -7,6 +7,7 @@ here a scripted fake client makes every branch happen on purpose.
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -365,3 +366,37 @@ def test_s3_timeout_options_are_parsed_and_checked() -> None:
     with pytest.raises(ConfigError) as info:
         StoreConfig.from_options({"state.uri": URI, "s3.readTimeout": "0s"})
     assert "'s3.readTimeout' = '0s'" in str(info.value) and "positive duration" in str(info.value)
+
+
+class _RecordingSession:
+    def __init__(self) -> None:
+        self.kwargs: dict[str, Any] = {}
+
+    def client(self, service: str, **kwargs: Any) -> object:
+        self.kwargs = kwargs
+        return object()
+
+
+def test_credentials_given_as_references_resolve_only_where_the_client_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from state.stores import s3_store
+
+    monkeypatch.setenv("GTB_TEST_S3_KEY", "AKIA-marker")
+    monkeypatch.setenv("GTB_TEST_S3_SECRET", "secret-marker-41")
+    settings = S3Settings(
+        endpoint="http://127.0.0.1:9",
+        access_key_id="${env:GTB_TEST_S3_KEY}",
+        secret_access_key="${env:GTB_TEST_S3_SECRET}",
+    )
+    store = S3Store(StoreConfig("s3://bucket/prefix", s3=settings))
+    assert b"secret-marker-41" not in pickle.dumps(store)  # what travels keeps the reference
+    session = _RecordingSession()
+    shared = type("Shared", (), {"session": session, "lock": threading.Lock()})()
+    monkeypatch.setattr(s3_store._sessions, "get_or_create", lambda key, create: shared)
+    store._make_client()
+    assert session.kwargs["aws_access_key_id"] == "AKIA-marker"
+    assert session.kwargs["aws_secret_access_key"] == "secret-marker-41"
+    monkeypatch.delenv("GTB_TEST_S3_SECRET")
+    with pytest.raises(ConfigError, match=r"'s3.secretAccessKey': secret reference \$\{env:"):
+        store._make_client()

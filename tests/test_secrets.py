@@ -18,7 +18,7 @@ def test_an_environment_variable_resolves_whole_or_inside_a_value() -> None:
     dsn = "postgresql://app:${env:PGPASSWORD}@db/orders"
     assert resolve(dsn, option="o", environ=env) == f"postgresql://app:{SECRET}@db/orders"
     assert resolve("plain value", option="o", environ=env) == "plain value"
-    assert has_reference(dsn) and not has_reference("plain ${notaprovider:x}")
+    assert has_reference(dsn) and not has_reference("plain $ {env:x} {env:y}")
 
 
 def test_a_file_resolves_without_its_trailing_line_break(tmp_path: Path) -> None:
@@ -46,6 +46,7 @@ def test_a_key_of_a_properties_file_resolves(tmp_path: Path) -> None:
         ("${env:}", "names no variable"),
         ("${file:relative/path}", "must name an absolute path"),
         ("${file:/no/such/file}", "names a file that does not exist"),
+        ("${vault:zk}", "names an unknown provider"),
     ],
 )
 def test_an_unresolvable_reference_names_the_option_and_the_reference(

@@ -7,7 +7,7 @@ them all once, in the constructor: a bad one raises :class:`ConfigError` naming 
 Durations accept ``"500ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a number of seconds.
 
 ``zookeeper_auth`` (:class:`ZooKeeperAuth`) is the one secret among them. The config keeps
-the text as given, so a secret reference (``${env:NAME}``, ``${file:/path}``) stays a
+the text as given, so a secret reference (:mod:`state.secrets`) stays a
 reference in the config and its pickles, and is resolved only where the kazoo client is
 created; no ``repr``, ``str`` or error message shows the credentials.
 """
@@ -25,6 +25,7 @@ from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.option_table import DocRow
 from state.options import Options, parse_duration
+from state.secrets import resolve
 from state.stores import StoreConfig
 
 WHERE = "SnapshotCoordinator"
@@ -137,59 +138,17 @@ PARAMETERS: tuple[Parameter, ...] = (
         "zookeeper_auth",
         "str | None",
         None,
-        "`scheme:credentials`, e.g. `digest:gtb:${env:ZK_PASSWORD}` (`${env:NAME}` and "
-        "`${file:/path}` are resolved when the session starts): the pipeline's znodes get "
+        "`scheme:credentials`, e.g. `digest:gtb:${env:ZK_PASSWORD}` (secret references "
+        "`${env:NAME}`, `${file:/path}`, `${file:/path:key}` are resolved when the session "
+        "starts): the pipeline's znodes get "
         "an ACL that gives this identity every permission and other clients none; `None`: "
         "open ACLs, as ZooKeeper makes them (docs/security.md).",
     ),
 )
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
-_REFERENCE = re.compile(r"\$\{([A-Za-z]+):([^}]*)\}")
-_REFERENCE_FORMS = "${env:NAME} or ${file:/path}"
+_REFERENCE_FORMS = "${env:NAME}, ${file:/path} or ${file:/path:key}"
 _HIDDEN = "<credentials hidden>"
-
-
-def resolve_secret_references(text: str, *, option: str, where: str = WHERE) -> str:
-    """``text`` with every ``${env:NAME}`` replaced by that environment variable and every
-    ``${file:/path}`` by that file's content (one trailing newline dropped, as ``echo``
-    and editors leave one).
-
-    :class:`ConfigError` naming ``option`` and the reference (never a resolved value) if a
-    variable is unset, a file cannot be read, or a reference has another form. A stand-in
-    for the general resolver of secret references (``state/secrets.py``, planned), which
-    will replace it; it resolves exactly these two forms.
-    """
-
-    def resolve(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2)
-        reference = match.group(0)
-        if kind == "env" and name:
-            value = os.environ.get(name)
-            if value is None:
-                raise ConfigError(
-                    option,
-                    _HIDDEN,
-                    f"{reference} to name an environment variable that is set ({name} is not set)",
-                    where=where,
-                )
-            return value
-        if kind == "file" and name:
-            try:
-                content = Path(name).read_text()
-            except (OSError, UnicodeDecodeError) as err:
-                raise ConfigError(
-                    option,
-                    _HIDDEN,
-                    f"{reference} to name a readable text file ({name}: {type(err).__name__})",
-                    where=where,
-                ) from None
-            return content[:-1] if content.endswith("\n") else content
-        raise ConfigError(
-            option, _HIDDEN, f"secret references of the form {_REFERENCE_FORMS}", where=where
-        )
-
-    return _REFERENCE.sub(resolve, text)
 
 
 @dataclass(frozen=True)
@@ -234,7 +193,7 @@ class ZooKeeperAuth:
         return resolved
 
     def _resolve(self, option: str, where: str) -> str:
-        return resolve_secret_references(self.given, option=option, where=where)
+        return resolve(self.given, option=option, where=where)
 
     def _check(self, resolved: str, option: str, where: str) -> None:
         user, sep, password = resolved.partition(":")
@@ -405,5 +364,4 @@ __all__ = [
     "CoordinatorConfig",
     "Parameter",
     "ZooKeeperAuth",
-    "resolve_secret_references",
 ]

@@ -76,6 +76,7 @@ from state.errors import (
 )
 from state.process_cache import ProcessCache
 from state.retry import Retry
+from state.secrets import resolve
 from state.stores.base import (
     StateStore,
     StoreConfig,
@@ -231,8 +232,8 @@ class S3Store(StateStore):
                 "s3",
                 endpoint_url=s3.endpoint,  # None: the AWS chain (AWS_ENDPOINT_URL_S3...) decides
                 region_name=s3.region,
-                aws_access_key_id=s3.access_key_id,
-                aws_secret_access_key=s3.secret_access_key,
+                aws_access_key_id=_secret(s3.access_key_id, "s3.accessKeyId"),
+                aws_secret_access_key=_secret(s3.secret_access_key, "s3.secretAccessKey"),
                 verify=verify,  # None: AWS_CA_BUNDLE, else botocore's bundle
                 config=config,
             )
@@ -551,6 +552,13 @@ class S3Store(StateStore):
     def _where(self) -> str:
         s3 = self._s3
         return str(s3.meta.endpoint_url) if s3 is not None else "the S3 endpoint"
+
+
+def _secret(value: str | None, option: str) -> str | None:
+    """An explicit credential with its secret references (:mod:`state.secrets`) resolved
+    here, where the client is made, so the options that travel and get logged keep the
+    reference, never the secret."""
+    return None if value is None else resolve(value, option=option, where="state store")
 
 
 class _Session:
