@@ -53,6 +53,7 @@ from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.stores import open_store
+from tests.sink_helpers import Pipeline, gt_batch
 
 ENDPOINTS = ("kafka_tls", "kafka_sasl_plain", "kafka_sasl_scram")
 QUERY_TIMEOUT = 300.0
@@ -165,18 +166,39 @@ def test_a_source_client_without_the_settings_is_refused_naming_the_servers(
     assert gateway.bootstrap in str(caught.value)
 
 
-def test_the_kafka_consumers_producer_sends_through_the_endpoint(
+def test_the_kafka_consumers_producer_delivers_a_bundle_through_the_endpoint(
     gateway: KafkaGateway, kafka: KafkaHelper
 ) -> None:
+    """A commit of the barrier protocol, in-process: its producer (transactional: the
+    transaction coordinator is found through the endpoint too) delivers the bundle."""
     topic = kafka.create_topic(partitions=1)
-    c = sink_consumer(gateway, topic)
-    try:
-        producer = c.producer()  # type: ignore[attr-defined]
-        producer.send(topic, value=b"through-the-gateway").get(timeout=30)
-    finally:
-        c.close()
-    assert [r.value for r in kafka.consume_all(topic)] == [b"through-the-gateway"]
+    p = sink_pipeline(gateway, topic)
+    p.record_batch(0, 1)
+    outcome = p.barrier().commit([p.write(0, [gt_batch(1, 0, range(20))], partition=0)], 0)
+    assert outcome.action == "delivered", outcome
+    items = [r for r in kafka.consume_all(topic) if dict(r.headers).get(H_BUNDLE) == b"1"]
+    assert len(items) == 20
     assert PRODUCE in {int(e["api_key"]) for e in gateway.events("request")}
+
+
+def sink_pipeline(gateway: KafkaGateway, topic: str) -> Pipeline:
+    """The barrier protocol in-process (tests/sink_helpers.py) with consumer=kafka
+    through ``gateway``."""
+    raw = {
+        "pipeline.id": f"sec-sink-{uuid.uuid4().hex[:8]}",
+        "consumer": "kafka",
+        "consumer.kafka.bootstrap.servers": gateway.bootstrap,
+        **gateway.options("consumer.kafka."),
+        "consumer.topic": topic,
+        "ack.timeoutMs": "20000",
+    }
+    p = Pipeline(SinkOptions.parse({**raw, "state.uri": "memory://sec-sink"}))
+    p.options = SinkOptions.parse({**raw, "state.uri": f"memory://{p.query_id}"})
+    assert p.options.store is not None
+    p.store = open_store(p.options.store)
+    p.consumer = open_consumer(p.options, p.store, FaultInjector())  # type: ignore[assignment]
+    p.staging = p.consumer.staging
+    return p
 
 
 def test_the_kafka_consumers_tail_scan_reads_the_last_bundle(
