@@ -170,6 +170,23 @@ def test_errors_tolerance_is_none_by_default_and_all_takes_a_file_or_s3_destinat
             "errors.deadLetter.kafka.linger.ms",
             "errors.deadLetter.topic",
         ),
+        *(
+            (
+                {
+                    "errors.tolerance": "all",
+                    "errors.deadLetter.path": "file:///tmp/dl",
+                    "errors.deadLetter.topic": "dlq",
+                    "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9092",
+                    f"errors.deadLetter.kafka.{name}": value,
+                },
+                f"errors.deadLetter.kafka.{name}",
+                expected,
+            )
+            for name, value, expected in [
+                ("acks", "1", "not to be set"),
+                ("no.such.setting", "1", "a kafka-python producer setting"),
+            ]
+        ),
     ],
 )
 def test_bad_error_options_name_the_option_the_value_and_what_was_expected(
@@ -178,6 +195,23 @@ def test_bad_error_options_name_the_option_the_value_and_what_was_expected(
     with pytest.raises(ConfigError) as err:
         sink_options(**extra)
     assert f"option '{option}'" in str(err.value) and expected in str(err.value)
+
+
+def test_the_topic_takes_its_cluster_and_producer_settings() -> None:
+    errors = sink_options(
+        **{
+            "errors.tolerance": "all",
+            "errors.deadLetter.path": "s3://b/dl",
+            "errors.deadLetter.topic": "dlq",
+            "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9092",
+            "errors.deadLetter.kafka.Linger.Ms": "5",
+        }
+    ).errors
+    assert (errors.topic, errors.bootstrap, errors.kafka) == (
+        "dlq",
+        "127.0.0.1:9092",
+        (("linger.ms", "5"),),
+    )
 
 
 def test_unknown_error_option_is_named() -> None:
