@@ -47,7 +47,8 @@ def test_items_with_gtb_headers_of_their_own_are_delivered_once_after_a_kill(
     driver: Any, kafka: Any, tmp_path: Path
 ) -> None:
     """Killed half-way through bundle 1, the restart resolves it from the sink's own headers
-    (not the items' ``gtb.bundle=999``): no bundle taken as delivered, no index sent twice."""
+    (not the items' ``gtb.bundle=999``): no bundle taken as delivered, no index sent twice.
+    Killed again once bundle 2 is acknowledged, the next restart finds it whole."""
     n, partitions = 3_000, 2
     topic = kafka.create_topic(partitions=partitions)
     out = kafka.create_topic(partitions=3)
@@ -69,8 +70,18 @@ def test_items_with_gtb_headers_of_their_own_are_delivered_once_after_a_kill(
     assert barrier.inflight is not None and barrier.inflight.bundle_id == 1
     assert 0 < len(kafka.consume_all(out)) < 2 * 1000  # bundle 0 and part of bundle 1
 
+    # the restart completes bundle 1, then dies once bundle 2's transaction is committed
+    # (acknowledged) but before GT_last moves: the next restart finds it in the topic
+    second = driver.run(PROGRAM, *args, env={"GTBARRIER_FAULT": "after_ack:2"})
+    code = second.wait(DRIVER_TIMEOUT)
+    assert code == -signal.SIGKILL, f"driver exited {code}, not killed:\n{second.output()[-3000:]}"
+    barrier = read_barrier_state(open_store(state), PipelineLayout("relay"))
+    assert (barrier.gt_last, barrier.inflight and barrier.inflight.bundle_id) == (1, 2)
+
     final = driver.run(PROGRAM, *args)
     assert final.wait(DRIVER_TIMEOUT) == 0, final.output()[-3000:]
+    barrier = read_barrier_state(open_store(state), PipelineLayout("relay"))
+    assert (barrier.gt_last, barrier.inflight) == (2, None)
 
     records = kafka.consume_all(out)
     copies = Counter(

@@ -271,7 +271,7 @@ def test_the_producer_is_transactional_per_pipeline(kafka_pipeline: Pipeline) ->
     consumer = kafka_consumer(kafka_pipeline)
     producer = consumer.producer()
     assert isinstance(producer, FakeKafkaProducer)
-    assert producer.config["transactional_id"] == "gtbarrier.p1"
+    assert producer.config["transactional_id"] == "gtbarrier.p1.out"
     assert producer.config["transaction_timeout_ms"] == 120_000 + 60_000 + 60_000
     assert (producer.config["acks"], producer.config["retries"]) == ("all", 5)
     consumer.close()

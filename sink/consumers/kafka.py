@@ -188,11 +188,11 @@ def _producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
 
 
 def producer_config(
-    settings: KafkaTopicSettings, ack_timeout: float, pipeline_id: str
+    settings: KafkaTopicSettings, ack_timeout: float, pipeline_id: str | None = None
 ) -> dict[str, Any]:
     """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns;
     ``ack_timeout`` is ``ack.timeoutMs`` in seconds. The producer is transactional, its
-    ``transactional.id`` the pipeline's (:func:`transactional_id`)."""
+    ``transactional.id`` the pipeline's for the topic (:func:`transactional_id`)."""
     config: dict[str, Any] = {}
     for name, raw in settings.config:
         key = name.replace(".", "_")
@@ -213,7 +213,7 @@ def producer_config(
             int(config["linger_ms"]) + int(config["request_timeout_ms"]),
         ),
     )
-    config.setdefault("transactional_id", transactional_id(pipeline_id))
+    config.setdefault("transactional_id", transactional_id(pipeline_id, settings.topic))
     # A transaction spans one delivery attempt: the sends, the flush, the wait for late
     # answers and the commit. The broker aborts one open longer (and Kafka's default cap,
     # transaction.max.timeout.ms, is 15 minutes).
@@ -225,11 +225,12 @@ def producer_config(
     return config
 
 
-def transactional_id(pipeline_id: str) -> str:
-    """The ``transactional.id`` of a pipeline's producers (unless
+def transactional_id(pipeline_id: str | None, topic: str) -> str:
+    """The ``transactional.id`` of the producers that write ``topic`` for a pipeline (unless
     ``consumer.kafka.transactional.id`` names another): the same for every driver and run of
-    the pipeline, so that a new producer fences every older one."""
-    return f"gtbarrier.{pipeline_id}"
+    the pipeline, so that a new producer fences every older one, and another for each topic
+    (a pipeline's output and its dead letters), so that they never fence each other."""
+    return f"gtbarrier.{pipeline_id}.{topic}" if pipeline_id else f"gtbarrier.{topic}"
 
 
 _NULL = object()
@@ -271,7 +272,7 @@ class KafkaTopicConsumer(Consumer):
         faults: FaultInjector,
         *,
         ack_timeout: float,
-        pipeline_id: str,
+        pipeline_id: str | None = None,
     ) -> None:
         super().__init__(staging, faults)
         self.settings = settings
