@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from simulation.consumer import SimConsumer
-from simulation.protocol import SimBarrier
 from simulation.query import (
     EMPTY_STATE,
     InputLog,
@@ -45,6 +44,7 @@ from simulation.query import (
 from simulation.scheduler import Actor
 from simulation.staging import SimStaging
 from simulation.store import SimStore
+from sink import barrier as sink_barrier
 from sink import lost_bundle, write_task
 from sink.bundle import BarrierCommitMessage
 from sink.faults import FaultInjector
@@ -406,9 +406,11 @@ class DriverProc:
 
     def acquire(self) -> None:
         """Take a fencing token, claim the barrier for this driver, read the lineage."""
-        token = fencing.take_token(self.store, self.layout, identifier=self.name)
+        token = fencing.take_token(
+            self.store, self.layout, identifier=self.name, races=self.world.retry()
+        )
         states = BarrierStateStore(
-            self.store, self.layout, clock=self.world.clock, sleep=self.world.sleep
+            self.store, self.layout, clock=self.world.clock, races=self.world.retry()
         )
         states.claim_driver(token, driver=self.name)
         point, _ = resume_point.read_resume_point(self.backend())
@@ -588,8 +590,10 @@ class DriverProc:
     def options(self) -> SinkOptions:
         return sink_options(self.store, self.token)
 
-    def barrier(self) -> SimBarrier:
-        return SimBarrier(
+    def barrier(self) -> sink_barrier.Barrier:
+        # Sequential reads: a greenlet cannot switch across the pool thread that would
+        # overlap them, and both are reads of records the commit only reads.
+        return sink_barrier.Barrier(
             self.options(),
             self.store,
             self.world.consumer_api,
@@ -597,6 +601,8 @@ class DriverProc:
             FaultInjector(),
             clock=self.world.clock,
             sleep=self.world.sleep,
+            races=self.world.retry(),
+            overlap_reads=False,
         )
 
     def operator_resolve(self) -> None:

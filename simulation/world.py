@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from simulation.consumer import AFTER, BEFORE, DOWN, ConsumerLog, SimConsumer
 from simulation.invariants import Checker, Violation
-from simulation.protocol import deterministic_retries, sim_cas_loop
 from simulation.query import InputLog, Row, SimConfig
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
 from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
@@ -36,7 +35,7 @@ from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimSto
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
 from state.records.resume_point import ResumePoint
-from state.retry import Retry
+from state.retry import Retry, cas_loop
 from state.stores import StateStore, new_store
 
 _WORLDS = itertools.count(1)
@@ -184,7 +183,7 @@ class World:
 
     def retry(self) -> Retry:
         """The product's retry loop for lost races, on the simulation's sleep and clock."""
-        return sim_cas_loop(self.sleep, self.clock)
+        return cas_loop(sleep=self.sleep, clock=self.clock)
 
     def checkpoint_point(self, what: str, batch_id: int) -> None:
         """Writing a checkpoint log entry (local files, not the store): a crash point."""
@@ -328,18 +327,17 @@ class World:
         """Run the schedule, then the liveness check; the first violation ends it."""
         KNOWN.clear()
         self.main = Greenlet.current()
-        with deterministic_retries(self.sleep, self.clock):
-            try:
-                self.start_driver(Checkpoint())
-                self._loop(self.config.max_steps)
+        try:
+            self.start_driver(Checkpoint())
+            self._loop(self.config.max_steps)
+            if self.violation is None:
+                if not self.healing:
+                    self.heal(self.heal_mode)
+                self._loop(self.step + self.config.heal_steps)
                 if self.violation is None:
-                    if not self.healing:
-                        self.heal(self.heal_mode)
-                    self._loop(self.step + self.config.heal_steps)
-                    if self.violation is None:
-                        self.checker.final()
-            finally:
-                self._teardown()
+                    self.checker.final()
+        finally:
+            self._teardown()
         return Outcome(
             self.step,
             self.fired,

@@ -85,7 +85,7 @@ from state.profiling import StepTimer
 from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
 from state.protocol.batch_records import epoch_of_batch
 from state.records.barrier import BarrierState, Owner
-from state.retry import delivery
+from state.retry import Retry, cas_loop, delivery
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
 
@@ -154,7 +154,13 @@ class Barrier:
         dead_letters: DeadLetters | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        races: Retry | None = None,
+        overlap_reads: bool = True,
     ) -> None:
+        """``clock`` stamps owners, ``sleep`` waits between delivery attempts, ``races``
+        retries a claim's lost race (default :func:`~state.retry.cas_loop` on ``sleep``),
+        and ``overlap_reads`` reads a commit's batch record and barrier state concurrently
+        (two round trips in the time of one); without it, one after the other."""
         """``dead_letters``: where refused rows go; by default opened (when a bundle has
         any) from ``errors.deadLetter.path``."""
         self.options = options
@@ -164,7 +170,10 @@ class Barrier:
         self.faults = faults if faults is not None else FaultInjector.from_environment()
         self.layout = PipelineLayout(options.pipeline_id)
         self.sleep = sleep
-        self.states = BarrierStateStore(store, self.layout, clock=clock, sleep=sleep)
+        self.states = BarrierStateStore(
+            store, self.layout, clock=clock, races=races or cas_loop(sleep=sleep)
+        )
+        self.overlap_reads = overlap_reads
         self._dead_letters = dead_letters
 
     # --- Spark's hooks --------------------------------------------------------------
@@ -402,7 +411,9 @@ class Barrier:
         self, batch: BatchCommit
     ) -> tuple[int | None, tuple[BarrierState, str | None]]:
         """The batch's epoch and the barrier state, read concurrently (two round trips
-        to the store in the time of one)."""
+        to the store in the time of one) unless ``overlap_reads`` is off."""
+        if not self.overlap_reads:
+            return self._epoch_of(batch), self.states.load()
         with ThreadPoolExecutor(max_workers=1) as pool:
             loading = pool.submit(self.states.load)
             epoch = self._epoch_of(batch)

@@ -47,7 +47,7 @@ from state.errors import (
 from state.layout import PipelineLayout
 from state.records.barrier import BarrierState, Owner, RunMarker, SkippedBundle
 from state.records.codec import decode
-from state.retry import cas_loop
+from state.retry import Retry, cas_loop
 from state.stores import StateStore
 
 # A fence is one of the barrier's decisions: logged with them (docs/sink.md, "Log and metrics").
@@ -103,12 +103,14 @@ class BarrierStateStore:
         layout: PipelineLayout,
         *,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        races: Retry | None = None,
     ) -> None:
+        """``clock`` stamps owners and run markers; ``races`` retries what a lost race
+        makes a claim do again (default :func:`~state.retry.cas_loop`)."""
         self.store = store
         self.layout = layout
         self.clock = clock
-        self.sleep = sleep
+        self.races = races or cas_loop()
 
     @property
     def where(self) -> str:
@@ -212,7 +214,7 @@ class BarrierStateStore:
             return Claim(claimed, new_version, took_over=True)
 
         try:
-            return cas_loop(sleep=self.sleep)(once)
+            return self.races(once)
         except ConcurrentModification:
             raise self.fenced(
                 replaced, run_id, "it lost the race to claim the pipeline every time"
@@ -267,7 +269,7 @@ class BarrierStateStore:
                 self.store.compare_and_swap_json(key, new.to_json(), version)
             return claimed
 
-        return cas_loop(sleep=self.sleep)(once)
+        return self.races(once)
 
     def run_generation(self, run_id: str) -> int | None:
         """The generation run ``run_id`` claimed (0 for a marker written before markers

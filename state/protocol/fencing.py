@@ -24,7 +24,7 @@ from state.errors import PipelineFenced
 from state.layout import PipelineLayout
 from state.records.codec import decode
 from state.records.driver import NO_TOKEN, DriverOwner, DriverRecord
-from state.retry import cas_loop
+from state.retry import Retry, cas_loop
 from state.stores import StateStore
 
 
@@ -42,11 +42,13 @@ def read_token(store: StateStore, layout: PipelineLayout) -> int:
     return NO_TOKEN if record is None else record.token
 
 
-def take_token(store: StateStore, layout: PipelineLayout, *, identifier: str = "") -> int:
+def take_token(
+    store: StateStore, layout: PipelineLayout, *, identifier: str = "", races: Retry | None = None
+) -> int:
     """Hand out the next token (compare-and-swap on the driver record).
 
-    A lost race reads the record again (:func:`~state.retry.cas_loop`); the store retries
-    its own requests.
+    A lost race reads the record again, within ``races`` (default
+    :func:`~state.retry.cas_loop`); the store retries its own requests.
     """
     owner = DriverOwner(
         host=socket.gethostname(), pid=os.getpid(), identifier=identifier, since=time.time()
@@ -63,7 +65,7 @@ def take_token(store: StateStore, layout: PipelineLayout, *, identifier: str = "
         store.compare_and_swap_json(layout.driver, taken.to_json(), hit.version)
         return taken.token
 
-    return cas_loop()(once)
+    return (races or cas_loop())(once)
 
 
 def check_token(store: StateStore, layout: PipelineLayout, token: int) -> None:
