@@ -408,6 +408,30 @@ def _crash_after_inflight(p: Pipeline, batch_id: int, batches: list[pa.RecordBat
     barrier.commit([p.write(batch_id, batches)], batch_id)
 
 
+def test_a_superseded_run_resolving_from_a_state_read_before_the_claim_is_fenced() -> None:
+    """A run reads the barrier state (its bundle 2 in flight), then a newer run claims,
+    resolves bundle 2 and delivers bundle 3 before the old run goes on. The old run finds
+    the consumer ahead of what it read in flight: it was superseded, and says so (a
+    fence), not that the consumer is shared or the state was reset."""
+    p = Pipeline()
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
+    p.record_batch(1, epoch=2)
+    with pytest.raises(InjectedFault):
+        _crash_after_inflight(p, 1, [gt_batch(2, 0, [1])])
+    read_by_the_old_run = load_barrier_state(p.store, p.layout)
+    p.record_batch(2, epoch=3)
+    old_runs_batch = p.write(2, [gt_batch(3, 0, [2])])
+    p.run_id = "run-b"
+    assert p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1).recovered == 2
+    assert p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2).action == "delivered"
+    old = p.barrier()
+    old.states.load = lambda: read_by_the_old_run  # type: ignore[method-assign]
+    with pytest.raises(PipelineFenced, match=r"owned by run run-b .* \(run run-a\) is a zombie"):
+        old.commit([old_runs_batch], 2)
+    assert p.state().gt_last == 3 and [d[0] for d in p.consumer.delivered] == [1, 2, 3]
+
+
 def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
     p = Pipeline()
     p.record_batch(0, epoch=1)
