@@ -442,6 +442,7 @@ class Barrier:
         if self.options.exactly_once:
             last = self.consumer.last_bundle()
             if last is not None and last.bundle_id > bundle.bundle_id:
+                self._fenced_if_superseded(held)
                 raise StateError(
                     f"barrier: {self.consumer.describe()} reports bundle {last.bundle_id} but the "
                     f"barrier state ({self.states.where}) has bundle {bundle.bundle_id} in "
@@ -488,6 +489,17 @@ class Barrier:
             held.state.gt_last,
         )
         return held, bundle.bundle_id
+
+    def _fenced_if_superseded(self, held: Held) -> None:
+        """Raise :class:`PipelineFenced` if another run owns the pipeline now: ``held`` was
+        read before it claimed, so what this run sees of the consumer is that run's
+        progress, not a fault of the consumer."""
+        now, _ = self.states.load()
+        mine = held.state.owner
+        if now.owner is not None and now.owner != mine:
+            raise self.states.fenced(
+                now.owner, mine.run_id if mine else "?", "another run resolved its bundle"
+            )
 
     def _clear_lost(self, held: Held, lost: LostBundle, batch: BatchCommit, epoch: int) -> Held:
         """Clear in-flight bundle ``lost`` (its parts are gone, the consumer lacks it) for

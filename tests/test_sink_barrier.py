@@ -426,7 +426,9 @@ def test_a_superseded_run_resolving_from_a_state_read_before_the_claim_is_fenced
     assert p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1).recovered == 2
     assert p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2).action == "delivered"
     old = p.barrier()
-    old.states.load = lambda: read_by_the_old_run  # type: ignore[method-assign]
+    reads = [read_by_the_old_run]  # its first read is the one it made before the claim
+    real_load = old.states.load
+    old.states.load = lambda: reads.pop() if reads else real_load()  # type: ignore[method-assign]
     with pytest.raises(PipelineFenced, match=r"owned by run run-b .* \(run run-a\) is a zombie"):
         old.commit([old_runs_batch], 2)
     assert p.state().gt_last == 3 and [d[0] for d in p.consumer.delivered] == [1, 2, 3]
