@@ -150,8 +150,9 @@ class PostgresConsumer(Consumer):
         if self._conn is None or self._conn.closed:
             try:
                 self._conn = pgc.take(self.target.dsn)
-            except psycopg.Error as err:
-                raise pgc.translate(err, f"{self.describe()}: cannot connect") from err
+            except DeliveryFailed as err:
+                # retriable; a refusal for good is a ConfigError naming the DSN, raised as is
+                raise DeliveryFailed(f"{self.describe()}: {err}") from err
         return self._conn
 
     def _drop(self) -> None:
@@ -447,11 +448,12 @@ def check_at_start(
     statements = Sql(target)
     try:
         conn = pgc.connect(target.dsn)
-    except psycopg.Error as err:
+    except DeliveryFailed as err:
+        # at start nothing is retried: a server that cannot be reached stops the query
         raise ConfigError(
             DSN.name,
             target.safe_dsn,
-            f"a PostgreSQL server that accepts the connection ({str(err).strip()})",
+            f"a PostgreSQL server that accepts the connection ({err})",
             where=WHERE,
         ) from err
     try:

@@ -2,13 +2,22 @@
 
 psycopg is imported only to check the DSN, and only when ``consumer=postgres``: users of
 the other consumers need not install it (``pip install gtbarrier[postgres]``).
+
+The DSN may hold secret references (``password=${env:PGPASSWORD}``, :mod:`state.secrets`).
+They stay references here, in the settings that Spark pickles, plans and checkpoints; the
+connection resolves them (:func:`~sink.consumers.postgres.postgres_connections.resolved_conninfo`).
+Nothing shows a DSN's password: :attr:`PostgresSettings.safe_dsn` masks it and
+:func:`redact_text` takes it, and anything quoted from where it stands, out of libpq's
+messages, which quote pieces of a DSN they cannot parse.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import quote
 
 from sink.consumers.consumer_kind import ConsumerSettings
 from sink.consumers.postgres.postgres_columns import identifier_too_long
@@ -16,6 +25,7 @@ from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 from state.errors import ConfigError
 from state.option_table import BooleanOption, ChoiceOption, StringOption
 from state.options import Options
+from state.secrets import REFERENCE
 
 Mode = Literal["append", "upsert"]
 
@@ -25,7 +35,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 DSN = StringOption(
     name="consumer.postgres.dsn",
     required=True,
-    doc="postgres: a libpq connection string (`host=... dbname=...`) or a `postgresql://` URL.",
+    doc="postgres: a libpq connection string (`host=... dbname=...`) or a `postgresql://` URL; "
+    "values may be secret references (`password=${env:PGPASSWORD}`, `${file:/path}`), "
+    "resolved where the connection is made.",
 )
 TABLE = StringOption(
     name="consumer.postgres.table",
@@ -85,17 +97,103 @@ class PostgresSettings(ConsumerSettings):
         return redact_dsn(self.dsn)
 
 
+_URL = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+# Where a password stands in a DSN's text: a key=value pair (quoted or not), a URL's
+# userinfo (up to the last @ of the authority), a URL's query parameter.
+_KV_PASSWORD = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
+_URL_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#]*:([^/?#]*)@")
+_URL_QUERY_PASSWORD = re.compile(r"[?&]password=([^&]*)")
+_QUOTED = re.compile(r'"([^"]*)"')
+MASK = "***"
+
+
+def parseable(dsn: str) -> str:
+    """``dsn`` as libpq parses it with its secret references kept as values: in a URL each
+    reference is percent-encoded (its ``/`` and ``:`` are data, not the URL's syntax) and
+    comes back decoded, as the reference; in ``key=value`` form nothing changes."""
+    if not _URL.match(dsn):
+        return dsn
+    return REFERENCE.sub(lambda m: quote(m.group(0), safe=""), dsn)
+
+
 def redact_dsn(dsn: str) -> str:
     """``dsn`` with any password replaced by ``***``."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:
-        params = conninfo_to_dict(dsn)
+        params = conninfo_to_dict(parseable(dsn))
     except Exception:
         return "<unparseable DSN>"
     if "password" in params:
-        params["password"] = "***"
+        params["password"] = MASK
     return make_conninfo("", **params)
+
+
+def _password_spans(dsn: str, *, parsed: bool) -> list[tuple[int, int]]:
+    """Where in ``dsn``'s text a password stands. Unparsed, a ``key=value`` password's end
+    is unknown (libpq stopped somewhere in or after it): to the end of the text."""
+    spans = []
+    if _URL.match(dsn):
+        for found in (_URL_USERINFO.match(dsn), *_URL_QUERY_PASSWORD.finditer(dsn)):
+            if found is not None:
+                spans.append(found.span(1))
+        return spans
+    for found in _KV_PASSWORD.finditer(dsn):
+        start, end = found.span(1)
+        spans.append((start, end if parsed else len(dsn)))
+    return spans
+
+
+def _known_passwords(dsn: str) -> set[str]:
+    """The DSN's password as written (a URL's still percent-encoded) and as libpq reads it."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    out: set[str] = set()
+    try:
+        password = conninfo_to_dict(parseable(dsn)).get("password")
+    except Exception:
+        password = None
+    if password:
+        out.add(str(password))
+    for start, end in _password_spans(dsn, parsed=password is not None):
+        raw = dsn[start:end]
+        if raw and password is not None:
+            out.add(raw)
+    return out
+
+
+def redact_text(text: str, dsn: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` (a message of libpq or psycopg about ``dsn``) without ``dsn``'s password
+    and without any of ``secrets`` (the values its references resolved to): each is
+    replaced by ``***``; when libpq cannot parse ``dsn``, so is every double-quoted piece
+    of ``text`` that may come from where a password stands in it (a parse error quotes the
+    token it stopped at, or a whole URL)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(parseable(dsn))
+        parsed = True
+    except Exception:
+        parsed = False
+    spans = _password_spans(dsn, parsed=parsed)
+
+    def from_a_password(match: re.Match[str]) -> str:
+        piece = match.group(1)
+        at = dsn.find(piece) if piece else -1
+        while at >= 0:
+            if any(at < end and start < at + len(piece) for start, end in spans):
+                return f'"{MASK}"'
+            at = dsn.find(piece, at + 1)
+        return match.group(0)
+
+    # Only a DSN libpq cannot parse has pieces quoted in messages: its parse error's. A
+    # parsed one's password is known, and masked wherever it stands below.
+    out = text if parsed else _QUOTED.sub(from_a_password, text)
+    # Longest first: a secret that holds another is masked whole.
+    for secret in sorted({*secrets, *_known_passwords(dsn)}, key=len, reverse=True):
+        if secret:
+            out = out.replace(secret, MASK)
+    return out
 
 
 def parse_settings(opts: Options) -> PostgresSettings:
@@ -107,12 +205,14 @@ def parse_settings(opts: Options) -> PostgresSettings:
         expected = "psycopg 3 installed: pip install 'gtbarrier[postgres]'"
         raise ConfigError(DSN.name, HIDDEN, expected, where=opts.where) from err
     try:
-        conninfo_to_dict(dsn)
+        conninfo_to_dict(parseable(dsn))
     except Exception as err:
+        # libpq quotes the token it stopped at, which may be a piece of the password
+        said = redact_text(str(err).strip(), dsn)
         raise ConfigError(
             DSN.name,
             HIDDEN,
-            f"a libpq connection string or postgresql:// URL ({err})",
+            f"a libpq connection string or postgresql:// URL ({said})",
             where=opts.where,
         ) from None
     raw_table = TABLE.read_required(opts)
