@@ -740,6 +740,30 @@ def test_lost_in_flight_parts_stop_every_commit_until_the_loss_is_acknowledged(
     assert p.state().gt_last == 2 and p.state().skipped == (skipped,) and p.staged() == []
 
 
+def test_a_single_part_bundle_renamed_into_place_is_not_reported_lost(tmp_path: Path) -> None:
+    """The file consumer delivers a one-part bundle by renaming its staged part to the
+    bundle file; a crash before the pointer leaves no staged part, but the bundle file is
+    there: a restart finishes it, so the way out refuses to skip it."""
+
+    class CrashAfterDeliver(FaultInjector):
+        def at(self, step: str, n: int | None) -> None:
+            if step == "after_deliver":
+                raise InjectedFault("crash")
+
+    out = tmp_path / "out"
+    p, raw = _file_pipeline(out)
+    p.consumer.faults = CrashAfterDeliver()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0)
+    inflight = p.inflight()
+    assert p.staging.missing(inflight.locations) == inflight.locations
+    assert (out / "bundle-000000000001.parquet").exists() and p.consumer.last_bundle() is None
+    with pytest.raises(StateError, match="restarting the query delivers it; nothing changed"):
+        resolve_lost_inflight(raw, bundle_id=1, acknowledge_loss=True)
+    assert p.inflight() == inflight and p.state().skipped == ()
+
+
 def test_resolving_a_bundle_that_is_not_lost_changes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p, raw = _file_pipeline(out)

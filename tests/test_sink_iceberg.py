@@ -507,3 +507,23 @@ def test_the_driver_moves_no_item_bytes(tmp_path: Path) -> None:
     assert ack.driver_bytes == 0 and bundle.size > 16_000_000
     assert read1 - read0 < bundle.size / 20, f"read {read1 - read0:,} B"
     assert written1 - written0 < bundle.size / 100, f"wrote {written1 - written0:,} B"
+
+
+def test_a_bundle_moved_but_not_committed_is_not_reported_lost(tmp_path: Path) -> None:
+    """Its staged part is gone because delivery moved it to its data file: a restart
+    commits it, so the operator's way out refuses to skip it (nothing is lost)."""
+    from gtbarrier import resolve_lost_inflight
+    from state.errors import StateError
+
+    lake = Lake(tmp_path)
+    lake.consumer.faults = Crash("after_deliver")
+    with pytest.raises(InjectedFault):
+        lake.commit(0, 1, [[gt_batch(1, 0, [0, 1])]])
+    inflight = lake.p.inflight()
+    assert lake.consumer.staging.missing(inflight.locations) == inflight.locations
+    raw = raw_options(tmp_path, **{"pipeline.id": "p1"})
+    with pytest.raises(StateError, match="restarting the query delivers it; nothing changed"):
+        resolve_lost_inflight(
+            {**raw, "state.uri": lake.options.store.uri}, bundle_id=1, acknowledge_loss=True
+        )
+    assert lake.p.inflight() == inflight and lake.p.state().skipped == ()
