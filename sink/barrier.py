@@ -461,7 +461,6 @@ class Barrier:
                     self.states.where,
                     inflight,
                     consumer=self.consumer,
-                    staging=self.staging,
                     consumer_last=None if last is None else last.bundle_id,
                 )
                 if lost is None:

@@ -25,10 +25,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from sink.bundle import Bundle
 from sink.consumers import Consumer, open_consumer
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
-from sink.staging import Staging
 from state.errors import StateError
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import BarrierStateStore
@@ -63,18 +63,19 @@ class LostBundle:
         return self.bundle_id
 
     @classmethod
-    def check(  # noqa: PLR0913 - the fields of the report it checks
+    def check(
         cls,
         pipeline_id: str,
         state: str,
         inflight: InflightBundle,
         *,
         consumer: Consumer,
-        staging: Staging,
         consumer_last: int | None,
     ) -> LostBundle | None:
-        """What is lost of ``inflight`` (stored at ``state``); None if no part is gone."""
-        missing = set(staging.missing(inflight.locations))
+        """What is lost of ``inflight`` (stored at ``state``); None if the consumer can
+        still deliver it (:meth:`~sink.consumers.base.Consumer.missing_parts`: no part
+        gone, or gone only into the consumer's own place)."""
+        missing = set(consumer.missing_parts(Bundle.from_record(pipeline_id, inflight)))
         if not missing:
             return None
         return cls(
@@ -205,13 +206,13 @@ def resolve(
         where,
         inflight,
         consumer=consumer,
-        staging=consumer.staging,
         consumer_last=None if last is None else last.bundle_id,
     )
     if lost is None:
         raise StateError(
-            f"barrier: every staged part of in-flight bundle {bundle_id} is there: restarting "
-            "the query delivers it; nothing changed"
+            f"barrier: {consumer.describe()} can still deliver in-flight bundle {bundle_id} "
+            "(its staged parts are there, or already moved into the consumer's place): "
+            "restarting the query delivers it; nothing changed"
         )
     if not acknowledge_loss:
         log.warning("%s (not applied)", lost.describe())

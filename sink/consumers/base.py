@@ -57,6 +57,13 @@ class Consumer(ABC):
     def last_bundle(self) -> LastBundle | None:
         """The last bundle stored completely, or None if the consumer has none."""
 
+    def missing_parts(self, bundle: Bundle) -> tuple[str, ...]:
+        """The locations of ``bundle``'s parts that a delivery could not find: neither
+        staged any more nor already moved into place by an earlier attempt, in the
+        bundle's order. Empty if the bundle can still be delivered. By default, the parts
+        that are not staged."""
+        return self.staging.missing(part.location for part in bundle.parts)
+
     def check(self) -> None:  # noqa: B027 - optional hook
         """Fail fast with a clear error if the consumer cannot be written (called at start)."""
 

@@ -148,6 +148,13 @@ class FileConsumer(Consumer):
             write_atomically(self.root, POINTER, json.dumps(pointer, sort_keys=True).encode())
         return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
 
+    def missing_parts(self, bundle: Bundle) -> tuple[str, ...]:
+        """None once the bundle file is in place (an attempt renamed or wrote it before it
+        could replace the pointer): a delivery then only replaces the pointer."""
+        if os.path.exists(os.path.join(self.root, bundle_file_name(bundle.epoch))):
+            return ()
+        return super().missing_parts(bundle)
+
     def _promote(self, bundle: Bundle, target: str) -> int:
         paths = [self.file_staging.path(p.location) for p in bundle.parts]
         missing = [p for p in paths if not os.path.exists(p)]

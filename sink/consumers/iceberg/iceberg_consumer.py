@@ -157,6 +157,18 @@ class IcebergConsumer(Consumer):
             )  # fmt: skip
         return True
 
+    def missing_parts(self, bundle: Bundle) -> tuple[str, ...]:
+        """The parts neither staged nor already moved to their data files (an attempt
+        moves them before it commits)."""
+        return tuple(
+            part.location
+            for part in bundle.parts
+            if not self.files.exists(part.location)
+            and not self.files.exists(
+                data_file_location(self.pipeline_id, bundle.epoch, part.location)
+            )
+        )
+
     def _promote(self, bundle: Bundle) -> list[str]:
         """Move the bundle's staged parts to their data files; their URIs, in order."""
         uris = []
