@@ -527,3 +527,18 @@ def test_a_bundle_moved_but_not_committed_is_not_reported_lost(tmp_path: Path) -
             {**raw, "state.uri": lake.options.store.uri}, bundle_id=1, acknowledge_loss=True
         )
     assert lake.p.inflight() == inflight and lake.p.state().skipped == ()
+
+
+def test_catalog_secrets_given_by_reference_never_travel_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalog property given as a secret reference resolves where pyiceberg's catalog
+    or file system is made; the settings the write tasks receive keep the reference."""
+    secret = "iceberg-secret-marker-5d2"
+    monkeypatch.setenv("GTB_TEST_ICEBERG_SECRET", secret)
+    reference = "${env:GTB_TEST_ICEBERG_SECRET}"
+    raw = raw_options(tmp_path, **{"consumer.iceberg.catalog.s3.secret-access-key": reference})
+    options = SinkOptions.parse(raw).check_at_start(SCHEMA)
+    recorded = dict(iceberg_settings(options).io_properties)
+    assert recorded["s3.secret-access-key"] == reference
+    assert secret.encode() not in pickle.dumps(options)

@@ -158,7 +158,9 @@ def _file_system(
     a write task reuses its worker's S3 client)."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    return PyArrowFileIO(dict(io_properties)).fs_by_scheme(scheme, netloc)
+    from sink.consumers.iceberg.iceberg_table import resolved_properties
+
+    return PyArrowFileIO(resolved_properties(dict(io_properties))).fs_by_scheme(scheme, netloc)
 
 
 def iceberg_staging(settings: IcebergSettings, pipeline_id: str) -> IcebergStaging:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ import pyarrow as pa
 
 from sink.consumers.iceberg.iceberg_options import CATALOG, TABLE, IcebergSettings
 from state.errors import ConfigError
+from state.secrets import has_reference, resolve
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -48,6 +50,24 @@ WHERE = "barrier"
 TABLE_OPTION = TABLE.name
 CATALOG_OPTION = CATALOG.name + "*"
 _SECRET_WORDS = ("secret", "password", "token", "credential", "session")
+
+
+def resolved_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """Catalog or FileIO properties with their secret references (:mod:`state.secrets`)
+    resolved: only where pyiceberg's catalog or file system is made."""
+    return {k: resolve(v, option=f"{CATALOG.name}{k}", where=WHERE) for k, v in properties.items()}
+
+
+def unresolved(io_properties: Mapping[str, str], settings: IcebergSettings) -> dict[str, str]:
+    """The table's FileIO properties to record for the write tasks, with every secret that
+    a catalog property gave by reference put back as that reference: the settings travel
+    to the executors and must not carry the secret itself."""
+    references = {
+        resolve(v, option=f"{CATALOG.name}{k}", where=WHERE): v
+        for k, v in settings.catalog
+        if has_reference(v)
+    }
+    return {k: references.get(v, v) for k, v in io_properties.items()}
 
 
 def shown_properties(settings: IcebergSettings) -> dict[str, str]:
@@ -66,7 +86,7 @@ def open_catalog(settings: IcebergSettings) -> Catalog:
         # SQLite creates the database file, not its directory
         os.makedirs(os.path.dirname(uri[len("sqlite:///") :].split("?")[0]) or ".", exist_ok=True)
     try:
-        return load_catalog(settings.catalog_name, **settings.properties)
+        return load_catalog(settings.catalog_name, **resolved_properties(settings.properties))
     except Exception as err:
         raise ConfigError(
             CATALOG_OPTION,
@@ -137,7 +157,7 @@ def with_table(settings: IcebergSettings, spark_schema: Any) -> IcebergSettings:
     return replace(
         settings,
         location=location,
-        io_properties=tuple(sorted(io_properties.items())),
+        io_properties=tuple(sorted(unresolved(io_properties, settings).items())),
         required=required_columns(table, arrow_input_schema(spark_schema).names),
     )
 
