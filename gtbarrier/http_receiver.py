@@ -10,6 +10,20 @@ answers ``200 {"bundle_id", "stored": true}``. A bundle id it already has is ans
 duplicated. ``GET /<stream>/last`` answers ``{"bundle_id", "gt"}`` of the highest stored
 bundle, or ``404``. ``GET /<stream>/bundles`` lists what is stored (for tests and demos).
 
+Secured (``consumer.http.token``, ``consumer.http.caFile`` on the sink's side)::
+
+    gtbarrier receiver --port 8443 --dir /var/lib/receiver \
+        --tls-cert /etc/receiver/cert.pem --tls-key /etc/receiver/key.pem \
+        --token-file /run/secrets/receiver-token
+
+``--tls-cert``/``--tls-key`` serve HTTPS (PEM files; the certificate may carry its chain).
+``--token-file PATH`` (the file's content, one trailing line break dropped) or ``--token
+VALUE`` (a value or a secret reference such as ``${env:RECEIVER_TOKEN}``; a value on the
+command line is visible to every user of the host) makes every request but ``GET
+/_health`` carry ``Authorization: Bearer <token>``: one without it, or with another token,
+is answered ``401`` with ``WWW-Authenticate: Bearer`` and logged (method, path, client,
+never a token), and nothing is stored.
+
 Fault injection for tests: ``--drop-after-store N`` stores bundle ``N`` and then drops the
 connection without answering (once): the sink cannot tell whether it was stored.
 """
@@ -19,20 +33,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hmac
+import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from state.errors import SecretReferenceError
+from state.secrets import has_reference, resolve
+
+log = logging.getLogger("gtbarrier.receiver")
 
 DB_NAME = "receiver.sqlite3"
+OPEN_PATHS = frozenset({"/_health"})
+"""Paths served without the token: they say nothing of what is stored."""
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS bundles (
     stream       TEXT    NOT NULL,
@@ -119,7 +143,54 @@ class DroppedConnection(Response):
         )
 
 
-def create_app(directory: str, *, drop_after_store: int | None = None) -> Starlette:
+class BearerToken:
+    """ASGI middleware: every HTTP request but those of :data:`OPEN_PATHS` must carry
+    ``Authorization: Bearer <token>``; any other is answered 401 before the app sees it.
+
+    The request's body is read to its end first (and dropped): a client still sending a
+    bundle when the answer comes could otherwise see its connection reset instead of the
+    401, which the sink would take for a delivery that may have been stored."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization")
+        if given is not None and hmac.compare_digest(given, self._expected):
+            await self.app(scope, receive, send)
+            return
+        message: Message = {"more_body": True}
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+        why = "no bearer token" if given is None else "a bearer token that is not accepted"
+        client = scope.get("client") or ("?", 0)
+        log.warning(
+            "receiver: refused %s %s from %s: %s (HTTP 401)",
+            scope["method"],
+            scope["path"],
+            client[0],
+            why,
+        )
+        error = "invalid_request" if given is None else "invalid_token"
+        response = JSONResponse(
+            {"error": f"{why}: send Authorization: Bearer <the receiver's token>"},
+            401,
+            headers={"WWW-Authenticate": f'Bearer realm="gtbarrier receiver", error="{error}"'},
+        )
+        await response(scope, receive, send)
+
+
+def create_app(
+    directory: str, *, drop_after_store: int | None = None, token: str | None = None
+) -> ASGIApp:
+    """The receiver storing into ``directory``; with ``token``, every request but
+    ``GET /_health`` must carry it as a bearer token (:class:`BearerToken`)."""
     db = BundleDb(directory)
     pending_drop = {drop_after_store} if drop_after_store is not None else set()
 
@@ -175,14 +246,43 @@ def create_app(directory: str, *, drop_after_store: int | None = None) -> Starle
         ],
         lifespan=lifespan,
     )
-    return app
+    return app if token is None else BearerToken(app, token)
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http_receiver") -> None:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+@dataclass(frozen=True)
+class ReceiverOptions:
+    """The receiver's command line, parsed; the token resolved (never shown)."""
+
+    port: int
+    dir: str
+    host: str = "127.0.0.1"
+    drop_after_store: int | None = None
+    token: str | None = field(default=None, repr=False)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True, help="directory of the SQLite database")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    token = parser.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="require this bearer token of every request (a value or a secret reference, "
+        "${env:NAME} or ${file:/path}; a value here is visible to every user of the host)",
+    )
+    token.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="require the bearer token held in this file (one trailing line break dropped)",
+    )
     parser.add_argument(
         "--drop-after-store",
         type=int,
@@ -190,11 +290,60 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http
         metavar="N",
         help="store bundle N, then drop the connection without answering (once)",
     )
+    return parser
+
+
+def receiver_options(
+    argv: list[str] | None, *, prog: str = "python -m gtbarrier.http_receiver"
+) -> ReceiverOptions:
+    """Parse the command line; exits (argparse's way, status 2) naming the argument when
+    it is wrong. The token is read or resolved here and never shown."""
+    parser = _parser(prog)
     args = parser.parse_args(argv)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: the certificate and its key")
+    token: str | None = None
+    if args.token_file is not None:
+        try:
+            token = resolve(f"${{file:{os.path.abspath(args.token_file)}}}", option="--token-file")
+        except SecretReferenceError as err:
+            parser.error(str(err))
+    elif args.token is not None:
+        try:
+            token = (
+                resolve(args.token, option="--token") if has_reference(args.token) else args.token
+            )
+        except SecretReferenceError as err:
+            parser.error(str(err))
+    if token is not None and (not token or any(c.isspace() for c in token)):
+        parser.error("the bearer token must be non-empty, without spaces or line breaks")
+    return ReceiverOptions(
+        port=args.port,
+        dir=args.dir,
+        host=args.host,
+        drop_after_store=args.drop_after_store,
+        token=token,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http_receiver") -> None:
+    options = receiver_options(argv, prog=prog)
     import uvicorn
 
-    app = create_app(args.dir, drop_after_store=args.drop_after_store)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    # The refusals' lines (uvicorn configures only its own loggers).
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    app = create_app(options.dir, drop_after_store=options.drop_after_store, token=options.token)
+    uvicorn.run(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=options.tls_cert,
+        ssl_keyfile=options.tls_key,
+    )
 
 
 if __name__ == "__main__":

@@ -149,8 +149,9 @@ def test_a_refused_token_is_a_configuration_error_naming_the_option(
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     extra = {} if given is None else {"consumer.http.token": given}
-    # a receiver that echoes what it was sent must not get it into the message either
-    pool = FakePool(status, f'{{"error": "bad token {TOKEN}"}}'.encode())
+    # a receiver that echoes the token it was sent must not get it into the message either
+    echoed = "no token" if given is None else f"bad token {TOKEN}"
+    pool = FakePool(status, f'{{"error": "{echoed}"}}'.encode())
     consumer = client(pool, **extra)
     for attempt in (lambda: consumer.deliver(empty_bundle()), consumer.last_bundle):
         with pytest.raises(ConfigError) as info:

@@ -1,7 +1,9 @@
 """``gtbarrier receiver``: the reference HTTP receiver for ``consumer=http``.
 
 The same program as ``python -m gtbarrier.http_receiver`` (Starlette on uvicorn, bundles in SQLite);
-it needs the ``receiver`` extra: ``pip install 'gtbarrier[receiver]'``.
+it needs the ``receiver`` extra: ``pip install 'gtbarrier[receiver]'``. ``--tls-cert`` and
+``--tls-key`` serve HTTPS; ``--token-file`` (or ``--token``, a value or a secret reference)
+requires a bearer token of every request (``consumer.http.token`` on the sink's side).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ EXTRA_MODULES = ("starlette", "uvicorn")
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         COMMAND,
-        help="run the reference HTTP receiver (consumer=http)",
+        help="run the reference HTTP receiver (consumer=http; HTTPS and a bearer token)",
         description=__doc__,
         add_help=False,
     )

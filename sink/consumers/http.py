@@ -19,6 +19,15 @@ A refused connection or a 4xx/5xx answer means the bundle was not stored
 (:class:`DeliveryFailed`); a timeout or a connection dropped after the request was sent
 means it may have been (:class:`CommitStateUnknown`); the barrier retries the same bundle
 either way and recovery asks ``/last``.
+
+Security: ``consumer.http.token`` is sent as ``Authorization: Bearer <token>`` with every
+request; it may be a secret reference (``${env:NAME}``, ``${file:/path}``), kept as such in
+the settings and resolved where the client is made (:class:`HttpConsumer`), and a literal
+one is left out of the settings' ``repr``. An ``https://`` receiver's certificate is checked
+against ``consumer.http.caFile``, else OpenSSL's defaults (``SSL_CERT_FILE``,
+``SSL_CERT_DIR``, the system's CAs). A 401 or 403 answer, and a certificate that does not
+verify, are configuration errors (:class:`ConfigError` naming the option, fatal): no retry
+of the same request can succeed.
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ import datetime as dt
 import decimal
 import io
 import json
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -42,9 +52,10 @@ from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowReje
 from sink.consumers.row_checks import invalid_utf8
 from sink.faults import FaultInjector
 from sink.staging import Staging
-from state.errors import CommitStateUnknown, DeliveryFailed
+from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
 from state.option_table import ChoiceOption, StringOption
 from state.options import Options
+from state.secrets import has_reference, resolve
 
 BodyFormat = Literal["arrow", "jsonl"]
 
@@ -55,6 +66,20 @@ FORMAT = ChoiceOption[BodyFormat](
     default="arrow",
     doc="http body: `arrow` (Arrow IPC stream) or `jsonl`.",
 )
+TOKEN = StringOption(
+    name="consumer.http.token",
+    doc="http: a bearer token sent with every request (`Authorization: Bearer ...`); may be a "
+    "secret reference (`${env:NAME}`, `${file:/path}`), resolved where the client is made. A "
+    "401 or 403 answer stops the query (a configuration error, not retried).",
+)
+CA_FILE = StringOption(
+    name="consumer.http.caFile",
+    default_doc="`SSL_CERT_FILE` or the system's CAs",
+    doc="http: a PEM file of the CA certificates that sign an `https://` receiver's "
+    "certificate, read on the driver; a certificate that does not verify stops the query.",
+)
+WHERE = "barrier"
+HIDDEN = "<not shown: a token>"
 
 NOT_UTF8 = "string not valid UTF-8, which a JSON line (consumer.format=jsonl) cannot hold"
 
@@ -101,16 +126,61 @@ class HttpSettings(ConsumerSettings):
     url: str
     """``http://`` or ``https://``, without a trailing slash."""
     format: BodyFormat = "arrow"
+    token: str | None = field(default=None, repr=False)
+    """``consumer.http.token`` as given: a secret reference stays one (resolved by
+    :class:`HttpConsumer`); never in the ``repr``."""
+    ca_file: str | None = None
+
+    @property
+    def shown_token(self) -> str | None:
+        """The token for messages: a reference as written (it says where the token is, not
+        what), a literal hidden, None when unset."""
+        if self.token is None:
+            return None
+        return self.token if has_reference(self.token) else HIDDEN
 
 
 def parse_settings(opts: Options) -> HttpSettings:
-    """``consumer.format`` and ``consumer.url`` (an http:// or https:// URL), checked."""
+    """``consumer.format``, ``consumer.url`` (an http:// or https:// URL), the token and
+    the CA file, checked (the token is resolved later, where the client is made)."""
     body_format = FORMAT.read(opts)
     url = URL.read_required(opts).rstrip("/")
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise opts.error(URL.name, "an http:// or https:// URL")
-    return HttpSettings(url=url, format=body_format)
+    return HttpSettings(
+        url=url, format=body_format, token=TOKEN.read(opts), ca_file=CA_FILE.read(opts)
+    )
+
+
+def resolve_token(settings: HttpSettings) -> str | None:
+    """The bearer token of ``settings``, its references resolved (:mod:`state.secrets`);
+    raises :class:`ConfigError` naming ``consumer.http.token`` (never its value) when a
+    reference cannot be resolved or the token cannot go in a header."""
+    if settings.token is None:
+        return None
+    token = resolve(settings.token, option=TOKEN.name, where=WHERE)
+    if not token or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(
+            TOKEN.name,
+            settings.shown_token,
+            "a bearer token: non-empty, without spaces, line breaks or control characters",
+            where=WHERE,
+        )
+    return token
+
+
+def check_ca_file(settings: HttpSettings) -> None:
+    """``consumer.http.caFile``, when given, is a readable file here (where the client
+    runs); raises :class:`ConfigError` naming it and the path."""
+    path = settings.ca_file
+    if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+        raise ConfigError(
+            CA_FILE.name,
+            path,
+            "a readable PEM file of CA certificates on the driver, which sends the bundles",
+            where=WHERE,
+        )
 
 
 class HttpConsumer(Consumer):
@@ -120,13 +190,58 @@ class HttpConsumer(Consumer):
         self, settings: HttpSettings, staging: Staging, faults: FaultInjector, *, ack_timeout: float
     ) -> None:
         super().__init__(staging, faults)
+        self.settings = settings
         self.url = settings.url
         self.format = settings.format
+        # The secret exists only here, in the client the commit process makes.
+        token = resolve_token(settings)
+        self._token = token
+        self._auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+        check_ca_file(settings)
         self.timeout = urllib3.Timeout(connect=min(5.0, ack_timeout), read=ack_timeout)
-        self.pool = urllib3.PoolManager(retries=False, timeout=self.timeout)
+        # cert_reqs: an https:// receiver's certificate is always verified; ca_certs None
+        # leaves urllib3 to OpenSSL's defaults (SSL_CERT_FILE, SSL_CERT_DIR, the system's).
+        self.pool = urllib3.PoolManager(
+            retries=False,
+            timeout=self.timeout,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=settings.ca_file,
+        )
 
     def describe(self) -> str:
         return f"http consumer {self.url}"
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (a receiver's answer, an exception's message) without the token."""
+        return text if self._token is None else text.replace(self._token, "***")
+
+    def _refused(self, status: int, body: bytes, what: str) -> ConfigError:
+        """A 401/403 answer: the token (or its absence) is wrong, which no retry cures."""
+        said = self._scrub(body[:300].decode("utf-8", "replace")).strip()
+        sent = "no token was sent" if self._token is None else "the token was refused"
+        return ConfigError(
+            TOKEN.name,
+            self.settings.shown_token,
+            f"a bearer token that {self.url} accepts: {what} was answered HTTP {status} "
+            f"({sent}; the receiver said: {said or 'nothing'}). For the reference receiver, "
+            "the value of its --token or --token-file",
+            where=WHERE,
+        )
+
+    def _untrusted(self, err: Exception) -> ConfigError | None:
+        """A certificate that does not verify, as the configuration error it is; None for
+        any other TLS failure (a handshake cut short by a restarting receiver)."""
+        text = self._scrub(str(err))
+        if "CERTIFICATE_VERIFY_FAILED" not in text and "certificate verify failed" not in text:
+            return None
+        return ConfigError(
+            CA_FILE.name,
+            self.settings.ca_file,
+            f"the CA that signed the TLS certificate of {self.url}: that certificate was not "
+            f"trusted ({text}). Set consumer.http.caFile, or SSL_CERT_FILE, to a PEM file "
+            "holding the CA that signed it",
+            where=WHERE,
+        )
 
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
         tables = bundle.tables(self.staging)
@@ -137,9 +252,16 @@ class HttpConsumer(Consumer):
             "X-Gtbarrier-Bundle-Id": str(bundle.bundle_id),
             "X-Gtbarrier-Gt": str(bundle.gt),
             "X-Gtbarrier-Rows": str(bundle.rows),
+            **self._auth,
         }
         try:
             resp = self.pool.request("POST", self.url, body=body, headers=headers)
+        except urllib3.exceptions.SSLError as err:
+            # refused in the handshake, before the request was sent: not stored
+            untrusted = self._untrusted(err)
+            if untrusted is not None:
+                raise untrusted from None
+            raise DeliveryFailed(f"{self.describe()}: TLS failed: {self._scrub(str(err))}") from err
         except urllib3.exceptions.NewConnectionError as err:
             raise DeliveryFailed(f"{self.describe()}: cannot connect: {err}") from err
         except urllib3.exceptions.ConnectTimeoutError as err:
@@ -150,8 +272,10 @@ class HttpConsumer(Consumer):
                 f"({type(err).__name__}: {err}); it may have been stored"
             ) from err
         self.faults.at("after_deliver", bundle.bundle_id)
+        if resp.status in (401, 403):
+            raise self._refused(resp.status, resp.data, f"POST of bundle {bundle.bundle_id}")
         if not 200 <= resp.status < 300:
-            text = resp.data[:500].decode("utf-8", "replace")
+            text = self._scrub(resp.data[:500].decode("utf-8", "replace"))
             raise DeliveryFailed(
                 f"{self.describe()}: bundle {bundle.bundle_id} refused with HTTP {resp.status}: "
                 f"{text}"
@@ -161,9 +285,16 @@ class HttpConsumer(Consumer):
     def last_bundle(self) -> LastBundle | None:
         url = f"{self.url}/last"
         try:
-            resp = self.pool.request("GET", url)
+            resp = self.pool.request("GET", url, headers=self._auth)
+        except urllib3.exceptions.SSLError as err:
+            untrusted = self._untrusted(err)
+            if untrusted is not None:
+                raise untrusted from None
+            raise DeliveryFailed(f"{self.describe()}: GET {url} failed: {err}") from err
         except urllib3.exceptions.HTTPError as err:
             raise DeliveryFailed(f"{self.describe()}: GET {url} failed: {err}") from err
+        if resp.status in (401, 403):
+            raise self._refused(resp.status, resp.data, f"GET {url}")
         if resp.status == 404:
             return None
         if resp.status != 200:
@@ -181,7 +312,7 @@ class HttpKind(ConsumerKind[HttpSettings]):
     """``consumer=http``: parts staged in the state store, each bundle POSTed as one body."""
 
     settings_type = HttpSettings
-    specs = (URL, FORMAT)
+    specs = (URL, FORMAT, TOKEN, CA_FILE)
 
     def parse(self, opts: Options) -> HttpSettings:
         return parse_settings(opts)
