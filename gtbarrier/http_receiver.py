@@ -1,4 +1,4 @@
-"""A reference HTTP receiver for ``consumer=http`` (Starlette on uvicorn, SQLite storage).
+r"""A reference HTTP receiver for ``consumer=http`` (Starlette on uvicorn, SQLite storage).
 
     gtbarrier receiver --port 8080 --dir /var/lib/receiver
     python -m gtbarrier.http_receiver --port 8080 --dir /var/lib/receiver   # the same
