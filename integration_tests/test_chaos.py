@@ -1,7 +1,8 @@
 """The chaos run's short version: three rounds drawn from a fixed seed, one per query,
 with nine faults of nine kinds, against real servers (``python -m integration_tests.chaos
---quick --seed 4947 --rounds 3``, docs/chaos.md). Every round must deliver exactly once:
-nothing lost, nothing duplicated, stateful results equal to the failure-free reference."""
+--quick --seed 4947 --rounds 3 --poison-share 1``, docs/chaos.md). Every round must deliver
+exactly once: nothing lost, nothing duplicated, stateful results equal to the failure-free
+reference; in the poison round, the consumer's content and the dead letters together."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ pytestmark = pytest.mark.slow
 # The seed's three rounds (docs/chaos.md), chosen among the first 20,000 seeds as three
 # queries, three consumers and nine distinct fault kinds in nine faults:
 # * stateless -> kafka: SIGKILL at before_inflight, the checkpoint deleted, a zombie driver;
+#   poison rows (every stateless round has some with --poison-share 1): the round starts at
+#   errors.tolerance=none, the query stops at the poison bundle, and the round restarts it
+#   on the same checkpoint with errors.tolerance=all;
 # * keyed (applyInPandasWithState) -> file: two lost S3 answers, ZooKeeper restarted,
 #   a SIGKILL at a random moment;
 # * windowed -> http: the receiver killed, an acknowledgement dropped, a Python worker killed.
@@ -34,6 +38,7 @@ def test_quick_chaos_run_is_exactly_once(tmp_path: Path) -> None:
             rounds=ROUNDS,
             sizing=QUICK_SIZING,
             cluster_share=0.0,
+            poison_share=1.0,
         )
     )
     assert summary.rounds == ROUNDS, summary
@@ -41,5 +46,8 @@ def test_quick_chaos_run_is_exactly_once(tmp_path: Path) -> None:
     assert summary.faults >= PLANNED_FAULTS - 2, summary
     assert (summary.lost, summary.duplicated, summary.differing) == (0, 0, 0), summary.failures
     assert summary.clean, "\n".join(summary.failures)
+    # The stateless round's poison rows: refused, in dead letters, never in the consumer.
+    assert summary.poisoned == 1 and summary.switched == 1, summary
+    assert summary.dead_letters >= 1, summary
     assert (tmp_path / "chaos" / "chaos.json").is_file()
     assert (tmp_path / "chaos" / "chaos.png").is_file()

@@ -1,5 +1,6 @@
 """The chaos run's pure logic (integration_tests/chaos/): the references of its queries,
-the verdict's counts, epoch assignment, round plans, the process tree, the report."""
+the verdict's counts (the consumer and the dead letters together), epoch assignment, round
+plans and their poison rows, the process tree, the report."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from harness.pids import ProcessInfo, descendants
 from integration_tests.chaos.checks import judge
-from integration_tests.chaos.consumers import DeliveredBundle
+from integration_tests.chaos.consumers import CONSUMERS, DeliveredBundle
 from integration_tests.chaos.faults import FAULTS, draw_plan
 from integration_tests.chaos.plan import Sizing
+from integration_tests.chaos.poison import poison_sink_options
 from integration_tests.chaos.queries import QUERIES, TICK_BASE, record_key
 from integration_tests.chaos.reference import InputRecord, assign_epochs
 from integration_tests.chaos.report import RunSummary, table
@@ -192,3 +194,151 @@ def test_the_table_names_every_count(tmp_path: Path) -> None:
         "PASS",
     ):
         assert word in text
+
+
+# --- poison rows and dead letters ------------------------------------------------------------
+
+
+def poisoned_bundles(
+    recs: list[InputRecord], poison: frozenset[int]
+) -> tuple[list[DeliveredBundle], list[DeliveredBundle]]:
+    """What a stateless round at errors.tolerance=all holds: the consumer's bundles without
+    the poison records, and the dead letters (the poison rows, their gt null, by bundle)."""
+    clean = stateless_bundles([r for r in recs if r.number not in poison])
+    dead: dict[int, list[dict[str, Any]]] = {}
+    for r in recs:
+        if r.number in poison:
+            dead.setdefault(r.epoch, []).append(
+                {"key": r.key, "value": b"%d" % r.number, "gt": None, "_gtb_bundle": r.epoch}
+            )
+    return clean, [DeliveredBundle(k, rows) for k, rows in sorted(dead.items())]
+
+
+def test_the_consumer_and_the_dead_letters_together_are_exactly_once() -> None:
+    query = QUERIES["stateless"]
+    epoched = assign_epochs(TOPIC, records(6), epochs(3, 6))
+    poison = frozenset({1, 4})
+    clean, dead = poisoned_bundles(epoched.records, poison)
+    state = BarrierState(gt_last=1)
+
+    def verdict(consumer: list[DeliveredBundle], letters: list[DeliveredBundle]) -> Any:
+        return judge(
+            query, "arrow", False, epoched, consumer, state, 1, dead_letters=letters, poison=poison
+        )
+
+    ok = verdict(clean, dead)
+    assert ok.exactly_once, ok.problems
+    assert (ok.lost, ok.duplicated, ok.differing, ok.dead_letters) == (0, 0, 0, 2)
+    # a poison row in neither place is lost
+    assert verdict(clean, dead[:1]).lost == 1
+    # in both places (delivered and in dead letters): duplicated
+    both = [DeliveredBundle(0, clean[0].rows + dead[0].rows), clean[1]]
+    assert verdict(both, dead).duplicated == 1
+    # delivered instead of refused: a row the target refuses reached the consumer
+    delivered = verdict([DeliveredBundle(0, clean[0].rows + dead[0].rows), clean[1]], dead[1:])
+    assert delivered.differing == 1 and not delivered.exactly_once
+    # a row nobody refuses in the dead letters
+    extra = [DeliveredBundle(0, [*dead[0].rows, clean[0].rows[0]]), dead[1]]
+    wrong = verdict([DeliveredBundle(0, clean[0].rows[1:]), clean[1]], extra)
+    assert wrong.differing == 1 and not wrong.exactly_once
+    # without poison, the reference is unchanged: every row in the consumer
+    plain = judge(
+        query, "arrow", False, epoched, stateless_bundles(epoched.records), state, 1
+    )
+    assert plain.exactly_once and plain.dead_letters == 0
+
+
+def test_a_poison_row_read_back_from_kafka_has_no_gt_either() -> None:
+    query = QUERIES["stateless"]
+    epoched = assign_epochs(TOPIC, records(3), epochs(3))
+    poison = frozenset({2})
+    consumer = [
+        DeliveredBundle(0, [{"key": r.key, "value": b"%d" % r.number} for r in epoched.records[:2]])
+    ]
+    dead = [DeliveredBundle(0, [{"key": b"k2", "value": b"2", "gt": None}])]
+    v = judge(
+        query,
+        "kafka",
+        True,
+        epoched,
+        consumer,
+        BarrierState(gt_last=0),
+        0,
+        dead_letters=dead,
+        poison=poison,
+    )
+    assert v.exactly_once, v.problems
+
+
+def plan_of(index: int, share: float, seed: int = 7) -> Any:
+    return draw_plan(
+        seed,
+        index,
+        queries=list(QUERIES),
+        consumers=list(CONSUMERS),
+        sizing=Sizing(),
+        cluster_share=0.0,
+        poison_share=share,
+    )
+
+
+def test_poison_is_drawn_for_stateless_rounds_at_both_tolerances() -> None:
+    plans = [plan_of(i, 0.6) for i in range(90)]
+    poisoned = [p for p in plans if p.poison is not None]
+    assert poisoned and all(p.query == "stateless" for p in poisoned)
+    assert {p.poison.tolerance for p in poisoned} == {"none", "all"}
+    for p in poisoned:
+        assert p.poison.numbers and all(0 <= n < p.records for n in p.poison.numbers)
+        assert "poison" in p.describe()
+    # a stateless round without poison too ("some rounds")
+    assert any(p.poison is None and p.query == "stateless" for p in plans)
+    assert plan_of(5, 0.6) == plan_of(5, 0.6)
+
+
+def test_poison_draws_leave_the_rest_of_a_round_as_it_was() -> None:
+    for i in range(30):
+        with_poison, without = plan_of(i, 1.0), plan_of(i, 0.0)
+        assert without.poison is None
+        same = ("query", "consumer", "partitions", "records", "cluster", "max_offsets")
+        assert [getattr(with_poison, f) for f in same] == [getattr(without, f) for f in same]
+
+
+def test_after_dead_letters_is_drawn_only_where_there_are_dead_letters() -> None:
+    for i in range(200):
+        p = plan_of(i, 0.6)
+        steps = {f.params.get("step") for f in p.faults if f.kind == "kill_step"}
+        if "after_dead_letters" in steps:
+            assert p.poison is not None, p
+
+
+def test_dead_letter_sink_options() -> None:
+    assert poison_sink_options("none", "file:///x/dead") == {}
+    assert poison_sink_options("all", "file:///x/dead") == {
+        "errors.tolerance": "all",
+        "errors.deadLetter.path": "file:///x/dead",
+    }
+
+
+def test_the_table_names_the_poison_rounds() -> None:
+    summary = RunSummary(
+        seed=3,
+        rounds=2,
+        passed=2,
+        faults=1,
+        by_kind={"s3_reset": 1},
+        skipped=0,
+        records=100,
+        lost=0,
+        duplicated=0,
+        differing=0,
+        order_errors=0,
+        seconds=60.0,
+        load=(1.0, 1.0, 1.0),
+        failures=[],
+        poisoned=2,
+        switched=1,
+        dead_letters=3,
+    )
+    text = table(summary)
+    assert "poison rounds" in text and "2 (1 switched from errors.tolerance=none)" in text
+    assert "dead letters" in text
