@@ -1,10 +1,12 @@
-"""The protocol simulator (simulation/): determinism, its fault model, and a bounded
-exploration of the unmodified product that must find no violation (the unit tier's
+"""The protocol simulator (simulation/): determinism, its fault model, dead letters (poison
+rows at errors.tolerance=all, and at none until the operator switches to all), and a
+bounded exploration of the unmodified product that must find no violation (the unit tier's
 version of ``make sim``). The mutation tests (test_simulation_mutations.py) show that the
 same exploration fails when the product is broken."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -15,10 +17,22 @@ from pathlib import Path
 import pytest
 
 from simulation.choosers import ALL_KINDS
-from simulation.explore import SMALL, exhaustive, run_schedule, run_seed
+from simulation.explore import (
+    DEAD_LETTERS,
+    SMALL,
+    SMALL_DEAD_LETTERS,
+    SWITCH,
+    exhaustive,
+    run_schedule,
+    run_seed,
+    schedule_json,
+    walk_config,
+)
 from simulation.query import SimConfig
+from simulation.scheduler import Event
 from simulation.spark import DriverProc, SparkQueryError
 from simulation.world import Schedule, StepRecord
+from sink import write_task
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SimConfig()
@@ -48,26 +62,86 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
 
 
 def test_bounded_exploration_finds_no_violation() -> None:
-    """Every schedule of at most one event on the small and on the default pipeline, then
-    random walks, in which every kind of event takes effect: the unmodified product
-    violates nothing (about 12 s on an idle core)."""
+    """Every schedule of at most one event on the small and on the default pipeline, with
+    and without poison rows (at errors.tolerance=all, and at none until the operator
+    switches), then random walks over the three, in which every kind of event takes
+    effect: the unmodified product violates nothing (about 20 s on an idle core)."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
-    for config, bound in ((SMALL, 1), (CONFIG, 1)):
+    configs = ((SMALL, 1), (CONFIG, 1), (SMALL_DEAD_LETTERS, 1), (DEAD_LETTERS, 1), (SWITCH, 1))
+    for config, bound in configs:
         for outcome, schedule in exhaustive(config, bound):
-            assert outcome.violation is None, f"{schedule}: {outcome.violation}"
+            assert outcome.violation is None, f"{config} {schedule}: {outcome.violation}"
             assert outcome.healed
             schedules, steps = schedules + 1, steps + outcome.steps
-    for seed in range(1000, 2200):
-        outcome, schedule = run_seed(CONFIG, seed)
+    for seed in range(1000, 1900):
+        outcome, schedule = run_seed(walk_config(seed), seed)
         assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
         schedules, steps = schedules + 1, steps + outcome.steps
         fired.update(e.kind for e in schedule.events)
     elapsed = time.monotonic() - started
     print(f"\n{schedules} schedules, {steps} steps in {elapsed:.1f} s; events {dict(fired)}")
     assert set(fired) >= ALL_KINDS | {"heal"}, fired
-    assert schedules > 2000 and steps > 150_000
+    assert schedules > 3000 and steps > 250_000
+
+
+# --- dead letters -----------------------------------------------------------------------------
+
+
+def test_at_errors_tolerance_all_the_refused_rows_go_to_dead_letters_once() -> None:
+    # Driver p1 plans one record per partition and epoch: epoch 1 reads the record its
+    # consumer kind refuses (0, 1), epoch 2 the one whose gt is null (1, 2).
+    outcome, _ = run_schedule(DEAD_LETTERS, Schedule())
+    assert outcome.violation is None, outcome.violation
+    assert outcome.delivered == [0, 1, 2]
+    assert outcome.dead_letters == {1: 1, 2: 1}
+    assert outcome.refused == 0
+
+
+def test_a_bundle_refused_whole_writes_its_dead_letters_and_delivers_nothing() -> None:
+    # One partition of two records, the first refused: epoch 0 has nothing to deliver.
+    outcome, _ = run_schedule(SMALL_DEAD_LETTERS, Schedule())
+    assert outcome.violation is None, outcome.violation
+    assert outcome.delivered == [1]
+    assert outcome.dead_letters == {0: 1}
+
+
+def test_at_none_the_query_stops_at_the_poison_bundle_until_the_operator_switches() -> None:
+    # Without an event: every run of p1 fails at bundle 1 (nothing of it delivered) until
+    # the supervisor gives up; the healthy driver's operator switches to all and it ends.
+    outcome, _ = run_schedule(SWITCH, Schedule())
+    assert outcome.violation is None, outcome.violation
+    assert outcome.refused >= 2 * 4  # two task attempts, a first run and three resets
+    assert outcome.delivered == [0, 1, 2]
+    assert outcome.dead_letters == {1: 1, 2: 1}
+    # the operator switches while p1 still runs: p1 is stopped, p2 restarts on its
+    # checkpoint with errors.tolerance=all
+    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 30, "tolerate"),)))
+    assert switched.violation is None, switched.violation
+    assert switched.fired == [Event("p1", 30, "tolerate")]
+    assert switched.delivered == [0, 1, 2]
+
+
+def test_a_poison_bundle_delivered_under_none_is_a_violation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stage = write_task.stage_task
+
+    def unchecked(*args: object, **kwargs: object) -> object:
+        kwargs["checks"] = write_task.RowChecks()  # no kind, so only the gt check ...
+        return stage(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(write_task, "stage_task", unchecked)
+    outcome, _ = run_schedule(SWITCH, Schedule())
+    assert outcome.violation is not None
+    assert outcome.violation.invariant == "nothing of a poison bundle under none"
+
+
+def test_a_schedule_names_its_pipeline() -> None:
+    raw = schedule_json(Schedule((Event("p1", 3, "tolerate"),), "lose"), SWITCH)
+    assert SimConfig.from_json(json.loads(raw)["config"]) == SWITCH
+    assert "config" not in json.loads(schedule_json(Schedule(), CONFIG))
 
 
 def test_liveness_fails_when_the_healthy_driver_cannot_finish(

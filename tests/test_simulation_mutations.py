@@ -19,7 +19,10 @@ The bugs:
    would fence);
 5. a bundle recorded in flight from a stale state (a swap from the remembered state of
    ``sink/known_state.py`` not confirmed by its compare-and-swap: it is made on whatever
-   version the state has now).
+   version the state has now);
+6. dead letters rewritten on a replay (``DeadLetters.write`` puts the bundle's file every
+   time instead of creating it once, leaving an existing one as it is), on the pipeline
+   with poison rows at ``errors.tolerance=all``.
 """
 
 from __future__ import annotations
@@ -33,13 +36,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from simulation.explore import hunt, report, run_schedule, shortest
+from simulation.explore import DEAD_LETTERS, hunt, report, run_schedule, shortest
 from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
 from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage
-from sink.staging import Staging
+from sink.dead_letters import (
+    BUNDLE_KEY,
+    PIPELINE_KEY,
+    DeadLetters,
+    DeadLetterWrite,
+    StoreDeadLetters,
+    dead_letter_name,
+    dead_letter_table,
+)
+from sink.staging import Staging, parquet_bytes
 from state.errors import PipelineFenced
 from state.protocol import resume_point
 from state.protocol.barrier_state import BarrierStateStore, Claim, read_barrier_state
@@ -56,21 +68,22 @@ SEEDS = 8000
 MORE = 300
 
 
-def find_shortest(name: str) -> tuple[Schedule, str]:
-    """Hunt for the mutation's violation; minimise, check and print the shortest schedule."""
+def find_shortest(name: str, config: SimConfig = CONFIG) -> tuple[Schedule, str]:
+    """Hunt for the mutation's violation on ``config``; minimise, check and print the
+    shortest schedule."""
     started = time.monotonic()
-    found, tally = hunt(CONFIG, bound=1, seeds=SEEDS, more=MORE)
+    found, tally = hunt(config, bound=1, seeds=SEEDS, more=MORE)
     searched = time.monotonic() - started
     assert found, (
         f"{name}: the simulator found no violation in {tally.schedules} schedules "
         f"({tally.steps} steps)"
     )
-    best, small = shortest(CONFIG, found)
+    best, small = shortest(config, found)
     invariant = best.violation.invariant
-    assert _fails(small, invariant), f"{name}: the minimised schedule does not fail"
+    assert _fails(small, invariant, config), f"{name}: the minimised schedule does not fail"
     for i in range(len(small.events)):
         fewer = replace(small, events=small.events[:i] + small.events[i + 1 :])
-        assert not _fails(fewer, invariant), f"{name}: {small} is not 1-minimal"
+        assert not _fails(fewer, invariant, config), f"{name}: {small} is not 1-minimal"
     first = "the empty schedule" if found[0].seed is None else f"seed {found[0].seed}"
     print(
         f"\n{name}: first violation at {first}; searched {tally.schedules} schedules "
@@ -78,12 +91,12 @@ def find_shortest(name: str) -> tuple[Schedule, str]:
         f"the shortest has {len(small.events)} event(s); {time.monotonic() - started:.1f} s "
         "in all"
     )
-    print(report(CONFIG, best, small))
+    print(report(config, best, small))
     return small, invariant
 
 
-def _fails(schedule: Schedule, invariant: str) -> bool:
-    outcome, _ = run_schedule(CONFIG, schedule)
+def _fails(schedule: Schedule, invariant: str, config: SimConfig = CONFIG) -> bool:
+    outcome, _ = run_schedule(config, schedule)
     return outcome.violation is not None and outcome.violation.invariant == invariant
 
 
@@ -225,3 +238,32 @@ def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
     shortest, _ = find_shortest("stale remembered state")
     assert any(e.kind in ("zombie", "crash") for e in shortest.events)
+
+
+# --- 6. dead letters rewritten on a replay ------------------------------------------------------
+
+
+def test_dead_letters_rewritten_on_a_replay_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def put_every_time(
+        self: DeadLetters, pipeline_id: str, bundle_id: int, staged: Callable[[], pa.Table]
+    ) -> DeadLetterWrite:
+        # The file is written from the staged rows on every attempt, replacing one that is
+        # there: not created once.
+        assert isinstance(self, StoreDeadLetters)
+        table = dead_letter_table(staged(), bundle_id)
+        metadata = {
+            **(table.schema.metadata or {}),
+            PIPELINE_KEY: pipeline_id.encode(),
+            BUNDLE_KEY: str(bundle_id).encode(),
+        }
+        self.store.put(
+            dead_letter_name(bundle_id), parquet_bytes(table.replace_schema_metadata(metadata))
+        )
+        return DeadLetterWrite(bundle_id, table.num_rows, True, self.location(bundle_id), table)
+
+    monkeypatch.setattr(DeadLetters, "write", put_every_time)
+    shortest, invariant = find_shortest("dead letters rewritten on a replay", DEAD_LETTERS)
+    # A failure-free run writes each file once; one crash or lost answer after the file was
+    # written makes the replay of its epoch write it again.
+    assert invariant == "dead letters created once"
+    assert len(shortest.events) == 1
