@@ -10,6 +10,10 @@ them cannot do its work and its test fails. Each client has a test of its own:
 * ``commitOffsetsToGroup`` (the offsets then read from the broker itself);
 * ``gtbarrier status --bootstrap`` (its lag reader, the password given as ``${env:...}``);
 * the kafka consumer's producer and its tail scan (``consumer.kafka.*``);
+* the kafka consumer and its dead-letter topic's producer and tail scan, each through
+  another endpoint with its password given as ``${env:...}`` (``consumer.kafka.*``,
+  ``errors.deadLetter.kafka.*``), exactly once across crashes, the passwords in no log
+  record and no exception;
 
 and a streaming query gtkafka -> barrier (file consumer) runs against each endpoint with
 every source client at once, exactly once, its group offsets and its lag checked; the
@@ -19,8 +23,11 @@ gateway's log shows which requests each client made after authenticating.
 from __future__ import annotations
 
 import json
+import logging
+import pickle
 import subprocess
 import sys
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,10 +57,12 @@ from integration_tests.source_support import Driver
 from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
 from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX
-from sink.faults import FaultInjector
+from sink.dead_letters import H_PIPELINE
+from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
+from tests.test_sink_dead_letters import crash_at, note_batch
 
 ENDPOINTS = ("kafka_tls", "kafka_sasl_plain", "kafka_sasl_scram")
 QUERY_TIMEOUT = 300.0
@@ -462,3 +471,126 @@ def tail_scan_fetches(gateway: KafkaGateway) -> int:
         for e in gateway.events("request")
         if e["api_key"] == FETCH and not str(e.get("client_id") or "").startswith("gtkafka")
     )
+
+
+# --- the sink's Kafka clients with their passwords given by reference ---------------------
+
+OUT_PASSWORD_ENV = "GTB_TEST_KAFKA_OUT_PASSWORD"
+DLQ_PASSWORD_ENV = "GTB_TEST_KAFKA_DLQ_PASSWORD"
+REFUSED = (3, 17, 29)  # offsets of the rows without a gt: refused by every consumer
+
+
+def by_reference(gateway: KafkaGateway, prefix: str, env: str) -> dict[str, str]:
+    """The settings of a client of ``gateway`` under ``prefix``, its password as ``${env:env}``."""
+    settings = gateway.options(prefix)
+    assert prefix + "sasl.plain.password" in settings
+    settings[prefix + "sasl.plain.password"] = "${env:" + env + "}"
+    return settings
+
+
+class SecuredSink:
+    """consumer=kafka through ``out`` and its dead-letter topic through ``dlq``, both
+    passwords given as ``${env:...}`` references, committed in-process; ``texts``: every
+    repr and exception text met, for the password check."""
+
+    def __init__(
+        self, out: KafkaGateway, dlq: KafkaGateway, kafka: KafkaHelper, tmp_path: Path
+    ) -> None:
+        self.out_topic = kafka.create_topic(partitions=2)
+        self.dlq_topic = kafka.create_topic(partitions=1)
+        self.pipeline = f"sec-dl-{uuid.uuid4().hex[:8]}"
+        self.options = SinkOptions.parse(
+            {
+                "pipeline.id": self.pipeline,
+                "state.uri": f"memory://{self.pipeline}",
+                "consumer": "kafka",
+                "consumer.kafka.bootstrap.servers": out.bootstrap,
+                **by_reference(out, "consumer.kafka.", OUT_PASSWORD_ENV),
+                "consumer.topic": self.out_topic,
+                "ack.timeoutMs": "20000",
+                "errors.tolerance": "all",
+                "errors.deadLetter.path": f"file://{tmp_path / 'dead'}",
+                "errors.deadLetter.topic": self.dlq_topic,
+                "errors.deadLetter.kafka.bootstrap.servers": dlq.bootstrap,
+                **by_reference(dlq, "errors.deadLetter.kafka.", DLQ_PASSWORD_ENV),
+            }
+        )
+        self.pipe = Pipeline(self.options)
+        self.pipe.record_batch(0, epoch=1)
+        self.texts = [repr(self.options)]
+
+    def commit(self, run_id: str, crash: str | None = None) -> Any:
+        """Batch 0 (epoch 1: 40 rows, those at :data:`REFUSED` without a gt) committed by a
+        new run with a new consumer, as a restarted driver commits it; None if it crashed."""
+        p = self.pipe
+        p.run_id = run_id
+        consumer = open_consumer(self.options, p.store, FaultInjector())
+        p.consumer, p.staging = consumer, consumer.staging  # type: ignore[assignment]
+        rows = [note_batch(1, 0, range(40), null_gt=REFUSED)]
+        barrier = p.barrier(faults=crash_at(crash) if crash else FaultInjector())
+        try:
+            return barrier.commit([p.write(0, rows)], 0)
+        except InjectedFault as err:
+            self.texts.append("".join(traceback.format_exception(err)))
+            return None
+        finally:
+            self.texts.append(repr(consumer.config))
+            consumer.close()
+
+
+def test_the_kafka_consumer_and_its_dead_letter_topic_take_their_passwords_by_reference(  # noqa: PLR0917
+    kafka_sasl_scram: KafkaGateway,
+    kafka_sasl_plain: KafkaGateway,
+    kafka: KafkaHelper,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """consumer=kafka through the SCRAM-SHA-512 endpoint, its dead-letter topic through the
+    SASL PLAIN one over TLS, each password given as ``${env:...}``: the options and their
+    pickle keep the references, and the clients resolve them where they are made. A bundle
+    with refused rows is committed across a crash after its dead letters (the topic's
+    producer, then on the restart its tail scan, through their endpoint) and one after the
+    consumer acknowledged it (the restart's tail scan through the consumer's endpoint): the
+    output topic holds the accepted rows once and the dead-letter topic the refused ones
+    once. Neither password is in any log record (at DEBUG, kafka-python's own included) nor
+    in the text of any exception."""
+    caplog.set_level(logging.DEBUG)
+    out, dlq = kafka_sasl_scram, kafka_sasl_plain
+    monkeypatch.setenv(OUT_PASSWORD_ENV, out.password)
+    monkeypatch.setenv(DLQ_PASSWORD_ENV, dlq.password)
+    sink = SecuredSink(out, dlq, kafka, tmp_path)
+    pickled = pickle.dumps(sink.options)
+    for env in (OUT_PASSWORD_ENV, DLQ_PASSWORD_ENV):
+        assert ("${env:" + env + "}").encode() in pickled
+    sink.texts.append(pickled.decode("latin-1"))
+
+    assert sink.commit("run-a", "after_dead_letters") is None
+    dead = kafka.consume_all(sink.dlq_topic)
+    assert len(dead) == len(REFUSED) and kafka.consume_all(sink.out_topic) == []
+    assert all(dict(m.headers)[H_PIPELINE] == sink.pipeline.encode() for m in dead)
+
+    dlq_scans = tail_scan_fetches(dlq)
+    assert sink.commit("run-b", "after_ack") is None  # bundle 1 delivered, GT_last not moved
+    assert tail_scan_fetches(dlq) > dlq_scans, "no dead-letter tail scan went through"
+    assert sink.pipe.inflight().bundle_id == 1
+
+    out_scans = tail_scan_fetches(out)
+    outcome = sink.commit("run-c")
+    assert outcome is not None and outcome.recovered == 1, outcome
+    assert tail_scan_fetches(out) > out_scans, "no tail scan went through the endpoint"
+    state = sink.pipe.state()
+    assert state.gt_last == 1 and state.inflight is None
+
+    delivered = kafka.consume_all(sink.out_topic)
+    assert all(dict(r.headers)[H_BUNDLE] == b"1" for r in delivered)
+    expected = [f"0:{o}".encode() for o in range(40) if o not in REFUSED]
+    assert sorted(r.value for r in delivered) == sorted(expected), "not exactly once"
+    refused = sorted(m.value for m in kafka.consume_all(sink.dlq_topic))
+    assert refused == sorted(f"0:{o}".encode() for o in REFUSED), "not exactly once"
+
+    assert caplog.records, "nothing was logged at DEBUG"
+    texts = [*sink.texts, caplog.text, *(r.getMessage() for r in caplog.records)]
+    for text in texts:
+        for password in (out.password, dlq.password):
+            assert password not in text, "a SASL password appears in a log, repr or message"
