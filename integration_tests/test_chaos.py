@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 # The seed's three rounds (docs/chaos.md), chosen among the first 20,000 seeds as three
 # queries, three consumers and nine distinct fault kinds in nine faults:
-# * stateless -> kafka: SIGKILL at before_inflight, the checkpoint deleted, a zombie driver;
+# * stateless -> kafka: SIGKILL at after_gt_last, the checkpoint deleted, a zombie driver;
 #   poison rows (every stateless round has some with --poison-share 1): the round starts at
 #   errors.tolerance=none, the query stops at the poison bundle, and the round restarts it
 #   on the same checkpoint with errors.tolerance=all;

@@ -242,9 +242,7 @@ def test_the_consumer_and_the_dead_letters_together_are_exactly_once() -> None:
     wrong = verdict([DeliveredBundle(0, clean[0].rows[1:]), clean[1]], extra)
     assert wrong.differing == 1 and not wrong.exactly_once
     # without poison, the reference is unchanged: every row in the consumer
-    plain = judge(
-        query, "arrow", False, epoched, stateless_bundles(epoched.records), state, 1
-    )
+    plain = judge(query, "arrow", False, epoched, stateless_bundles(epoched.records), state, 1)
     assert plain.exactly_once and plain.dead_letters == 0
 
 

@@ -69,6 +69,7 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
                 sizing=options.sizing,
                 cluster_share=options.cluster_share,
                 fault_kinds=options.fault_kinds,
+                poison_share=options.poison_share,
             )
             starts.append(time.monotonic() - t0)
             result = RoundRunner(plan, servers, out, timeout=options.round_timeout, say=say).run()

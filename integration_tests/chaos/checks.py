@@ -2,18 +2,23 @@
 
 Every expected item (a record for ``stateless``, a window, a key's state after an epoch)
 must be delivered exactly once, with the expected content, in the expected bundle where
-the query fixes it. ``lost`` counts expected items not delivered (and input records that
-no epoch read), ``duplicated`` the extra copies, ``differing`` items delivered with other
-content or in another bundle, and items nobody expected. Order: bundles arrive in
-strictly increasing bundle id (where the consumer shows the order), and rows within a
-bundle in ascending ``gt``. The barrier must end drained at the last epoch.
+the query fixes it. In a poison round the consumer and the dead letters are counted
+together: every item is in exactly one of them, a poison row (``Item.dead``) in the dead
+letters of the bundle of its epoch, every other item in the consumer. ``lost`` counts
+expected items in neither (and input records that no epoch read), ``duplicated`` the
+extra copies (twice in one place, or in both), ``differing`` items with other content or
+in another bundle, items nobody expected, poison rows in the consumer and other rows in
+the dead letters. Order: bundles arrive in strictly increasing bundle id (where the
+consumer shows the order), and rows within a bundle in ascending ``gt``. The barrier must
+end drained at the last epoch.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from integration_tests.chaos.consumers import DeliveredBundle
@@ -35,6 +40,8 @@ class Verdict:
     differing: int
     order_errors: int
     problems: list[str] = field(default_factory=list)
+    #: Rows in the dead letters (poison rounds).
+    dead_letters: int = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -70,9 +77,19 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
     bundles: list[DeliveredBundle],
     barrier: BarrierState,
     final_epoch: int | None,
+    *,
+    dead_letters: Sequence[DeliveredBundle] = (),
+    poison: Collection[int] = (),
 ) -> Verdict:
-    expected = {item.identity: item for item in query.expected(epoched.records, shape)}
-    got: list[Item] = [i for b in bundles for i in query.items(b.bundle_id, b.rows, shape)]
+    """The round's verdict (module docstring): ``bundles`` as the consumer holds them,
+    ``dead_letters`` the dead-letter files' rows by bundle, ``poison`` the input record
+    numbers whose rows the target refuses."""
+    expected = {item.identity: item for item in query.expected(epoched.records, shape, poison)}
+    delivered: list[Item] = [i for b in bundles for i in query.items(b.bundle_id, b.rows, shape)]
+    dead: list[Item] = [
+        replace(i, dead=True) for b in dead_letters for i in query.items(b.bundle_id, b.rows, shape)
+    ]
+    got = delivered + dead
     counts = Counter(i.identity for i in got)
     first: dict[Any, Item] = {}
     for i in got:
@@ -85,6 +102,14 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
         for k, e in expected.items()
         if k in first
         and (first[k].value != e.value or (e.bundle >= 0 and first[k].bundle != e.bundle))
+    ]
+    # A refused row that reached the consumer, or a row nobody refuses in the dead letters.
+    misplaced = [
+        i.identity
+        for i in got
+        if i.identity in expected
+        and i.dead != expected[i.identity].dead
+        and i.identity not in wrong
     ]
     problems = list(epoched.problems)
     if lost:
@@ -102,6 +127,12 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
         problems.append(
             f"differs: {k!r}: got {first[k].value} in bundle {first[k].bundle}, "
             f"expected {expected[k].value} in bundle {expected[k].bundle}"
+        )
+    for k in misplaced[:EXAMPLES]:
+        where = "in the dead letters" if expected[k].dead is False else "in the consumer"
+        problems.append(
+            f"misplaced: {k!r} {where}, expected "
+            + ("in the dead letters (refused)" if expected[k].dead else "in the consumer")
         )
     if unexpected:
         problems.append(
@@ -121,11 +152,12 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
     return Verdict(
         records=len(epoched.records) + len(epoched.unread),
         expected=len(expected),
-        delivered=len(got),
+        delivered=len(delivered),
         bundles=len(bundles),
         lost=len(lost) + (len(epoched.unread) if query.name == "stateless" else 0),
         duplicated=sum(duplicated.values()) - len(duplicated),
-        differing=len(wrong) + len(unexpected),
+        differing=len(wrong) + len(unexpected) + len(misplaced),
         order_errors=len(order),
         problems=problems,
+        dead_letters=len(dead),
     )

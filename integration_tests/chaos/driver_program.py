@@ -73,7 +73,7 @@ def start_query(spark: Any, job: DriverJob, token: int) -> Any:
         .options(**job.s3_options)
         .load()
     )
-    out = query.build(df)
+    out = query.build(df, job.poison)
     if job.shape == "kafka":
         out = query.for_kafka(out)
     return (

@@ -36,6 +36,7 @@ from harness.fault_proxy import Fault
 from harness.zookeeper import end_session
 from integration_tests.chaos.consumers import CONSUMERS
 from integration_tests.chaos.plan import FaultSpec, RoundPlan, Sizing
+from integration_tests.chaos.poison import draw_poison
 from integration_tests.chaos.queries import QUERIES
 from state.layout import PipelineLayout
 
@@ -78,6 +79,8 @@ class FaultTarget(Protocol):
     def barrier(self) -> BarrierState: ...
 
     def gt_last(self) -> int: ...
+
+    def poison_passed(self) -> bool: ...
 
     def lock_contenders(self, path: str) -> int: ...
 
@@ -182,10 +185,19 @@ class KillAtStep(FaultKind):
     kills_driver = True
 
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
-        steps = CONSUMERS[plan.consumer].kill_steps
+        # after_dead_letters fires only at a bundle with refused rows: a poison round's.
+        steps = [
+            s
+            for s in CONSUMERS[plan.consumer].kill_steps
+            if s != "after_dead_letters" or plan.poison is not None
+        ]
         return {"step": rng.choice(steps), "ahead": rng.choice((0, 0, 1, 2))}
 
     def environment(self, r: FaultTarget, params: Params) -> str:
+        if params["step"] == "after_dead_letters":
+            # Without a bundle: the first bundle with refused rows, the poison's, whichever
+            # epoch reads it.
+            return "after_dead_letters"
         # A bundle left in flight is resolved at the restart without these steps (the
         # consumer has it: acknowledged as it is): aim past it.
         state = r.barrier()
@@ -195,18 +207,25 @@ class KillAtStep(FaultKind):
         return f"{params['step']}:{epoch}"
 
     def inject(self, r: FaultTarget, params: Params) -> str:
-        driver = r.live_driver()
-        epoch = params["epoch"]
+        epoch = params.get("epoch")
+        where = params["step"] if epoch is None else f"{params['step']}:{epoch}"
 
         def settled() -> bool:
-            return not driver.running or r.gt_last() > epoch
+            # The live driver: a poison round's switch to errors.tolerance=all replaces a
+            # driver armed with after_dead_letters by one armed the same way.
+            if not r.live_driver().running:
+                return True
+            if epoch is None:  # after_dead_letters: no bundle with dead letters is left
+                return r.poison_passed()
+            return bool(r.gt_last() > epoch)
 
-        r.feed_until(settled, 240.0, f"the driver to die at {params['step']}:{epoch}")
-        if not driver.running and driver.sigkilled:
-            return f"SIGKILL at {params['step']} of bundle {epoch}"
+        r.feed_until(settled, 240.0, f"the driver to die at {where}")
+        driver = r.live_driver()
+        if not driver.running and driver.sigkilled and driver.fault_env:
+            bundle = "the first bundle with dead letters" if epoch is None else f"bundle {epoch}"
+            return f"SIGKILL at {params['step']} of {bundle}"
         raise NotFired(
-            f"{params['step']}:{epoch} did not fire (driver exit {driver.returncode}, "
-            f"GT_last {r.gt_last()})"
+            f"{where} did not fire (driver exit {driver.returncode}, GT_last {r.gt_last()})"
         )
 
 
@@ -522,8 +541,11 @@ def draw_plan(
     sizing: Sizing,
     cluster_share: float,
     fault_kinds: list[str] | None = None,
+    poison_share: float = 0.0,
 ) -> RoundPlan:
-    """Round ``index`` of the run with ``seed`` (see the module docstring)."""
+    """Round ``index`` of the run with ``seed`` (see the module docstring); a share
+    ``poison_share`` of its stateless rounds has poison rows
+    (:func:`~integration_tests.chaos.poison.draw_poison`, a draw of its own)."""
     pairs = [(q, c) for q in queries for c in consumers]
     random.Random(f"{seed}:pairs").shuffle(pairs)
     query, consumer = pairs[index % len(pairs)]
@@ -549,6 +571,7 @@ def draw_plan(
             if k.applies(plan) and (fault_kinds is None or k.name in fault_kinds)
         ]
 
+    plan = replace(plan, poison=draw_poison(seed, index, plan.query, plan.records, poison_share))
     kinds = applicable(plan)
     if not kinds and cluster_share > 0:  # only kinds that need the cluster were chosen
         plan = replace(plan, cluster=True)

@@ -33,6 +33,8 @@ class DriverJob:
     session_timeout: str = "4s"
     driver_wait: str = "90s"
     reset_attempts: int = 8
+    #: Input record numbers whose rows the consumer refuses (``stateless``: a null gt).
+    poison: list[int] = field(default_factory=list)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))

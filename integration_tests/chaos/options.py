@@ -11,6 +11,7 @@ from pathlib import Path
 from integration_tests.chaos.consumers import CONSUMERS
 from integration_tests.chaos.faults import FAULTS
 from integration_tests.chaos.plan import Sizing
+from integration_tests.chaos.poison import DEFAULT_SHARE
 from integration_tests.chaos.queries import QUERIES
 
 QUICK_FAULTS = 10
@@ -32,6 +33,7 @@ class ChaosOptions:
     sizing: Sizing = field(default_factory=Sizing)
     cluster_share: float = 0.15  # rounds on the standalone cluster (0: no cluster started)
     round_timeout: float = 900.0
+    poison_share: float = DEFAULT_SHARE  # stateless rounds with poison rows
 
     def enough(self, rounds: int, faults: int) -> bool:
         """Whether a run that did ``rounds`` rounds and injected ``faults`` faults is done."""
@@ -99,6 +101,12 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         help="share of rounds on a standalone cluster (default 0.15, --quick 0)",
     )
     p.add_argument(
+        "--poison-share",
+        type=float,
+        default=DEFAULT_SHARE,
+        help=f"share of stateless rounds with poison rows (default {DEFAULT_SHARE})",
+    )
+    p.add_argument(
         "--round-timeout",
         type=float,
         default=900.0,
@@ -125,4 +133,5 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         if a.cluster_share is not None
         else (0.0 if a.quick else 0.15),
         round_timeout=a.round_timeout,
+        poison_share=a.poison_share,
     )

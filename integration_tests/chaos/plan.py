@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from integration_tests.chaos.poison import Poison
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class RoundPlan:
     max_offsets: int
     cluster: bool
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
+    #: Input records whose rows the consumer refuses, and the tolerance the round starts
+    #: at (None: no poison; :mod:`integration_tests.chaos.poison`).
+    poison: Poison | None = None
 
     @property
     def round_id(self) -> str:
@@ -47,7 +53,8 @@ class RoundPlan:
 
     def describe(self) -> str:
         where = "cluster" if self.cluster else "local"
+        poison = "" if self.poison is None else f", {self.poison.describe()}"
         return (
             f"{self.query} -> {self.consumer}, {self.records} records in {self.partitions} "
-            f"partition(s), {self.max_offsets}/batch, {where}"
+            f"partition(s), {self.max_offsets}/batch, {where}{poison}"
         )

@@ -7,7 +7,9 @@ Input record ``i`` has key ``b"k<i % 13>"``, value ``b"<i>"`` and lands in parti
 deliver follows from the input and the recorded epochs (:mod:`.reference`):
 
 * ``stateless``: every record as ``key, value, gt``: one row per record, in the bundle of
-  its epoch (ticks included).
+  its epoch (ticks included). In a poison round (:mod:`.poison`) the rows of the poison
+  records have a null ``gt``: every consumer refuses them, and they must be in the dead
+  letters of the bundle of their epoch instead (:attr:`Item.dead`).
 * ``windowed``: event time ``i`` seconds, 100-second tumbling windows, a 30-second
   watermark, ``count`` and ``sum`` per window, output mode append: every window of the
   records before the ticks exactly once, with its full count and sum (the first tick moves
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,11 +47,14 @@ Value = tuple[Any, ...]
 @dataclass(frozen=True)
 class Item:
     """One unit of output that must arrive exactly once: its identity, what it must hold,
-    and the bundle it came in (``-1`` in the reference when the bundle is not modelled)."""
+    and the bundle it came in (``-1`` in the reference when the bundle is not modelled).
+    ``dead``: in the reference, a row the consumer's target refuses, which must be in the
+    dead letters and not in the consumer."""
 
     identity: Identity
     value: Value
     bundle: int
+    dead: bool = False
 
 
 def record_key(i: int) -> bytes:
@@ -65,17 +70,21 @@ class Query(ABC):
     first_output_epoch: ClassVar[int] = 0  # the first epoch that delivers a bundle
 
     @abstractmethod
-    def build(self, df: Any) -> Any:
-        """The query's output, from gtkafka's DataFrame ``df``."""
+    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+        """The query's output, from gtkafka's DataFrame ``df``; ``poison``: the input
+        record numbers whose rows the consumer must refuse (only ``stateless`` has any)."""
 
     @abstractmethod
     def for_kafka(self, out: Any) -> Any:
         """``out`` with the ``value`` (and ``key``) columns the kafka consumer sends."""
 
     @abstractmethod
-    def expected(self, records: list[InputRecord], shape: str) -> list[Item]:
+    def expected(
+        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+    ) -> list[Item]:
         """What a failure-free run delivers, from every input record and its epoch, as
-        :meth:`item` reads it from a consumer of ``shape``."""
+        :meth:`item` reads it from a consumer of ``shape``; the rows of ``poison`` records
+        as the dead letters hold them (``dead``)."""
 
     @abstractmethod
     def item(self, bundle: int, row: dict[str, Any], shape: str) -> Item:
@@ -94,19 +103,36 @@ def _number(df: Any) -> Any:
 class Stateless(Query):
     name = "stateless"
 
-    def build(self, df: Any) -> Any:
-        return df.select("key", "value", "gt")
+    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+        from pyspark.sql import functions as sf
+
+        gt = sf.col("gt")
+        if poison:
+            # A row without a gt: every consumer refuses it (docs/sink.md).
+            gt = sf.when(_number(df).isin(sorted(poison)), sf.lit(None)).otherwise(gt)
+        return df.select("key", "value", gt.alias("gt"))
 
     def for_kafka(self, out: Any) -> Any:
-        return out.select("key", "value")
+        # gt stays in the sink input (the kafka consumer orders by it, does not send it, and
+        # refuses a row without one) but is not in the topic.
+        return out.select("key", "value", "gt")
 
-    def expected(self, records: list[InputRecord], shape: str) -> list[Item]:
+    def expected(
+        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+    ) -> list[Item]:
         # The kafka consumer sends key and value only: the gt column is not in the topic.
+        # A poison row's gt is null, in the dead letters as the query produced it.
         return [
             Item(
                 r.number,
-                (r.key, None if shape == "kafka" else (r.epoch, r.partition, r.offset)),
+                (
+                    r.key,
+                    None
+                    if shape == "kafka" or r.number in poison
+                    else (r.epoch, r.partition, r.offset),
+                ),
                 r.epoch,
+                dead=r.number in poison,
             )
             for r in records
         ]
@@ -124,7 +150,7 @@ class Windowed(Query):
     single_partition = True
     first_output_epoch = 1  # the first epoch only sets the watermark
 
-    def build(self, df: Any) -> Any:
+    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
         from pyspark.sql import functions as sf
 
         n = _number(df)
@@ -141,7 +167,9 @@ class Windowed(Query):
 
         return out.select(sf.to_json(sf.struct("start", "n", "total")).alias("value"))
 
-    def expected(self, records: list[InputRecord], shape: str) -> list[Item]:
+    def expected(
+        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+    ) -> list[Item]:
         windows: dict[int, tuple[int, int]] = {}
         for r in records:
             if r.number >= TICK_BASE:
@@ -160,7 +188,7 @@ class Windowed(Query):
 class Keyed(Query):
     name = "keyed"
 
-    def build(self, df: Any) -> Any:
+    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
         from integration_tests.coordinator_support import KEYED_SCHEMA, KEYED_STATE, keyed_update
 
         return df.groupBy("key").applyInPandasWithState(
@@ -173,7 +201,9 @@ class Keyed(Query):
         row = sf.struct(sf.col("key").cast("string").alias("key"), "n", "total", "mx")
         return out.select("key", sf.to_json(row).alias("value"))
 
-    def expected(self, records: list[InputRecord], shape: str) -> list[Item]:
+    def expected(
+        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+    ) -> list[Item]:
         state: dict[bytes, tuple[int, int, int]] = {}
         by_epoch: dict[int, list[InputRecord]] = {}
         for r in records:

@@ -28,6 +28,9 @@ class RunSummary:
     seconds: float
     load: tuple[float, float, float]  # min, mean, max of the 1-minute load average
     failures: list[str]
+    poisoned: int = 0  # rounds with poison rows
+    switched: int = 0  # ... of them switched from errors.tolerance=none to all
+    dead_letters: int = 0  # rows in the dead letters, every round
 
     @property
     def clean(self) -> bool:
@@ -69,6 +72,9 @@ def summarize(
         seconds=round(seconds, 1),
         load=(min(loads), sum(loads) / len(loads), max(loads)) if loads else (0.0, 0.0, 0.0),
         failures=failures,
+        poisoned=sum(1 for r in results if r.plan.poison is not None),
+        switched=sum(1 for r in results if r.switched),
+        dead_letters=sum(v.dead_letters for v in verdicts),
     )
 
 
@@ -79,6 +85,9 @@ def round_line(r: RoundResult) -> str:
         if v is not None
         else "no verdict"
     )
+    if v is not None and r.plan.poison is not None:
+        switched = ", switched none -> all" if r.switched else ""
+        counts += f", dead letters {v.dead_letters}{switched}"
     faults = ", ".join(
         _kind_label(f.kind, f.params) + ("" if f.fired else " (not injected)") for f in r.faults
     )
@@ -112,6 +121,11 @@ def table(s: RunSummary) -> str:
         rows.append((f"  {kind}", f"{n}{detail}"))
     rows += [
         ("records", f"{s.records:,}"),
+        (
+            "poison rounds",
+            f"{s.poisoned} ({s.switched} switched from errors.tolerance=none)",
+        ),
+        ("dead letters", f"{s.dead_letters} rows"),
         ("lost", str(s.lost)),
         ("duplicated", str(s.duplicated)),
         ("differing", str(s.differing)),

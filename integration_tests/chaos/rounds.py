@@ -9,7 +9,14 @@
    :mod:`.queries`) in two successive epochs; the round waits until ``GT_last`` reaches
    the last epoch (restarting a driver that died by itself, which is noted), then stops
    the driver.
-5. The verdict (:mod:`.checks`) against the reference (:mod:`.reference`).
+5. The verdict (:mod:`.checks`) against the reference (:mod:`.reference`), the consumer's
+   content and the dead letters together.
+
+A poison round (:mod:`.poison`) that starts at ``errors.tolerance=none`` is switched by the
+round, as an operator would: once the driver's query failed at the poison bundle
+(``RowsRefused``), the round checks that nothing of that bundle was delivered, stops the
+driver and restarts it on the same checkpoint with ``errors.tolerance=all``
+(:meth:`RoundRunner.operator_switch`, looked at whenever the round waits).
 
 Every wait is bounded by the round's deadline; a round that runs out of it is reported
 as ``timeout`` with its logs (``<out>/<round>/``).
@@ -38,6 +45,12 @@ from integration_tests.chaos.drivers import DriverLife
 from integration_tests.chaos.faults import FAULTS, NotFired
 from integration_tests.chaos.job import DriverJob
 from integration_tests.chaos.plan import FaultSpec, RoundPlan
+from integration_tests.chaos.poison import (
+    REFUSED,
+    Tolerance,
+    poison_sink_options,
+    read_dead_letters,
+)
 from integration_tests.chaos.queries import QUERIES, TICK_BASE, TICK_KEY, record_key
 from integration_tests.chaos.reference import assign_epochs, read_epochs, read_input
 from integration_tests.chaos.servers import ChaosServers
@@ -85,6 +98,8 @@ class RoundResult:
     timeline: list[tuple[float, str, str]] = field(default_factory=list)
     driver_starts: int = 0
     logs: str = ""
+    #: A poison round started at errors.tolerance=none was switched to all.
+    switched: bool = False
 
     @property
     def fired(self) -> list[InjectedFault]:
@@ -125,6 +140,16 @@ class RoundRunner:
         self._job: DriverJob | None = None
         self._zk: KazooClient | None = None
         self.result = RoundResult(plan, "error", 0.0, plan.consumer, logs=str(self.dir))
+        #: The sink's errors.tolerance now (a poison round at none is switched to all).
+        self.tolerance: Tolerance = "none" if plan.poison is None else plan.poison.tolerance
+        #: Where the dead letters go: beside the output (in S3 for the s3 consumer).
+        self.dead_letters = (
+            f"s3://{servers.bucket}/{plan.round_id}/dead"
+            if plan.consumer == "s3"
+            else f"file://{self.dir / 'dead'}"
+        )
+        #: What the round saw go wrong outside the verdict's counts (poison delivered).
+        self.problems: list[str] = []
 
     # --- time ---------------------------------------------------------------------------
 
@@ -157,6 +182,7 @@ class RoundRunner:
         :class:`RoundTimeout`)."""
         end = time.monotonic() + timeout
         while True:
+            self.operator_switch()
             value = check()
             if value:
                 return value
@@ -174,6 +200,21 @@ class RoundRunner:
 
     def gt_last(self) -> int:
         return self.barrier().gt_last
+
+    def poison_epochs(self) -> list[int | None]:
+        """The epochs that read the poison records (None: not read yet). Record ``n`` is
+        at offset ``n // partitions`` of partition ``n % partitions``."""
+        if self.plan.poison is None:
+            return []
+        p = self.plan.partitions
+        return [self.epoch_covering(n % p, n // p) for n in self.plan.poison.numbers]
+
+    def poison_passed(self) -> bool:
+        """Whether ``GT_last`` is past every poison epoch (no bundle with dead letters is
+        left to deliver)."""
+        epochs = self.poison_epochs()
+        known = [e for e in epochs if e is not None]
+        return len(known) == len(epochs) and self.gt_last() >= max(known, default=-1)
 
     def caught_up(self) -> bool:
         """Whether the recorded epochs cover every record produced so far."""
@@ -301,6 +342,7 @@ class RoundRunner:
     def keep_alive(self, pending: list[FaultSpec]) -> None:
         """Restart the driver if it is not running (noting why it ended, unless a fault
         of this round killed it)."""
+        self.operator_switch()
         driver = self.live_driver()
         if driver.running:
             return
@@ -314,6 +356,59 @@ class RoundRunner:
         self.note(f"driver {driver.label} ended ({driver.returncode}); restarting", "driver")
         driver.close()
         self.start_driver(pending)
+
+    def operator_switch(self) -> None:
+        """The way past a poison bundle (docs/sink.md, "Bad rows and dead letters"): once
+        the driver's query failed at it under ``errors.tolerance=none``, check that nothing
+        of that bundle (or a later one) was delivered, stop the driver, and restart it on
+        the same checkpoint with ``errors.tolerance=all``. A kill at ``after_dead_letters``
+        armed on the stopped driver (it cannot fire at none) is armed on the new one."""
+        driver = self.driver
+        if self.tolerance != "none" or self.plan.poison is None or driver is None:
+            return
+        if REFUSED not in driver.proc.output():
+            return
+        self.note(f"driver {driver.label}: the query failed at a poison bundle ({REFUSED})")
+        self.check_poison_held()
+        env = driver.fault_env if driver.fault_env == "after_dead_letters" else None
+        if driver.running:
+            driver.stop(STOP_TIMEOUT)
+        driver.close()
+        self.tolerance = "all"
+        self.result.switched = True
+        options = {**self.job.sink_options, **poison_sink_options("all", self.dead_letters)}
+        self._job = replace(self.job, sink_options=options)
+        label = f"d{len(self.drivers) + 1}"
+        restarted = DriverLife(self.runner, self.servers, self.job, label, fault_env=env)
+        self.drivers.append(restarted)
+        self.driver = restarted
+        self.note(
+            f"driver {label} started (pid {restarted.pid}) on the same checkpoint with "
+            f"errors.tolerance=all, errors.deadLetter.path={self.dead_letters}"
+            + (f", GTBARRIER_FAULT={env}" if env else ""),
+            "driver",
+        )
+
+    def check_poison_held(self) -> None:
+        """Under ``errors.tolerance=none`` nothing at or after the first poison bundle may
+        have been delivered (the consumer, ``GT_last`` and the in-flight record)."""
+        assert self.consumer is not None
+        known = [e for e in self.poison_epochs() if e is not None]
+        if not known:
+            self.problems.append("the query failed with RowsRefused before any poison epoch")
+            return
+        first = min(known)
+        held = [b.bundle_id for b in self.consumer.read() if b.bundle_id >= first]
+        state = self.barrier()
+        inflight = state.inflight.bundle_id if state.inflight is not None else None
+        if held or state.gt_last >= first or (inflight is not None and inflight >= first):
+            self.problems.append(
+                f"under errors.tolerance=none, the poison bundle {first} or a later one was "
+                f"delivered: the consumer holds {held}, GT_last {state.gt_last}, in flight "
+                f"{inflight}"
+            )
+        else:
+            self.note(f"nothing of poison bundle {first} delivered (GT_last {state.gt_last})")
 
     def wait_moment(self, moment: dict[str, Any]) -> None:
         """Until the moment a fault was drawn for: ``delay`` seconds after the driver
@@ -409,11 +504,15 @@ class RoundRunner:
             checkpoint=str(self.dir / "cp"),
             query=self.plan.query,
             shape=consumer.shape,
-            sink_options=consumer.sink_options(),
+            sink_options={
+                **consumer.sink_options(),
+                **poison_sink_options(self.tolerance, self.dead_letters),
+            },
             workdir=str(self.dir),
             stop_path="",
             session_path="",
             max_offsets=self.plan.max_offsets,
+            poison=list(self.plan.poison.numbers) if self.plan.poison is not None else [],
         )
         if cluster is not None:
             self._job = replace(
@@ -466,10 +565,11 @@ class RoundRunner:
         return final
 
     def _judge(self, final: int | None) -> Verdict:
-        assert self.consumer is not None
+        assert self.consumer is not None and self.servers.s3 is not None
         epoched = assign_epochs(
             self.topic, read_input(self.kafka, self.topic), read_epochs(self.store, self.pipeline)
         )
+        poison = self.plan.poison
         verdict = judge(
             self.query,
             self.consumer.shape,
@@ -478,7 +578,15 @@ class RoundRunner:
             self.consumer.read(),
             read_barrier_state(self.store, PipelineLayout(self.pipeline)),
             final,
+            dead_letters=(
+                read_dead_letters(self.dead_letters, self.servers.s3.settings())
+                if poison is not None
+                else []
+            ),
+            poison=poison.numbers if poison is not None else (),
         )
+        if self.problems:
+            verdict = replace(verdict, problems=[*verdict.problems, *self.problems])
         self.result.verdict = verdict
         return verdict
 
