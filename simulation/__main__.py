@@ -3,6 +3,7 @@
     python -m simulation                          # the deep exploration (about 10 minutes)
     python -m simulation --seconds 60             # a shorter one
     python -m simulation --seed 4711 --replay     # one random walk again, step by step
+                                                  # (on its pipeline: walk_config(seed))
     python -m simulation --schedule '{"events": [["p1", 12, "crash", "keep"]], "heal": "keep"}'
 
 The exploration prints its progress every 10 s and every violation it finds (minimised,
@@ -24,6 +25,7 @@ from simulation.explore import (
     report,
     run_schedule,
     run_seed,
+    walk_config,
 )
 from simulation.query import SimConfig
 from simulation.scheduler import Event
@@ -54,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     quiet()
     if args.schedule is not None:
         raw = json.loads(args.schedule)
-        config = SimConfig(**raw.get("config", {}))
+        config = SimConfig.from_json(raw.get("config", {}))
         schedule = Schedule(
             tuple(Event.from_json(e) for e in raw["events"]), str(raw.get("heal", "keep"))
         )
         outcome, _ = run_schedule(config, schedule, trace=True)
         return show(config, outcome, schedule, None)
     if args.replay:
-        config = SimConfig()
+        config = walk_config(args.seed)
         outcome, schedule = run_seed(config, args.seed, trace=True)
         return show(config, outcome, schedule, args.seed)
     plan = Plan(

@@ -30,6 +30,7 @@ ALL_KINDS = frozenset(
         "upgrade",
         "lose-part",
         "operator",
+        "tolerate",
     }
 )
 #: What the exhaustive search branches on (read failures only end a run early, as a lost
@@ -68,7 +69,8 @@ def _faults(world: World, actor: Actor) -> list[tuple[str, str]]:
 
 
 def _environment(world: World) -> list[tuple[str, str]]:
-    """A second driver, an upgrade, a lost staged part, the operator."""
+    """A second driver, an upgrade, a lost staged part, the operator (skipping a lost
+    bundle; switching a pipeline with poison rows to ``errors.tolerance=all``)."""
     out: list[tuple[str, str]] = []
     official = world.official
     if official is not None and official.status == "running":
@@ -79,6 +81,8 @@ def _environment(world: World) -> list[tuple[str, str]]:
     out += [("lose-part", location) for location in sorted(world.parts)[:4]]
     if world.checker.state.inflight is not None and world.operator_runs == 0:
         out.append(("operator", ""))
+    if world.tolerance == "none" and world.input.poisoned and official is not None:
+        out.append(("tolerate", ""))
     return out
 
 
@@ -150,7 +154,7 @@ def walk_for(seed: int) -> RandomWalk:
 
 
 _FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
-_ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator"})
+_ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator", "tolerate"})
 
 
 class RandomChooser:

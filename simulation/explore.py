@@ -22,12 +22,13 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from queue import Empty
 
 from simulation.choosers import (
     EXHAUSTIVE_KINDS,
+    PROFILES,
     RandomChooser,
     RandomWalk,
     ReplayChooser,
@@ -232,17 +233,46 @@ def describe(config: SimConfig, schedule: Schedule) -> list[str]:
 
 #: The small pipeline the deeper exhaustive search runs on: one partition of two records.
 SMALL = SimConfig(partitions=1, per_partition=2)
+#: The default pipeline with two poison records at errors.tolerance=all: (0, 1), whose
+#: value the consumer kind refuses, and (1, 2), whose gt is null. Every epoch has rows to
+#: deliver, whichever driver plans it.
+DEAD_LETTERS = SimConfig(poison=((0, 1),), no_gt=((1, 2),), tolerance="all")
+#: The same at errors.tolerance=none: the query stops at the first poison bundle until the
+#: operator switches to all (the ``tolerate`` event, or the healthy driver's operator).
+SWITCH = replace(DEAD_LETTERS, tolerance="none")
+#: The small pipeline whose first record is poison: with one record an epoch (p1), epoch 0
+#: is refused whole (its file written, nothing delivered); with two (p2), it is mixed.
+SMALL_DEAD_LETTERS = replace(SMALL, poison=((0, 0),), tolerance="all")
+#: The same at errors.tolerance=none.
+SMALL_SWITCH = replace(SMALL_DEAD_LETTERS, tolerance="none")
+#: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
+WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
+
+
+def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> SimConfig:
+    """The pipeline of the random walk of ``seed`` in ``make sim`` (and ``--replay``): the
+    profile is ``seed % 3`` (:func:`~simulation.choosers.walk_for`), the pipeline the next
+    digit in base 3, so that every profile meets every pipeline."""
+    return configs[(seed // len(PROFILES)) % len(configs)]
 
 
 @dataclass(frozen=True)
 class Plan:
     """What ``python -m simulation`` explores, in three phases: every schedule of up to
-    ``small_bound`` events on the :data:`SMALL` pipeline, every schedule of up to ``bound``
-    events on ``config``, then random walks on ``config`` (seeds from ``seed``) until
-    ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
+    ``small_bound`` events on the :data:`SMALL` pipeline; every schedule of up to ``bound``
+    events on ``config`` and on each of ``dead_letters`` (poison rows at
+    errors.tolerance=all, and at none until the operator switches, on the default and the
+    small pipeline); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``)
+    until ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
 
     config: SimConfig = field(default_factory=SimConfig)
     small: SimConfig = SMALL
+    dead_letters: tuple[SimConfig, ...] = (
+        DEAD_LETTERS,
+        SWITCH,
+        SMALL_DEAD_LETTERS,
+        SMALL_SWITCH,
+    )
     small_bound: int = 2
     bound: int = 1
     seconds: float = 570.0
@@ -280,32 +310,37 @@ class _Worker:
         """The three phases, each until it is complete or its share of the time is spent
         (the shares are cumulative: time a phase leaves goes to the next)."""
         plan, shard = self.plan, (self.index, self.plan.workers)
-        phases: list[tuple[str, float, SimConfig, Iterator[Run]]] = [
+
+        def every(configs: tuple[SimConfig, ...], bound: int) -> Iterator[tuple[SimConfig, Run]]:
+            for config in configs:
+                for outcome, schedule in exhaustive(config, bound, shard=shard):
+                    yield config, (outcome, schedule, None)
+
+        phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
             (
                 f"every schedule of up to {plan.small_bound} events, one partition of two records",
                 PHASE_SHARES[0],
-                plan.small,
-                _unseeded(exhaustive(plan.small, plan.small_bound, shard=shard)),
+                every((plan.small,), plan.small_bound),
             ),
             (
-                f"every schedule of up to {plan.bound} events, the default pipeline",
+                f"every schedule of up to {plan.bound} events, the default pipeline (then "
+                "with poison rows at errors.tolerance=all and at none, on it and on the small one)",
                 PHASE_SHARES[1],
-                plan.config,
-                _unseeded(exhaustive(plan.config, plan.bound, shard=shard)),
+                every((plan.config, *plan.dead_letters), plan.bound),
             ),
             (
-                f"random walks from seed {plan.seed}, the default pipeline",
+                f"random walks from seed {plan.seed}, the default pipeline (a third each "
+                "without poison rows, at all, at none)",
                 1.0,
-                plan.config,
-                _walks(plan.config, plan.seed + self.index, plan.workers),
+                _walks(plan.seed + self.index, plan.workers),
             ),
         ]
         started = time.monotonic()
-        for name, share, config, runs in phases:
+        for name, share, runs in phases:
             until = started + share * plan.seconds
             before = self.tally.schedules
             complete = True
-            for outcome, schedule, seed in runs:
+            for config, (outcome, schedule, seed) in runs:
                 self.record(config, outcome, schedule, seed)
                 if self.done() or time.monotonic() >= until:
                     complete = False
@@ -349,16 +384,12 @@ class _Worker:
         self.sent, self.last_send = now_counts, now
 
 
-def _unseeded(runs: Iterator[tuple[Outcome, Schedule]]) -> Iterator[Run]:
-    for outcome, schedule in runs:
-        yield outcome, schedule, None
-
-
-def _walks(config: SimConfig, first: int, stride: int) -> Iterator[Run]:
+def _walks(first: int, stride: int) -> Iterator[tuple[SimConfig, Run]]:
     seed = first
     while True:
+        config = walk_config(seed)
         outcome, schedule = run_seed(config, seed)
-        yield outcome, schedule, seed
+        yield config, (outcome, schedule, seed)
         seed += stride
 
 
@@ -389,7 +420,7 @@ def schedule_json(schedule: Schedule, config: SimConfig | None = None) -> str:
         "heal": schedule.heal,
     }
     if config is not None and config != SimConfig():
-        raw["config"] = {"partitions": config.partitions, "per_partition": config.per_partition}
+        raw["config"] = config.to_json()
     return json.dumps(raw)
 
 

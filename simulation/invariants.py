@@ -12,14 +12,32 @@ After every step (incrementally: only what the step may have changed):
 * when the consumer stores a bundle: ``order`` (its id is above every stored id: no
   duplicate, gt order between bundles), ``gt order within a bundle``, ``content`` (the rows
   equal a failure-free run of the query version that computed them, over the epochs as
-  recorded: nothing lost, nothing added, stateful results right), ``held in flight``
-  (the run that delivered it had recorded it in flight as the owner).
+  recorded, less the rows the target refuses: nothing lost, nothing added, stateful
+  results right), ``held in flight`` (the run that delivered it had recorded it in flight
+  as the owner).
+
+Dead letters (poison rows, :mod:`simulation.query`), after every step too:
+
+* ``dead letters created once``: every write to the dead-letter store creates a file that
+  did not exist; a file is never written again, replaced or deleted;
+* ``exactly once with dead letters``: a dead-letter file holds exactly the refused rows of
+  its bundle (of the query version that computed them), none of which the consumer holds,
+  and the consumer none of the refused ones; when ``GT_last`` passes a bundle, its
+  delivered rows are in the consumer (unless an operator skipped it) and its refused rows
+  in its dead-letter file. Together: the consumer's content plus the dead letters is the
+  output, each row once;
+* ``dead letters first``: a bundle with refused rows is recorded in flight, and stored by
+  the consumer, only once its dead-letter file exists;
+* ``nothing of a poison bundle under none``: a run at ``errors.tolerance=none`` never
+  records a bundle with refused rows in flight, and the consumer never stores one from it.
 
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
-(every epoch's bundle is stored once, except a bundle an operator skipped because a fault
-deleted its staged parts). A product error that no fault explains (an exception outside
-the product's error hierarchy) is a violation too: ``unexpected exception``.
+(every epoch's bundle with rows to deliver is stored once, except a bundle an operator
+skipped because a fault deleted its staged parts; every epoch with refused rows has its
+dead-letter file; ``GT_last`` is the last epoch with rows to deliver). A product error that
+no fault explains (an exception outside the product's error hierarchy) is a violation too:
+``unexpected exception``.
 """
 
 from __future__ import annotations
@@ -32,9 +50,12 @@ from typing import Protocol
 import pyarrow as pa
 
 from simulation.consumer import ConsumerLog, Delivery
-from simulation.query import InputLog, Reference, Row, same_rows
+from simulation.dead_letters import BAD_REASON, file_rows
+from simulation.query import NO_GT, InputLog, Reference, Row, identity, row_order, same_rows
 from simulation.scheduler import Actor
 from simulation.spark import DriverProc
+from sink.dead_letters import bundle_of_name
+from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
@@ -60,6 +81,7 @@ class CheckedWorld(Protocol):
     """What the invariants look at (:class:`simulation.world.World`)."""
 
     inner: StateStore
+    dead_inner: StateStore
     layout: PipelineLayout
     input: InputLog
     parts: dict[str, pa.Table]
@@ -76,6 +98,9 @@ class CheckedWorld(Protocol):
     def current_run(self) -> str | None:
         """The run id of the running actor's query (None outside a query)."""
 
+    def current_tolerance(self) -> str | None:
+        """The errors.tolerance of the running actor's driver (None: not a driver's)."""
+
 
 class Checker:
     """The invariants of one run (module docstring)."""
@@ -89,6 +114,8 @@ class Checker:
         self.accepted: dict[int, str] = {}
         self.inflight_owners: dict[int, set[str]] = {}
         self.reference = Reference(world.input, self.epoch_bounds)
+        #: The dead-letter files created: bundle id -> their rows.
+        self.dead: dict[int, list[Row]] = {}
 
     def fail(self, invariant: str, message: str) -> None:
         w = self.world
@@ -133,6 +160,7 @@ class Checker:
                 "GT_last never moves back",
                 f"GT_last {self.max_gt_last} -> {new.gt_last}, written by {who}",
             )
+        skipped = {b.bundle_id for b in new.skipped}
         for k in range(old.gt_last + 1, new.gt_last + 1):
             if k in self.accepted:
                 self.fail(
@@ -140,6 +168,12 @@ class Checker:
                     f"bundle {k} accepted by {self.accepted[k]} and again by {who}",
                 )
             self.accepted[k] = who
+            self._passed(k, skipped, who)
+        inflight = new.inflight
+        if inflight is not None and (
+            old.inflight is None or old.inflight.bundle_id != inflight.bundle_id
+        ):
+            self._poison_held(inflight.bundle_id, f"recorded in flight by {who}")
         self.max_gt_last = max(self.max_gt_last, new.gt_last)
         if owner is not None:
             if owner.generation < self.max_generation:
@@ -162,7 +196,8 @@ class Checker:
         inflight = self.state.inflight
         if inflight is None:
             return
-        for part in inflight.parts:
+        # Its dead-letter parts too: cleanup spares them until the bundle is resolved.
+        for part in (*inflight.parts, *inflight.dead_letters):
             loc = part.location
             if loc not in w.parts and loc not in w.fault_deleted:
                 self.fail(
@@ -188,18 +223,20 @@ class Checker:
         log.order.append(bundle_id)
         if last is not None and bundle_id < last:
             self.fail("order", f"bundle {bundle_id} stored after bundle {last}")
+        self._poison_held(bundle_id, f"stored by the consumer from {actor}")
+        self._disjoint(bundle_id)
         gts = [r[4] for r in rows]
-        if gts != sorted(gts):
+        if None in gts or gts != sorted(g for g in gts if g is not None):
             self.fail("gt order within a bundle", f"bundle {bundle_id}: {gts}")
         versions = {r[3] for r in rows}
         if len(versions) != 1:
             self.fail("content", f"bundle {bundle_id} mixes query versions {sorted(versions)}")
             return
         version = versions.pop()
-        expected = self.reference.output(version, bundle_id)
+        expected = self.reference.accepted(version, bundle_id)
         if not same_rows(rows, expected):
-            missing = sorted(set(expected) - set(rows))
-            extra = sorted(set(rows) - set(expected))
+            missing = sorted(set(expected) - set(rows), key=row_order)
+            extra = sorted(set(rows) - set(expected), key=row_order)
             self.fail(
                 "content",
                 f"bundle {bundle_id} (version {version}) differs from the failure-free run: "
@@ -210,6 +247,110 @@ class Checker:
                 "held in flight",
                 f"bundle {bundle_id} delivered by run {run}, which never recorded it in flight "
                 f"as the owner ({sorted(self.inflight_owners.get(bundle_id, set()))})",
+            )
+
+    # --- dead letters -------------------------------------------------------------------------
+
+    def has_refused(self, bundle_id: int) -> bool:
+        """Whether bundle ``bundle_id`` has rows the target refuses (the same for every
+        query version: a function of its records)."""
+        return bool(self.reference.refused(1, bundle_id))
+
+    def has_delivered(self, bundle_id: int) -> bool:
+        """Whether bundle ``bundle_id`` has rows to deliver."""
+        return bool(self.reference.accepted(1, bundle_id))
+
+    def dead_letter_written(self, key: str) -> None:
+        """A write to the dead-letter store took effect: a new file, whose rows must be
+        exactly its bundle's refused rows (and none the consumer holds)."""
+        w = self.world
+        actor = w.current.name if w.current is not None else "?"
+        bundle_id = bundle_of_name(key)
+        hit = w.dead_inner.get_or_none(key)
+        if bundle_id is None:
+            self.fail("dead letters created once", f"{key} written by {actor}: not a bundle's file")
+            return
+        if bundle_id in self.dead or hit is None:
+            what = "deleted" if hit is None else "written again"
+            self.fail(
+                "dead letters created once",
+                f"the dead-letter file of bundle {bundle_id} ({key}) was {what} by {actor}",
+            )
+            return
+        rows, context = file_rows(hit.data)
+        self.dead[bundle_id] = rows
+        versions = {r[3] for r in rows}
+        if len(versions) != 1:
+            self.fail(
+                "exactly once with dead letters",
+                f"the dead letters of bundle {bundle_id} mix query versions {sorted(versions)}",
+            )
+            return
+        expected = self.reference.refused(versions.pop(), bundle_id)
+        if not same_rows(rows, expected):
+            missing = sorted(set(expected) - set(rows), key=row_order)
+            extra = sorted(set(rows) - set(expected), key=row_order)
+            self.fail(
+                "exactly once with dead letters",
+                f"the dead letters of bundle {bundle_id} (written by {actor}) are not its "
+                f"refused rows: missing {missing}, unexpected {extra}",
+            )
+            return
+        for row, (bundle, reason, column) in zip(rows, context, strict=True):
+            want = (NULL_GT, "gt") if row[0] == NO_GT else (BAD_REASON, "value")
+            if bundle != bundle_id or (reason, column) != want:
+                self.fail(
+                    "exactly once with dead letters",
+                    f"bundle {bundle_id}: dead letter {row} says bundle {bundle}, {column!r}: "
+                    f"{reason}; expected {want[1]!r}: {want[0]}",
+                )
+                return
+        self._disjoint(bundle_id)
+
+    def _disjoint(self, bundle_id: int) -> None:
+        """No row of bundle ``bundle_id`` both in the consumer and in its dead letters."""
+        stored = self.world.consumer.bundles.get(bundle_id)
+        dead = self.dead.get(bundle_id)
+        if stored is None or dead is None:
+            return
+        both = sorted({identity(r) for r in stored} & {identity(r) for r in dead}, key=repr)
+        if both:
+            self.fail(
+                "exactly once with dead letters",
+                f"bundle {bundle_id}: rows both delivered and in dead letters: {both}",
+            )
+
+    def _poison_held(self, bundle_id: int, what: str) -> None:
+        """Bundle ``bundle_id`` is recorded in flight or stored (``what``): if it has
+        refused rows, its dead letters must exist, and the run must not be at none."""
+        if not self.has_refused(bundle_id):
+            return
+        tolerance = self.world.current_tolerance()
+        if tolerance == "none":
+            self.fail(
+                "nothing of a poison bundle under none",
+                f"bundle {bundle_id}, which has rows the target refuses, was {what} at "
+                "errors.tolerance=none",
+            )
+        elif bundle_id not in self.dead:
+            self.fail(
+                "dead letters first",
+                f"bundle {bundle_id} was {what} before its dead-letter file was written",
+            )
+
+    def _passed(self, bundle_id: int, skipped: set[int], who: str) -> None:
+        """``GT_last`` passed bundle ``bundle_id``: its delivered rows are in the consumer
+        (unless it was skipped), its refused rows in its dead letters."""
+        stored = self.world.consumer.bundles
+        if self.has_delivered(bundle_id) and bundle_id not in stored and bundle_id not in skipped:
+            self.fail(
+                "exactly once with dead letters",
+                f"GT_last passed bundle {bundle_id} ({who}) but the consumer does not have it",
+            )
+        if self.has_refused(bundle_id) and bundle_id not in self.dead:
+            self.fail(
+                "exactly once with dead letters",
+                f"GT_last passed bundle {bundle_id} ({who}) without its dead-letter file",
             )
 
     # --- the end ------------------------------------------------------------------------------
@@ -232,7 +373,7 @@ class Checker:
             k += 1
         return None
 
-    def final(self) -> None:
+    def final(self) -> None:  # noqa: PLR0911 - one return per verdict
         """After the healthy driver's run: liveness, then exactly-once."""
         w = self.world
         healthy = w.official
@@ -250,13 +391,21 @@ class Checker:
         if state.inflight is not None:
             self.fail("liveness", f"bundle {state.inflight.bundle_id} is left in flight")
             return
-        if state.gt_last != last:
-            self.fail("liveness", f"GT_last is {state.gt_last}, the last epoch is {last}")
+        # A last epoch refused whole delivers nothing: GT_last stays at the one before.
+        delivering = max((k for k in range(last + 1) if self.has_delivered(k)), default=-1)
+        if state.gt_last != delivering:
+            self.fail(
+                "liveness",
+                f"GT_last is {state.gt_last}, the last epoch with rows to deliver is {delivering}",
+            )
             return
         skipped = {s.bundle_id: s for s in state.skipped}
         stored = w.consumer.bundles
         for k in range(last + 1):
-            if k in stored:
+            if self.has_refused(k) and k not in self.dead:
+                self.fail("exactly once with dead letters", f"bundle {k} has no dead letters")
+                return
+            if k in stored or not self.has_delivered(k):
                 continue
             skip = skipped.get(k)
             if skip is None:
@@ -273,3 +422,6 @@ class Checker:
         extra = sorted(k for k in stored if k > last)
         if extra:
             self.fail("exactly-once", f"bundles {extra} beyond the last epoch {last}")
+        extra = sorted(k for k in self.dead if k > last)
+        if extra:
+            self.fail("exactly once with dead letters", f"dead letters of bundles {extra}")

@@ -16,6 +16,19 @@ The query (version ``v``) turns an epoch's records into rows:
 The state (per key: total and first ``gt``) lives in the simulated checkpoint. Versions
 differ in the state they build, so a query version that starts from another version's
 state produces output that differs from its own reference run.
+
+**Poison records** (``SimConfig.poison`` and ``no_gt``) are records the query cannot use:
+it passes each through as one row that the consumer's target refuses, and counts it in no
+total (a key touched only by poison records has no ``agg`` row in that epoch):
+
+* a ``bad`` row, whose value the simulated consumer kind's ``validate`` refuses
+  (:mod:`simulation.dead_letters`);
+* a ``nogt`` row, whose ``gt`` is null: every consumer refuses it (the write task's check
+  every consumer shares).
+
+Which rows are refused is a function of the records alone, the same for every version, so
+an epoch's refused rows (:func:`refused`) and what is delivered of it are too; an epoch
+whose records are all poison has nothing to deliver.
 """
 
 from __future__ import annotations
@@ -31,8 +44,12 @@ from state.records.source_offset import SourceOffset, TopicPartitionKey
 
 TOPIC = "t"
 
-#: A row of output: (kind, key, value, version, gt as (epoch, topic, partition, offset)).
-Row = tuple[str, str, int, int, GtTuple]
+#: A row of output: (kind, key, value, version, gt as (epoch, topic, partition, offset));
+#: gt is None for a ``nogt`` row.
+Row = tuple[str, str, int, int, GtTuple | None]
+#: The record sorts, and the kinds of rows the consumer's target refuses.
+OK, BAD, NO_GT = "ok", "bad", "nogt"
+REFUSED_KINDS = frozenset({BAD, NO_GT})
 
 #: The query's state: key -> (running total, gt of the key's first record), sorted by key.
 QueryState = tuple[tuple[str, int, GtTuple], ...]
@@ -48,19 +65,31 @@ class Record:
     offset: int
     key: str
     value: int
+    #: ``ok``, or poison: ``bad`` (a value the target refuses), ``nogt`` (no gt).
+    sort: str = OK
 
 
 @dataclass(frozen=True)
 class InputLog:
-    """The fixed input: ``partitions`` partitions of ``per_partition`` records each."""
+    """The fixed input: ``partitions`` partitions of ``per_partition`` records each;
+    ``poison`` and ``no_gt`` name the (partition, offset) of the poison records."""
 
     partitions: int
     per_partition: int
     keys: int = 2
+    poison: frozenset[tuple[int, int]] = frozenset()
+    no_gt: frozenset[tuple[int, int]] = frozenset()
+
+    @property
+    def poisoned(self) -> bool:
+        """Whether some record's row is refused by the consumer's target."""
+        return bool(self.poison or self.no_gt)
 
     def record(self, partition: int, offset: int) -> Record:
         key = f"k{(partition + offset) % self.keys}"
-        return Record(partition, offset, key, 1 + offset + 10 * partition)
+        where = (partition, offset)
+        sort = BAD if where in self.poison else NO_GT if where in self.no_gt else OK
+        return Record(partition, offset, key, 1 + offset + 10 * partition, sort)
 
     def zero(self) -> dict[TopicPartitionKey, int]:
         """The initial frontier (every partition at offset 0)."""
@@ -90,12 +119,16 @@ class InputLog:
 def run_epoch(
     version: int, state: QueryState, records: Sequence[Record], epoch: int
 ) -> tuple[list[Row], QueryState]:
-    """The rows of one epoch and the state after it (pure, deterministic)."""
+    """The rows of one epoch and the state after it (pure, deterministic); a poison
+    record is passed through as a row its target refuses and counted nowhere."""
     totals = {key: (total, first) for key, total, first in state}
     rows: list[Row] = []
     touched: list[str] = []
     for r in records:
         gt: GtTuple = (epoch, TOPIC, r.partition, r.offset)
+        if r.sort != OK:
+            rows.append((r.sort, r.key, r.value, version, gt if r.sort == BAD else None))
+            continue
         rows.append(("rec", r.key, r.value, version, gt))
         total, first = totals.get(r.key, (0, gt))
         totals[r.key] = (total + version, first)
@@ -120,11 +153,16 @@ def rows_to_batch(rows: Sequence[Row]) -> pa.RecordBatch:
 def _batch(rows: tuple[Row, ...]) -> pa.RecordBatch:
     gts = [r[4] for r in rows]
     gt = arrow_array(
-        pa.array([g[0] for g in gts], pa.int64()),
-        pa.array([g[1] for g in gts], pa.string()),
-        pa.array([g[2] for g in gts], pa.int32()),
-        pa.array([g[3] for g in gts], pa.int64()),
+        pa.array([None if g is None else g[0] for g in gts], pa.int64()),
+        pa.array([None if g is None else g[1] for g in gts], pa.string()),
+        pa.array([None if g is None else g[2] for g in gts], pa.int32()),
+        pa.array([None if g is None else g[3] for g in gts], pa.int64()),
     )
+    if any(g is None for g in gts):
+        # A null gt struct, as Spark gives for a row whose gt the query set to null.
+        gt = pa.StructArray.from_arrays(
+            gt.flatten(), fields=list(gt.type), mask=pa.array([g is None for g in gts])
+        )
     return pa.RecordBatch.from_arrays(
         [
             pa.array([r[0] for r in rows], pa.string()),
@@ -144,10 +182,29 @@ def table_rows(table: pa.Table) -> list[Row]:
     for kind, key, value, version, gt in zip(
         cols["kind"], cols["key"], cols["value"], cols["version"], cols[GT_COLUMN], strict=True
     ):
-        out.append(
-            (kind, key, value, version, (gt["epoch"], gt["topic"], gt["partition"], gt["offset"]))
+        where: GtTuple | None = (
+            None
+            if gt is None or gt["epoch"] is None
+            else (gt["epoch"], gt["topic"], gt["partition"], gt["offset"])
         )
+        out.append((kind, key, value, version, where))
     return out
+
+
+def refused(row: Row) -> bool:
+    """Whether the consumer's target refuses ``row`` (a poison record's)."""
+    return row[0] in REFUSED_KINDS
+
+
+Identity = tuple[str, str, int | None, GtTuple | None]
+
+
+def identity(row: Row) -> Identity:
+    """What makes ``row`` one item of the output, whatever query version computed it: a
+    record's row by its record (kind, key, value, gt), an ``agg`` row by its key and the
+    ``gt`` it carries (its value, a total, depends on the version)."""
+    kind, key, value, _version, gt = row
+    return (kind, key, None if kind == "agg" else value, gt)
 
 
 class Reference:
@@ -175,10 +232,23 @@ class Reference:
         self._states[version] = state
         return outputs[epoch]
 
+    def accepted(self, version: int, epoch: int) -> list[Row]:
+        """The rows of :meth:`output` the consumer's target accepts (delivered)."""
+        return [r for r in self.output(version, epoch) if not refused(r)]
+
+    def refused(self, version: int, epoch: int) -> list[Row]:
+        """The rows of :meth:`output` the target refuses (the dead letters)."""
+        return [r for r in self.output(version, epoch) if refused(r)]
+
+
+def row_order(row: Row) -> tuple[object, ...]:
+    """A total order of rows (a null ``gt`` first), for comparing them as multisets."""
+    return (*row[:4], () if row[4] is None else row[4])
+
 
 def same_rows(a: Sequence[Row], b: Sequence[Row]) -> bool:
     """Equal as multisets (delivery order within equal ``gt`` is not specified)."""
-    return sorted(a) == sorted(b)
+    return sorted(a, key=row_order) == sorted(b, key=row_order)
 
 
 @dataclass(frozen=True)
@@ -197,3 +267,46 @@ class SimConfig:
     max_steps: int = 1500
     #: Steps the healthy driver may take to finish.
     heal_steps: int = 1500
+    #: Poison records, as (partition, offset): a value the consumer kind refuses, and a
+    #: null gt (module docstring).
+    poison: tuple[tuple[int, int], ...] = ()
+    no_gt: tuple[tuple[int, int], ...] = ()
+    #: The sink's errors.tolerance when the schedule starts: ``all`` (refused rows go to
+    #: dead letters) or ``none`` (the query stops at a poison bundle until the operator
+    #: switches to ``all``: the ``tolerate`` event, or the healthy driver's operator).
+    tolerance: str = "none"
+
+    def input_log(self) -> InputLog:
+        return InputLog(
+            self.partitions,
+            self.per_partition,
+            self.keys,
+            frozenset(self.poison),
+            frozenset(self.no_gt),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The fields that differ from the defaults (for ``--schedule``)."""
+        default = SimConfig()
+        return {
+            name: [list(p) for p in value]
+            if isinstance(value, tuple) and name != "max_per_partition"
+            else value
+            for name, value in vars(self).items()
+            if value != getattr(default, name)
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, object]) -> SimConfig:
+        """The configuration :meth:`to_json` wrote."""
+        fields: dict[str, object] = {}
+        for name, value in raw.items():
+            if name in ("poison", "no_gt"):
+                assert isinstance(value, list)
+                fields[name] = tuple((int(p), int(o)) for p, o in value)
+            elif name == "max_per_partition":
+                assert isinstance(value, list)
+                fields[name] = tuple(int(v) for v in value)
+            else:
+                fields[name] = value
+        return cls(**fields)  # type: ignore[arg-type]

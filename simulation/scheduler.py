@@ -61,6 +61,8 @@ class Event:
       checkpoint (``recover(mode="replay")``: a new resume point generation);
     * ``lose-part``/location: a staged part is deleted (by hand, a lifecycle rule);
     * ``operator``: the operator skips the in-flight bundle, acknowledging its loss;
+    * ``tolerate``: the operator restarts the driver on its checkpoint with
+      ``errors.tolerance=all`` (a pipeline with poison rows that started at ``none``);
     * ``heal``/``keep``|``lose``: faults end; every actor stops and one healthy driver
       runs alone to the end (liveness), with the last driver's checkpoint or without.
     """

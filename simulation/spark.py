@@ -12,6 +12,14 @@ resume point generation it works in) and the query it supervises. Its actors:
 * ``pNu`` replaces ``pN`` when the operator upgrades the query (a new version on a fresh
   checkpoint, ``recover(mode="replay")``).
 
+A driver runs its sink at one ``errors.tolerance``, the one deployed when it started
+(``World.tolerance``): at ``none`` a write task with a poison row fails
+(``RowsRefused``) and so does its query run, every time; at ``all`` the tasks stage the
+refused rows as dead-letter parts and the barrier writes them to the dead-letter store
+(:mod:`simulation.dead_letters`). The healthy driver of the liveness check takes the
+documented way past a poison bundle: after a run that failed so, the operator restarts it
+on the same checkpoint with ``errors.tolerance=all``.
+
 One query run loops over micro-batches as Spark's ``MicroBatchExecution`` does: plan the
 next epoch through the epoch log (the recorded end if any, else a new end, first writer
 wins), write the offset-log entry (the simulated checkpoint), run the read task that writes
@@ -25,6 +33,7 @@ a snapshot's frontier.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -32,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from simulation.consumer import SimConsumer
+from simulation.dead_letters import DEAD_LETTER_PATH, row_checks
 from simulation.query import (
     EMPTY_STATE,
     InputLog,
@@ -47,6 +57,7 @@ from simulation.store import SimStore
 from sink import barrier as sink_barrier
 from sink import lost_bundle, write_task
 from sink.bundle import BarrierCommitMessage
+from sink.dead_letters import StoreDeadLetters, Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
@@ -56,6 +67,7 @@ from state.errors import (
     KeyExists,
     PipelineFenced,
     RetriableError,
+    RowsRefused,
     SnapshotCorrupted,
 )
 from state.layout import PipelineLayout
@@ -95,9 +107,15 @@ class World(Protocol):
     #: The query version deployed now; the resume point generation each version began.
     version: int
     generations: dict[int, int]
+    #: The sink's errors.tolerance deployed now; write tasks that refused rows (at none).
+    tolerance: Tolerance
+    refusals: int
 
     def view(self, name: str) -> SimStore:
         """A store view of its own (per-process memory is keyed by it)."""
+
+    def dead_view(self, name: str) -> SimStore:
+        """A view of the dead-letter store of its own."""
 
     def spawn(self, name: str, body: Callable[[], None], proc: DriverProc | None) -> Actor:
         """A new actor."""
@@ -195,9 +213,17 @@ class CompletedBatch:
     files: dict[str, Any]
 
 
-def sink_options(store: SimStore, token: int | None) -> SinkOptions:
+def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "none") -> SinkOptions:
     """The sink's options as a driver passes them (parsed by the product; the consumer
-    they name is never opened: the simulated one is handed to the barrier)."""
+    and the dead-letter path they name are never opened: the simulated ones are handed to
+    the barrier)."""
+    return replace(_parsed_options(token, tolerance), store=store.config)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_options(token: int | None, tolerance: Tolerance) -> SinkOptions:
+    """The product's parse of the options (remembered: a commit parses them every time,
+    and they differ only in these two values)."""
     raw = {
         "pipeline.id": PIPELINE,
         "state.uri": "memory://simulation",
@@ -208,7 +234,10 @@ def sink_options(store: SimStore, token: int | None) -> SinkOptions:
     }
     if token is not None:
         raw["fencing.token"] = str(token)
-    return replace(SinkOptions.parse(raw), store=store.config)
+    if tolerance == "all":
+        raw["errors.tolerance"] = "all"
+        raw["errors.deadLetter.path"] = DEAD_LETTER_PATH
+    return SinkOptions.parse(raw)
 
 
 def skip_lost_bundle(world: World, store: SimStore, errors: list[str]) -> None:
@@ -244,6 +273,7 @@ class WriteTask:
     run_id: str
     partition: int
     rows: list[Row]
+    epoch: int
 
     def run(self, attempt: int) -> BarrierCommitMessage:
         return self.proc.stage(
@@ -253,6 +283,7 @@ class WriteTask:
             partition=self.partition,
             attempt=attempt,
             rows=self.rows,
+            epoch=self.epoch,
         )
 
 
@@ -266,6 +297,7 @@ class DriverProc:
         *,
         checkpoint: Checkpoint,
         version: int,
+        tolerance: Tolerance = "none",
         healthy: bool = False,
         newest_unusable: bool = False,
     ) -> None:
@@ -276,8 +308,13 @@ class DriverProc:
         self.max_per_partition = limits[(number - 1) % len(limits)]
         self.store: SimStore = world.view(self.name)
         self.exec_store: SimStore = world.view(f"{self.name}-exec")
+        self.dead_store: SimStore = world.dead_view(self.name)
         self.checkpoint = checkpoint
         self.version = version
+        #: The sink's errors.tolerance this driver runs at.
+        self.tolerance: Tolerance = tolerance
+        #: A write task refused rows (at none) since the last reset.
+        self.refused = False
         self.healthy = healthy
         self.newest_unusable = newest_unusable
         #: The fencing token the coordinator holds (None: not taken yet).
@@ -393,6 +430,7 @@ class DriverProc:
                     return
                 if self.healthy:
                     self.operator_resolve()
+                    self.operator_tolerate()
                 if self.accepted > accepted:
                     consecutive = 0
                 if consecutive >= MAX_RESETS:
@@ -544,7 +582,7 @@ class DriverProc:
         messages: list[BarrierCommitMessage] = []
         try:
             for t in range(TASKS):
-                writer = WriteTask(self, query_id, batch_id, run_id, t, task_rows(rows, t))
+                writer = WriteTask(self, query_id, batch_id, run_id, t, task_rows(rows, t), epoch)
                 messages.append(self.task(writer.run))
             self.barrier().commit(messages, batch_id)
         except GtBarrierError:
@@ -573,8 +611,10 @@ class DriverProc:
         partition: int,
         attempt: int,
         rows: list[Row],
+        epoch: int,
     ) -> BarrierCommitMessage:
-        """One write task: the product's ``stage_task`` over the task's rows."""
+        """One write task: the product's ``stage_task`` over the task's rows, with the
+        row checks of the simulated consumer kind at this driver's tolerance."""
         self.task_attempts += 1
         task = StreamingTask(
             query_id=query_id,
@@ -585,10 +625,22 @@ class DriverProc:
             attempt_number=attempt,
         )
         batches = [rows_to_batch(rows)] if rows else []
-        return write_task.stage_task(batches, task, self.world.staging, has_gt=True)
+        try:
+            return write_task.stage_task(
+                batches,
+                task,
+                self.world.staging,
+                has_gt=True,
+                checks=row_checks(self.tolerance),
+                bundle_of=lambda: epoch,
+            )
+        except RowsRefused:
+            self.refused = True
+            self.world.refusals += 1
+            raise
 
     def options(self) -> SinkOptions:
-        return sink_options(self.store, self.token)
+        return sink_options(self.store, self.token, self.tolerance)
 
     def barrier(self) -> sink_barrier.Barrier:
         # Sequential reads: a greenlet cannot switch across the pool thread that would
@@ -603,11 +655,21 @@ class DriverProc:
             sleep=self.world.sleep,
             races=self.world.retry(),
             overlap_reads=False,
+            # At none the sink has no destination (errors.deadLetter.path is not set).
+            dead_letters=StoreDeadLetters(self.dead_store) if self.tolerance == "all" else None,
         )
 
     def operator_resolve(self) -> None:
         """Before a reset of the healthy driver: the operator's way past a lost bundle."""
         skip_lost_bundle(self.world, self.store, self.errors)
+
+    def operator_tolerate(self) -> None:
+        """Before a reset of the healthy driver whose run stopped at a poison bundle: the
+        operator's way past it, the same checkpoint with ``errors.tolerance=all``."""
+        if self.refused and self.tolerance == "none":
+            self.tolerance = "all"
+            self.world.tolerance = "all"
+        self.refused = False
 
     # --- the snapshot worker ---------------------------------------------------------------
 

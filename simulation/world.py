@@ -26,12 +26,14 @@ from typing import ClassVar, Protocol
 import pyarrow as pa
 
 from simulation.consumer import AFTER, BEFORE, DOWN, ConsumerLog, SimConsumer
+from simulation.dead_letters import DeadLetterStoreHost
 from simulation.invariants import Checker, Violation
 from simulation.query import InputLog, Row, SimConfig
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
 from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
 from simulation.staging import SimStaging
 from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
+from sink.dead_letters import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
 from state.records.resume_point import ResumePoint
@@ -91,6 +93,10 @@ class Outcome:
     delivered: list[int] = field(default_factory=list)
     #: Delivery attempts that reached the consumer (stored or not).
     attempts: int = 0
+    #: The dead-letter files written: bundle id -> rows.
+    dead_letters: dict[int, int] = field(default_factory=dict)
+    #: Write task attempts that refused rows at errors.tolerance=none.
+    refused: int = 0
 
 
 class World:
@@ -108,12 +114,18 @@ class World:
         self.chooser = chooser
         self.heal_mode = heal
         self.keep_trace = trace
-        self.input = InputLog(config.partitions, config.per_partition, config.keys)
+        self.input: InputLog = config.input_log()
         self.layout = PipelineLayout(PIPELINE)
         # One memory store per process, emptied after each run; the views of each run have
         # configurations of their own (the product keeps per-process memory by them).
         self.number = next(_WORLDS)
         self.inner: StateStore = new_store(f"memory://simulation-{os.getpid()}")
+        #: The dead-letter destination (``errors.deadLetter.path``), a store of its own.
+        self.dead_inner: StateStore = new_store(f"memory://simulation-dead-{os.getpid()}")
+        self.dead_host = DeadLetterStoreHost(self)
+        #: The sink's errors.tolerance deployed now (``tolerate`` switches it to all).
+        self.tolerance: Tolerance = "all" if config.tolerance == "all" else "none"
+        self.refusals = 0
         self.parts: dict[str, pa.Table] = {}
         self.staging = SimStaging(self, self.layout)
         self.consumer = ConsumerLog()
@@ -192,6 +204,18 @@ class World:
     def view(self, name: str) -> SimStore:
         return SimStore(self, self.inner, f"w{self.number}-{name}")
 
+    def dead_view(self, name: str) -> SimStore:
+        return SimStore(self.dead_host, self.dead_inner, f"w{self.number}-{name}")
+
+    def dead_letter_written(self, key: str) -> None:
+        """A write to the dead-letter store took effect (checked at once)."""
+        self.checker.dead_letter_written(key)
+
+    def current_tolerance(self) -> str | None:
+        """The errors.tolerance of the running actor's driver (None: not a driver's)."""
+        proc = self._proc(self.current)
+        return None if proc is None else proc.tolerance
+
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
 
@@ -250,6 +274,7 @@ class World:
             len(self.procs) + 1,
             checkpoint=checkpoint,
             version=self.version,
+            tolerance=self.tolerance,
             healthy=healthy,
             newest_unusable=newest_unusable,
         )
@@ -295,6 +320,17 @@ class World:
                 actor.alive = False
         proc.main_done = False
         self.spawn(f"{proc.name}u", proc.upgrade, proc)
+
+    def tolerate(self) -> None:
+        """The operator's way past a poison bundle: the driver's query is stopped and
+        started again on the same checkpoint with ``errors.tolerance=all`` (a new driver
+        process; every driver started afterwards runs at all)."""
+        self.tolerance = "all"
+        old = self.official
+        if old is None:
+            return
+        self.kill(old)
+        self.start_driver(old.checkpoint)
 
     def lose_part(self, location: str) -> None:
         if self.parts.pop(location, None) is not None:
@@ -347,6 +383,8 @@ class World:
             self.fired_at,
             list(self.consumer.order),
             len(self.consumer.attempts),
+            {k: len(rows) for k, rows in sorted(self.checker.dead.items())},
+            self.refusals,
         )
 
     def _loop(self, until: int) -> None:
@@ -436,6 +474,7 @@ class World:
         "zombie": lambda w, arg: w.zombie(arg),
         "upgrade": lambda w, arg: w.upgrade(),
         "operator": lambda w, arg: w.operator(),
+        "tolerate": lambda w, arg: w.tolerate(),
         "heal": lambda w, arg: w.heal(arg),
     }
 
@@ -478,6 +517,7 @@ class World:
                     glet.throw()
         self.actors.clear()
         self.inner.delete_many(self.inner.list())
+        self.dead_inner.delete_many(self.dead_inner.list())
 
 
 def _fault(event: Event, op: Op) -> str | None:

@@ -107,7 +107,12 @@ def test_row_filter_by_gt_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     stage = write_task.stage_task
 
     def filtered(
-        batches: Iterable[pa.RecordBatch], task: StreamingTask, staging: Staging, *, has_gt: bool
+        batches: Iterable[pa.RecordBatch],
+        task: StreamingTask,
+        staging: Staging,
+        *,
+        has_gt: bool,
+        **checks: Any,
     ) -> BarrierCommitMessage:
         assert isinstance(staging, SimStaging)
         gt_last = read_barrier_state(staging.world.current_store(), staging.layout).gt_last
@@ -115,7 +120,7 @@ def test_row_filter_by_gt_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
             b.filter(pc.greater(pc.struct_field(b.column(GT_COLUMN), [0]), gt_last))
             for b in batches
         ]
-        return stage(kept, task, staging, has_gt=has_gt)
+        return stage(kept, task, staging, has_gt=has_gt, **checks)
 
     monkeypatch.setattr(write_task, "stage_task", filtered)
     shortest, invariant = find_shortest("row filter by gt")
