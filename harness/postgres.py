@@ -41,6 +41,7 @@ instead (:meth:`Server.from_env`); ``start``, ``stop`` and ``pause`` then raise.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -313,11 +314,39 @@ class PostgresServer(Server):
         kwargs.setdefault("autocommit", True)
         return psycopg.connect(dsn or self.dsn, **kwargs)
 
+    def _children(self) -> list[int]:
+        """The pids of the postmaster's children (backends, checkpointer, ...). Each is the
+        leader of a process group and session of its own (PostgreSQL's
+        ``InitPostmasterChild`` calls ``setsid``), so a signal to the postmaster's group
+        does not reach them: they are signalled by pid."""
+        parent = self._owned().pid
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == parent:
+                out.append(int(entry.name))
+        return out
+
+    def _signal_children(self, sig: signal.Signals) -> None:
+        for pid in self._children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
     def stop(self) -> None:
-        """SIGKILL every process of the server (by its process group): a crash."""
+        """SIGKILL every process of the server: a crash. The postmaster is stopped first so
+        that it starts no child while they are killed; a session's backend dies with it,
+        before it can commit anything more."""
         proc = self._owned()
         if proc.running:
-            os.killpg(proc.pid, signal.SIGCONT)  # in case it was paused
+            os.killpg(proc.pid, signal.SIGSTOP)
+            self._signal_children(signal.SIGKILL)
+        # Stopped, it never runs again (no crash recovery begun): SIGKILL ends it as it is.
         proc.kill()
 
     def shutdown(self, grace: float = 30.0) -> None:
@@ -325,16 +354,19 @@ class PostgresServer(Server):
         proc = self._owned()
         if not proc.running:
             return
-        os.killpg(proc.pid, signal.SIGCONT)
+        self.resume()  # in case it was paused
         os.kill(proc.pid, signal.SIGINT)
         proc.stop(grace)
 
     def pause(self) -> None:
-        """SIGSTOP every server process: connections are accepted by the kernel, never
-        answered."""
+        """SIGSTOP every server process, the postmaster first (it starts no child then):
+        connections are accepted by the kernel, never answered, and open sessions hang."""
         os.killpg(self.pid, signal.SIGSTOP)
+        self._signal_children(signal.SIGSTOP)
 
     def resume(self) -> None:
+        """SIGCONT every server process (a no-op unless paused)."""
+        self._signal_children(signal.SIGCONT)
         os.killpg(self.pid, signal.SIGCONT)
 
     def remove(self) -> None:
