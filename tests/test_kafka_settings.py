@@ -6,6 +6,7 @@ and the dead-letter topic's producer (``errors.deadLetter.kafka.*``).
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -228,3 +229,33 @@ def test_references_are_kept_by_the_conversion_and_resolved_by_resolve_secrets(
         resolve_secrets(args, "barrier", "errors.deadLetter.kafka.")
     assert info.value.option == "errors.deadLetter.kafka.sasl.plain.password"
     assert "GTB_TEST_KAFKA_PW" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["pw-marker-8a3f", "pw-é'marker\"-8a3f", "pw\\back-8a3f"],
+    ids=["plain", "quotes", "bs"],
+)
+def test_kafka_pythons_debug_records_never_show_a_secret_a_client_was_given(
+    secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kafka-python 3 logs every request it sends at DEBUG (a SASL PLAIN authentication's
+    password among them) and the bytes on the wire: a secret resolved for a client is taken
+    out of those records, as text or as it shows in a bytes repr."""
+    caplog.set_level(logging.DEBUG)
+    resolve_secrets({"sasl_plain_username": "app", "sasl_plain_password": secret}, "gtkafka")
+    raw = b"app\x00app\x00" + secret.encode()
+    connection = logging.getLogger("kafka.net.connection")
+    parser = logging.getLogger("kafka.protocol.parser")
+    connection.debug(
+        "%s Request %d: %s", "<conn>", 3, f"SaslAuthenticateRequest(auth_bytes={raw!r})"
+    )
+    parser.debug("%s Send: %r", "node=1", bytearray(b"\x00\x17" + raw))
+    parser.debug("%s Send: %r", "node=1", b"'\"" + raw)  # a repr escaping both quotes
+    connection.debug("password %s", secret)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 4
+    for message in messages:
+        assert secret not in message and "<secret " in message, message
+        assert repr(secret.encode())[2:-1] not in message
+    assert "SaslAuthenticateRequest(auth_bytes=" in messages[0]  # the rest stays readable
