@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datasource.kafka_settings import consumer_settings, resolve_secrets
+from datasource.kafka_settings import consumer_settings
 from datasource.subscription import (
     EARLIEST,
     LATEST,
@@ -29,6 +29,7 @@ from datasource.subscription import (
     parse_subscription,
 )
 from state.errors import ConfigError
+from state.kafka_settings import resolve_secrets
 from state.layout import validate_pipeline_id
 from state.option_table import (
     BooleanOption,

@@ -56,7 +56,7 @@ from integration_tests.sink_helpers import read_bundles
 from integration_tests.source_support import Driver
 from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
-from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX
+from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX, KafkaTopicConsumer
 from sink.dead_letters import H_PIPELINE
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
@@ -525,6 +525,7 @@ class SecuredSink:
         p = self.pipe
         p.run_id = run_id
         consumer = open_consumer(self.options, p.store, FaultInjector())
+        assert isinstance(consumer, KafkaTopicConsumer)
         p.consumer, p.staging = consumer, consumer.staging  # type: ignore[assignment]
         rows = [note_batch(1, 0, range(40), null_gt=REFUSED)]
         barrier = p.barrier(faults=crash_at(crash) if crash else FaultInjector())
@@ -556,6 +557,7 @@ def test_the_kafka_consumer_and_its_dead_letter_topic_take_their_passwords_by_re
     once. Neither password is in any log record (at DEBUG, kafka-python's own included) nor
     in the text of any exception."""
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="kafka")  # the CLI quiets it in-process
     out, dlq = kafka_sasl_scram, kafka_sasl_plain
     monkeypatch.setenv(OUT_PASSWORD_ENV, out.password)
     monkeypatch.setenv(DLQ_PASSWORD_ENV, dlq.password)

@@ -32,7 +32,11 @@ when the input has them (binary or string), else the row as a JSON object. The m
 are a bundle of :class:`~sink.consumers.kafka.KafkaTopicConsumer` (``gtb.bundle``,
 ``gtb.index``, ``gtb.count`` headers), so they are exactly once the same way: a bundle the
 topic holds completely is not sent again, one it holds in part is completed from its
-first missing index. The topic belongs to one pipeline, as the directory does.
+first missing index. The topic belongs to one pipeline, as the directory does. Its
+producer's settings, ``errors.deadLetter.kafka.*``, are the kafka consumer's kind
+(:func:`sink.consumers.kafka.producer_settings`): checked when parsed (TLS and SASL
+included), kept as given (a secret reference unresolved), resolved where the producer and
+its tail scan's reader are made.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ from state.stores import S3Settings, StateStore, StoreConfig, open_store
 
 Tolerance = Literal["none", "all"]
 TOLERANCES: tuple[Tolerance, ...] = ("none", "all")
+KAFKA_PREFIX = "errors.deadLetter.kafka."
+"""The options of the dead-letter topic's producer."""
 
 BUNDLE_COLUMN = "_gtb_bundle"
 REASON_COLUMN = "_gtb_reason"
@@ -89,7 +95,9 @@ class DeadLetterSettings:
     bootstrap: str | None = None
     """``errors.deadLetter.kafka.bootstrap.servers``: set exactly when ``topic`` is."""
     kafka: tuple[tuple[str, str], ...] = ()
-    """The other ``errors.deadLetter.kafka.*`` producer settings (names lower-cased), sorted."""
+    """The other ``errors.deadLetter.kafka.*`` producer settings (names lower-cased), sorted,
+    as given: a secret reference unresolved, a secret a
+    :class:`~state.kafka_settings.Secret` (its ``repr`` a fingerprint)."""
 
     @property
     def tolerant(self) -> bool:
@@ -560,7 +568,9 @@ def dead_letter_transactional_id(pipeline_id: str) -> str:
 
 @dataclass(frozen=True)
 class DeadLetterTopic:
-    """``errors.deadLetter.topic`` on ``bootstrap``, with producer settings ``config``."""
+    """``errors.deadLetter.topic`` on ``bootstrap``, with producer settings ``config``
+    (``errors.deadLetter.kafka.*`` as parsed: references resolved only in :meth:`ensure`,
+    where the clients are made)."""
 
     bootstrap: str
     topic: str
@@ -583,7 +593,10 @@ class DeadLetterTopic:
         config = dict(self.config)
         config.setdefault("transactional.id", dead_letter_transactional_id(pipeline_id))
         settings = KafkaTopicSettings(
-            bootstrap=self.bootstrap, topic=self.topic, config=tuple(sorted(config.items()))
+            bootstrap=self.bootstrap,
+            topic=self.topic,
+            config=tuple(sorted(config.items())),
+            option_prefix=KAFKA_PREFIX,
         )
         staged = _OneTable(lambda: topic_messages(rows(), pipeline_id))
         sender = KafkaTopicConsumer(

@@ -19,7 +19,13 @@ from urllib.parse import urlparse
 
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings
 from sink.consumers.registry import CONSUMER, CONSUMER_OPTIONS, kind_of
-from sink.dead_letters import ADDED_COLUMNS, TOLERANCES, DeadLetterSettings, Tolerance
+from sink.dead_letters import (
+    ADDED_COLUMNS,
+    KAFKA_PREFIX,
+    TOLERANCES,
+    DeadLetterSettings,
+    Tolerance,
+)
 from state.errors import ConfigError
 from state.layout import validate_pipeline_id
 from state.option_table import (
@@ -117,7 +123,7 @@ DEAD_LETTER_TOPIC = StringOption(
     "exactly once like the file.",
 )
 DEAD_LETTER_KAFKA = PrefixOption(
-    name="errors.deadLetter.kafka.",
+    name=KAFKA_PREFIX,
     only_with=_WITH_ALL,
     doc="kafka-python producer settings for `errors.deadLetter.topic` "
     "(`...kafka.bootstrap.servers` is required with it).",
@@ -259,26 +265,12 @@ def _parse_errors(opts: Options) -> DeadLetterSettings:
 
 
 def _dead_letter_producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
-    """``errors.deadLetter.kafka.*`` but the bootstrap servers: kafka-python producer
-    settings, none of those the Kafka consumer owns (it sends the dead letters)."""
-    from kafka import KafkaProducer
+    """``errors.deadLetter.kafka.*`` but the bootstrap servers, checked and kept as the kafka
+    consumer's producer settings are (it sends the dead letters): kafka-python producer
+    settings, none of those it owns, TLS and SASL together, secret references unresolved."""
+    from sink.consumers.kafka import producer_settings
 
-    from sink.consumers.kafka import KAFKA_MANAGED
-
-    known = {k.replace("_", ".") for k in KafkaProducer.DEFAULT_CONFIG}
-    config: dict[str, str] = {}
-    for name, value in DEAD_LETTER_KAFKA.given(opts):
-        key = name.lower()[len(DEAD_LETTER_KAFKA.name) :]
-        if key == "bootstrap.servers":
-            continue
-        if key in KAFKA_MANAGED:
-            raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
-        if key not in known:
-            raise opts.error(
-                name, "a kafka-python producer setting, e.g. errors.deadLetter.kafka.linger.ms"
-            )
-        config[key] = value
-    return tuple(sorted(config.items()))
+    return producer_settings(opts, DEAD_LETTER_KAFKA.name)
 
 
 def _check_dead_letters_outside_the_output(options: SinkOptions) -> None:

@@ -243,6 +243,7 @@ def test_kafka_pythons_debug_records_never_show_a_secret_a_client_was_given(
     password among them) and the bytes on the wire: a secret resolved for a client is taken
     out of those records, as text or as it shows in a bytes repr."""
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="kafka")  # the CLI quiets it in-process
     resolve_secrets({"sasl_plain_username": "app", "sasl_plain_password": secret}, "gtkafka")
     raw = b"app\x00app\x00" + secret.encode()
     connection = logging.getLogger("kafka.net.connection")

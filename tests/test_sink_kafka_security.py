@@ -168,17 +168,24 @@ class Clients:
 
         self.producers: list[dict[str, Any]] = []
         self.readers: list[dict[str, Any]] = []
+        producers, readers = self.producers, self.readers
 
-        def producer(**config: Any) -> FakeProducer:
-            self.producers.append(config)
-            return FakeProducer(config)
+        class Producer(FakeProducer):
+            DEFAULT_CONFIG = kafka.KafkaProducer.DEFAULT_CONFIG
 
-        def reader(**config: Any) -> Any:
-            self.readers.append(config)
-            raise Captured
+            def __init__(self, **config: Any) -> None:
+                producers.append(config)
+                super().__init__(config)
 
-        monkeypatch.setattr(kafka, "KafkaProducer", producer)
-        monkeypatch.setattr(kafka, "KafkaConsumer", reader)
+        class Reader:
+            DEFAULT_CONFIG = kafka.KafkaConsumer.DEFAULT_CONFIG
+
+            def __init__(self, **config: Any) -> None:
+                readers.append(config)
+                raise Captured
+
+        monkeypatch.setattr(kafka, "KafkaProducer", Producer)
+        monkeypatch.setattr(kafka, "KafkaConsumer", Reader)
 
 
 @pytest.fixture

@@ -43,6 +43,15 @@ plus one, which is too small whenever that batch holds more than one record.
 
 The output topic should be written only by this sink (messages without ``gtb.*``
 headers are skipped, but the tail scan reads through them).
+
+``consumer.kafka.*`` are converted as every Kafka client's settings are
+(:mod:`state.kafka_settings`: names, types, TLS and SASL, secrets), checked when the
+options are parsed and kept as given (:func:`producer_settings`: a secret reference stays
+a reference in the options Spark plans, checkpoints and pickles to the tasks), then
+converted again, their references resolved, where the consumer makes its clients
+(:func:`client_arguments`). The dead-letter topic's producer
+(:class:`sink.dead_letters.DeadLetterTopic`, ``errors.deadLetter.kafka.*``) is this
+consumer too, with its own prefix.
 """
 
 from __future__ import annotations
@@ -73,6 +82,7 @@ from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
 from state.kafka_errors import translate_kafka_error
+from state.kafka_settings import Secret, is_secret, kafka_arguments, resolve_secrets
 from state.option_table import PrefixOption, StringOption
 from state.options import Options
 
@@ -88,6 +98,7 @@ KAFKA_SETTINGS = PrefixOption(
     "`...security.protocol`...). `acks`, `max.in.flight.requests.per.connection`, "
     "`enable.idempotence` and the serializers are owned by the sink and refused.",
 )
+WHERE = "barrier"
 
 # Producer settings the Kafka consumer owns: they are what makes delivery ordered.
 KAFKA_MANAGED = {
@@ -98,13 +109,15 @@ KAFKA_MANAGED = {
     "enable.idempotence": "the sink's producer is transactional, hence idempotent",
     "bootstrap.servers": "use consumer.kafka.bootstrap.servers",
 }
+_MANAGED_ARGS = {name.replace(".", "_"): why for name, why in KAFKA_MANAGED.items()}
+# What a reader of the producer's cluster needs of its settings: TLS and SASL.
+_CONNECTION_ARGS = ("security_", "ssl_", "sasl_")
 
 __all__ = ["H_BUNDLE", "H_COUNT", "H_GT", "H_INDEX", "KAFKA_TOPIC", "KafkaTopicConsumer"]
 
 SCAN_CHUNK = 2000
 # Beyond the producer's delivery.timeout.ms: its sender thread expires batches on its loop.
 SETTLE_MARGIN_S = 2.0
-_INT_SETTINGS_SUFFIXES = ("_ms", "_bytes", "_size", "retries", "_count", "_records")
 
 
 @dataclass
@@ -147,10 +160,15 @@ class KafkaTopicSettings(ConsumerSettings):
     bootstrap: str
     topic: str
     config: tuple[tuple[str, str], ...] = ()
-    """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted."""
+    """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted,
+    as given (:func:`producer_settings`): a secret reference unresolved, a secret a
+    :class:`~state.kafka_settings.Secret` (its ``repr`` a fingerprint)."""
     partitions: int | None = None
     """The topic's partition count when the micro-batch was planned, recorded by the start
     check when the sink input has a ``partition`` column (None: not recorded)."""
+    option_prefix: str = KAFKA_SETTINGS.name
+    """The options ``config`` came from, as errors name them (the dead-letter topic's
+    producer: ``errors.deadLetter.kafka.``)."""
 
     def limits(self) -> RowLimits:
         """What row validation needs of the target (:mod:`sink.consumers.kafka_rows`)."""
@@ -161,42 +179,81 @@ def parse_settings(opts: Options) -> KafkaTopicSettings:
     """The ``consumer.kafka.*`` and ``consumer.topic`` options, checked."""
     bootstrap = KAFKA_BOOTSTRAP.read_required(opts)
     topic = TOPIC.read_required(opts)
-    return KafkaTopicSettings(bootstrap=bootstrap, topic=topic, config=_producer_settings(opts))
+    return KafkaTopicSettings(
+        bootstrap=bootstrap, topic=topic, config=producer_settings(opts, KAFKA_SETTINGS.name)
+    )
 
 
-def _producer_settings(opts: Options) -> tuple[tuple[str, str], ...]:
-    """``consumer.kafka.*`` but the bootstrap servers: kafka-python producer settings, none
-    of those the sink owns (:data:`KAFKA_MANAGED`)."""
+def producer_settings(opts: Options, prefix: str) -> tuple[tuple[str, str], ...]:
+    """``<prefix>*`` but ``<prefix>bootstrap.servers``: the settings of a producer of this
+    sink (the kafka consumer's, ``consumer.kafka.``; the dead-letter topic's,
+    ``errors.deadLetter.kafka.``), names lower-cased without the prefix, sorted.
+
+    Checked now, on the driver before any data moves, as every Kafka client's settings are
+    (:func:`state.kafka_settings.kafka_arguments`: kafka-python producer settings, typed,
+    TLS and SASL together), none of those the sink owns (:data:`KAFKA_MANAGED`), a positive
+    ``max.request.size`` and ``retries``. Kept as given: a secret reference is not resolved
+    here (the settings are planned, checkpointed and pickled to the tasks), and a secret is
+    a :class:`~state.kafka_settings.Secret`, whose ``repr`` is a fingerprint.
+    :func:`client_arguments` converts them where a client is made.
+    """
     from kafka import KafkaProducer
 
-    known = {k.replace("_", ".") for k in KafkaProducer.DEFAULT_CONFIG}
     config: dict[str, str] = {}
-    for name, value in KAFKA_SETTINGS.given(opts):
-        key = name.lower()[len(KAFKA_SETTINGS.name) :]
-        if name.lower() == KAFKA_BOOTSTRAP.name:
+    for name, value in opts.with_prefix(prefix).items():
+        if name == "bootstrap.servers":
             continue
-        if key in KAFKA_MANAGED:
-            raise opts.error(name, f"not to be set: {KAFKA_MANAGED[key]}")
-        if key not in known:
-            raise opts.error(name, "a kafka-python producer setting, e.g. consumer.kafka.linger.ms")
-        if key == MAX_REQUEST_SIZE and not (value.isdigit() and int(value) > 0):
-            raise opts.error(name, "a number of bytes (an integer >= 1)")
-        if key == "retries" and not (value.isdigit() and int(value) > 0):
-            raise opts.error(name, "an integer >= 1 (the sink's producer is transactional)")
-        config[key] = value
+        if name == MAX_REQUEST_SIZE and not (value.isdigit() and int(value) > 0):
+            raise opts.error(prefix + name, "a number of bytes (an integer >= 1)")
+        if name == "retries" and not (value.isdigit() and int(value) > 0):
+            raise opts.error(
+                prefix + name, "an integer >= 1 (the sink's producer is transactional)"
+            )
+        config[name] = Secret(value) if is_secret(name) else value
+    kafka_arguments(
+        config,
+        prefix=prefix,
+        defaults=KafkaProducer.DEFAULT_CONFIG,
+        client="producer",
+        where=opts.where,
+        refused=_MANAGED_ARGS,
+    )
     return tuple(sorted(config.items()))
+
+
+def client_arguments(settings: KafkaTopicSettings) -> dict[str, Any]:
+    """``settings.config`` as kafka-python producer arguments, typed, their secret
+    references resolved (:func:`state.kafka_settings.resolve_secrets`): called only where
+    a client is made. An unresolvable reference is a
+    :class:`~state.errors.SecretReferenceError` naming the option and the reference."""
+    from kafka import KafkaProducer
+
+    arguments = kafka_arguments(
+        dict(settings.config),
+        prefix=settings.option_prefix,
+        defaults=KafkaProducer.DEFAULT_CONFIG,
+        client="producer",
+        where=WHERE,
+        refused=_MANAGED_ARGS,
+    )
+    return resolve_secrets(arguments, WHERE, settings.option_prefix)
+
+
+def connection_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Of a producer's arguments, those a reader of the same cluster needs too: TLS and
+    SASL (the tail scan, the start check's partition count)."""
+    return {k: v for k, v in arguments.items() if k.startswith(_CONNECTION_ARGS)}
 
 
 def producer_config(
     settings: KafkaTopicSettings, ack_timeout: float, pipeline_id: str | None = None
 ) -> dict[str, Any]:
-    """kafka-python settings from ``consumer.kafka.*`` plus the ones the sink owns;
-    ``ack_timeout`` is ``ack.timeoutMs`` in seconds. The producer is transactional, its
-    ``transactional.id`` the pipeline's for the topic (:func:`transactional_id`)."""
-    config: dict[str, Any] = {}
-    for name, raw in settings.config:
-        key = name.replace(".", "_")
-        config[key] = int(raw) if key.endswith(_INT_SETTINGS_SUFFIXES) and raw.isdigit() else raw
+    """kafka-python settings from ``consumer.kafka.*`` (:func:`client_arguments`: typed,
+    secret references resolved, so called where the producer is made) plus the ones the
+    sink owns; ``ack_timeout`` is ``ack.timeoutMs`` in seconds. The producer is
+    transactional, its ``transactional.id`` the pipeline's for the topic
+    (:func:`transactional_id`)."""
+    config = client_arguments(settings)
     config.setdefault("linger_ms", 20)
     config.setdefault("batch_size", 256 * 1024)
     config.setdefault("retries", 5)
@@ -279,6 +336,9 @@ class KafkaTopicConsumer(Consumer):
         self.bootstrap = settings.bootstrap
         self.topic = settings.topic
         self.ack_timeout = ack_timeout
+        # Secret references resolved here: a consumer is opened in the process that makes
+        # its clients (a commit's), never pickled. The pool key shows secrets as
+        # fingerprints, which still tell other credentials apart.
         self.config = producer_config(settings, ack_timeout, pipeline_id)
         self.delivery_timeout = int(self.config["delivery_timeout_ms"]) / 1000.0
         self._producer: Any = None
@@ -590,7 +650,7 @@ class KafkaTopicConsumer(Consumer):
                 # what a reader of the topic sees: on Kafka, not the items of an aborted
                 # attempt (Tansu shows them to every reader, and so counts them too)
                 isolation_level="read_committed",
-                **_connection_settings(self.settings),
+                **connection_arguments(self.config),
             ),
         )
 
@@ -695,7 +755,7 @@ def topic_partitions(settings: KafkaTopicSettings, timeout: float) -> int:
             group_id=None,
             request_timeout_ms=max(int(timeout * 1000), 10_000) + 1000,
             bootstrap_timeout_ms=int(timeout * 1000),
-            **_connection_settings(settings),
+            **connection_arguments(client_arguments(settings)),
         )
         try:
             return len(reader.partitions_for_topic(settings.topic) or ())
@@ -720,16 +780,6 @@ def topic_partitions(settings: KafkaTopicSettings, timeout: float) -> int:
             where="barrier",
         )
     return n
-
-
-def _connection_settings(settings: KafkaTopicSettings) -> dict[str, Any]:
-    """The producer's ``consumer.kafka.*`` settings a reader of the same cluster needs too
-    (security: TLS and SASL)."""
-    return {
-        name.replace(".", "_"): raw
-        for name, raw in settings.config
-        if name.startswith(("security.", "ssl.", "sasl."))
-    }
 
 
 _TEXT_OR_BINARY = ("BinaryType", "StringType")
