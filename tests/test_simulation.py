@@ -21,7 +21,6 @@ from simulation.explore import (
     DEAD_LETTERS,
     SMALL,
     SMALL_DEAD_LETTERS,
-    SMALL_SWITCH,
     SWITCH,
     exhaustive,
     run_schedule,
@@ -64,19 +63,19 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
 
 def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, with
-    and without poison rows (at errors.tolerance=all; at none until the operator switches,
-    on the small one: ``make sim`` runs the default one's), then random walks over the
-    three default pipelines, in which every kind of event takes effect: the unmodified
-    product violates nothing (about 20 s on an idle core)."""
+    and without poison rows at errors.tolerance=all, then random walks over the default
+    pipeline without poison, at all and at none (``make sim`` runs every one-event
+    schedule at none too), in which every kind of event takes effect: the unmodified
+    product violates nothing (about 15 s of CPU)."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
-    for config in (SMALL, CONFIG, SMALL_DEAD_LETTERS, SMALL_SWITCH, DEAD_LETTERS):
+    for config in (SMALL, CONFIG, SMALL_DEAD_LETTERS, DEAD_LETTERS):
         for outcome, schedule in exhaustive(config, 1):
             assert outcome.violation is None, f"{config} {schedule}: {outcome.violation}"
             assert outcome.healed
             schedules, steps = schedules + 1, steps + outcome.steps
-    for seed in range(1000, 1600):
+    for seed in range(1000, 1450):
         outcome, schedule = run_seed(walk_config(seed), seed)
         assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
         schedules, steps = schedules + 1, steps + outcome.steps
@@ -84,7 +83,7 @@ def test_bounded_exploration_finds_no_violation() -> None:
     elapsed = time.monotonic() - started
     print(f"\n{schedules} schedules, {steps} steps in {elapsed:.1f} s; events {dict(fired)}")
     assert set(fired) >= ALL_KINDS | {"heal"}, fired
-    assert schedules > 3000 and steps > 200_000
+    assert schedules > 2000 and steps > 150_000
 
 
 # --- dead letters -----------------------------------------------------------------------------

@@ -65,7 +65,7 @@ CONFIG = SimConfig()
 #: search is deterministic, so is its time), and how many more seeds after the first
 #: violation are searched for others to minimise (the shortest is kept).
 SEEDS = 8000
-MORE = 300
+MORE = 100
 
 
 def find_shortest(name: str, config: SimConfig = CONFIG) -> tuple[Schedule, str]:
