@@ -366,7 +366,10 @@ class RedactSecrets(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self._forms:
             return True
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: the handler reports it when it formats it
+            return True
         redacted = self.redact(message)
         if redacted != message:
             record.msg, record.args = redacted, None
