@@ -126,7 +126,8 @@ DEAD_LETTER_KAFKA = PrefixOption(
     name=KAFKA_PREFIX,
     only_with=_WITH_ALL,
     doc="kafka-python producer settings for `errors.deadLetter.topic` "
-    "(`...kafka.bootstrap.servers` is required with it).",
+    "(`...kafka.bootstrap.servers` is required with it), taken as `consumer.kafka.*` are "
+    "(TLS and SASL, a password as a secret reference).",
 )
 
 SINK_OPTIONS = OptionTable(

@@ -95,8 +95,10 @@ TOPIC = StringOption(name="consumer.topic", required=True, doc="The output topic
 KAFKA_SETTINGS = PrefixOption(
     name="consumer.kafka.",
     doc="kafka-python producer settings (`consumer.kafka.linger.ms`, `...compression.type`, "
-    "`...security.protocol`...). `acks`, `max.in.flight.requests.per.connection`, "
-    "`enable.idempotence` and the serializers are owned by the sink and refused.",
+    "`...security.protocol`...), TLS and SASL checked together; a password may be a secret "
+    "reference (`${env:NAME}`, `${file:/path}`), resolved where the clients are made. `acks`, "
+    "`max.in.flight.requests.per.connection`, `enable.idempotence` and the serializers are "
+    "owned by the sink and refused.",
 )
 WHERE = "barrier"
 
