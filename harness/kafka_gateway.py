@@ -811,7 +811,7 @@ class KafkaGateway(Server):
     ENV = "GTB_KAFKA_GATEWAY"  # never external: the tests need its events file
     START_TIMEOUT = 20.0
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only after the upstream, each named at the call
         self,
         workdir: Path,
         upstream: str,
@@ -819,7 +819,9 @@ class KafkaGateway(Server):
         tls: TlsFiles | None = None,
         mechanism: str | None = None,
         user: str = "gtbarrier",
+        password: str | None = None,
     ) -> None:
+        """``password``: the SASL user's (default: a random one)."""
         if tls is None and mechanism is None:
             raise ValueError("a gateway needs TLS, SASL or both")
         if mechanism is not None and mechanism not in MECHANISMS:
@@ -829,7 +831,7 @@ class KafkaGateway(Server):
         self.tls = tls
         self.mechanism = mechanism
         self.user = user
-        self.password = secrets.token_urlsafe(18)
+        self.password = secrets.token_urlsafe(18) if password is None else password
         self.events_path = workdir / "events.jsonl"
         self.users_path = workdir / "users.json"
         workdir.mkdir(parents=True, exist_ok=True)
