@@ -28,7 +28,7 @@ from harness.ports import free_port
 from harness.receiver import Receiver
 from sink.barrier import Barrier
 from sink.consumers import open_consumer
-from sink.consumers.kafka import H_BUNDLE, H_INDEX
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import ConfigError, DeliveryFailed, StoreConfigError, StoreUnavailable

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
 from state.stores import open_store

@@ -13,15 +13,9 @@ from kafka import KafkaProducer
 from kafka.errors import MessageSizeTooLargeError
 
 from sink.consumers import open_consumer
-from sink.consumers.kafka import (
-    H_BUNDLE,
-    H_COUNT,
-    H_GT,
-    H_INDEX,
-    KAFKA_TOPIC,
-    KafkaTopicSettings,
-    producer_config,
-)
+from sink.consumers.kafka.kafka_kind import KAFKA_TOPIC
+from sink.consumers.kafka.kafka_options import KafkaTopicSettings, producer_config
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import ConfigError

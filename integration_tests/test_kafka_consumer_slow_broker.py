@@ -21,7 +21,7 @@ import pytest
 from harness import kafka_proxy
 from harness.kafka_proxy import PRODUCE, Action, KafkaProxy
 from sink.consumers import open_consumer
-from sink.consumers.kafka import H_BUNDLE, H_INDEX
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown

@@ -56,7 +56,8 @@ from integration_tests.sink_helpers import read_bundles
 from integration_tests.source_support import Driver
 from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
-from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX, KafkaTopicConsumer
+from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX
 from sink.dead_letters import H_PIPELINE
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions

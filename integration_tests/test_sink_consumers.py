@@ -18,7 +18,7 @@ import pytest
 from harness.receiver import Receiver
 from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
-from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_INDEX
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_INDEX
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.errors import CommitStateUnknown, DeliveryFailed

@@ -206,7 +206,7 @@ def test_stateless_pipeline_into_s3_consumer(
 
 @pytest.mark.timeout(300)
 def test_stateless_pipeline_into_kafka_consumer(spark: Any, kafka: Any, tmp_path: Path) -> None:
-    from sink.consumers.kafka import H_BUNDLE, H_INDEX
+    from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX
 
     n, partitions = 100_000, 2
     topic = kafka.create_topic(partitions=partitions)

@@ -29,14 +29,14 @@ or Spark read the directory as one table. ``gtbarrier deadletters`` lists and re
 also sent to a Kafka topic, as Kafka Connect's dead letter queue does, with its context in
 headers (:data:`CONTEXT_HEADERS`): the row's ``key`` and ``value`` columns as they were
 when the input has them (binary or string), else the row as a JSON object. The messages
-are a bundle of :class:`~sink.consumers.kafka.KafkaTopicConsumer` (``gtb.bundle``,
-``gtb.index``, ``gtb.count`` headers), so they are exactly once the same way: a bundle the
-topic holds completely is not sent again, one it holds in part is completed from its
-first missing index. The topic belongs to one pipeline, as the directory does. Its
-producer's settings, ``errors.deadLetter.kafka.*``, are the kafka consumer's kind
-(:func:`sink.consumers.kafka.producer_settings`): checked when parsed (TLS and SASL
-included), kept as given (a secret reference unresolved), resolved where the producer and
-its tail scan's reader are made.
+are a bundle of :class:`~sink.consumers.kafka.kafka_consumer.KafkaTopicConsumer`
+(``gtb.bundle``, ``gtb.index``, ``gtb.count`` headers), so they are exactly once the same
+way: a bundle the topic holds completely is not sent again, one it holds in part is
+completed from its first missing index. The topic belongs to one pipeline, as the
+directory does. Its producer's settings, ``errors.deadLetter.kafka.*``, are the kafka
+consumer's kind (:func:`sink.consumers.kafka.kafka_options.producer_settings`): checked
+when parsed (TLS and SASL included), kept as given (a secret reference unresolved),
+resolved where the producer and its tail scan's reader are made.
 """
 
 from __future__ import annotations
@@ -479,8 +479,9 @@ _TEXT = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
 
 def topic_messages(table: pa.Table, pipeline_id: str) -> pa.Table:
     """A bundle's dead-letter rows (as its file holds them) as messages: ``key``, ``value``
-    and ``headers`` columns, as :class:`~sink.consumers.kafka.KafkaTopicConsumer` sends them
-    (no ``partition`` column: the producer picks one by key)."""
+    and ``headers`` columns, as
+    :class:`~sink.consumers.kafka.kafka_consumer.KafkaTopicConsumer` sends them (no
+    ``partition`` column: the producer picks one by key)."""
     names = table.column_names
     inputs = table.select([n for n in names if n not in ADDED_COLUMNS])
 
@@ -584,11 +585,12 @@ class DeadLetterTopic:
         """Send bundle ``bundle_id``'s dead letters (``rows``, as the file holds them; read
         only if needed) unless the topic holds them all; whether anything was sent.
 
-        Through :class:`~sink.consumers.kafka.KafkaTopicConsumer`, whose producer is
-        transactional and whose tail scan first fences older producers of the same
-        ``transactional.id``: a bundle the topic holds completely is not sent again, one it
-        holds in part is completed from its first missing index."""
-        from sink.consumers.kafka import KafkaTopicConsumer, KafkaTopicSettings
+        Through :class:`~sink.consumers.kafka.kafka_consumer.KafkaTopicConsumer`, whose
+        producer is transactional and whose tail scan first fences older producers of the
+        same ``transactional.id``: a bundle the topic holds completely is not sent again, one
+        it holds in part is completed from its first missing index."""
+        from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
+        from sink.consumers.kafka.kafka_options import KafkaTopicSettings
 
         config = dict(self.config)
         config.setdefault("transactional.id", dead_letter_transactional_id(pipeline_id))

@@ -269,7 +269,7 @@ def _dead_letter_producer_settings(opts: Options) -> tuple[tuple[str, str], ...]
     """``errors.deadLetter.kafka.*`` but the bootstrap servers, checked and kept as the kafka
     consumer's producer settings are (it sends the dead letters): kafka-python producer
     settings, none of those it owns, TLS and SASL together, secret references unresolved."""
-    from sink.consumers.kafka import producer_settings
+    from sink.consumers.kafka.kafka_options import producer_settings
 
     return producer_settings(opts, DEAD_LETTER_KAFKA.name)
 

@@ -3,8 +3,8 @@ client gtbarrier makes.
 
 The source's consumers take ``kafka.*`` (:mod:`datasource.kafka_settings`), the kafka
 consumer's producer and its readers ``consumer.kafka.*`` and the dead-letter topic's
-producer ``errors.deadLetter.kafka.*`` (:mod:`sink.consumers.kafka`). Each layers its own
-refusals on :func:`kafka_arguments`, the one conversion:
+producer ``errors.deadLetter.kafka.*`` (:mod:`sink.consumers.kafka.kafka_options`). Each
+layers its own refusals on :func:`kafka_arguments`, the one conversion:
 
 * **Names.** A setting's name under the prefix with dots (and dashes) turned into
   underscores (``security.protocol`` -> ``security_protocol``), or a librdkafka name of

@@ -30,7 +30,7 @@ from datasource.source import GlobalTimeKafkaSource
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from gtbarrier import SnapshotCoordinator
 from sink import BarrierSink
-from sink.consumers import kafka as kafka_consumer
+from sink.consumers.kafka import kafka_kind
 from state.errors import (
     ConfigError,
     DataLossError,
@@ -293,7 +293,7 @@ def test_kafka_consumer_input_shape_is_checked_at_planning(
     ``deliver()``; the fixed query found it still in flight and failed again, forever."""
     # With a partition column the start check asks the cluster how many partitions the
     # topic has (for row validation): answered here without a server.
-    monkeypatch.setattr(kafka_consumer, "topic_partitions", lambda settings, timeout: 3)
+    monkeypatch.setattr(kafka_kind, "topic_partitions", lambda settings, timeout: 3)
     with pytest.raises(ConfigError) as info:
         BarrierSink(dict(KAFKA_SINK)).streamWriter(schema, False)
     assert info.value.option == column and shown in str(info.value)

@@ -22,7 +22,7 @@ class Block(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Block())
 import gtbarrier, datasource, sink, state, pyspark_gtkafka, pyspark_barrier
-import sink.writer, sink.consumers.file, sink.consumers.s3, sink.consumers.kafka
+import sink.writer, sink.consumers.file, sink.consumers.s3, sink.consumers.kafka.kafka_kind
 import sink.consumers.http, state.coordinator, gtbarrier.cli
 from gtbarrier.cli import main
 assert main(["receiver", "--port", "1", "--dir", "x"]) == 2

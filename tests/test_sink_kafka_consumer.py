@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sink.consumers.kafka import H_BUNDLE, H_INDEX, _header
+from sink.consumers.kafka.kafka_consumer import _header
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX
 
 
 def test_the_sinks_header_is_the_last_of_its_name() -> None:

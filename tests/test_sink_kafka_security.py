@@ -19,12 +19,9 @@ import pyarrow as pa
 import pytest
 
 from sink.consumers import open_consumer
-from sink.consumers.kafka import (
-    KafkaTopicConsumer,
-    KafkaTopicSettings,
-    producer_config,
-    topic_partitions,
-)
+from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
+from sink.consumers.kafka.kafka_kind import topic_partitions
+from sink.consumers.kafka.kafka_options import KafkaTopicSettings, producer_config
 from sink.dead_letters import DeadLetterTopic
 from sink.faults import FaultInjector
 from sink.options import SinkOptions

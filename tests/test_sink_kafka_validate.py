@@ -23,10 +23,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sink.consumers import kafka as kafka_module
 from sink.consumers.consumer_kind import RowRejection
-from sink.consumers.kafka import H_BUNDLE, H_COUNT, H_GT, H_INDEX, KAFKA_TOPIC, KafkaTopicSettings
-from sink.consumers.kafka_rows import messages
+from sink.consumers.kafka import kafka_kind
+from sink.consumers.kafka.kafka_kind import KAFKA_TOPIC
+from sink.consumers.kafka.kafka_options import KafkaTopicSettings
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX, messages
 from sink.options import SinkOptions
 from state.errors import ConfigError
 
@@ -325,7 +326,7 @@ def test_the_start_check_records_the_partition_count_when_rows_choose_partitions
         asked.append((s.bootstrap, s.topic))
         return 6
 
-    monkeypatch.setattr(kafka_module, "topic_partitions", partitions)
+    monkeypatch.setattr(kafka_kind, "topic_partitions", partitions)
     options = _options()
     started = options.check_at_start(_schema(StructField("partition", IntegerType())))
     assert isinstance(started.settings, KafkaTopicSettings)

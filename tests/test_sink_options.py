@@ -19,7 +19,8 @@ from pyspark.sql.types import (
 from sink import BarrierSink
 from sink.consumers.file import FileSettings
 from sink.consumers.http import HttpSettings
-from sink.consumers.kafka import KAFKA_TOPIC, KafkaTopicSettings
+from sink.consumers.kafka.kafka_kind import KAFKA_TOPIC
+from sink.consumers.kafka.kafka_options import KafkaTopicSettings
 from sink.consumers.s3 import S3PrefixSettings
 from sink.faults import ENV, Fault, FaultInjector, InjectedFault, parse_faults
 from sink.gt_column import check_spark_schema

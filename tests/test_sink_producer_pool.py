@@ -12,7 +12,8 @@ from kafka import KafkaProducer
 
 from sink.bundle import Bundle
 from sink.consumers import open_consumer
-from sink.consumers.kafka import KafkaTopicConsumer, producer_config
+from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
+from sink.consumers.kafka.kafka_options import producer_config
 from sink.consumers.producer_pool import MAX_IDLE_S, PRODUCERS, client_pool
 from sink.faults import FaultInjector
 from sink.options import SinkOptions

@@ -8,8 +8,8 @@ configured). The pool keeps one idle producer per bootstrap and settings.
 
 A producer is only ever given back by a consumer that knows it holds nothing: its last
 delivery returned an acknowledgement, so every message it was handed was answered
-(:meth:`~sink.consumers.kafka.KafkaTopicConsumer.close`). Any other end closes it, as
-before. The pools are :class:`~state.process_cache.ProcessCache`\\ s of lent values: a
+(:meth:`~sink.consumers.kafka.kafka_consumer.KafkaTopicConsumer.close`). Any other end
+closes it, as before. The pools are :class:`~state.process_cache.ProcessCache`\\ s of lent values: a
 client is used by one consumer at a time (taken out while in use, one idle client per
 key), one idle longer than :data:`MAX_IDLE_S` is closed (Spark ends an idle worker after a
 minute anyway), a forked child never uses its parent's clients (their threads and sockets

@@ -22,7 +22,7 @@ from sink.consumers.consumer_kind import ConsumerKind
 from sink.consumers.file import FILE
 from sink.consumers.http import HTTP
 from sink.consumers.iceberg.iceberg_kind import ICEBERG
-from sink.consumers.kafka import KAFKA_TOPIC
+from sink.consumers.kafka.kafka_kind import KAFKA_TOPIC
 from sink.consumers.postgres.postgres_kind import POSTGRES
 from sink.consumers.s3 import S3
 from state.errors import ConfigError

@@ -1,4 +1,5 @@
-"""``consumer=kafka``: each item becomes a message of ``consumer.topic``.
+"""``consumer=kafka``: :class:`KafkaTopicConsumer`, which sends each item as a message of
+``consumer.topic`` and finds a bundle again by the tail of the topic.
 
 The sink input is shaped like the input of Spark's Kafka sink: ``value`` (binary or
 string, required), and optionally ``key`` (binary or string), ``headers``
@@ -43,79 +44,30 @@ plus one, which is too small whenever that batch holds more than one record.
 
 The output topic should be written only by this sink (messages without ``gtb.*``
 headers are skipped, but the tail scan reads through them).
-
-``consumer.kafka.*`` are converted as every Kafka client's settings are
-(:mod:`state.kafka_settings`: names, types, TLS and SASL, secrets), checked when the
-options are parsed and kept as given (:func:`producer_settings`: a secret reference stays
-a reference in the options Spark plans, checkpoints and pickles to the tasks), then
-converted again, their references resolved, where the consumer makes its clients
-(:func:`client_arguments`). The dead-letter topic's producer
-(:class:`sink.dead_letters.DeadLetterTopic`, ``errors.deadLetter.kafka.*``) is this
-consumer too, with its own prefix.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-import pyarrow as pa
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection, SinkView
-from sink.consumers.kafka_rows import (
-    H_BUNDLE,
-    H_COUNT,
-    H_GT,
-    H_INDEX,
-    MAX_REQUEST_SIZE,
-    RowLimits,
-    max_request_size,
-    messages,
-    validate_rows,
+from sink.consumers.kafka.kafka_options import (
+    KafkaTopicSettings,
+    connection_arguments,
+    producer_config,
 )
+from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX, messages
 from sink.consumers.producer_pool import PRODUCERS
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
 from state.kafka_errors import translate_kafka_error
-from state.kafka_settings import Secret, is_secret, kafka_arguments, resolve_secrets
-from state.option_table import PrefixOption, StringOption
-from state.options import Options
 
 T = TypeVar("T")
-
-KAFKA_BOOTSTRAP = StringOption(
-    name="consumer.kafka.bootstrap.servers", required=True, doc="The output cluster."
-)
-TOPIC = StringOption(name="consumer.topic", required=True, doc="The output topic.")
-KAFKA_SETTINGS = PrefixOption(
-    name="consumer.kafka.",
-    doc="kafka-python producer settings (`consumer.kafka.linger.ms`, `...compression.type`, "
-    "`...security.protocol`...), TLS and SASL checked together; a password may be a secret "
-    "reference (`${env:NAME}`, `${file:/path}`), resolved where the clients are made. `acks`, "
-    "`max.in.flight.requests.per.connection`, `enable.idempotence` and the serializers are "
-    "owned by the sink and refused.",
-)
-WHERE = "barrier"
-
-# Producer settings the Kafka consumer owns: they are what makes delivery ordered.
-KAFKA_MANAGED = {
-    "key.serializer": "the sink sends the key column's bytes",
-    "value.serializer": "the sink sends the value column's bytes",
-    "acks": "the sink always uses acks=all",
-    "max.in.flight.requests.per.connection": "the sink uses 1 to keep order on retries",
-    "enable.idempotence": "the sink's producer is transactional, hence idempotent",
-    "bootstrap.servers": "use consumer.kafka.bootstrap.servers",
-}
-_MANAGED_ARGS = {name.replace(".", "_"): why for name, why in KAFKA_MANAGED.items()}
-# What a reader of the producer's cluster needs of its settings: TLS and SASL.
-_CONNECTION_ARGS = ("security_", "ssl_", "sasl_")
-
-__all__ = ["H_BUNDLE", "H_COUNT", "H_GT", "H_INDEX", "KAFKA_TOPIC", "KafkaTopicConsumer"]
 
 SCAN_CHUNK = 2000
 # Beyond the producer's delivery.timeout.ms: its sender thread expires batches on its loop.
@@ -153,143 +105,6 @@ def _rejected(err: BaseException | None) -> bool:
     import kafka.errors as kerr
 
     return isinstance(err, kerr.BrokerResponseError) and not err.retriable
-
-
-@dataclass(frozen=True)
-class KafkaTopicSettings(ConsumerSettings):
-    """``consumer=kafka``: the output cluster, topic and producer settings."""
-
-    bootstrap: str
-    topic: str
-    config: tuple[tuple[str, str], ...] = ()
-    """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted,
-    as given (:func:`producer_settings`): a secret reference unresolved, a secret a
-    :class:`~state.kafka_settings.Secret` (its ``repr`` a fingerprint)."""
-    partitions: int | None = None
-    """The topic's partition count when the micro-batch was planned, recorded by the start
-    check when the sink input has a ``partition`` column (None: not recorded)."""
-    option_prefix: str = KAFKA_SETTINGS.name
-    """The options ``config`` came from, as errors name them (the dead-letter topic's
-    producer: ``errors.deadLetter.kafka.``)."""
-
-    def limits(self) -> RowLimits:
-        """What row validation needs of the target (:mod:`sink.consumers.kafka_rows`)."""
-        return RowLimits(self.topic, self.partitions, max_request_size(self.config))
-
-
-def parse_settings(opts: Options) -> KafkaTopicSettings:
-    """The ``consumer.kafka.*`` and ``consumer.topic`` options, checked."""
-    bootstrap = KAFKA_BOOTSTRAP.read_required(opts)
-    topic = TOPIC.read_required(opts)
-    return KafkaTopicSettings(
-        bootstrap=bootstrap, topic=topic, config=producer_settings(opts, KAFKA_SETTINGS.name)
-    )
-
-
-def producer_settings(opts: Options, prefix: str) -> tuple[tuple[str, str], ...]:
-    """``<prefix>*`` but ``<prefix>bootstrap.servers``: the settings of a producer of this
-    sink (the kafka consumer's, ``consumer.kafka.``; the dead-letter topic's,
-    ``errors.deadLetter.kafka.``), names lower-cased without the prefix, sorted.
-
-    Checked now, on the driver before any data moves, as every Kafka client's settings are
-    (:func:`state.kafka_settings.kafka_arguments`: kafka-python producer settings, typed,
-    TLS and SASL together), none of those the sink owns (:data:`KAFKA_MANAGED`), a positive
-    ``max.request.size`` and ``retries``. Kept as given: a secret reference is not resolved
-    here (the settings are planned, checkpointed and pickled to the tasks), and a secret is
-    a :class:`~state.kafka_settings.Secret`, whose ``repr`` is a fingerprint.
-    :func:`client_arguments` converts them where a client is made.
-    """
-    from kafka import KafkaProducer
-
-    config: dict[str, str] = {}
-    for name, value in opts.with_prefix(prefix).items():
-        if name == "bootstrap.servers":
-            continue
-        if name == MAX_REQUEST_SIZE and not (value.isdigit() and int(value) > 0):
-            raise opts.error(prefix + name, "a number of bytes (an integer >= 1)")
-        if name == "retries" and not (value.isdigit() and int(value) > 0):
-            raise opts.error(
-                prefix + name, "an integer >= 1 (the sink's producer is transactional)"
-            )
-        config[name] = Secret(value) if is_secret(name) else value
-    kafka_arguments(
-        config,
-        prefix=prefix,
-        defaults=KafkaProducer.DEFAULT_CONFIG,
-        client="producer",
-        where=opts.where,
-        refused=_MANAGED_ARGS,
-    )
-    return tuple(sorted(config.items()))
-
-
-def client_arguments(settings: KafkaTopicSettings) -> dict[str, Any]:
-    """``settings.config`` as kafka-python producer arguments, typed, their secret
-    references resolved (:func:`state.kafka_settings.resolve_secrets`): called only where
-    a client is made. An unresolvable reference is a
-    :class:`~state.errors.SecretReferenceError` naming the option and the reference."""
-    from kafka import KafkaProducer
-
-    arguments = kafka_arguments(
-        dict(settings.config),
-        prefix=settings.option_prefix,
-        defaults=KafkaProducer.DEFAULT_CONFIG,
-        client="producer",
-        where=WHERE,
-        refused=_MANAGED_ARGS,
-    )
-    return resolve_secrets(arguments, WHERE, settings.option_prefix)
-
-
-def connection_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Of a producer's arguments, those a reader of the same cluster needs too: TLS and
-    SASL (the tail scan, the start check's partition count)."""
-    return {k: v for k, v in arguments.items() if k.startswith(_CONNECTION_ARGS)}
-
-
-def producer_config(
-    settings: KafkaTopicSettings, ack_timeout: float, pipeline_id: str | None = None
-) -> dict[str, Any]:
-    """kafka-python settings from ``consumer.kafka.*`` (:func:`client_arguments`: typed,
-    secret references resolved, so called where the producer is made) plus the ones the
-    sink owns; ``ack_timeout`` is ``ack.timeoutMs`` in seconds. The producer is
-    transactional, its ``transactional.id`` the pipeline's for the topic
-    (:func:`transactional_id`)."""
-    config = client_arguments(settings)
-    config.setdefault("linger_ms", 20)
-    config.setdefault("batch_size", 256 * 1024)
-    config.setdefault("retries", 5)
-    config.setdefault("request_timeout_ms", int(ack_timeout * 1000))
-    config.setdefault("max_block_ms", int(ack_timeout * 1000))
-    config.setdefault("bootstrap_timeout_ms", int(ack_timeout * 1000))
-    # Every message is resolved (acknowledged, rejected or expired) within this long after
-    # send(); deliver() waits that long before it gives an attempt up (Kafka's 120 s at the
-    # default ack.timeoutMs). kafka-python requires at least linger + request timeout.
-    config.setdefault(
-        "delivery_timeout_ms",
-        max(
-            4 * int(ack_timeout * 1000),
-            int(config["linger_ms"]) + int(config["request_timeout_ms"]),
-        ),
-    )
-    config.setdefault("transactional_id", transactional_id(pipeline_id, settings.topic))
-    # A transaction spans one delivery attempt: the sends, the flush, the wait for late
-    # answers and the commit. The broker aborts one open longer (and Kafka's default cap,
-    # transaction.max.timeout.ms, is 15 minutes).
-    config.setdefault(
-        "transaction_timeout_ms",
-        min(900_000, int(config["delivery_timeout_ms"]) + 2 * int(ack_timeout * 1000) + 60_000),
-    )
-    config.update(acks="all", max_in_flight_requests_per_connection=1)
-    return config
-
-
-def transactional_id(pipeline_id: str | None, topic: str) -> str:
-    """The ``transactional.id`` of the producers that write ``topic`` for a pipeline (unless
-    ``consumer.kafka.transactional.id`` names another): the same for every driver and run of
-    the pipeline, so that a new producer fences every older one, and another for each topic
-    (a pipeline's output and its dead letters), so that they never fence each other."""
-    return f"gtbarrier.{pipeline_id}.{topic}" if pipeline_id else f"gtbarrier.{topic}"
 
 
 _NULL = object()
@@ -737,127 +552,3 @@ class KafkaTopicConsumer(Consumer):
             PRODUCERS.give_back(self._pool_key, producer)
             return
         self._discard_producer()
-
-
-def topic_partitions(settings: KafkaTopicSettings, timeout: float) -> int:
-    """How many partitions ``settings.topic`` has now (fresh metadata from the cluster).
-
-    :class:`ConfigError` if the topic does not exist (rows that name partitions need a
-    topic that has them); :class:`DeliveryFailed` if the cluster does not answer within
-    ``timeout`` seconds.
-    """
-    from kafka import KafkaConsumer as KafkaReader
-
-    what = f"kafka consumer {settings.topic}@{settings.bootstrap}: reading the topic's partitions"
-
-    def count() -> int:
-        reader = KafkaReader(
-            bootstrap_servers=settings.bootstrap,
-            enable_auto_commit=False,
-            group_id=None,
-            request_timeout_ms=max(int(timeout * 1000), 10_000) + 1000,
-            bootstrap_timeout_ms=int(timeout * 1000),
-            **connection_arguments(client_arguments(settings)),
-        )
-        try:
-            return len(reader.partitions_for_topic(settings.topic) or ())
-        finally:
-            reader.close()
-
-    try:
-        n = count()
-    except Exception as err:
-        translated = translate_kafka_error(
-            err, servers=settings.bootstrap, what=what, retriable=DeliveryFailed
-        )
-        if translated is err:
-            raise
-        raise translated from err
-    if n == 0:
-        raise ConfigError(
-            TOPIC.name,
-            settings.topic,
-            f"a topic that exists on {settings.bootstrap} (the sink input has a partition "
-            "column, so the topic's partitions are checked before any data moves)",
-            where="barrier",
-        )
-    return n
-
-
-_TEXT_OR_BINARY = ("BinaryType", "StringType")
-
-
-def check_spark_schema(schema: Any) -> None:
-    """The sink input must be shaped like the input of Spark's Kafka sink.
-
-    Checked when the query plans its first micro-batch, before anything is staged: a
-    bundle recorded in flight without a usable ``value`` could never be delivered, and
-    the fixed query would find it still in flight.
-    """
-    types = {f.name: f.dataType for f in schema.fields}
-    shape = (
-        "value (binary or string), optional key (binary or string), headers "
-        "(array<struct<key: string, value: binary>>) and partition (int)"
-    )
-
-    def refuse(column: str, actual: str) -> ConfigError:
-        return ConfigError(
-            column,
-            actual,
-            f"a sink input for consumer=kafka with columns {shape}",
-            where="barrier",
-        )
-
-    if "value" not in types:
-        raise refuse("value", f"<missing> (columns: {', '.join(types)})")
-    for column in ("value", "key"):
-        if column in types and type(types[column]).__name__ not in _TEXT_OR_BINARY:
-            raise refuse(column, types[column].simpleString())
-    if "partition" in types and type(types["partition"]).__name__ != "IntegerType":
-        raise refuse("partition", types["partition"].simpleString())
-    if "headers" in types:
-        element = getattr(types["headers"], "elementType", None)
-        fields = {f.name: type(f.dataType).__name__ for f in getattr(element, "fields", [])}
-        if fields.get("key") != "StringType" or fields.get("value") not in _TEXT_OR_BINARY:
-            raise refuse("headers", types["headers"].simpleString())
-
-
-class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
-    """``consumer=kafka``: parts staged in the state store, items sent as messages."""
-
-    settings_type = KafkaTopicSettings
-    specs = (KAFKA_BOOTSTRAP, TOPIC, KAFKA_SETTINGS)
-
-    def parse(self, opts: Options) -> KafkaTopicSettings:
-        return parse_settings(opts)
-
-    def check_at_start(self, options: SinkView, spark_schema: Any) -> KafkaTopicSettings:
-        """The input's shape; when rows choose their partition, the topic's partition count
-        (asked now: Spark plans every micro-batch this way, so partitions added to the topic
-        are accepted from the next micro-batch planned after they appear). Without a
-        ``partition`` column the producer's partitioner chooses and nothing is asked."""
-        check_spark_schema(spark_schema)
-        settings = self.settings(options)
-        if "partition" in spark_schema.fieldNames():
-            settings = replace(settings, partitions=topic_partitions(settings, options.ack_timeout))
-        return settings
-
-    def validate(self, settings: KafkaTopicSettings, table: pa.Table) -> list[RowRejection]:
-        """Rows the kafka consumer cannot send (:mod:`sink.consumers.kafka_rows`): header
-        entries, keys or values it cannot encode, a partition outside the recorded count, a
-        message larger than the producer's ``max.request.size`` with the sink's headers."""
-        return validate_rows(table, settings.limits())
-
-    def open_consumer(
-        self, options: SinkView, staging: Staging, faults: FaultInjector
-    ) -> KafkaTopicConsumer:
-        return KafkaTopicConsumer(
-            self.settings(options),
-            staging,
-            faults,
-            ack_timeout=options.ack_timeout,
-            pipeline_id=options.pipeline_id,
-        )
-
-
-KAFKA_TOPIC = KafkaTopicKind()
