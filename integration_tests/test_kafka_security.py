@@ -58,7 +58,7 @@ from sink.consumers import open_consumer
 from sink.consumers.base import Consumer
 from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
 from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX
-from sink.dead_letters import H_PIPELINE
+from sink.dead_letters.dead_letter_topic import H_PIPELINE
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from state.stores import open_store

@@ -21,16 +21,13 @@ import pytest
 
 from gtbarrier.cli import main as gtbarrier
 from integration_tests.sink_helpers import read_bundles
-from sink.dead_letters import (
+from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
-    H_BUNDLE,
-    H_COLUMN,
-    H_OFFSET,
-    H_PIPELINE,
     REASON_COLUMN,
     dead_letter_name,
 )
+from sink.dead_letters.dead_letter_topic import H_BUNDLE, H_COLUMN, H_OFFSET, H_PIPELINE
 from sink.faults import InjectedFault
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state

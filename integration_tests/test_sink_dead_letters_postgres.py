@@ -20,7 +20,7 @@ from integration_tests.test_sink_dead_letters import (
     finished,
     produce,
 )
-from sink.dead_letters import COLUMN_COLUMN
+from sink.dead_letters.dead_letter_format import COLUMN_COLUMN
 
 
 class PostgresChain(Chain):

@@ -5,8 +5,9 @@ destination, and reading a dead-letter file back.
   (:class:`~sink.write_task.RowChecks`): its ``validate`` refuses the ``bad`` rows of
   poison records (:mod:`simulation.query`); the check every consumer shares refuses the
   ``nogt`` rows (a null ``gt``). Both run in the product's ``stage_task``.
-* The destination is the product's :class:`~sink.dead_letters.StoreDeadLetters` over a
-  ``memory://`` store of its own, seen by each process through a
+* The destination is the product's
+  :class:`~sink.dead_letters.dead_letter_files.StoreDeadLetters` over a ``memory://``
+  store of its own, seen by each process through a
   :class:`~simulation.store.SimStore` (each request a scheduling point, writes with lost
   answers, as the state store's): the barrier is handed it (``Barrier(dead_letters=)``),
   so the dead letters take the product's create-once path and nothing of the product is
@@ -26,7 +27,8 @@ from simulation.scheduler import Op
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection, SinkView
-from sink.dead_letters import BUNDLE_COLUMN, COLUMN_COLUMN, REASON_COLUMN, Tolerance
+from sink.dead_letters.dead_letter_format import BUNDLE_COLUMN, COLUMN_COLUMN, REASON_COLUMN
+from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from sink.write_task import RowChecks

@@ -54,7 +54,7 @@ from simulation.dead_letters import BAD_REASON, file_rows
 from simulation.query import NO_GT, InputLog, Reference, Row, identity, row_order, same_rows
 from simulation.scheduler import Actor
 from simulation.spark import DriverProc
-from sink.dead_letters import bundle_of_name
+from sink.dead_letters.dead_letter_format import bundle_of_name
 from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
 from state.records.barrier import NO_BUNDLE, BarrierState

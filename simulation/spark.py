@@ -57,7 +57,8 @@ from simulation.store import SimStore
 from sink import barrier as sink_barrier
 from sink import lost_bundle, write_task
 from sink.bundle import BarrierCommitMessage
-from sink.dead_letters import StoreDeadLetters, Tolerance
+from sink.dead_letters.dead_letter_files import StoreDeadLetters
+from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide

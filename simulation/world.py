@@ -33,7 +33,7 @@ from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenle
 from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
 from simulation.staging import SimStaging
 from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
-from sink.dead_letters import Tolerance
+from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
 from state.records.resume_point import ResumePoint

@@ -66,7 +66,8 @@ from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.dead_letters import DeadLetters, DeadLetterTopic, DeadLetterWrite, open_dead_letters
+from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, open_dead_letters
+from sink.dead_letters.dead_letter_topic import DeadLetterTopic
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle

@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings
 from sink.consumers.registry import CONSUMER, CONSUMER_OPTIONS, kind_of
-from sink.dead_letters import (
-    ADDED_COLUMNS,
+from sink.dead_letters.dead_letter_format import ADDED_COLUMNS
+from sink.dead_letters.dead_letter_settings import (
     KAFKA_PREFIX,
     TOLERANCES,
     DeadLetterSettings,
@@ -294,7 +294,7 @@ def _check_dead_letters_outside_the_output(options: SinkOptions) -> None:
 def _check_dead_letters_at_start(options: SinkOptions, spark_schema: Any) -> None:
     """Before any data moves: no input column a dead-letter file adds, and a destination
     that can be written (a directory made if missing; an S3 prefix that can be listed)."""
-    from sink.dead_letters import open_dead_letters
+    from sink.dead_letters.dead_letter_files import open_dead_letters
 
     names = [f.name for f in getattr(spark_schema, "fields", [])]
     clash = [n for n in names if n in ADDED_COLUMNS]

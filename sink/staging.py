@@ -80,8 +80,9 @@ class Staging(ABC):
 
     def write_dead_letter_part(self, location: str, table: pa.Table) -> int:
         """Write a task's refused rows (as they were, with the columns
-        :func:`sink.dead_letters.rejected_rows` adds) at ``location``; its size. Never
-        delivered: only read back for the dead-letter file. By default as a part."""
+        :func:`sink.dead_letters.dead_letter_format.rejected_rows` adds) at ``location``; its
+        size. Never delivered: only read back for the dead-letter file. By default as a
+        part."""
         return self.write_part(location, table)
 
     @abstractmethod

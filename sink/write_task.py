@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 
 from sink.bundle import BarrierCommitMessage
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection
-from sink.dead_letters import Tolerance, first_rejections, rejected_rows
+from sink.dead_letters.dead_letter_format import first_rejections, rejected_rows
+from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.gt_column import check_arrow_schema, gt_bounds, sort_by_gt
 from sink.staging import Staging, dead_letter_part_name
 from state.errors import RowsRefused

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gtbarrier.cli import build_parser
-from sink.dead_letters import dead_letter_name
+from sink.dead_letters.dead_letter_format import dead_letter_name
 from tests.sink_helpers import Pipeline
 from tests.test_cli import run_cli, run_json
 from tests.test_sink_dead_letters import crash_at, jsonl, note_batch

@@ -42,12 +42,10 @@ from simulation.staging import SimStaging
 from simulation.world import Schedule
 from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage
-from sink.dead_letters import (
+from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, StoreDeadLetters
+from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
     PIPELINE_KEY,
-    DeadLetters,
-    DeadLetterWrite,
-    StoreDeadLetters,
     dead_letter_name,
     dead_letter_table,
 )

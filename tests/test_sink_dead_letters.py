@@ -24,17 +24,15 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from sink.barrier import Barrier
 from sink.consumers.consumer_kind import RowRejection
 from sink.consumers.http import HTTP, HttpSettings
-from sink.dead_letters import (
+from sink.dead_letters.dead_letter_files import FileDeadLetters, StoreDeadLetters, open_dead_letters
+from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
     REASON_COLUMN,
-    DeadLetterSettings,
-    FileDeadLetters,
-    StoreDeadLetters,
     dead_letter_name,
     nullable_schema,
-    open_dead_letters,
 )
+from sink.dead_letters.dead_letter_settings import DeadLetterSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
 from sink.write_task import NULL_GT, RowChecks, check_rows

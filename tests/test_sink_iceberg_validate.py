@@ -32,7 +32,7 @@ from sink.consumers.iceberg.iceberg_consumer import IcebergConsumer
 from sink.consumers.iceberg.iceberg_kind import ICEBERG
 from sink.consumers.iceberg.iceberg_options import IcebergSettings
 from sink.consumers.iceberg.iceberg_table import load_table, open_catalog
-from sink.dead_letters import COLUMN_COLUMN, dead_letter_name
+from sink.dead_letters.dead_letter_format import COLUMN_COLUMN, dead_letter_name
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import ConfigError, RowsRefused

@@ -22,7 +22,7 @@ from sink.consumers import open_consumer
 from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
 from sink.consumers.kafka.kafka_kind import topic_partitions
 from sink.consumers.kafka.kafka_options import KafkaTopicSettings, producer_config
-from sink.dead_letters import DeadLetterTopic
+from sink.dead_letters.dead_letter_topic import DeadLetterTopic
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import ConfigError, SecretReferenceError

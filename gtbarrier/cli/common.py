@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from sink.dead_letters import DeadLetters, open_dead_letters
+from sink.dead_letters.dead_letter_files import DeadLetters, open_dead_letters
 from state.errors import GtBarrierError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.options import Options

@@ -26,13 +26,12 @@ from gtbarrier.cli.common import (
     read_pipeline,
 )
 from gtbarrier.cli.output import Result, Table
-from sink.dead_letters import (
+from sink.dead_letters.dead_letter_files import DeadLetterFile, DeadLetters
+from sink.dead_letters.dead_letter_format import (
     ADDED_COLUMNS,
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
     REASON_COLUMN,
-    DeadLetterFile,
-    DeadLetters,
     json_rows,
 )
 from state.errors import KeyNotFound

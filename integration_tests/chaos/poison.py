@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from integration_tests.chaos.consumers import DeliveredBundle
-from sink.dead_letters import BUNDLE_COLUMN, open_dead_letters
+from sink.dead_letters.dead_letter_files import open_dead_letters
+from sink.dead_letters.dead_letter_format import BUNDLE_COLUMN
 
 if TYPE_CHECKING:
     from state.stores import S3Settings

@@ -7,8 +7,8 @@ options are parsed and kept as given (:func:`producer_settings`: a secret refere
 a reference in the options Spark plans, checkpoints and pickles to the tasks), then
 converted again, their references resolved, where the consumer makes its clients
 (:func:`client_arguments`). The dead-letter topic's producer
-(:class:`sink.dead_letters.DeadLetterTopic`, ``errors.deadLetter.kafka.*``) is this
-consumer too, with its own prefix.
+(:class:`sink.dead_letters.dead_letter_topic.DeadLetterTopic`,
+``errors.deadLetter.kafka.*``) is this consumer too, with its own prefix.
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Dead letters: what a dead-letter file holds.
+
+A bundle's file holds the rows the consumer's target refused, as they were (the sink's
+input columns, names and types, every field nullable), then ``_gtb_bundle``,
+``_gtb_reason`` and ``_gtb_column`` (:data:`ADDED_COLUMNS`); its name is the bundle's
+(:func:`dead_letter_name`) and its Parquet metadata names the pipeline and the bundle
+(:data:`PIPELINE_KEY`, :data:`BUNDLE_KEY`). Here: those names, the rows a task stages as
+its dead-letter part (:func:`rejected_rows`), the table a file holds
+(:func:`dead_letter_table`), and rows as JSON (:func:`json_rows`: the topic's values
+without a value column, ``gtbarrier deadletters``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sink.consumers.consumer_kind import RowRejection
+
+BUNDLE_COLUMN = "_gtb_bundle"
+REASON_COLUMN = "_gtb_reason"
+COLUMN_COLUMN = "_gtb_column"
+ADDED_COLUMNS = (BUNDLE_COLUMN, REASON_COLUMN, COLUMN_COLUMN)
+"""The columns a dead-letter file adds to the sink's input columns, in this order."""
+
+PIPELINE_KEY = b"gtbarrier.pipeline"
+BUNDLE_KEY = b"gtbarrier.bundle"
+_FILE = re.compile(r"^bundle-(\d{12})\.parquet$")
+
+
+def dead_letter_name(bundle_id: int) -> str:
+    """The file of bundle ``bundle_id``'s dead letters: ``bundle-000000000007.parquet``."""
+    return f"bundle-{bundle_id:012d}.parquet"
+
+
+def bundle_of_name(name: str) -> int | None:
+    """The bundle id in a dead-letter file's name (None if it is not one)."""
+    m = _FILE.match(name)
+    return int(m.group(1)) if m else None
+
+
+# --- the rows ----------------------------------------------------------------------------
+
+
+def first_rejections(rejections: Sequence[RowRejection]) -> list[RowRejection]:
+    """One rejection per row (the first found), in row order."""
+    first: dict[int, RowRejection] = {}
+    for rejection in rejections:
+        first.setdefault(rejection.row, rejection)
+    return [first[row] for row in sorted(first)]
+
+
+def rejected_rows(table: pa.Table, rejections: Sequence[RowRejection]) -> pa.Table:
+    """The rows of ``table`` that ``rejections`` name, once each in row order, as they
+    were, with ``_gtb_reason`` and ``_gtb_column`` (the first rejection of each row).
+
+    Every field is made nullable, nested ones too (the names and types stay): a refused
+    row may hold a null where the input's schema says there is none (Spark gives a null
+    ``gt`` struct with null fields that its type declares not nullable), which Parquet
+    would refuse to write.
+    """
+    first = first_rejections(rejections)
+    rows = table.take(pa.array([r.row for r in first], pa.int64()))
+    rows = rows.cast(nullable_schema(rows.schema))
+    rows = rows.append_column(REASON_COLUMN, pa.array([r.reason for r in first], pa.string()))
+    return rows.append_column(COLUMN_COLUMN, pa.array([r.column for r in first], pa.string()))
+
+
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field nullable, in structs, lists and maps too."""
+    return pa.schema([_nullable(f) for f in schema], metadata=schema.metadata)
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    t = field.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_nullable(t.field(i)) for i in range(t.num_fields)])
+    elif pa.types.is_large_list(t):
+        t = pa.large_list(_nullable(t.value_field))
+    elif pa.types.is_list(t):
+        t = pa.list_(_nullable(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(t.key_field.type, _nullable(t.item_field))
+    return field.with_type(t).with_nullable(True)
+
+
+def dead_letter_table(staged: pa.Table, bundle_id: int) -> pa.Table:
+    """A bundle's staged dead-letter rows as its file holds them: the input columns, then
+    ``_gtb_bundle``, ``_gtb_reason``, ``_gtb_column``."""
+    inputs = [n for n in staged.column_names if n not in ADDED_COLUMNS]
+    bundle = pa.array([bundle_id] * staged.num_rows, pa.int64())
+    return pa.Table.from_arrays(
+        [
+            *(staged.column(n) for n in inputs),
+            bundle,
+            staged.column(REASON_COLUMN),
+            staged.column(COLUMN_COLUMN),
+        ],
+        names=[*inputs, *ADDED_COLUMNS],
+    )
+
+
+# --- rows as JSON (the topic's values without a value column, gtbarrier deadletters) ------
+
+
+def json_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The rows of ``table`` as JSON-ready dicts: binary values base64, strings whose bytes
+    are not UTF-8 with ``\\x..`` escapes (as they were, but readable), timestamps ISO-8601,
+    decimals as text."""
+    columns = {name: _json_column(table.column(name)) for name in table.column_names}
+    return [{name: values[i] for name, values in columns.items()} for i in range(table.num_rows)]
+
+
+def _json_column(column: pa.ChunkedArray) -> list[Any]:
+    dtype = column.type
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        raw = column.cast(pa.large_binary() if pa.types.is_large_string(dtype) else pa.binary())
+        return [
+            None if v is None else v.decode("utf-8", "backslashreplace") for v in raw.to_pylist()
+        ]
+    try:
+        return [_json_value(v) for v in column.to_pylist()]
+    except UnicodeDecodeError:  # a nested string that is not UTF-8
+        return [str(column[i]) if column[i].is_valid else None for i in range(len(column))]
+
+
+def _json_value(value: Any) -> Any:  # noqa: PLR0911 - one return per type
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, tuple):  # a map's (key, value) pairs
+        return [_json_value(v) for v in value]
+    return value
