@@ -18,14 +18,26 @@ A reference that cannot be resolved (an unset variable, a missing file or key, a
 provider than ``env`` and ``file``) raises
 :class:`~state.errors.SecretReferenceError`, which names the option and the reference,
 never a value.
+
+A secret a client is given must not come back in a log record: the client's library may
+log it (botocore logs every request it signs at DEBUG, its ``Authorization`` header naming
+the access key id; kafka-python and kazoo log their authentication packets).
+:func:`hide_in_logs` takes a secret out of every log record the process makes from then
+on, whichever logger makes it; :func:`resolve` hides every secret it resolves, and the
+places that hand a client a secret given inline hide it themselves. :func:`redact` takes
+the hidden secrets out of a text (an error message that quotes what a client said).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 from state.errors import SecretReferenceError
 
@@ -45,7 +57,8 @@ def resolve(
     where: str = "",
     environ: Mapping[str, str] | None = None,
 ) -> str:
-    """``value`` with every secret reference replaced by the secret it names.
+    """``value`` with every secret reference replaced by the secret it names, each secret
+    hidden from log records (:func:`hide_in_logs`).
 
     ``environ`` stands in for ``os.environ`` (tests). Raises
     :class:`~state.errors.SecretReferenceError` naming ``option`` and the reference.
@@ -56,9 +69,9 @@ def resolve(
         provider, target = match.group(1), match.group(2)
         reference = match.group(0)
         if provider == "env":
-            return _from_environment(env, target, option, reference, where)
+            return hide_in_logs(_from_environment(env, target, option, reference, where))
         if provider == "file":
-            return _from_file(target, option, reference, where)
+            return hide_in_logs(_from_file(target, option, reference, where))
         raise SecretReferenceError(
             option,
             reference,
@@ -140,3 +153,118 @@ def parse_properties(text: str) -> dict[str, str]:
             continue
         out[line[:cut].strip()] = line[cut + 1 :].strip()
     return out
+
+
+# --- secrets out of log records --------------------------------------------------------------
+
+# Shorter secrets are not taken out of log records: masking every occurrence of two or three
+# characters would garble the records and hide next to nothing.
+MIN_HIDDEN = 4
+# A process uses a few credentials; the newest are kept (one per client and credential).
+_MAX_HIDDEN = 64
+MASK = "***"
+
+
+class _Hidden:
+    """The secrets of this process that no log record may show, and the forms each may take
+    in a record's text. Replaced whole under a lock, read without one (the log record
+    factory runs on every thread that logs)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.secrets: tuple[str, ...] = ()
+        self.forms: tuple[str, ...] = ()
+        self.installed = False
+
+    def add(self, secret: str) -> None:
+        with self.lock:
+            if secret in self.secrets:
+                return
+            self.secrets = (*self.secrets, secret)[-_MAX_HIDDEN:]
+            # a longer form first: a secret that holds another is masked whole
+            forms = {form for s in self.secrets for form in _forms(s)}
+            self.forms = tuple(sorted(forms, key=len, reverse=True))
+            if not self.installed:
+                _install_record_factory()
+                self.installed = True
+
+
+_HIDDEN = _Hidden()
+
+
+def _forms(secret: str) -> set[str]:
+    """How ``secret`` may stand in a log record's text: as is, escaped as a ``str`` or a
+    ``bytes`` repr shows it (quotes and backslashes escaped, UTF-8 as ``\\x..``), and
+    URL-encoded (a DSN's or a catalog URI's password, a query string)."""
+    raw = secret.encode()
+    forms = {
+        secret,
+        repr(secret)[1:-1],
+        repr(raw)[2:-1],
+        repr(b"'\"" + raw)[5:-1],  # with both quotes about, a repr escapes the '
+        quote(secret, safe=""),
+        quote_plus(secret, safe=""),
+    }
+    return {f for f in forms if len(f) >= MIN_HIDDEN}
+
+
+def hide_in_logs(secret: str) -> str:
+    """Take ``secret`` out of every log record this process makes from now on, whichever
+    logger makes it (gtbarrier's, kafka-python's, botocore's, kazoo's, psycopg's...), and
+    return it. Called where a client is given a secret, resolved from a reference or given
+    inline: the client's library may log it (botocore logs the access key id of every
+    request it signs at DEBUG). A secret shorter than :data:`MIN_HIDDEN` characters is not
+    taken out."""
+    if len(secret) >= MIN_HIDDEN:
+        _HIDDEN.add(secret)
+    return secret
+
+
+def resolve_secret(
+    value: str, *, option: str, where: str = "", environ: Mapping[str, str] | None = None
+) -> str:
+    """A value that is a secret as a whole (a password, a key, a token), its references
+    resolved (:func:`resolve`) and hidden from log records (:func:`hide_in_logs`)."""
+    return hide_in_logs(resolve(value, option=option, where=where, environ=environ))
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret hidden so far (:func:`hide_in_logs`) replaced by ``***``:
+    for an error message that may quote what a client was given."""
+    for form in _HIDDEN.forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
+
+
+def _install_record_factory() -> None:
+    """Wrap the process's log record factory once: each record's message (and the text of
+    the exception it carries) is made secret-free when it is made. A record is made only
+    when its logger is enabled for its level, so at INFO the DEBUG chatter costs nothing."""
+    make = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if _HIDDEN.forms:
+            _redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # a record that cannot be formatted: logging reports it, as ever
+        return
+    hidden = redact(message)
+    if hidden != message:
+        record.msg, record.args = hidden, None
+    if record.exc_info and record.exc_info[1] is not None:
+        text = logging.Formatter().formatException(record.exc_info)
+        hidden = redact(text)
+        if hidden != text:
+            # a formatter shows exc_text when it is set, rather than formatting anew
+            record.exc_text = hidden
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)

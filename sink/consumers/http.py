@@ -55,7 +55,7 @@ from sink.staging import Staging
 from state.errors import CommitStateUnknown, ConfigError, DeliveryFailed
 from state.option_table import ChoiceOption, StringOption
 from state.options import Options
-from state.secrets import has_reference, resolve
+from state.secrets import has_reference, hide_in_logs, resolve
 
 BodyFormat = Literal["arrow", "jsonl"]
 
@@ -159,7 +159,8 @@ def resolve_token(settings: HttpSettings) -> str | None:
     reference cannot be resolved or the token cannot go in a header."""
     if settings.token is None:
         return None
-    token = resolve(settings.token, option=TOKEN.name, where=WHERE)
+    # hidden from log records, a literal too (a reference's secret is by resolve)
+    token = hide_in_logs(resolve(settings.token, option=TOKEN.name, where=WHERE))
     if not token or any(c.isspace() or not c.isprintable() for c in token):
         raise ConfigError(
             TOKEN.name,

@@ -25,7 +25,7 @@ from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.option_table import DocRow
 from state.options import Options, parse_duration
-from state.secrets import resolve
+from state.secrets import hide_in_logs, resolve
 from state.stores import StoreConfig
 
 WHERE = "SnapshotCoordinator"
@@ -190,6 +190,11 @@ class ZooKeeperAuth:
         may have changed since :meth:`parse`)."""
         resolved = self._resolve("zookeeper_auth", WHERE)
         self._check(resolved, "zookeeper_auth", WHERE)
+        # kazoo is about to be given them: out of every log record of this process (digest's
+        # password alone too, which a message may quote without the user name)
+        hide_in_logs(resolved)
+        if self.scheme == "digest":
+            hide_in_logs(resolved.partition(":")[2])
         return resolved
 
     def _resolve(self, option: str, where: str) -> str:

@@ -76,7 +76,7 @@ from state.errors import (
 )
 from state.process_cache import ProcessCache
 from state.retry import Retry
-from state.secrets import resolve
+from state.secrets import resolve_secret
 from state.stores.base import (
     StateStore,
     StoreConfig,
@@ -557,8 +557,10 @@ class S3Store(StateStore):
 def _secret(value: str | None, option: str) -> str | None:
     """An explicit credential with its secret references (:mod:`state.secrets`) resolved
     here, where the client is made, so the options that travel and get logged keep the
-    reference, never the secret."""
-    return None if value is None else resolve(value, option=option, where="state store")
+    reference, never the secret; hidden from this process's log records, reference or
+    not: botocore logs every request it signs at DEBUG, with an ``Authorization`` header
+    that names the access key id."""
+    return None if value is None else resolve_secret(value, option=option, where="state store")
 
 
 class _Session:

@@ -30,15 +30,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 
 from sink.consumers.iceberg.iceberg_options import CATALOG, TABLE, IcebergSettings
 from state.errors import ConfigError
-from state.secrets import has_reference, resolve
+from state.secrets import has_reference, hide_in_logs, redact, resolve
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -50,29 +52,105 @@ WHERE = "barrier"
 TABLE_OPTION = TABLE.name
 CATALOG_OPTION = CATALOG.name + "*"
 _SECRET_WORDS = ("secret", "password", "token", "credential", "session")
+# A password in a property's text: a URL's user info (a SQL catalog's uri), a parameter.
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)([^@/\s]+)(@)")
+_PARAM_PASSWORD = re.compile(r"(?i)((?:^|[?&;\s])(?:password|passwd|pwd)=)([^&;\s]+)")
+MASK = "***"
+# Catalog properties only the catalog uses (where it is and how it logs in): pyiceberg hands
+# every catalog property to the table's FileIO, but the write tasks need only FileIO's own.
+_CATALOG_ONLY = frozenset(
+    {
+        "type",
+        "uri",
+        "warehouse",
+        "credential",
+        "token",
+        "py-catalog-impl",
+        "echo",
+        "pool_pre_ping",
+        "init_catalog_tables",
+        "oauth2-server-uri",
+        "scope",
+        "audience",
+        "resource",
+        "prefix",
+    }
+)
+_CATALOG_ONLY_PREFIXES = ("rest.", "header.", "jdbc.")
 
 
 def resolved_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """Catalog or FileIO properties with their secret references (:mod:`state.secrets`)
-    resolved: only where pyiceberg's catalog or file system is made."""
-    return {k: resolve(v, option=f"{CATALOG.name}{k}", where=WHERE) for k, v in properties.items()}
+    resolved: only where pyiceberg's catalog or file system is made. Every secret among
+    them, resolved or given inline (a property named for one, a URL's password), is hidden
+    from this process's log records from then on."""
+    out = {}
+    for key, value in properties.items():
+        out[key] = resolve(value, option=f"{CATALOG.name}{key}", where=WHERE)
+        if any(w in key for w in _SECRET_WORDS):
+            hide_in_logs(out[key])
+        for pattern in (_URL_PASSWORD, _PARAM_PASSWORD):
+            for match in pattern.finditer(out[key]):
+                hide_in_logs(unquote(match.group(2)))
+                hide_in_logs(match.group(2))
+    return out
 
 
-def unresolved(io_properties: Mapping[str, str], settings: IcebergSettings) -> dict[str, str]:
-    """The table's FileIO properties to record for the write tasks, with every secret that
-    a catalog property gave by reference put back as that reference: the settings travel
-    to the executors and must not carry the secret itself."""
+def task_io_properties(
+    io_properties: Mapping[str, str], settings: IcebergSettings
+) -> dict[str, str]:
+    """The table's FileIO properties to record for the write tasks: without the catalog's
+    own (its uri, its credentials: the tasks never open the catalog), and with every secret
+    that a catalog property gave by reference put back as that reference: the settings
+    travel to the executors, and the tasks resolve only what they use."""
     references = {
         resolve(v, option=f"{CATALOG.name}{k}", where=WHERE): v
         for k, v in settings.catalog
         if has_reference(v)
     }
-    return {k: references.get(v, v) for k, v in io_properties.items()}
+    return {
+        k: references.get(v, v)
+        for k, v in io_properties.items()
+        if k not in _CATALOG_ONLY and not k.startswith(_CATALOG_ONLY_PREFIXES)
+    }
+
+
+def masked(text: str) -> str:
+    """``text`` without a password it shows: a URL's, a ``password=`` parameter's (a secret
+    reference in their place is kept: it says where the secret is) and every secret hidden
+    in this process (:func:`state.secrets.redact`)."""
+
+    def mask(match: re.Match[str]) -> str:
+        if has_reference(match.group(2)):
+            return match.group(0)
+        after = match.group(3) if match.re.groups == 3 else ""
+        return match.group(1) + MASK + after
+
+    return redact(_PARAM_PASSWORD.sub(mask, _URL_PASSWORD.sub(mask, text)))
 
 
 def shown_properties(settings: IcebergSettings) -> dict[str, str]:
     """The catalog properties for an error message, secrets masked."""
-    return {k: ("***" if any(w in k for w in _SECRET_WORDS) else v) for k, v in settings.catalog}
+    return {
+        k: (MASK if any(w in k for w in _SECRET_WORDS) else masked(v)) for k, v in settings.catalog
+    }
+
+
+def said(err: BaseException) -> str:
+    """``type: message`` of a catalog's error, for a message: its passwords masked."""
+    return masked(f"{type(err).__name__}: {err}")
+
+
+def shows_a_secret(err: BaseException) -> bool:
+    """Whether a traceback of ``err`` (its causes and contexts) would show a password: then
+    it is left off the chain of the error raised for it."""
+    seen: BaseException | None = err
+    while seen is not None:
+        text = f"{seen} {seen!r}"
+        if masked(text) != text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @functools.lru_cache(maxsize=8)
@@ -91,10 +169,9 @@ def open_catalog(settings: IcebergSettings) -> Catalog:
         raise ConfigError(
             CATALOG_OPTION,
             shown_properties(settings),
-            f"properties pyiceberg can load a catalog {settings.catalog_name!r} from "
-            f"({type(err).__name__}: {err})",
+            f"properties pyiceberg can load a catalog {settings.catalog_name!r} from ({said(err)})",
             where=WHERE,
-        ) from err
+        ) from (None if shows_a_secret(err) else err)
 
 
 def load_table(settings: IcebergSettings) -> Table:
@@ -157,7 +234,7 @@ def with_table(settings: IcebergSettings, spark_schema: Any) -> IcebergSettings:
     return replace(
         settings,
         location=location,
-        io_properties=tuple(sorted(unresolved(io_properties, settings).items())),
+        io_properties=tuple(sorted(task_io_properties(io_properties, settings).items())),
         required=required_columns(table, arrow_input_schema(spark_schema).names),
     )
 
@@ -200,10 +277,9 @@ def prepare_table(settings: IcebergSettings, spark_schema: Any) -> Table:
         raise ConfigError(
             TABLE_OPTION,
             settings.identifier,
-            f"a table readable through catalog {shown_properties(settings)} "
-            f"({type(err).__name__}: {err})",
+            f"a table readable through catalog {shown_properties(settings)} ({said(err)})",
             where=WHERE,
-        ) from err
+        ) from (None if shows_a_secret(err) else err)
     check_compatible(table, arrow, settings)
     return table
 
@@ -216,10 +292,9 @@ def _create(catalog: Catalog, settings: IcebergSettings, schema: Any) -> Table:
         raise ConfigError(
             TABLE_OPTION,
             settings.identifier,
-            f"a table that can be created in catalog {shown_properties(settings)} "
-            f"({type(err).__name__}: {err})",
+            f"a table that can be created in catalog {shown_properties(settings)} ({said(err)})",
             where=WHERE,
-        ) from err
+        ) from (None if shows_a_secret(err) else err)
     log.info("created Iceberg table %s at %s", settings.identifier, table.location())
     return table
 

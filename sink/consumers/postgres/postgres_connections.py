@@ -38,7 +38,7 @@ from psycopg.pq import TransactionStatus
 from sink.consumers.postgres.postgres_options import DSN, parseable, redact_dsn, redact_text
 from sink.consumers.producer_pool import client_pool
 from state.errors import CommitFailed, ConfigError, DeliveryFailed, GtBarrierError
-from state.secrets import has_reference, resolve
+from state.secrets import has_reference, hide_in_logs, resolve
 
 CONNECT_TIMEOUT_S = 10
 # Server answers that a retry can cure: connection exceptions (class 08), serialization
@@ -94,9 +94,11 @@ def resolved_conninfo(dsn: str) -> tuple[str, tuple[str, ...]]:
     secrets: list[str] = []
     for key, value in params.items():
         if isinstance(value, str) and has_reference(value):
-            secret = resolve(value, option=DSN.name, where=WHERE)
+            secret = resolve(value, option=DSN.name, where=WHERE)  # hidden from log records
             params[key] = secret
             secrets.append(secret)
+    if isinstance(password := params.get("password"), str):
+        hide_in_logs(password)  # a password given inline, too
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", "gtbarrier")
     # The COPY data is UTF-8 (Arrow strings): the server must read it as such and convert
