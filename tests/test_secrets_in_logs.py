@@ -167,3 +167,56 @@ def test_other_clients_hide_the_secrets_they_are_given(
     logging.getLogger("kazoo.client").debug("Auth digest gtb:zk-leak-marker-07")
     for marker in ("04", "05", "06", "07"):
         assert f"leak-marker-{marker}" not in every_record.text
+
+
+def test_no_settings_repr_shows_a_secret_given_inline(tmp_path: Path) -> None:
+    """The parsed options travel to every task and are what one prints to look at them:
+    their reprs show no secret given inline (the S3 keys, a DSN's password, an Iceberg
+    catalog's uri and secret properties, the HTTP token, the Kafka passwords)."""
+    from datasource.options import KafkaSourceOptions
+
+    markers = [f"leak-repr-marker-{i}" for i in range(8)]
+    s3 = {"s3.accessKeyId": markers[0], "s3.secretAccessKey": markers[1]}
+    base = {"pipeline.id": "p", "state.uri": "s3://bucket/x", **s3}
+    sinks = [
+        {
+            "consumer": "postgres",
+            "consumer.postgres.table": "t",
+            "consumer.postgres.dsn": f"postgresql://app:{markers[2]}@db/x",
+        },
+        {
+            **raw_options(tmp_path),
+            "state.uri": "s3://bucket/x",
+            "consumer.iceberg.catalog.uri": f"postgresql://ice:{markers[3]}@db/x",
+            "consumer.iceberg.catalog.s3.secret-access-key": markers[4],
+        },
+        {"consumer": "http", "consumer.url": "https://r", "consumer.http.token": markers[5]},
+        {
+            "consumer": "kafka",
+            "consumer.topic": "t",
+            "consumer.kafka.bootstrap.servers": "k:9",
+            "consumer.kafka.security.protocol": "SASL_SSL",
+            "consumer.kafka.sasl.mechanism": "PLAIN",
+            "consumer.kafka.sasl.plain.username": "u",
+            "consumer.kafka.sasl.plain.password": markers[6],
+        },
+    ]
+    shown = [repr(SinkOptions.parse({**base, **sink})) for sink in sinks]
+    shown.append(
+        repr(
+            KafkaSourceOptions.parse(
+                {
+                    **base,
+                    "subscribe": "t",
+                    "kafka.bootstrap.servers": "k:9",
+                    "kafka.security.protocol": "SASL_SSL",
+                    "kafka.sasl.mechanism": "PLAIN",
+                    "kafka.sasl.plain.username": "u",
+                    "kafka.sasl.plain.password": markers[7],
+                }
+            )
+        )
+    )
+    shown.append(repr(StoreConfig.from_options(Options(base, where="test"))))
+    for text in shown:
+        assert not [m for m in markers if m in text], text
