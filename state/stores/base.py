@@ -55,7 +55,9 @@ class S3Settings:
 
     endpoint: str | None = None
     region: str | None = None
-    access_key_id: str | None = None
+    # Neither key in the repr: the access key id is no secret to AWS, but it names the
+    # identity, and an inline value is what a user meant to keep out of sight.
+    access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
     path_style: bool | None = None
     connect_timeout: float | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sink.consumers.consumer_kind import ConsumerSettings
 from state.errors import ConfigError
@@ -34,14 +34,15 @@ class IcebergSettings(ConsumerSettings):
 
     namespace: tuple[str, ...]
     table: str
-    catalog: tuple[tuple[str, str], ...]
-    """pyiceberg catalog properties, sorted (hashable: a per-process cache key)."""
+    catalog: tuple[tuple[str, str], ...] = field(repr=False)
+    """pyiceberg catalog properties, sorted (hashable: a per-process cache key); out of the
+    repr, as they may hold secrets given inline (``shown_properties`` masks them)."""
     catalog_name: str = "default"
     create_table: bool = True
     location: str | None = None
     """The table's location and FileIO properties, filled in on the driver when the query
     starts (write tasks then never open the catalog)."""
-    io_properties: tuple[tuple[str, str], ...] = ()
+    io_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     required: tuple[str, ...] = ()
     """The table's required (``NOT NULL``) columns, recorded when the query starts: the write
     tasks refuse rows with a null there and stage parts that mark them required."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import quote
 
@@ -74,7 +74,8 @@ SPECS = (DSN, TABLE, CREATE_TABLE, MODE, KEY_COLUMNS)
 class PostgresSettings(ConsumerSettings):
     """Where and how ``consumer=postgres`` writes: parsed options, small and picklable."""
 
-    dsn: str
+    dsn: str = field(repr=False)
+    """As given (a password inline or a reference); :attr:`safe_dsn` for messages."""
     table: str
     schema: str | None = None
     create_table: bool = True
