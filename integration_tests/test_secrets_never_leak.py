@@ -532,6 +532,11 @@ class Run:
         out = [
             self.query("bad-sink-option", {**self.postgres_sink(), "delivery.maxRetries": "many"}),
             self.query("bad-source-option", self.http_sink(), maxOffsetsPerTrigger="lots"),
+            # another consumer's secret option, which does not apply here
+            self.query(
+                "misplaced-secret",
+                {**self.http_sink(), "consumer.postgres.dsn": self.pg_url()},
+            ),
             self.query(
                 "bad-catalog",
                 {

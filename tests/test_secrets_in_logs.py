@@ -220,3 +220,35 @@ def test_no_settings_repr_shows_a_secret_given_inline(tmp_path: Path) -> None:
     shown.append(repr(StoreConfig.from_options(Options(base, where="test"))))
     for text in shown:
         assert not [m for m in markers if m in text], text
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"consumer.http.token": "leak-misplaced-1"},
+        {"consumer.postgres.dsn": "postgresql://u:leak-misplaced-2@h/d"},
+        {"consumer.kafka.sasl.plain.password": "leak-misplaced-3"},
+        {"consumer.iceberg.catalog.uri": "postgresql://u:leak-misplaced-4@h/d"},
+        {"errors.deadLetter.kafka.sasl.plain.password": "leak-misplaced-5"},
+        {
+            "errors.tolerance": "all",
+            "errors.deadLetter.path": "file:///tmp/dead",
+            "errors.deadLetter.kafka.sasl.plain.password": "leak-misplaced-6",
+        },
+    ],
+)
+def test_an_option_that_does_not_apply_is_named_without_its_value(given: dict[str, str]) -> None:
+    """A secret option given where it does not apply (another consumer's, the dead-letter
+    topic's without the topic): the error names the option and why, not the value."""
+    with pytest.raises(ConfigError) as info:
+        SinkOptions.parse(
+            {
+                "pipeline.id": "p",
+                "state.uri": "memory://x",
+                "consumer": "file",
+                "consumer.path": "/tmp/out",
+                **given,
+            }
+        )
+    assert "leak-misplaced" not in texts(info.value)
+    assert info.value.option in str(info.value)
