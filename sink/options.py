@@ -36,6 +36,7 @@ from state.option_table import (
     PrefixOption,
     Shared,
     StringOption,
+    misplaced,
 )
 from state.options import Options
 from state.stores.base import S3_OPTIONS, StoreConfig
@@ -254,7 +255,7 @@ def _parse_errors(opts: Options) -> DeadLetterSettings:
     topic = DEAD_LETTER_TOPIC.read(opts)
     given = DEAD_LETTER_KAFKA.given(opts)
     if given and topic is None:
-        raise opts.error(given[0][0], "to be set only together with errors.deadLetter.topic")
+        raise misplaced(opts, given[0][0], "to be set only together with errors.deadLetter.topic")
     bootstrap = opts.string(DEAD_LETTER_KAFKA.name + "bootstrap.servers")
     return DeadLetterSettings(
         tolerance=tolerance,

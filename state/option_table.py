@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from state.errors import ConfigError
 from state.options import Options, format_duration
 
 L = TypeVar("L", bound=str)
@@ -35,6 +36,16 @@ DB = TypeVar("DB", bool, None)
 DF = TypeVar("DF", float, None)
 
 HEADERS = ("option", "default", "meaning")
+
+
+class _NotShown:
+    """The value of an option an error names without showing it."""
+
+    def __repr__(self) -> str:
+        return "<not shown>"
+
+
+NOT_SHOWN = _NotShown()
 
 
 class DocRow(NamedTuple):
@@ -248,10 +259,11 @@ class OptionTable:
         opts.check_known(self.names(), self.prefixes())
 
     def check_requires(self, opts: Options) -> None:
-        """An option given without the option it ``requires`` is an error."""
+        """An option given without the option it ``requires`` is an error (naming the option,
+        not its value: :func:`misplaced`)."""
         for spec in self.specs():
             if spec.requires is not None and spec.name in opts and spec.requires not in opts:
-                raise opts.error(spec.name, f"to be set only together with {spec.requires}")
+                raise misplaced(opts, spec.name, f"to be set only together with {spec.requires}")
 
     def check_only_with(self, opts: Options, option: str, value: str) -> None:
         """Options that do not apply when ``option`` is ``value`` must not be given."""
@@ -269,10 +281,18 @@ class OptionTable:
                 name, subject = spec.given(opts)[0][0], spec.name + "*"
             else:
                 name, subject = spec.name, "it"
-            raise opts.error(
+            raise misplaced(
+                opts,
                 name,
                 f"not to be set with {option}={value} ({subject} applies to {only.describe()})",
             )
+
+
+def misplaced(opts: Options, name: str, expected: str) -> ConfigError:
+    """An option given where it does not apply, named without its value: that says nothing
+    the name does not, and it may be a secret (another consumer's token or DSN, the
+    dead-letter topic's password)."""
+    return ConfigError(name, NOT_SHOWN, expected, where=opts.where)
 
 
 def render_markdown(rows: Iterable[Documented], headers: tuple[str, ...] = HEADERS) -> str:
