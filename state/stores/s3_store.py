@@ -27,18 +27,12 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
   or was already superseded by a writer who read it). If the store stays unreachable,
   :class:`StoreWriteUnknown` (a :class:`StoreUnavailable`) says the outcome is unknown.
 
-* Refusals: an ``AccessDenied`` is fatal (never retried): a :class:`StateError` naming the
-  operation (get, put, create, compare-and-swap, list, delete), the key (or the listed
-  prefix) and the permission the credentials likely lack, as AWS names it with the
-  resource ARN (``s3:PutObject on arn:aws:s3:::bucket/prefix/key``) and as a SeaweedFS
-  identity action (``Write:bucket/prefix/key``); docs/security.md has each role's
-  policy. Credentials the server does not accept (``InvalidAccessKeyId``...) are told
-  apart from a missing permission.
+* Errors (:mod:`state.stores.s3_errors`): an ``AccessDenied`` is fatal, naming the
+  operation, the key and the permission the credentials likely lack; credentials the
+  server does not accept are told apart; a TLS certificate that does not verify is a fatal
+  :class:`StoreConfigError` naming ``s3.caBundle``.
 * TLS: an ``https://`` endpoint's certificate is checked against ``s3.caBundle`` (a PEM
-  file), else ``AWS_CA_BUNDLE``, else botocore's bundle. A certificate that does not
-  verify is a fatal :class:`StoreConfigError` naming ``s3.caBundle``, the endpoint and
-  the reason, at the first request: retrying cannot make it trusted. Other TLS failures
-  (a handshake cut short) are transport failures and retried.
+  file), else ``AWS_CA_BUNDLE``, else botocore's bundle.
 
 The boto3 client is created on first use and dropped when the store is pickled. Clients
 come from one boto3 session per process (and ``AWS_*`` environment), which loads the S3
@@ -52,16 +46,13 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import botocore.exceptions as bce
-import urllib3.exceptions
 from botocore.config import Config as BotoConfig
 
 from state.errors import (
@@ -69,7 +60,6 @@ from state.errors import (
     GtBarrierError,
     KeyExists,
     KeyNotFound,
-    StateError,
     StoreConfigError,
     StoreUnavailable,
     StoreWriteUnknown,
@@ -85,6 +75,16 @@ from state.stores.base import (
     check_key,
     validate_uri,
 )
+from state.stores.s3_errors import (
+    LIST_OPERATION,
+    PRECONDITION,
+    S3Target,
+    delete_failed,
+    error_code,
+    http_status,
+    may_have_written,
+    translate_error,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -96,49 +96,6 @@ DEFAULT_MAX_ATTEMPTS = 10
 TOKEN_METADATA = "gtb-write"
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_THROTTLING = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "ServiceUnavailable",
-    "RequestThrottled",
-}
-_TRANSIENT = {"InternalError", "RequestTimeout", "OperationAborted", "BadGateway"}
-_PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict"}
-# A permission the credentials lack (or a policy that denies): fatal, names the permission.
-_DENIED = {"AccessDenied", "AllAccessDisabled"}
-# Credentials the server does not accept at all: fatal, names the credential options.
-_BAD_CREDENTIALS = {
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "AuthorizationHeaderMalformed",
-}
-# The S3 permission (AWS) and SeaweedFS identity action each store operation needs.
-_PERMISSION = {
-    "get": ("s3:GetObject", "Read"),
-    "read back": ("s3:GetObject", "Read"),  # HeadObject after an ambiguous write
-    "put": ("s3:PutObject", "Write"),
-    "create": ("s3:PutObject", "Write"),
-    "compare-and-swap": ("s3:PutObject", "Write"),
-    "delete": ("s3:DeleteObject", "Write"),
-}
-LIST_OPERATION = "list"
-
-# Failures where the request never reached the server: a write cannot have happened.
-_UNSENT = (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError)
-# Failures of the transport, after which the outcome of a write is unknown.
-_TRANSPORT = (
-    bce.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
-    bce.ConnectionError,
-    bce.IncompleteReadError,
-    urllib3.exceptions.HTTPError,
-    ConnectionError,
-    TimeoutError,
-)
 
 
 class S3Store(StateStore):
@@ -273,7 +230,7 @@ class S3Store(StateStore):
                 resp = self.client.get_object(Bucket=self.bucket, Key=name)
                 data = resp["Body"].read()
             except Exception as err:
-                if _code(err) in ("NoSuchKey", "404"):
+                if error_code(err) in ("NoSuchKey", "404"):
                     raise KeyNotFound(self.uri, key) from None
                 raise self.translate_error(err, key, "get") from err
             return Versioned(data, resp["ETag"])
@@ -326,7 +283,7 @@ class S3Store(StateStore):
             try:
                 self.client.delete_object(Bucket=self.bucket, Key=name)
             except Exception as err:
-                if _code(err) in ("NoSuchKey", "404"):
+                if error_code(err) in ("NoSuchKey", "404"):
                     return
                 raise self.translate_error(err, key, "delete") from err
 
@@ -354,7 +311,7 @@ class S3Store(StateStore):
                     raise self.translate_error(err, batch[0], "delete") from err
                 failed = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
                 if failed:
-                    raise self._delete_failed(failed, len(batch))
+                    raise delete_failed(self._target(), failed, len(batch))
 
             self.retry(attempt)
 
@@ -381,7 +338,7 @@ class S3Store(StateStore):
             try:
                 head = self.client.head_object(Bucket=self.bucket, Key=name)
             except Exception as err:
-                if _code(err) in ("NoSuchKey", "404"):
+                if error_code(err) in ("NoSuchKey", "404"):
                     raise lost(None, _SUPERSEDED) from first
                 raise self.translate_error(err, key, "read back") from err
             if head.get("Metadata", {}).get(TOKEN_METADATA) == token:
@@ -401,10 +358,10 @@ class S3Store(StateStore):
                         Bucket=self.bucket, Key=name, Body=data, Metadata=meta, IfMatch=expected
                     )
             except Exception as err:
-                code = _code(err)
+                code = error_code(err)
                 if (
-                    code in _PRECONDITION
-                    or _status(err) == 412
+                    code in PRECONDITION
+                    or http_status(err) == 412
                     or (expected is not None and code in ("NoSuchKey", "404"))
                 ):
                     if ambiguous:
@@ -413,7 +370,7 @@ class S3Store(StateStore):
                 translated = self.translate_error(
                     err, key, "create" if expected is None else "compare-and-swap"
                 )
-                if translated.retriable and _may_have_written(err):
+                if translated.retriable and may_have_written(err):
                     ambiguous = True
                 raise translated from err
             return resp["ETag"]
@@ -440,7 +397,7 @@ class S3Store(StateStore):
     def _object_prefix(self, prefix: str) -> str:
         return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
-    def translate_error(  # noqa: PLR0911 - one return per error class of the mapping
+    def translate_error(
         self, err: Exception, key: str, operation: str | None = None
     ) -> GtBarrierError:
         """Map a boto3/transport error of ``operation`` (``"get"``, ``"put"``,
@@ -449,104 +406,19 @@ class S3Store(StateStore):
         hierarchy: :class:`StoreUnavailable` (retriable) for throttling, 5xx and transport
         failures; :class:`StoreConfigError` for a missing bucket or credentials, or a TLS
         certificate not trusted; :class:`StateError` for a refusal (naming the permission
-        likely missing) and anything else. Code that calls :attr:`client` directly (the
-        s3 consumer) raises what this returns, so both report failures alike."""
-        code = _code(err)
-        status = _status(err)
-        if code == "NoSuchBucket":
-            return StoreConfigError(
-                "state.uri",
-                self.uri,
-                f"a bucket that exists: bucket '{self.bucket}' was not found at {self._where()}",
-            )
-        if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
-            return StoreConfigError(
-                "s3.accessKeyId",
-                None,
-                f"credentials for {self.uri}: set s3.accessKeyId and s3.secretAccessKey or the "
-                "AWS configuration chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)",
-            )
-        if isinstance(err, bce.ParamValidationError):
-            return StoreConfigError("key", key, f"a key S3 accepts (store {self.uri}): {err}")
-        untrusted = _certificate_not_trusted(err)
-        if untrusted is not None:
-            endpoint = _endpoint_of(err) or self._where()
-            return StoreConfigError(
-                "s3.caBundle",
-                self.config.s3.ca_bundle,
-                f"the CA that signed the TLS certificate of {endpoint}: that certificate was not "
-                f"trusted ({untrusted}). Set s3.caBundle, or AWS_CA_BUNDLE, to a PEM file "
-                "holding the CA that signed it",
-                where=self.uri,
-            )
-        if isinstance(err, _UNSENT + _TRANSPORT):
-            return StoreUnavailable(
-                self.uri, key, f"{type(err).__name__} talking to {self._where()}: {err}"
-            )
-        if isinstance(err, bce.ClientError):
-            message = err.response.get("Error", {}).get("Message", "")
-            cause = f"{code} (HTTP {status}) from {self._where()}: {message}".rstrip(": ")
-            if (
-                code in _THROTTLING
-                or code in _TRANSIENT
-                or status == 429
-                or (status is not None and status >= 500)
-            ):
-                return StoreUnavailable(self.uri, key, cause)
-            if code in _DENIED:
-                return StateError(self._refusal(operation, key, cause))
-            if code in _BAD_CREDENTIALS:
-                return StateError(
-                    f"{self.uri}: {operation or 'access'} of key '{key}': the credentials were "
-                    f"not accepted: {cause}. Check s3.accessKeyId and s3.secretAccessKey, or the "
-                    "AWS configuration chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...)"
-                )
-            return StateError(f"{self.uri}: key '{key}': {cause}")
-        if isinstance(err, GtBarrierError):
-            return err
-        return StateError(f"{self.uri}: key '{key}': {type(err).__name__}: {err}")
+        likely missing) and anything else (:func:`state.stores.s3_errors.translate_error`).
+        Code that calls :attr:`client` directly (the s3 consumer) raises what this returns,
+        so both report failures alike."""
+        return translate_error(err, self._target(), key, operation)
 
-    def _refusal(self, operation: str | None, key: str, cause: str) -> str:
-        """What an ``AccessDenied`` of ``operation`` on ``key`` tells the operator."""
-        if operation == LIST_OPERATION:
-            prefix = self._object_prefix(key)
-            return (
-                f"{self.uri}: list of keys under '{key}' was refused: {cause.rstrip('.')}. "
-                f"These credentials likely lack s3:ListBucket on arn:aws:s3:::{self.bucket} "
-                f"with s3:prefix '{prefix}' (SeaweedFS: List:{self.bucket}/{prefix}); "
-                "see docs/security.md"
-            )
-        if operation not in _PERMISSION:
-            return f"{self.uri}: key '{key}': access refused: {cause}"
-        permission, action = _PERMISSION[operation]
-        name = f"{self.bucket}/{self._object(key)}"
-        text = (
-            f"{self.uri}: {operation} of key '{key}' was refused: {cause.rstrip('.')}. "
-            f"These credentials likely lack {permission} on arn:aws:s3:::{name} "
-            f"(SeaweedFS: {action}:{name})"
-        )
-        if permission == "s3:GetObject":
-            text += (
-                f"; on AWS a key that does not exist is refused the same way without "
-                f"s3:ListBucket on arn:aws:s3:::{self.bucket}"
-            )
-        return text + "; see docs/security.md"
-
-    def _delete_failed(self, failed: Sequence[Mapping[str, Any]], asked: int) -> StateError:
-        """The error of a ``DeleteObjects`` whose answer lists keys it did not delete."""
-        first = failed[0]
-        name = str(first.get("Key", ""))
-        key = name.removeprefix(self._object_prefix(""))
-        cause = f"{first.get('Code')} {first.get('Message')}".rstrip(".")
-        if first.get("Code") in _DENIED:
-            return StateError(
-                f"{self.uri}: delete of {len(failed)} of {asked} key(s) was refused, e.g. "
-                f"'{key}': {cause}. These credentials likely lack s3:DeleteObject on "
-                f"arn:aws:s3:::{self.bucket}/{name} (SeaweedFS: Write:{self.bucket}/{name}); "
-                "see docs/security.md"
-            )
-        return StateError(
-            f"{self.uri}: delete of {len(failed)} of {asked} key(s) failed, e.g. '{key}': {cause}"
+    def _target(self) -> S3Target:
+        """What this store knows of where its requests go, for its errors."""
+        return S3Target(
+            uri=self.uri,
+            bucket=self.bucket,
+            key_prefix=self._object_prefix(""),
+            endpoint=self._where(),
+            ca_bundle=self.config.s3.ca_bundle,
         )
 
     def _where(self) -> str:
@@ -583,57 +455,3 @@ _SUPERSEDED = (
     "an earlier attempt of this write failed after it was sent; the key does not hold "
     "that write now (it never took effect, or another writer has replaced it since)"
 )
-
-
-def _code(err: Exception) -> str | None:
-    if isinstance(err, bce.ClientError):
-        return str(err.response.get("Error", {}).get("Code", "")) or None
-    return None
-
-
-def _status(err: Exception) -> int | None:
-    if isinstance(err, bce.ClientError):
-        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return int(status) if status is not None else None
-    return None
-
-
-def _certificate_not_trusted(err: Exception) -> str | None:
-    """The reason a TLS certificate did not verify, if that is what ``err`` is: botocore's
-    ``SSLError`` wraps urllib3's, which wraps :class:`ssl.SSLCertVerificationError`."""
-    if not isinstance(err, bce.SSLError | urllib3.exceptions.SSLError | ssl.SSLError):
-        return None
-    seen: set[int] = set()
-    stack: list[object] = [err]
-    while stack:
-        e = stack.pop()
-        if not isinstance(e, BaseException) or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ssl.SSLCertVerificationError):
-            return str(e)
-        kwargs = getattr(e, "kwargs", None)
-        nested = kwargs.get("error") if isinstance(kwargs, dict) else None
-        stack.extend([e.__cause__, e.__context__, nested, *e.args])
-    text = str(err)
-    if "CERTIFICATE_VERIFY_FAILED" in text:
-        return text[text.index("CERTIFICATE_VERIFY_FAILED") :]
-    return None
-
-
-def _endpoint_of(err: Exception) -> str | None:
-    """``scheme://host:port`` of the URL a botocore error names, if it names one."""
-    kwargs = getattr(err, "kwargs", None)
-    url = kwargs.get("endpoint_url") if isinstance(kwargs, dict) else None
-    if not isinstance(url, str):
-        return None
-    parsed = urlparse(url)
-    return f"{parsed.scheme}://{parsed.netloc}" if parsed.netloc else None
-
-
-def _may_have_written(err: Exception) -> bool:
-    """False only when the request certainly never took effect."""
-    if isinstance(err, _UNSENT):
-        return False
-    code = _code(err)
-    return not (code in _THROTTLING or _status(err) in (429, 503))
