@@ -316,11 +316,12 @@ FILE_REFERENCES = {
     "wrong_s3": None,
 }
 
-# In the inline run, what Python's py4j logs at DEBUG: every command the driver sends to
-# the JVM, an option's value among them. It is PySpark's bridge, not gtbarrier's, and a
-# value given inline is in those commands whatever gtbarrier does: the inline run keeps
-# py4j at INFO (docs/security.md says to use references, or keep py4j below DEBUG).
-INLINE_ONLY_EXEMPT = ("py4j DEBUG records",)
+# What the inline run cannot keep out, and so does not make: py4j's DEBUG records in the
+# driver program (every command it sends to the JVM, an option's value among them). py4j
+# is PySpark's bridge, and the driver program never makes a client with those secrets, so
+# gtbarrier cannot know them there: the inline run keeps py4j at INFO, the reference run
+# logs it at DEBUG too (docs/security.md: use references, or keep py4j below DEBUG).
+INLINE_ONLY_EXEMPT = ("py4j DEBUG records of the driver program",)
 
 
 @dataclass
