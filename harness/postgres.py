@@ -50,6 +50,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -360,9 +361,21 @@ class PostgresServer(Server):
 
     def pause(self) -> None:
         """SIGSTOP every server process, the postmaster first (it starts no child then):
-        connections are accepted by the kernel, never answered, and open sessions hang."""
+        connections are accepted by the kernel, never answered, and open sessions hang.
+
+        Returns once every process is seen stopped: a signal is delivered when its target is
+        next scheduled, so a backend running on another core goes on for a moment after
+        ``kill`` returns."""
         os.killpg(self.pid, signal.SIGSTOP)
         self._signal_children(signal.SIGSTOP)
+        deadline = time.monotonic() + 10.0
+        running = [self.pid, *self._children()]
+        while running:
+            running = [pid for pid in running if _process_state(pid) not in ("T", None)]
+            if running and time.monotonic() > deadline:
+                raise RuntimeError(f"postgres processes {running} still run 10 s after SIGSTOP")
+            if running:
+                time.sleep(0.01)
 
     def resume(self) -> None:
         """SIGCONT every server process (a no-op unless paused)."""
@@ -373,6 +386,17 @@ class PostgresServer(Server):
         """Delete the data directory (the server must be stopped)."""
         if self.root is not None and not self.running:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (``T`` stopped), None once the process is gone
+    or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state = stat[stat.rindex(")") + 2]
+    return None if state == "Z" else state
 
 
 class PostgresSchema:
