@@ -2,8 +2,8 @@
 
 Runs, one after the other, each in its own process (its own SparkSession) against one
 Kafka broker and one S3 server (started here, or ``--bootstrap`` / ``--s3-endpoint``, or
-``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT``; the recovery benchmark also starts a
-ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
+``GTB_KAFKA_BOOTSTRAP`` / ``GTB_S3_ENDPOINT``; the recovery and latency benchmarks
+also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 
 ==============================  ==========================================================  ========
 ``benchmarks.fixed_cost``       median triggerExecution of a 100-record batch, gtkafka (8   <= 2.0x
@@ -18,14 +18,19 @@ ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ``benchmarks.snapshot_bench``   batch p99 with and without snapshots (extra rows)
 ``benchmarks.postgres_bench``   consumer=postgres: a 50,000-row bundle's commit; exactly-   < 1 s,
                                 once / at-least-once rows/s (no Spark, its own server)      >= 0.95
+``benchmarks.latency``          produce -> visible to a reader of the consumer, p99:        <= 1.15x
+                                exactly-once / at-least-once, snapshots / none (<= 1.10x),
+                                / the median batch (<= 2.2x); highest rate with p99 < 2 s
+                                per consumer (trigger 1 s); its own PostgreSQL, ZooKeeper
 ==============================  ==========================================================  ========
 
 Then one table lists each target's value, target and verdict with the absolute figures
 and the load average, then the other measurements; ``results/`` receives
-``benchmarks.json``, ``ratios.png`` and ``scaling.png``. The default size takes about 10
-minutes on 2 quiet cores (the source reads 2,000,000 records); ``--small`` reduces the
-sizes to about a quarter; ``--size tiny`` is notebook 03's test run (without the
-recovery benchmark). ``--skip`` leaves benchmarks out. The exit code is non-zero if a
+``benchmarks.json``, ``ratios.png``, ``scaling.png`` and ``latency.png``. The default
+size takes about 10 minutes on 2 quiet cores (the source reads 2,000,000 records), and
+the latency benchmark about 7 more; ``--small`` reduces the sizes to about a quarter;
+``--size tiny`` is notebook 03's test run (without the recovery and latency
+benchmarks). ``--skip`` leaves benchmarks out. The exit code is non-zero if a
 benchmark failed or its output could not be read (a target that is not met is reported,
 not an error).
 """
@@ -60,6 +65,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "recovery": ["--events", "8000", "--per-batch", "500"],
         "snapshot": ["--skip-recovery"],
         "postgres": ["--rows", "50000", "--bundles", "8"],
+        "latency": ["--comparison-seconds", "15", "--repeat", "2", "--step-seconds", "6"],
     },
     "small": {
         "fixed_cost": ["--batches", "5"],
@@ -70,6 +76,16 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "recovery": ["--events", "4000", "--per-batch", "500"],
         "snapshot": ["--small", "--skip-recovery"],
         "postgres": ["--rows", "50000", "--bundles", "4"],
+        "latency": [
+            "--comparison-seconds",
+            "10",
+            "--repeat",
+            "1",
+            "--step-seconds",
+            "4",
+            "--search-rates",
+            "1000,10000,20000",
+        ],
     },
     "tiny": {  # the notebooks' test run: shapes, not numbers
         "fixed_cost": ["--batches", "3"],
@@ -89,9 +105,20 @@ SIZES: dict[str, dict[str, list[str]]] = {
             "--skip-recovery",
         ],
         "postgres": ["--rows", "10000", "--bundles", "2", "--repeat", "1"],
+        # no latency: a dozen queries, each paying its start and first batch
     },
 }
-ORDER = ("fixed_cost", "scaling", "source", "demo", "sink", "recovery", "snapshot", "postgres")
+ORDER = (
+    "fixed_cost",
+    "scaling",
+    "source",
+    "demo",
+    "sink",
+    "recovery",
+    "snapshot",
+    "postgres",
+    "latency",
+)
 MODULES = {
     "fixed_cost": "benchmarks.fixed_cost",
     "scaling": "benchmarks.scaling",
@@ -101,6 +128,7 @@ MODULES = {
     "recovery": "benchmarks.recovery",
     "snapshot": "benchmarks.snapshot_bench",
     "postgres": "benchmarks.postgres_bench",
+    "latency": "benchmarks.latency",
 }
 #: The performance targets, in their reported order: (benchmark, measure prefix) of their rows.
 TARGETS = (
@@ -112,6 +140,7 @@ TARGETS = (
     ("sink", "s3: exactly-once / at-least-once throughput"),
     ("recovery", "recovery"),
     ("postgres", "postgres: "),
+    ("latency", "latency: "),
 )
 
 
@@ -414,6 +443,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
             "recovery": _json_results(out / "recovery.json"),
             "snapshot": lambda o: parse_snapshot(o.output),
             "postgres": _json_results(out / "postgres.json"),
+            "latency": _json_results(out / "latency.json"),
         }
         extras = {
             "fixed_cost": ["--json", str(out / "fixed_cost.json")],
@@ -427,6 +457,7 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
             "recovery": ["--json", str(out / "recovery.json")],
             "snapshot": ["--out", str(out)],
             "postgres": ["--json", str(out / "postgres.json")],
+            "latency": ["--json", str(out / "latency.json"), "--out", str(out)],
         }
         for name in ORDER:
             if name in args.skip:
@@ -633,7 +664,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--zk-hosts",
         default=os.environ.get("GTB_ZK_HOSTS"),
-        help="ZooKeeper for the recovery benchmark (default: started there)",
+        help="ZooKeeper for the recovery and latency benchmarks (default: started there)",
     )
     args = parser.parse_args(argv)
     if args.small:

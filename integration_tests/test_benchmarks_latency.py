@@ -1,0 +1,101 @@
+"""benchmarks.latency at a tiny size against the harness's Kafka, PostgreSQL and ZooKeeper:
+every record produced is seen exactly once by the reader of its consumer (file, postgres,
+kafka), none before it was produced, and the results file has the fields
+``python -m benchmarks`` and the docs read. Timings are printed, never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.kafka import KafkaHelper
+from harness.postgres import PostgresServer
+from harness.process import REPO_ROOT
+from harness.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(900)
+def test_latency_benchmark_sees_every_record_once(
+    kafka: KafkaHelper,
+    postgres_server: PostgresServer,
+    zk_server: ZooKeeperServer,
+    tmp_path: Path,
+) -> None:
+    results = tmp_path / "latency.json"
+    env = dict(
+        os.environ,
+        GTB_KAFKA_BOOTSTRAP=kafka.bootstrap,
+        GTB_POSTGRES_DSN=postgres_server.dsn,
+        GTB_ZK_HOSTS=zk_server.hosts,
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
+        PYSPARK_PYTHON=sys.executable,
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.latency",
+        "--comparison-rate",
+        "200",
+        "--comparison-seconds",
+        "2",
+        "--repeat",
+        "1",
+        "--fixed-rates",
+        "100,400",
+        "--search-rates",
+        "100,400",
+        "--step-seconds",
+        "1.5",
+        "--json",
+        str(results),
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=840, check=False
+    )
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    doc = json.loads(results.read_text())
+    runs = doc["data"]["runs"]
+    labels = {r["label"] for r in runs}
+    assert {
+        "file exactly-once",
+        "file at-least-once",
+        "file exactly-once, snapshots",
+        "file trigger 0",
+        "file trigger 1 s",
+        "postgres trigger 0",
+        "postgres trigger 1 s",
+        "kafka trigger 0",
+        "kafka trigger 1 s",
+    } <= labels
+    for run in runs:
+        assert run["produced"] > 0, run["label"]
+        assert run["seen"] == run["produced"], run["label"]
+        assert run["missing"] == 0 and run["duplicates"] == 0 and run["unexpected"] == 0
+        assert run["min_latency_ms"] >= 0, run["label"]
+        assert run["steps"], run["label"]
+        for step in run["steps"]:
+            assert {"rate", "produced", "achieved_rate", "p50_ms", "p95_ms", "p99_ms"} <= set(step)
+            assert step["p50_ms"] <= step["p95_ms"] <= step["p99_ms"]
+            assert len(step["cdf_ms"]) == 101
+        assert {s["rate"] for s in run["steps"]} <= {100, 200, 400}
+    assert any(r["snapshots"] for r in runs)
+
+    measures = {r["measure"] for r in doc["ratios"]}
+    assert "latency: exactly-once p99 / at-least-once p99" in measures
+    assert any(m.startswith("latency: p99 with snapshots") for m in measures)
+    assert "latency: exactly-once p99 / median micro-batch duration" in measures
+    for consumer in ("file", "postgres", "kafka"):
+        assert any(m.startswith(f"latency: {consumer}: highest rate") for m in measures)
+    assert all(r["benchmark"] == "latency" for r in doc["ratios"])
+    assert (tmp_path / "latency.png").stat().st_size > 0

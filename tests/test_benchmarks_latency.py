@@ -1,0 +1,76 @@
+"""benchmarks.latency: the pure parts (values, the visibility bookkeeping, percentiles, the
+rate search's decision)."""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks.latency import (
+    PRODUCER_SHARE,
+    Visibility,
+    decode_value,
+    encode_value,
+    highest_sustained,
+    quantiles,
+    step_verdict,
+)
+
+
+def test_a_value_carries_its_sequence_and_produce_time() -> None:
+    value = encode_value(12345, 1_764_000_000.123456)
+    assert decode_value(value) == (12345, 1_764_000_000.123456)
+    assert decode_value(memoryview(value).tobytes()) == (12345, 1_764_000_000.123456)
+
+
+def test_each_record_counts_from_its_first_sighting_and_later_ones_are_duplicates() -> None:
+    book = Visibility()
+    book.observe([encode_value(0, 10.0), encode_value(1, 10.5)], at=11.0)
+    book.observe([encode_value(2, 11.0), encode_value(0, 10.0)], at=12.0)
+    book.observe([encode_value(1, 10.5)], at=13.0)
+
+    assert book.first_seen == {0: 11.0, 1: 11.0, 2: 12.0}
+    assert book.duplicates == {0: 1, 1: 1}
+    assert book.latencies_ms(range(3)) == [1000.0, 500.0, 1000.0]
+    assert book.seen(range(5)) == 3
+    assert book.missing(range(5)) == [3, 4]
+    assert book.unexpected(range(2)) == [2]
+
+
+def test_a_record_not_yet_seen_has_no_latency() -> None:
+    book = Visibility()
+    book.observe([encode_value(1, 5.0)], at=5.25)
+    assert book.latencies_ms(range(3)) == [250.0]
+
+
+def test_quantiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    q = quantiles(values[::-1])
+    assert q == {"p50": 51.0, "p95": 95.0, "p99": 99.0}
+    assert quantiles([7.0]) == {"p50": 7.0, "p95": 7.0, "p99": 7.0}
+    assert all(math.isnan(v) for v in quantiles([]).values())
+
+
+def test_a_step_is_sustained_only_when_produced_drained_and_under_the_bound() -> None:
+    ok, why = step_verdict(rate=1000, achieved=990, drained=True, p99_ms=1500, bound_ms=2000)
+    assert ok and "1,500" in why
+
+    slow, why = step_verdict(rate=1000, achieved=990, drained=True, p99_ms=2000, bound_ms=2000)
+    assert not slow and ">=" in why
+
+    behind, why = step_verdict(rate=1000, achieved=990, drained=False, p99_ms=100, bound_ms=2000)
+    assert not behind and "drain" in why
+
+    short = PRODUCER_SHARE * 1000 - 1
+    producer, why = step_verdict(rate=1000, achieved=short, drained=True, p99_ms=1, bound_ms=2000)
+    assert not producer and "producer" in why
+
+    nan, _ = step_verdict(rate=1000, achieved=1000, drained=True, p99_ms=math.nan, bound_ms=2000)
+    assert not nan
+
+
+def test_the_highest_sustained_rate_is_the_last_before_the_first_failure() -> None:
+    assert highest_sustained([(1000, True), (10000, True), (20000, False)]) == 10000
+    assert highest_sustained([(1000, True), (10000, False), (20000, True)]) == 1000
+    assert highest_sustained([(1000, False)]) is None
+    assert highest_sustained([(1000, True), (2000, True)]) == 2000
+    assert highest_sustained([]) is None
