@@ -81,9 +81,18 @@ class DriverRunner:
         self._counter = itertools.count(1)
 
     def run(
-        self, script: str | Path, *args: str, env: Mapping[str, str] | None = None
+        self,
+        script: str | Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> DriverProcess:
-        """Start ``python script *args``; ``script`` is the path of a Python file."""
+        """Start ``python script *args``; ``script`` is the path of a Python file.
+
+        It runs in ``cwd`` (default: the runner's directory); ``env`` is added to
+        :func:`~harness.process.repo_env`, and may replace its ``PYTHONPATH`` (to run
+        another tree of the project, say).
+        """
         path = Path(script)
         if not path.is_file():
             raise FileNotFoundError(f"driver script {path} does not exist")
@@ -92,7 +101,7 @@ class DriverRunner:
             f"driver-{n}",
             [sys.executable, str(path.resolve()), *args],
             log_path=self.workdir / f"driver-{n}.out",
-            cwd=self.workdir,
+            cwd=self.workdir if cwd is None else cwd,
             env=repo_env(env),
         )
         proc.start()
