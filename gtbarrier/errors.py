@@ -36,6 +36,7 @@ from state.errors import (
     StoreUnavailable,
     StoreWriteUnknown,
     UnknownOptionError,
+    UnsupportedFormat,
     ZooKeeperUnavailable,
 )
 
@@ -69,5 +70,6 @@ __all__ = [
     "StoreUnavailable",
     "StoreWriteUnknown",
     "UnknownOptionError",
+    "UnsupportedFormat",
     "ZooKeeperUnavailable",
 ]

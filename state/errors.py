@@ -155,6 +155,25 @@ class MalformedRecord(StateError, FatalError, ValueError):
     written by a newer gtbarrier whose format this one does not know."""
 
 
+class UnsupportedFormat(MalformedRecord):
+    """A stored record's ``format`` is newer than this gtbarrier reads: a newer release
+    wrote it. It is refused, never misread; the message names the record, its format and
+    the formats this release supports. Run the release that wrote it (or a newer one), or
+    restore the state this release wrote (docs/operations.md, "Upgrades").
+
+    ``record`` names the record, ``found`` is its format, ``supported`` the highest
+    format this release reads (it reads every format from 1 up to it).
+    """
+
+    def __init__(self, record: str, found: int, supported: int) -> None:
+        self.record, self.found, self.supported = record, found, supported
+        formats = "format 1" if supported == 1 else f"formats 1 to {supported}"
+        super().__init__(
+            f"{record}: format {found} is not supported: this gtbarrier reads {formats} "
+            f"(the record was written by a newer gtbarrier)"
+        )
+
+
 # --- protocol outcomes -------------------------------------------------------------
 
 

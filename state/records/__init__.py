@@ -23,7 +23,9 @@ Module                                    Records
 ========================================  =========================================================
 
 Decoding is tolerant of every record earlier gtbarrier versions wrote (a missing
-``format`` field is format 1) and strict about everything else: a malformed record
-raises :class:`~state.errors.MalformedRecord` naming the record, the field and what was
-expected (a source offset raises :class:`~state.errors.MalformedOffset`).
+``format`` field is format 1; each earlier shape has golden bytes in
+``tests/golden/records/``) and strict about everything else: a malformed record raises
+:class:`~state.errors.MalformedRecord` naming the record, the field and what was expected
+(a source offset raises :class:`~state.errors.MalformedOffset`), a record of a newer
+format :class:`~state.errors.UnsupportedFormat`.
 """

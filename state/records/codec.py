@@ -7,7 +7,17 @@ what was expected (:class:`~state.errors.MalformedRecord`).
 
 Records whose format may evolve carry ``"format": n``. A record without the field was
 written before it existed and is format 1; a format above the one this code knows was
-written by a newer gtbarrier and is refused rather than misread.
+written by a newer gtbarrier and is refused (:class:`~state.errors.UnsupportedFormat`)
+rather than misread. Every reader decodes every format from 1 up to its own, and each
+earlier shape of a record keeps a golden fixture in ``tests/golden/records/``.
+
+Fields a reader does not know are ignored, in every record: a release may add a field
+without a new format only when a reader that ignores it still reads the record right (as
+``topic_ids`` of the epoch record and ``dead_letters`` of the in-flight bundle were
+added). A change an older reader must not ignore takes a new format, which is why a
+record that may change that way carries the field; the records without one (the batch
+record, the run marker, the driver record, the source offset) can only gain such
+ignorable fields, or be given a ``format`` field first.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from state.errors import GtBarrierError, MalformedRecord
+from state.errors import GtBarrierError, MalformedRecord, UnsupportedFormat
 
 R = TypeVar("R")
 JsonObject = dict[str, Any]
@@ -82,14 +92,17 @@ class Fields:
             f"expected {expected}"
         )
 
-    def format(self, supported: int) -> int:
-        """The record's format: 1 when absent (written before the field existed)."""
-        fmt = self.integer(FORMAT_FIELD, 1, minimum=1)
+    def format(self, supported: int, *, required: bool = False) -> int:
+        """The record's format, from 1 up to ``supported`` (this release's).
+
+        Absent, it is 1 (the record was written before the field existed), unless
+        ``required`` (a record that has always carried it). Above ``supported``, a newer
+        gtbarrier wrote it: :class:`~state.errors.UnsupportedFormat`, naming the record,
+        its format and the formats supported, rather than a misreading.
+        """
+        fmt = self.integer(FORMAT_FIELD, REQUIRED if required else 1, minimum=1)
         if fmt > supported:
-            raise self.invalid(
-                FORMAT_FIELD,
-                f"a format up to {supported} (the record was written by a newer gtbarrier)",
-            )
+            raise UnsupportedFormat(self.record, fmt, supported)
         return fmt
 
     def integer(

@@ -88,8 +88,7 @@ class Manifest:
     @classmethod
     def from_json(cls, raw: object) -> Manifest:
         f = Fields(raw, "snapshot manifest")
-        if f.integer(FORMAT_FIELD, minimum=1) > MANIFEST_FORMAT:
-            raise f.invalid(FORMAT_FIELD, f"format {MANIFEST_FORMAT} (a newer gtbarrier wrote it)")
+        f.format(MANIFEST_FORMAT, required=True)
         return cls(
             pipeline_id=f.string("pipeline_id"),
             snapshot_id=f.integer("snapshot_id", minimum=0),
