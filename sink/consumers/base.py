@@ -12,12 +12,15 @@ timeout after sending); anything else is treated as a failed attempt.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from sink.bundle import Bundle
 from sink.faults import FaultInjector
 from sink.staging import Staging
+from state.records.codec import Fields
 
 POINTER = "_last_bundle.json"
 
@@ -38,6 +41,58 @@ class LastBundle:
 
     bundle_id: int
     gt: int
+
+
+@dataclass(frozen=True)
+class BundlePointer:
+    """``_last_bundle.json`` of the file and s3 consumers: the newest bundle they stored.
+
+    ``{"bundle_id": 7, "file": "bundle-000000000007.parquet", "gt": 7, "pipeline_id":
+    "orders", "rows": 1000}``, replaced atomically after the bundle's file is in place.
+    Written with sorted keys and ``json.dumps``' default separators, the bytes every
+    release has written (golden in ``tests/golden/consumers/``); read for ``bundle_id``
+    and ``gt`` only, ignoring fields it does not know. It has no format field: a change an
+    older reader must not ignore would need one first.
+    """
+
+    bundle_id: int
+    gt: int
+    file: str
+    rows: int
+    pipeline_id: str
+
+    @classmethod
+    def of(cls, bundle: Bundle, file: str) -> BundlePointer:
+        """The pointer to ``bundle``, stored as ``file``."""
+        return cls(bundle.bundle_id, bundle.gt, file, bundle.rows, bundle.pipeline_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bundle_id": self.bundle_id,
+            "file": self.file,
+            "gt": self.gt,
+            "pipeline_id": self.pipeline_id,
+            "rows": self.rows,
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: object) -> BundlePointer:
+        """Decode a pointer; :class:`~state.errors.MalformedRecord` if it is not one."""
+        f = Fields(raw, "consumer's last-bundle pointer")
+        return cls(
+            bundle_id=f.integer("bundle_id", minimum=0),
+            gt=f.integer("gt", minimum=0),
+            file=f.string("file", ""),
+            rows=f.integer("rows", 0, minimum=0),
+            pipeline_id=f.string("pipeline_id", ""),
+        )
+
+    @property
+    def last_bundle(self) -> LastBundle:
+        return LastBundle(self.bundle_id, self.gt)
 
 
 class Consumer(ABC):

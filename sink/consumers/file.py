@@ -20,7 +20,6 @@ sweep`` lists and deletes the ``.tmp-*`` files a process killed while writing le
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from sink.bundle import Bundle
-from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
+from sink.consumers.base import POINTER, Ack, BundlePointer, Consumer, LastBundle
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerLeftover, ConsumerSettings, SinkView
 from sink.faults import FaultInjector
 from sink.parquet_concat import concat_parts_to_file
@@ -37,6 +36,7 @@ from sink.staging import FileStaging, Staging
 from state.errors import DeliveryFailed, StateError
 from state.option_table import StringOption
 from state.options import Options
+from state.records.codec import decode
 from state.stores import StateStore
 
 TMP_PREFIX = ".tmp-"
@@ -138,14 +138,7 @@ class FileConsumer(Consumer):
         self.faults.at("after_deliver", bundle.bundle_id)
         current = self.last_bundle()
         if current is None or current.bundle_id < bundle.bundle_id:
-            pointer = {
-                "bundle_id": bundle.bundle_id,
-                "gt": bundle.gt,
-                "file": name,
-                "rows": bundle.rows,
-                "pipeline_id": bundle.pipeline_id,
-            }
-            write_atomically(self.root, POINTER, json.dumps(pointer, sort_keys=True).encode())
+            write_atomically(self.root, POINTER, BundlePointer.of(bundle, name).to_bytes())
         return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
 
     def missing_parts(self, bundle: Bundle) -> tuple[str, ...]:
@@ -176,12 +169,13 @@ class FileConsumer(Consumer):
         return moved
 
     def last_bundle(self) -> LastBundle | None:
+        path = os.path.join(self.root, POINTER)
         try:
-            with open(os.path.join(self.root, POINTER), "rb") as f:
-                rec = json.loads(f.read())
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
-        return LastBundle(int(rec["bundle_id"]), int(rec["gt"]))
+        return decode(data, BundlePointer.from_json, path).last_bundle
 
 
 def temp_files(root: str) -> list[str]:

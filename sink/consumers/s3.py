@@ -28,7 +28,6 @@ copy; readers that need whole bundles read the objects of bundles up to
 from __future__ import annotations
 
 import io
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sink.bundle import Bundle
-from sink.consumers.base import POINTER, Ack, Consumer, LastBundle
+from sink.consumers.base import POINTER, Ack, BundlePointer, Consumer, LastBundle
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, SinkView
 from sink.consumers.file import CONSUMER_PATH, bundle_file_name
 from sink.faults import FaultInjector
@@ -56,6 +55,7 @@ from sink.staging import Staging, StoreStaging
 from state.errors import ConfigError, StateError, StoreConfigError
 from state.option_table import ChoiceOption
 from state.options import Options
+from state.records.codec import decode
 from state.stores import StateStore, StoreConfig, open_store
 from state.stores.base import S3Settings
 from state.stores.s3_store import S3Store
@@ -157,14 +157,7 @@ class S3Consumer(Consumer):
         self.faults.at("after_deliver", bundle.bundle_id)
         current = self.last_bundle() if redelivery else None
         if current is None or current.bundle_id < bundle.bundle_id:
-            pointer = {
-                "bundle_id": bundle.bundle_id,
-                "gt": bundle.gt,
-                "file": name,
-                "rows": bundle.rows,
-                "pipeline_id": bundle.pipeline_id,
-            }
-            self.store.put(POINTER, json.dumps(pointer, sort_keys=True).encode())
+            self.store.put(POINTER, BundlePointer.of(bundle, name).to_bytes())
         return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
 
     def _promote(self, bundle: Bundle, name: str, redelivery: bool) -> int:
@@ -316,11 +309,10 @@ class S3Consumer(Consumer):
         return f"{self.store.prefix}/{location}" if self.store.prefix else location
 
     def last_bundle(self) -> LastBundle | None:
-        hit = self.store.get_json_or_none(POINTER)
+        hit = self.store.get_or_none(POINTER)
         if hit is None:
             return None
-        rec = hit[0]
-        return LastBundle(int(rec["bundle_id"]), int(rec["gt"]))
+        return decode(hit.data, BundlePointer.from_json, f"{self.store.uri}/{POINTER}").last_bundle
 
     def close(self) -> None:
         self.store.close()

@@ -46,6 +46,7 @@ from state.errors import (
     DeliveryFailed,
     StateError,
 )
+from state.records.codec import Fields, decode
 from state.retry import cas_loop
 
 if TYPE_CHECKING:
@@ -63,6 +64,23 @@ LAST_BUNDLE_PROPERTY = "gtbarrier.last-bundle."
 def snapshot_marker(bundle: Bundle) -> dict[str, str]:
     """The snapshot summary properties of a bundle's commit."""
     return {PIPELINE: bundle.pipeline_id, BUNDLE_ID: str(bundle.bundle_id), GT: str(bundle.gt)}
+
+
+def last_bundle_property(bundle: Bundle) -> str:
+    """The value of the table property ``gtbarrier.last-bundle.<pipeline>`` for ``bundle``:
+    ``{"bundle_id": k, "gt": k}`` (sorted keys, ``json.dumps``' default separators)."""
+    return json.dumps({"bundle_id": bundle.bundle_id, "gt": bundle.gt}, sort_keys=True)
+
+
+def last_bundle_of_property(raw: str, where: str) -> LastBundle:
+    """The bundle a ``gtbarrier.last-bundle.<pipeline>`` property value names;
+    :class:`~state.errors.MalformedRecord` naming ``where`` if it is not one."""
+
+    def from_json(value: object) -> LastBundle:
+        f = Fields(value, "iceberg last-bundle property")
+        return LastBundle(f.integer("bundle_id", minimum=0), f.integer("gt", minimum=0))
+
+    return decode(raw.encode(), from_json, where)
 
 
 def marker_of(summary: Any, pipeline_id: str) -> LastBundle | None:
@@ -84,10 +102,10 @@ def last_bundle_of(table: Table, pipeline_id: str) -> LastBundle | None:
         found = marker_of(snapshot.summary, pipeline_id)
         if found is not None:
             break
-    raw = table.properties.get(LAST_BUNDLE_PROPERTY + pipeline_id)
+    name = LAST_BUNDLE_PROPERTY + pipeline_id
+    raw = table.properties.get(name)
     if raw is not None:
-        rec = json.loads(raw)
-        prop = LastBundle(int(rec["bundle_id"]), int(rec["gt"]))
+        prop = last_bundle_of_property(raw, f"table property {name}")
         if found is None or prop.bundle_id > found.bundle_id:
             found = prop
     return found
@@ -189,10 +207,9 @@ class IcebergConsumer(Consumer):
         """One catalog commit: the data files, the snapshot marker, the table property."""
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-        record = json.dumps({"bundle_id": bundle.bundle_id, "gt": bundle.gt}, sort_keys=True)
         without_own_retries(table)
         tx = table.transaction()
-        tx.set_properties({LAST_BUNDLE_PROPERTY + self.pipeline_id: record})
+        tx.set_properties({LAST_BUNDLE_PROPERTY + self.pipeline_id: last_bundle_property(bundle)})
         tx.add_files(
             paths, snapshot_properties=snapshot_marker(bundle), check_duplicate_files=False
         )

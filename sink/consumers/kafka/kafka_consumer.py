@@ -122,7 +122,18 @@ def _value_serializer() -> Any:
     return NullableValue()
 
 
-def _header(headers: Sequence[tuple[str, bytes | None]], name: str) -> int | None:
+def sink_headers(bundle: Bundle, index: int, count: int) -> list[tuple[str, bytes]]:
+    """The headers the sink appends to item ``index`` of the ``count`` items of ``bundle``:
+    each a decimal number in ASCII (golden in ``tests/golden/consumers/``)."""
+    return [
+        (H_BUNDLE, str(bundle.bundle_id).encode()),
+        (H_GT, str(bundle.gt).encode()),
+        (H_INDEX, str(index).encode()),
+        (H_COUNT, str(count).encode()),
+    ]
+
+
+def sink_header(headers: Sequence[tuple[str, bytes | None]], name: str) -> int | None:
     """The sink's header ``name`` of a message: the *last* one of that name (Kafka's
     ``Headers.lastHeader``). The sink appends its headers after the item's own, and an item
     relayed from another gtbarrier pipeline carries that pipeline's ``gtb.*`` headers
@@ -331,13 +342,7 @@ class KafkaTopicConsumer(Consumer):
         for table in bundle.tables(self.staging):
             for value, key, headers, partition in messages(table):
                 if index not in present:
-                    all_headers = [
-                        *headers,
-                        (H_BUNDLE, str(bundle.bundle_id).encode()),
-                        (H_GT, str(bundle.gt).encode()),
-                        (H_INDEX, str(index).encode()),
-                        (H_COUNT, str(count).encode()),
-                    ]
+                    all_headers = [*headers, *sink_headers(bundle, index, count)]
                     try:
                         future = producer.send(
                             self.topic,
@@ -515,14 +520,14 @@ class KafkaTopicConsumer(Consumer):
             records = self._read_range(reader, tp, start, stop)
             for rec in reversed(records):
                 headers = list(rec.headers or [])
-                bundle = _header(headers, H_BUNDLE)
+                bundle = sink_header(headers, H_BUNDLE)
                 if bundle is None:
                     continue
                 if tail.newest is None:
                     tail.newest = bundle
-                    tail.count = _header(headers, H_COUNT) or 0
+                    tail.count = sink_header(headers, H_COUNT) or 0
                 if bundle == tail.newest:
-                    index = _header(headers, H_INDEX)
+                    index = sink_header(headers, H_INDEX)
                     if index is not None:
                         tail.indices.add(index)
                 elif bundle < tail.newest:

@@ -85,6 +85,13 @@ STAGE = "gtbarrier_stage"
 WHERE = "barrier"
 
 
+def bookkeeping_row(pipeline_id: str, bundle: Bundle) -> tuple[str, int, int, int]:
+    """A delivered bundle's row in ``gtbarrier_bundles``: ``(pipeline, bundle_id, gt, rows)``
+    (``committed_at`` is the server's ``clock_timestamp()``); golden in
+    ``tests/golden/consumers/`` with the table's definition."""
+    return (pipeline_id, bundle.bundle_id, bundle.gt, bundle.rows)
+
+
 class Sql:
     """The SQL of one target: quoted names and statements."""
 
@@ -99,6 +106,12 @@ class Sql:
             "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, bundle_id bigint NOT NULL, "
             "gt bigint NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL "
             "DEFAULT clock_timestamp(), PRIMARY KEY (pipeline, bundle_id))"
+        ).format(self.bookkeeping)
+
+    def insert_bookkeeping(self) -> sql.Composed:
+        """The INSERT of a bundle's row (:func:`bookkeeping_row`) in ``gtbarrier_bundles``."""
+        return sql.SQL(
+            "INSERT INTO {} (pipeline, bundle_id, gt, rows) VALUES (%s, %s, %s, %s)"
         ).format(self.bookkeeping)
 
     def create_table(self, columns: Sequence[PgColumn]) -> sql.Composed:
@@ -214,10 +227,7 @@ class PostgresConsumer(Consumer):
                 self._load(cur, bundle)
                 if self.exactly_once:
                     cur.execute(
-                        sql.SQL(
-                            "INSERT INTO {} (pipeline, bundle_id, gt, rows) VALUES (%s, %s, %s, %s)"
-                        ).format(self.sql.bookkeeping),
-                        (self.pipeline_id, bundle.bundle_id, bundle.gt, bundle.rows),
+                        self.sql.insert_bookkeeping(), bookkeeping_row(self.pipeline_id, bundle)
                     )
             self.faults.at("after_deliver", bundle.bundle_id)
         except psycopg.Error as err:
