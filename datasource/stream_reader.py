@@ -35,7 +35,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from datasource.group_commit import commit_to_group
-from datasource.lag import Lag
 from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
@@ -44,6 +43,7 @@ from datasource.partition_reader import KafkaInputPartition, input_partitions, r
 from datasource.schema import arrow_schema
 from datasource.subscription import WHERE
 from state.errors import ConfigError, DataLossError, MalformedOffset
+from state.lag import Lag
 from state.layout import PipelineLayout
 from state.profiling import span
 from state.protocol.epoch_log import EpochLog
@@ -188,7 +188,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     def _log_planned(self, begin: SourceOffset, end: SourceOffset) -> None:
         """One INFO line per epoch planned here: its size and its lag behind Kafka's end
-        (:mod:`datasource.lag`; Python sources cannot report metrics to Spark)."""
+        (:mod:`state.lag`; Python sources cannot report metrics to Spark)."""
         ensure_worker_logging()
         if not log.isEnabledFor(logging.INFO):
             return

@@ -1,8 +1,8 @@
-"""datasource.lag: offsets behind Kafka's end, under the names of Spark's Kafka metrics."""
+"""state.lag: offsets behind Kafka's end, under the names of Spark's Kafka metrics."""
 
 from __future__ import annotations
 
-from datasource.lag import Lag
+from state.lag import Lag
 
 
 def test_lag_per_partition_and_the_three_figures() -> None:

@@ -16,7 +16,6 @@ import os
 import time
 from typing import Any
 
-from datasource.lag import Lag
 from gtbarrier.cli.common import (
     PipelineArgs,
     PipelineRecords,
@@ -31,6 +30,7 @@ from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
+from state.lag import Lag
 from state.layout import PipelineLayout
 from state.protocol.fencing import read_driver_record
 from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point

@@ -30,6 +30,9 @@ class CompletedBatch:
     num_input_rows: int
     duration_ms: int
     gtkafka: bool
+    latest: Any = None
+    """The gtkafka source's ``latestOffset``, ``{"offsets": {...}}``: Kafka's end offsets
+    as the source last fetched them (None without one, or before it fetched any)."""
 
     @property
     def run(self) -> str:
@@ -66,6 +69,11 @@ def completed_batch_from_progress(progress: Mapping[str, Any]) -> CompletedBatch
         for i, s in enumerate(sources)
     ]
     gt = [end for _, end in ends if is_gtkafka_offset(end)]
+    latest = [
+        _json_or_text(s.get("latestOffset"))
+        for s in sources
+        if is_gtkafka_offset(_json_or_text(s.get("endOffset")))
+    ]
     batch_id = int(progress["batchId"])
     if len(gt) > 1:
         raise ValueError(
@@ -86,6 +94,7 @@ def completed_batch_from_progress(progress: Mapping[str, Any]) -> CompletedBatch
         num_input_rows=int(progress.get("numInputRows") or 0),
         duration_ms=int(progress.get("batchDuration") or 0),
         gtkafka=bool(gt),
+        latest=latest[0] if latest and isinstance(latest[0], dict) else None,
     )
 
 

@@ -144,6 +144,20 @@ PARAMETERS: tuple[Parameter, ...] = (
         "an ACL that gives this identity every permission and other clients none; `None`: "
         "open ACLs, as ZooKeeper makes them (docs/security.md).",
     ),
+    Parameter(
+        "metrics_port",
+        "int | None",
+        None,
+        "Serve Prometheus metrics at `/metrics` on this port while the coordinator is open "
+        "(`0`: a free port, `coord.metrics_port` tells which); needs `gtbarrier[metrics]`; "
+        "`None`: no endpoint (docs/operating.md, Metrics).",
+    ),
+    Parameter(
+        "metrics_address",
+        "str",
+        "0.0.0.0",
+        "The address the metrics endpoint listens on (`127.0.0.1`: this host only).",
+    ),
 )
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
@@ -238,6 +252,8 @@ class CoordinatorConfig:
     driver_wait: float | None = None
     zookeeper_session_timeout: float = 10.0
     zookeeper_auth: ZooKeeperAuth | None = None
+    metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
 
     @classmethod
     def from_arguments(  # noqa: PLR0913, PLR0917 - mirrors SnapshotCoordinator's signature
@@ -255,6 +271,8 @@ class CoordinatorConfig:
         driver_wait: str | float | None = None,
         zookeeper_session_timeout: str | float = "10s",
         zookeeper_auth: str | None = None,
+        metrics_port: int | None = None,
+        metrics_address: str = "0.0.0.0",
     ) -> CoordinatorConfig:
         """Check every argument; :class:`ConfigError` names the first bad one."""
         try:
@@ -288,6 +306,18 @@ class CoordinatorConfig:
         period = _positive_duration(snapshot_period, "snapshot_period")
         if not isinstance(retain, int) or isinstance(retain, bool) or retain < 1:
             raise ConfigError("retain", retain, "an integer >= 1", where=WHERE)
+        if metrics_port is not None and (
+            not isinstance(metrics_port, int)
+            or isinstance(metrics_port, bool)
+            or not 0 <= metrics_port <= 65535
+        ):
+            raise ConfigError(
+                "metrics_port", metrics_port, "a port 0-65535 (0: a free one) or None", where=WHERE
+            )
+        if not isinstance(metrics_address, str) or not metrics_address.strip():
+            raise ConfigError(
+                "metrics_address", metrics_address, "an address such as '0.0.0.0'", where=WHERE
+            )
         return cls(
             pipeline_id=pipeline,
             store=store,
@@ -308,6 +338,8 @@ class CoordinatorConfig:
             zookeeper_auth=(
                 None if zookeeper_auth is None else ZooKeeperAuth.parse(zookeeper_auth)
             ),
+            metrics_port=metrics_port,
+            metrics_address=metrics_address.strip(),
         )
 
     @property

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from state.coordinator.driver_metrics import DriverMetrics
     from state.coordinator.listener import SnapshotListener
 
 
@@ -88,6 +89,9 @@ class SnapshotCoordinator:
     * ``zookeeper_session_timeout`` (10s): how soon a crashed driver's lock is released.
     * ``zookeeper_auth``: ``"scheme:credentials"`` (``"digest:user:${env:ZK_PASSWORD}"``);
       the pipeline's znodes are then created with an ACL for that identity alone.
+    * ``metrics_port``: serve Prometheus metrics at ``/metrics`` on this port (0: a free
+      one, :attr:`metrics_port` tells which) on ``metrics_address`` until :meth:`close`
+      (:mod:`state.coordinator.driver_metrics`).
     """
 
     def __init__(  # noqa: PLR0913, PLR0917 - the public signature, keyword arguments as documented
@@ -106,6 +110,8 @@ class SnapshotCoordinator:
         driver_wait: str | float | None = None,
         zookeeper_session_timeout: str | float = "10s",
         zookeeper_auth: str | None = None,
+        metrics_port: int | None = None,
+        metrics_address: str = "0.0.0.0",
         store: StateStore | None = None,
     ) -> None:
         self.spark = spark
@@ -122,6 +128,8 @@ class SnapshotCoordinator:
             driver_wait=driver_wait,
             zookeeper_session_timeout=zookeeper_session_timeout,
             zookeeper_auth=zookeeper_auth,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
         )
         self.layout: PipelineLayout = self.config.layout
         self.store: StateStore = store if store is not None else open_store(self.config.store)
@@ -145,6 +153,23 @@ class SnapshotCoordinator:
             on_new_generation=self._worker.forget_snapshots,
         )
         self._listener: SnapshotListener | None = None
+        self._metrics: DriverMetrics | None = None
+        if self.config.metrics_port is not None:
+            try:
+                from state.coordinator.driver_metrics import DriverMetrics
+            except ImportError as err:  # prometheus_client, an optional extra
+                self.store.close()
+                raise ConfigError(
+                    "metrics_port",
+                    self.config.metrics_port,
+                    f"a port, with gtbarrier[metrics] installed ({err.name} is missing)",
+                    where="SnapshotCoordinator",
+                ) from None
+            try:
+                self._metrics = DriverMetrics.start(self, self.config.metrics_port)
+            except BaseException:
+                self.store.close()
+                raise
 
     # --- the arguments, checked --------------------------------------------------------
 
@@ -221,6 +246,12 @@ class SnapshotCoordinator:
     # --- ownership ---------------------------------------------------------------------
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port the metrics endpoint listens on (the one chosen for ``metrics_port=0``);
+        None without one, or after :meth:`close`."""
+        return None if self._metrics is None else self._metrics.server.port
+
+    @property
     def fencing_token(self) -> int:
         """This driver's fencing token; pass it to the barrier sink as option ``fencing.token``.
 
@@ -291,6 +322,8 @@ class SnapshotCoordinator:
 
     def on_batch_completed(self, batch: CompletedBatch) -> None:
         """The minimal-time event (called by the listener; tests may call it directly)."""
+        if self._metrics is not None:
+            self._metrics.observe(batch)
         self._worker.offer(batch)
 
     def request_snapshot(self, wait: str | float | None = None) -> dict[str, Any] | None:
@@ -393,7 +426,11 @@ class SnapshotCoordinator:
     # --- shutting down -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the snapshot thread, remove the listener, release the lock, close ZooKeeper."""
+        """Stop the snapshot thread, remove the listener, release the lock, close ZooKeeper,
+        stop the metrics endpoint."""
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
         self._worker.close(timeout=self.config.drain_timeout + 5)
         if self._listener is not None and self.spark is not None:
             from state.coordinator.listener import remove_listener

@@ -81,3 +81,15 @@ def epoch_of_batch(
             f"{record.to_json()}"
         )
     return record.epoch
+
+
+def batch_record_keys(store: StateStore, layout: PipelineLayout) -> list[str]:
+    """The keys of every batch record of the pipeline, of every query (one list request)."""
+    return [k for k in store.list(layout.batches_prefix()) if k.endswith(".json")]
+
+
+def read_batch_record_at(store: StateStore, key: str) -> BatchRecord | None:
+    """The batch record stored at ``key`` (one of :func:`batch_record_keys`), or None if
+    it is gone."""
+    hit = store.get_or_none(key)
+    return None if hit is None else decode(hit.data, BatchRecord.from_json, f"{store.uri}/{key}")

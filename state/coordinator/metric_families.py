@@ -1,0 +1,282 @@
+"""The metric families of one pipeline, computed from what one scrape read.
+
+Pure: :func:`metric_families` turns a :class:`PipelineReading` (the stored records, the
+resume point, the source's lag, the dead letters, and what the driver process observed)
+into Prometheus metric families; the reading is done elsewhere
+(:mod:`state.coordinator.metrics_server`). Nothing here is a counter kept in memory that a
+restart would lose, except what :class:`DriverObservations` holds, which is per process
+by nature (each such metric says so in its HELP).
+
+A metric whose source was not read (no ``--bootstrap``, no dead-letter path, no resume
+point, a process that observes nothing) is left out, not shown as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from state.lag import Lag
+from state.records.barrier import BarrierState
+from state.records.resume_point import ResumePoint
+from state.records.source_offset import TopicPartitionKey
+
+PREFIX = "gtbarrier_"
+# Upper bounds (seconds) of the delivery histogram's buckets; +Inf is added.
+DELIVERY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+GT_LAST = "gtbarrier_gt_last"
+BUNDLES_DELIVERED = "gtbarrier_bundles_delivered"
+BUNDLE_DELIVERY_SECONDS = "gtbarrier_bundle_delivery_seconds"
+REPLAYED_DROPPED = "gtbarrier_replayed_bundles_dropped"
+DEADLETTER_ROWS = "gtbarrier_deadletter_rows"
+OFFSETS_BEHIND = "gtbarrier_source_offsets_behind"
+SNAPSHOT_AGE = "gtbarrier_snapshot_age_seconds"
+SNAPSHOTS = "gtbarrier_snapshots"
+OWNER_GENERATION = "gtbarrier_owner_generation"
+
+# Every series name a scrape may show (a counter's with its _total, a histogram's with
+# _bucket, _sum and _count): what the dashboard's expressions may name.
+SERIES_NAMES: frozenset[str] = frozenset(
+    {
+        GT_LAST,
+        f"{BUNDLES_DELIVERED}_total",
+        f"{BUNDLE_DELIVERY_SECONDS}_bucket",
+        f"{BUNDLE_DELIVERY_SECONDS}_sum",
+        f"{BUNDLE_DELIVERY_SECONDS}_count",
+        f"{REPLAYED_DROPPED}_total",
+        f"{DEADLETTER_ROWS}_total",
+        OFFSETS_BEHIND,
+        SNAPSHOT_AGE,
+        f"{SNAPSHOTS}_total",
+        OWNER_GENERATION,
+    }
+)
+
+
+@dataclass(frozen=True)
+class EpochFacts:
+    """What the metrics need of one recorded epoch: its number and how many Kafka records
+    its offset ranges hold (0: the epoch read nothing, so it made no bundle)."""
+
+    epoch: int
+    records: int
+
+
+@dataclass(frozen=True)
+class DeliveryHistogram:
+    """Cumulative bucket counts (``le`` -> count, the last one ``+Inf``), count and sum."""
+
+    buckets: tuple[tuple[str, int], ...]
+    count: int
+    total: float
+
+
+class DriverObservations:
+    """What the driver process sees of its query, batch by batch (thread-safe).
+
+    Per process by nature: Spark hands each completed micro-batch's progress to the
+    driver once, and a restarted driver starts again from nothing. It holds the newest
+    lag the source reported (Kafka's latest offsets against the batch's end) and the
+    durations of the batches that read rows.
+    """
+
+    def __init__(self, bounds: Sequence[float] = DELIVERY_BUCKETS) -> None:
+        self._lock = threading.Lock()
+        self._bounds = tuple(sorted(bounds))
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._sum = 0.0
+        self._behind: dict[TopicPartitionKey, int] | None = None
+
+    def observe_batch(
+        self,
+        *,
+        rows: int,
+        seconds: float,
+        end: Mapping[TopicPartitionKey, int] | None,
+        latest: Mapping[TopicPartitionKey, int] | None,
+    ) -> None:
+        """One completed batch: ``seconds`` is observed if it read rows; the lag is
+        ``latest - end`` per partition of ``end`` (never below 0) when both are known."""
+        with self._lock:
+            if rows > 0 and math.isfinite(seconds) and seconds >= 0:
+                index = next(
+                    (i for i, b in enumerate(self._bounds) if seconds <= b), len(self._bounds)
+                )
+                self._counts[index] += 1
+                self._sum += seconds
+            if end is not None and latest is not None:
+                self._behind = offsets_behind(end, latest)
+
+    def histogram(self) -> DeliveryHistogram:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative: list[tuple[str, int]] = []
+        running = 0
+        for bound, n in zip((*self._bounds, math.inf), counts, strict=True):
+            running += n
+            cumulative.append(("+Inf" if math.isinf(bound) else repr(bound), running))
+        return DeliveryHistogram(tuple(cumulative), running, total)
+
+    def behind(self) -> dict[TopicPartitionKey, int] | None:
+        with self._lock:
+            return None if self._behind is None else dict(self._behind)
+
+
+def offsets_behind(
+    position: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+) -> dict[TopicPartitionKey, int]:
+    """``latest - position`` per partition in both, never below 0 (the source's lag)."""
+    return dict(Lag.between(position, latest).behind)
+
+
+@dataclass(frozen=True)
+class SnapshotCounts:
+    """Snapshots this driver process accepted and abandoned (per process)."""
+
+    accepted: int
+    abandoned: int
+
+
+@dataclass(frozen=True)
+class PipelineReading:
+    """What one scrape read of pipeline ``pipeline`` (None: not read, or not there).
+
+    ``barrier``: the barrier state (None: never written). ``epochs``: the recorded
+    epochs at or below ``GT_last``. ``replays``: per epoch, how many batch records read
+    it. ``resume``: the resume point. ``behind``: offsets behind Kafka's end per
+    partition. ``dead_letter_rows``: rows in the pipeline's dead-letter files.
+    ``delivery`` and ``snapshots``: what the driver process observed.
+    """
+
+    pipeline: str
+    barrier: BarrierState | None = None
+    epochs: Sequence[EpochFacts] | None = None
+    batches_per_epoch: Mapping[int, int] | None = None
+    resume: ResumePoint | None = None
+    behind: Mapping[TopicPartitionKey, int] | None = None
+    dead_letter_rows: int | None = None
+    delivery: DeliveryHistogram | None = None
+    snapshots: SnapshotCounts | None = None
+
+
+def bundles_delivered(barrier: BarrierState, epochs: Iterable[EpochFacts]) -> int:
+    """Bundles the consumer acknowledged: the epochs at or below ``GT_last`` that read
+    records (an epoch that read nothing makes no bundle), less those an operator skipped
+    as lost."""
+    made = sum(1 for e in epochs if e.epoch <= barrier.gt_last and e.records > 0)
+    skipped = sum(1 for s in barrier.skipped if s.bundle_id <= barrier.gt_last)
+    return max(0, made - skipped)
+
+
+def replays_dropped(gt_last: int, batches_per_epoch: Mapping[int, int]) -> int:
+    """Batches that read an epoch at or below ``GT_last`` which an earlier batch had read:
+    the barrier dropped their bundles (the first batch of each epoch delivered it)."""
+    return sum(max(0, n - 1) for epoch, n in batches_per_epoch.items() if epoch <= gt_last)
+
+
+def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
+    """The pipeline's metric families at time ``now`` (Unix seconds)."""
+    label = [reading.pipeline]
+    out: list[Metric] = []
+    barrier = reading.barrier
+    if barrier is not None:
+        gt = GaugeMetricFamily(
+            GT_LAST,
+            "GT_last: the epoch of the last bundle the consumer acknowledged (-1: none); "
+            "from the barrier state",
+            labels=["pipeline"],
+        )
+        gt.add_metric(label, barrier.gt_last)
+        out.append(gt)
+        if barrier.owner is not None:
+            generation = GaugeMetricFamily(
+                OWNER_GENERATION,
+                "The generation of the driver run that owns the barrier (grows by one at "
+                "every claim); from the barrier state",
+                labels=["pipeline"],
+            )
+            generation.add_metric(label, barrier.owner.generation)
+            out.append(generation)
+        if reading.epochs is not None:
+            delivered = CounterMetricFamily(
+                BUNDLES_DELIVERED,
+                "Bundles the consumer acknowledged: epochs at or below GT_last that read "
+                "records, less bundles skipped as lost; from the barrier state and the "
+                "epoch log",
+                labels=["pipeline"],
+            )
+            delivered.add_metric(label, bundles_delivered(barrier, reading.epochs))
+            out.append(delivered)
+        if reading.batches_per_epoch is not None:
+            dropped = CounterMetricFamily(
+                REPLAYED_DROPPED,
+                "Replayed batches whose bundle the barrier dropped: batches that read an "
+                "epoch at or below GT_last another batch had read; from the batch records",
+                labels=["pipeline"],
+            )
+            dropped.add_metric(label, replays_dropped(barrier.gt_last, reading.batches_per_epoch))
+            out.append(dropped)
+    if reading.dead_letter_rows is not None:
+        refused = CounterMetricFamily(
+            DEADLETTER_ROWS,
+            "Rows the consumer's target refused, written to dead letters "
+            "(errors.tolerance=all); from the pipeline's dead-letter files",
+            labels=["pipeline"],
+        )
+        refused.add_metric(label, reading.dead_letter_rows)
+        out.append(refused)
+    if reading.behind is not None:
+        behind = GaugeMetricFamily(
+            OFFSETS_BEHIND,
+            "Offsets between Kafka's end and the end of the newest epoch the source "
+            "planned, per partition; the source's lag reading",
+            labels=["pipeline", "topic", "partition"],
+        )
+        for (topic, partition), n in sorted(reading.behind.items()):
+            behind.add_metric([reading.pipeline, topic, str(partition)], n)
+        out.append(behind)
+    point = reading.resume
+    if point is not None and point.snapshot is not None:
+        age = GaugeMetricFamily(
+            SNAPSHOT_AGE,
+            "Seconds since the snapshot of the resume point was accepted; from the resume "
+            "point (ZooKeeper, or the state store without it)",
+            labels=["pipeline"],
+        )
+        age.add_metric(label, max(0.0, now - point.created_at))
+        out.append(age)
+    if reading.snapshots is not None:
+        snapshots = CounterMetricFamily(
+            SNAPSHOTS,
+            "Snapshots this driver process took, by outcome (accepted: the resume point "
+            "moved to it; abandoned: not accepted in time); per process, from 0 at its start",
+            labels=["pipeline", "outcome"],
+        )
+        snapshots.add_metric([reading.pipeline, "accepted"], reading.snapshots.accepted)
+        snapshots.add_metric([reading.pipeline, "abandoned"], reading.snapshots.abandoned)
+        out.append(snapshots)
+    if reading.delivery is not None:
+        hist = HistogramMetricFamily(
+            BUNDLE_DELIVERY_SECONDS,
+            "Duration of each micro-batch that read rows, as Spark's progress reports it "
+            "(planning, reading, staging and the barrier's delivery); per process, observed "
+            "by the driver since it started",
+            labels=["pipeline"],
+        )
+        hist.add_metric(
+            label,
+            buckets=[(le, float(n)) for le, n in reading.delivery.buckets],
+            sum_value=reading.delivery.total,
+        )
+        out.append(hist)
+    return out

@@ -1,0 +1,162 @@
+"""The metrics' pure computation: families from a reading, the driver's observations, the
+collector's answer to a failed read, and the latest offsets taken from Spark's progress."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from state.coordinator.batches import completed_batch_from_progress
+from state.coordinator.metric_families import (
+    SERIES_NAMES,
+    DriverObservations,
+    EpochFacts,
+    PipelineReading,
+    SnapshotCounts,
+    bundles_delivered,
+    metric_families,
+    replays_dropped,
+)
+from state.coordinator.metrics_server import PipelineCollector
+from state.errors import CoordinationError
+from state.records.barrier import BarrierState, Owner, SkippedBundle
+from state.records.resume_point import ResumePoint, SnapshotRef
+
+
+def _samples(
+    reading: PipelineReading, now: float = 1000.0
+) -> dict[tuple[str, tuple[str, ...]], float]:
+    out: dict[tuple[str, tuple[str, ...]], float] = {}
+    for family in metric_families(reading, now):
+        for s in family.samples:
+            out[(s.name, tuple(f"{k}={v}" for k, v in sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _skipped(bundle: int) -> SkippedBundle:
+    return SkippedBundle(bundle, bundle, "q", None, 10, ("p",), 10, 1.0)
+
+
+def test_bundles_delivered_counts_epochs_that_read_records_less_skipped() -> None:
+    barrier = BarrierState(gt_last=4, skipped=(_skipped(3),))
+    epochs = [EpochFacts(0, 5), EpochFacts(1, 0), EpochFacts(2, 7), EpochFacts(3, 1)]
+    epochs += [EpochFacts(4, 2), EpochFacts(5, 9)]  # 5 is above GT_last
+    assert bundles_delivered(barrier, epochs) == 3  # 0, 2, 4 (1 read nothing, 3 skipped)
+    assert bundles_delivered(BarrierState(), epochs) == 0
+
+
+def test_replays_dropped_are_later_batches_of_an_acknowledged_epoch() -> None:
+    assert replays_dropped(3, {0: 1, 1: 3, 3: 2, 4: 5}) == 3  # 1: two replays, 3: one
+    assert replays_dropped(-1, {0: 4}) == 0
+
+
+def test_families_from_a_full_reading() -> None:
+    owner = Owner("run", "q", generation=4, since=1.0)
+    point = ResumePoint(
+        generation=4,
+        token=2,
+        epoch=3,
+        batch_id=3,
+        query_id="q",
+        frontier=None,
+        created_at=990.0,
+        retained=(SnapshotRef(1, "m", "sha", 3, 3),),
+    )
+    obs = DriverObservations(bounds=(1.0, 5.0))
+    obs.observe_batch(rows=10, seconds=0.5, end={("t", 0): 5}, latest={("t", 0): 9, ("t", 1): 2})
+    obs.observe_batch(rows=10, seconds=3.0, end=None, latest=None)
+    obs.observe_batch(rows=0, seconds=100.0, end=None, latest=None)  # no rows: not a delivery
+    reading = PipelineReading(
+        pipeline="p1",
+        barrier=BarrierState(gt_last=3, owner=owner),
+        epochs=[EpochFacts(n, 1) for n in range(4)],
+        batches_per_epoch={0: 1, 1: 2, 2: 1, 3: 1},
+        resume=point,
+        behind={("t", 0): 4, ("t", 1): 0},
+        dead_letter_rows=7,
+        delivery=obs.histogram(),
+        snapshots=SnapshotCounts(accepted=2, abandoned=1),
+    )
+    got = _samples(reading)
+    p = ("pipeline=p1",)
+    assert got[("gtbarrier_gt_last", p)] == 3
+    assert got[("gtbarrier_owner_generation", p)] == 4
+    assert got[("gtbarrier_bundles_delivered_total", p)] == 4
+    assert got[("gtbarrier_replayed_bundles_dropped_total", p)] == 1
+    assert got[("gtbarrier_deadletter_rows_total", p)] == 7
+    assert got[("gtbarrier_snapshot_age_seconds", p)] == 10.0
+    assert got[("gtbarrier_source_offsets_behind", ("partition=0", "pipeline=p1", "topic=t"))] == 4
+    assert got[("gtbarrier_source_offsets_behind", ("partition=1", "pipeline=p1", "topic=t"))] == 0
+    assert got[("gtbarrier_snapshots_total", ("outcome=accepted", "pipeline=p1"))] == 2
+    assert got[("gtbarrier_snapshots_total", ("outcome=abandoned", "pipeline=p1"))] == 1
+    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=1.0", "pipeline=p1"))] == 1
+    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=5.0", "pipeline=p1"))] == 2
+    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=+Inf", "pipeline=p1"))] == 2
+    assert got[("gtbarrier_bundle_delivery_seconds_count", p)] == 2
+    assert got[("gtbarrier_bundle_delivery_seconds_sum", p)] == 3.5
+    assert {name for name, _ in got} == SERIES_NAMES
+    # the observed lag is Kafka's latest minus the batch's end, per partition of the end
+    assert obs.behind() == {("t", 0): 4}
+
+
+def test_what_was_not_read_is_left_out() -> None:
+    assert _samples(PipelineReading(pipeline="p1")) == {}
+    bare = _samples(PipelineReading(pipeline="p1", barrier=BarrierState()))
+    assert bare == {("gtbarrier_gt_last", ("pipeline=p1",)): -1}
+    no_snapshot = ResumePoint.empty(generation=1, token=1, created_at=5.0)
+    assert _samples(PipelineReading(pipeline="p1", resume=no_snapshot)) == {}
+
+
+def test_a_snapshot_from_the_future_is_age_zero() -> None:
+    point = ResumePoint(1, 1, 0, 0, "q", None, 2000.0, (SnapshotRef(1, "m", "sha", 0, 0),))
+    got = _samples(PipelineReading(pipeline="p", resume=point), now=1000.0)
+    assert got[("gtbarrier_snapshot_age_seconds", ("pipeline=p",))] == 0.0
+
+
+def test_observations_ignore_negative_and_infinite_durations() -> None:
+    obs = DriverObservations(bounds=(1.0,))
+    obs.observe_batch(rows=1, seconds=-1.0, end=None, latest=None)
+    obs.observe_batch(rows=1, seconds=math.inf, end=None, latest=None)
+    assert obs.histogram().count == 0
+
+
+def test_the_collector_answers_a_failed_read_with_no_family() -> None:
+    def failing() -> PipelineReading:
+        raise CoordinationError("ZooKeeper 127.0.0.1:1 cannot be reached")
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PipelineCollector(failing))
+    assert generate_latest(registry) == b""
+
+
+def test_the_exposition_parses_back() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    reading = PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=2))
+    registry.register(PipelineCollector(lambda: reading, clock=lambda: 0.0))
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["gtbarrier_gt_last"].samples[0].value == 2
+    assert "# HELP gtbarrier_gt_last GT_last" in text
+
+
+def test_the_latest_offsets_come_from_the_gtkafka_source_progress() -> None:
+    progress = {
+        "id": "q",
+        "runId": "r",
+        "batchId": 3,
+        "numInputRows": 5,
+        "batchDuration": 1200,
+        "sources": [
+            {
+                "description": "gtkafka",
+                "endOffset": '{"epoch": 4, "offsets": {"t": {"0": 10}}}',
+                "latestOffset": '{"offsets": {"t": {"0": 15}}}',
+            }
+        ],
+    }
+    batch = completed_batch_from_progress(progress)
+    assert batch.latest == {"offsets": {"t": {"0": 15}}}
+    progress["sources"][0]["latestOffset"] = None  # type: ignore[index]
+    assert completed_batch_from_progress(progress).latest is None
