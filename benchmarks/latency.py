@@ -55,6 +55,11 @@ The source runs at its defaults unless ``--refresh-ms`` sets ``fetchOffset.refre
 be planned with ends up to a second old, and a record can wait for the next refresh as
 well as for the next trigger.
 
+Each reader also notes the bundle that carried a record (the file's name, ``gt_epoch``,
+the ``gtb.bundle`` header), and so the *wait*: produce time -> the start of the
+micro-batch that carried it (its ``StreamingQueryProgress.timestamp``); the rest of the
+latency is that batch's work up to the delivery, and the poll.
+
 Prints a table of every step and the targets (``<measure> = <value> (target ...: met)``),
 writes ``--json`` for ``python -m benchmarks`` and ``<out>/latency.png`` (latency CDFs).
 """
@@ -67,7 +72,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -85,6 +90,8 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.sink_bench import percentile
+from sink.consumers.kafka.kafka_consumer import sink_header
+from sink.consumers.kafka.kafka_rows import H_BUNDLE
 
 CONSUMERS = ("file", "postgres", "kafka")
 EO, ALO = "exactly-once", "at-least-once"
@@ -123,16 +130,20 @@ class Visibility:
         self.first_seen: dict[int, float] = {}
         self.produced_at: dict[int, float] = {}
         self.duplicates: dict[int, int] = {}  # sequence -> sightings after the first
+        self.bundle: dict[int, int] = {}  # sequence -> the bundle that carried it
 
-    def observe(self, values: Iterable[bytes], at: float) -> None:
+    def observe(self, items: Iterable[tuple[bytes, int | None]], at: float) -> None:
+        """``items``: each value seen with the id of the bundle that carried it (if known)."""
         with self._lock:
-            for value in values:
+            for value, bundle in items:
                 seq, produced = decode_value(value)
                 if seq in self.first_seen:
                     self.duplicates[seq] = self.duplicates.get(seq, 0) + 1
                 else:
                     self.first_seen[seq] = at
                     self.produced_at[seq] = produced
+                    if bundle is not None:
+                        self.bundle[seq] = bundle
 
     def seen(self, seqs: range) -> int:
         """How many of ``seqs`` have been seen."""
@@ -150,6 +161,17 @@ class Visibility:
                 1000.0 * (self.first_seen[s] - self.produced_at[s])
                 for s in seqs
                 if s in self.first_seen
+            ]
+
+    def waits_ms(self, seqs: range, batch_start: Mapping[int, float]) -> list[float]:
+        """Produce time -> the start of the micro-batch that carried the record, in ms, of
+        each record of ``seqs`` seen in a bundle whose batch started at
+        ``batch_start[bundle]``."""
+        with self._lock:
+            return [
+                1000.0 * (batch_start[self.bundle[s]] - self.produced_at[s])
+                for s in seqs
+                if s in self.bundle and self.bundle[s] in batch_start
             ]
 
     def unexpected(self, seqs: range) -> list[int]:
@@ -201,8 +223,9 @@ class Reader(threading.Thread):
         self.error: BaseException | None = None
         self._stop_event = threading.Event()
 
-    def poll(self) -> tuple[list[bytes], float]:
-        """The values newly visible, and the time they were seen at."""
+    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
+        """The values newly visible with the ids of their bundles, and the time they were
+        seen at."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -236,7 +259,7 @@ class FileReader(Reader):
         self.path = path
         self.read: set[str] = set()
 
-    def poll(self) -> tuple[list[bytes], float]:
+    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
         import pyarrow.parquet as pq
 
         at = time.time()
@@ -248,12 +271,13 @@ class FileReader(Reader):
             )
         except FileNotFoundError:
             return [], at
-        values: list[bytes] = []
+        values: list[tuple[bytes, int | None]] = []
         for name in names:
             if name not in self.read:
                 self.read.add(name)
                 table = pq.read_table(self.path / name, columns=["value"])
-                values += table.column("value").to_pylist()
+                bundle = int(name.removeprefix("bundle-").removesuffix(".parquet"))
+                values += [(v, bundle) for v in table.column("value").to_pylist()]
         return values, at
 
 
@@ -264,7 +288,7 @@ class PostgresReader(Reader):
         self.newest = -1
         self.conn: Any = None
 
-    def poll(self) -> tuple[list[bytes], float]:
+    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
         import psycopg
 
         if self.conn is None:
@@ -279,7 +303,7 @@ class PostgresReader(Reader):
             return [], at
         if rows:
             self.newest = max(epoch for epoch, _ in rows)
-        return [bytes(value) for _, value in rows], at
+        return [(bytes(value), int(epoch)) for epoch, value in rows], at
 
     def close(self) -> None:
         if self.conn is not None:
@@ -307,10 +331,14 @@ class KafkaReader(Reader):
         self.interval = 0.0
         super().run()
 
-    def poll(self) -> tuple[list[bytes], float]:
+    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
         batches = self.consumer.poll(timeout_ms=self.timeout_ms)
         at = time.time()
-        return [r.value for records in batches.values() for r in records], at
+        return [
+            (r.value, sink_header(r.headers, H_BUNDLE))
+            for records in batches.values()
+            for r in records
+        ], at
 
     def close(self) -> None:
         self.consumer.close()
@@ -341,6 +369,7 @@ class Step:
     batch_ms: list[float]
     sustained: bool | None = None
     why: str = ""
+    wait_ms: list[float] = field(default_factory=list)  # produce -> its batch's start
 
     @property
     def achieved(self) -> float:
@@ -427,15 +456,26 @@ def wait_visible(book: Visibility, seqs: range, reader: Reader, query: Any, time
     return True
 
 
+def batch_starts(progress: Sequence[dict[str, Any]]) -> dict[int, float]:
+    """The start (``time.time()`` seconds) of every micro-batch that read input, by batch
+    id. A fresh pipeline on a fresh checkpoint plans epoch *k* in batch *k*, and a bundle's
+    id is its epoch: these are the starts of the batches that carried each bundle."""
+    return {
+        int(p["batchId"]): datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        for p in progress
+        if p.get("numInputRows", 0) > 0
+    }
+
+
 def batch_durations(progress: Sequence[dict[str, Any]], since: float, until: float) -> list[float]:
     """``batchDuration`` of the batches that read input and began in [since, until]
     (``time.time()`` seconds)."""
-    out = []
-    for p in progress:
-        began = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-        if p.get("numInputRows", 0) > 0 and since <= began <= until:
-            out.append(float(p["batchDuration"]))
-    return out
+    starts = batch_starts(progress)
+    return [
+        float(p["batchDuration"])
+        for p in progress
+        if p.get("numInputRows", 0) > 0 and since <= starts[int(p["batchId"])] <= until
+    ]
 
 
 def sink_options(
@@ -566,8 +606,10 @@ def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one 
             coord.close()
     # A batch's progress is posted after its commit: read once the query has stopped.
     progress = query.recentProgress
+    starts = batch_starts(progress)
     for step, (since, until) in zip(steps, windows, strict=True):
         step.batch_ms = batch_durations(progress, since, until)
+        step.wait_ms = book.waits_ms(step.seqs, starts)
     reader.check()
     lat = book.latencies_ms(everything)
     return RunResult(
@@ -721,6 +763,8 @@ def report(results: Sequence[RunResult]) -> None:
                     f"{q['p95']:,.0f}",
                     f"{q['p99']:,.0f}",
                     f"{percentile(s.batch_ms, 0.5):,.0f}",
+                    f"{percentile(s.wait_ms, 0.5):,.0f}",
+                    f"{percentile(s.wait_ms, 0.99):,.0f}",
                     "-" if s.sustained is None else ("yes" if s.sustained else "NO"),
                 ]
             )
@@ -734,6 +778,8 @@ def report(results: Sequence[RunResult]) -> None:
             "p95 ms",
             "p99 ms",
             "batch p50 ms",
+            "wait p50 ms",
+            "wait p99 ms",
             "sustained",
         ],
         rows,
@@ -770,6 +816,8 @@ def to_json(results: Sequence[RunResult]) -> dict[str, Any]:
                         "why": s.why,
                         "batch_ms_p50": percentile(s.batch_ms, 0.5),
                         "batches": len(s.batch_ms),
+                        "wait_p50_ms": percentile(s.wait_ms, 0.5),
+                        "wait_p99_ms": percentile(s.wait_ms, 0.99),
                         **{f"{k}_ms": v for k, v in quantiles(s.latencies_ms).items()},
                         "cdf_ms": [percentile(s.latencies_ms, i / 100) for i in range(101)],
                     }

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from benchmarks.latency import (
     PRODUCER_SHARE,
     Visibility,
@@ -24,12 +26,13 @@ def test_a_value_carries_its_sequence_and_produce_time() -> None:
 
 def test_each_record_counts_from_its_first_sighting_and_later_ones_are_duplicates() -> None:
     book = Visibility()
-    book.observe([encode_value(0, 10.0), encode_value(1, 10.5)], at=11.0)
-    book.observe([encode_value(2, 11.0), encode_value(0, 10.0)], at=12.0)
-    book.observe([encode_value(1, 10.5)], at=13.0)
+    book.observe([(encode_value(0, 10.0), 3), (encode_value(1, 10.5), 3)], at=11.0)
+    book.observe([(encode_value(2, 11.0), 4), (encode_value(0, 10.0), 7)], at=12.0)
+    book.observe([(encode_value(1, 10.5), None)], at=13.0)
 
     assert book.first_seen == {0: 11.0, 1: 11.0, 2: 12.0}
     assert book.duplicates == {0: 1, 1: 1}
+    assert book.bundle == {0: 3, 1: 3, 2: 4}  # a duplicate's bundle is not taken
     assert book.latencies_ms(range(3)) == [1000.0, 500.0, 1000.0]
     assert book.seen(range(5)) == 3
     assert book.missing(range(5)) == [3, 4]
@@ -38,8 +41,16 @@ def test_each_record_counts_from_its_first_sighting_and_later_ones_are_duplicate
 
 def test_a_record_not_yet_seen_has_no_latency() -> None:
     book = Visibility()
-    book.observe([encode_value(1, 5.0)], at=5.25)
+    book.observe([(encode_value(1, 5.0), None)], at=5.25)
     assert book.latencies_ms(range(3)) == [250.0]
+
+
+def test_the_wait_is_from_produce_to_the_start_of_the_batch_that_carried_the_record() -> None:
+    book = Visibility()
+    book.observe([(encode_value(0, 10.0), 1), (encode_value(1, 10.2), 2)], at=12.0)
+    book.observe([(encode_value(2, 10.4), None), (encode_value(3, 10.6), 9)], at=12.5)
+    # bundle 9's batch is unknown, record 2's bundle too: neither has a wait
+    assert book.waits_ms(range(4), {1: 10.5, 2: 11.0}) == pytest.approx([500.0, 800.0])
 
 
 def test_quantiles_are_nearest_rank() -> None:
