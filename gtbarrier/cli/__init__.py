@@ -6,6 +6,7 @@
 ``sweep``      staged parts and consumer leftovers no bundle references
 ``deadletters`` the rows the consumer refused (errors.tolerance=all), per bundle
 ``receiver``   the reference HTTP receiver (``consumer=http``)
+``exporter``   the pipeline's Prometheus metrics at ``/metrics``
 =============  ================================================================
 
 Each command prints tables, or one JSON document with ``--json``. Exit codes: 0 done;
@@ -20,7 +21,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gtbarrier.cli import deadletters, epochs, receiver, status, sweep
+from gtbarrier.cli import deadletters, epochs, exporter, receiver, status, sweep
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result, render
 from state.errors import (
@@ -39,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Operate gtbarrier pipelines: status, epoch log, leftovers, dead letters, "
-        "receiver.",
+        "receiver, metrics exporter.",
     )
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
-    for module in (status, epochs, sweep, deadletters, receiver):
+    for module in (status, epochs, sweep, deadletters, receiver, exporter):
         module.add_parser(commands)
     return parser
 

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> Result:
         # the newest epoch is read even with --epochs 0: its end is where the source stands
         read = read_epochs(store, pipeline.layout, numbers[-max(args.epochs, 1) :])
         acknowledged = _acknowledged_position(store, pipeline.layout, records)
-        resume, resume_from = _resume_point(
+        resume, resume_from = read_resume(
             args.zookeeper, store, pipeline.layout, args.zookeeper_auth
         )
         refused = None
@@ -155,7 +155,7 @@ def _acknowledged_position(
     return dict(found[0].end.offsets) if found else None
 
 
-def _resume_point(
+def read_resume(
     zookeeper: str | None, store: StateStore, layout: PipelineLayout, auth: str | None = None
 ) -> tuple[ResumePoint | None, str | None]:
     """The resume point from ZooKeeper when ``zookeeper`` is given (as ``auth``, the
