@@ -388,18 +388,16 @@ class _Watcher:
             self.seen.add(ident)
             raw = json.loads(progress.json)
             batch = completed_batch_from_progress(raw)
-            end = _offsets_total(batch.frontier)
-            start = _offsets_total(_json(raw["sources"][0].get("startOffset")))
             self.out.emit(
                 "batch",
                 batch_id=batch.batch_id,
                 epoch=batch.epoch,
                 # Kafka records the batch read (numInputRows counts them once per scan of
                 # the source: the query's three branches scan it three times).
-                rows=end - start,
+                rows=records_read(raw),
                 input_rows=batch.num_input_rows,
                 duration_ms=batch.duration_ms,
-                offsets=end,
+                offsets=_offsets_total(batch.frontier),
                 watermark=(progress["eventTime"] or {}).get("watermark"),
                 durations=dict(progress["durationMs"] or {}),
             )
@@ -447,6 +445,15 @@ def _json(value: Any) -> Any:
 def _offsets_total(frontier: Any) -> int:
     offsets = frontier.get("offsets", {}) if isinstance(frontier, dict) else {}
     return sum(int(o) for parts in offsets.values() for o in parts.values())
+
+
+def records_read(progress: dict[str, Any]) -> int:
+    """The Kafka records a micro-batch of the demo's query read: its gtkafka source's end
+    offsets minus its start offsets, summed. ``progress`` is a StreamingQueryProgress as
+    JSON (``json.loads(progress.json)``) of a query with that one source."""
+    (source,) = progress["sources"]
+    end = _offsets_total(_json(source.get("endOffset")))
+    return end - _offsets_total(_json(source.get("startOffset")))
 
 
 def run_driver(job: DemoJob, workdir: Path) -> int:
