@@ -1,5 +1,6 @@
 """How far a frontier is behind Kafka's end: the lag the source logs once per planned
-epoch and ``gtbarrier status`` shows.
+epoch, ``gtbarrier status`` shows and the metrics export
+(``gtbarrier_source_offsets_behind``).
 
 PySpark 4.3's Python streaming sources cannot add custom metrics to
 ``StreamingQueryProgress`` (``DataSourceStreamReader`` has ``reportLatestOffset`` only,
