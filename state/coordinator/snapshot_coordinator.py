@@ -322,7 +322,8 @@ class SnapshotCoordinator:
 
     def on_batch_completed(self, batch: CompletedBatch) -> None:
         """The minimal-time event (called by the listener; tests may call it directly)."""
-        if self._metrics is not None:
+        # the listener hears every query of the session: only the watched one is measured
+        if self._metrics is not None and batch.query_id == self._worker.query_id:
             self._metrics.observe(batch)
         self._worker.offer(batch)
 
