@@ -1,5 +1,6 @@
 """The metrics' pure computation: families from a reading, the driver's observations, the
-collector's answer to a failed read, and the latest offsets taken from Spark's progress."""
+collector's answer to a failed read, the latest offsets taken from Spark's progress, and
+what the state reader makes of the records in a memory store."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ from state.coordinator.metric_families import (
     metric_families,
     replays_dropped,
 )
-from state.coordinator.metrics_server import PipelineCollector
+from state.coordinator.metrics_server import PipelineCollector, StateReader
 from state.errors import CoordinationError
+from state.layout import PipelineLayout
+from state.protocol.batch_records import write_batch_record
+from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState, Owner, SkippedBundle
 from state.records.resume_point import ResumePoint, SnapshotRef
+from state.records.source_offset import SourceOffset
+from state.stores import new_store
 
 
 def _samples(
@@ -160,3 +166,28 @@ def test_the_latest_offsets_come_from_the_gtkafka_source_progress() -> None:
     assert batch.latest == {"offsets": {"t": {"0": 15}}}
     progress["sources"][0]["latestOffset"] = None  # type: ignore[index]
     assert completed_batch_from_progress(progress).latest is None
+
+
+def test_the_state_reader_counts_bundles_and_replays_from_the_records() -> None:
+    store = new_store("memory://metrics-reader")
+    layout = PipelineLayout("p1")
+    log = EpochLog(store, layout)
+    ends = [{("t", 0): 0, ("t", 1): 0}, {("t", 0): 5, ("t", 1): 2}, {("t", 0): 5, ("t", 1): 2}]
+    ends += [{("t", 0): 9, ("t", 1): 2}]
+    log.create_start(SourceOffset(0, ends[0]))
+    for k in range(3):  # epoch 1 reads nothing
+        log.record(SourceOffset(k, ends[k]), SourceOffset(k + 1, ends[k + 1]))
+    for query, batch_id, epoch in [("q1", 0, 0), ("q1", 1, 1), ("q2", 0, 0), ("q2", 1, 1)]:
+        write_batch_record(store, layout, query, batch_id, epoch)
+    reader = StateReader(store, layout)
+    before = reader.read()
+    assert before.barrier is None and before.epochs == ()
+    assert before.planned == ends[3]  # the newest epoch's end
+    store.put_json(layout.barrier_state, BarrierState(gt_last=1).to_json())
+    facts = reader.read()
+    assert facts.barrier == BarrierState(gt_last=1)
+    assert facts.epochs == (EpochFacts(0, 7), EpochFacts(1, 0))
+    assert facts.batches_per_epoch == {0: 2, 1: 2}
+    assert bundles_delivered(facts.barrier, facts.epochs) == 1
+    assert replays_dropped(facts.barrier.gt_last, facts.batches_per_epoch) == 2
+    store.close()
