@@ -3,6 +3,7 @@
 ::
 
     events = spark.readStream.format("gtkafka")...          # orders and payments (JSON)
+    shared = events.repartition(value, partition, offset)    # one scan for the three branches
     parsed = from_json(value) + watermark on event_time
     enriched = parsed JOIN categories JOIN exchange rates    # stateless: USD amounts, departments
     output = union(
@@ -13,7 +14,9 @@
     output.writeStream.format("barrier")...                  # exactly-once into the consumer
 
 One query, one ``gtkafka`` source, one ``barrier`` sink, append mode. Every output row
-has the columns of :data:`OUTPUT_SCHEMA`; ``kind`` says which of the three it is.
+has the columns of :data:`OUTPUT_SCHEMA`; ``kind`` says which of the three it is. Each
+micro-batch runs the source once: the three branches share one exchange over it
+(:func:`read_once`).
 
 Run as a program (``python -m demo.pipeline JOB.json``) it is the demo's *driver*: it
 starts Spark, asks the :class:`~gtbarrier.SnapshotCoordinator` to ``recover()`` (which
@@ -30,7 +33,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,13 +170,53 @@ def iceberg_options(directory: str) -> dict[str, str]:
 
 # --- the query ------------------------------------------------------------------------
 
+#: The columns of gtkafka's rows the query reads.
+SOURCE_COLUMNS = ("value", "partition", "offset")
+
+
+def read_once(source: Any, columns: Sequence[str]) -> Any:
+    """``source``, a streaming DataFrame as its data source returns it, narrowed to
+    ``columns`` (every column of it that the query reads) and hash-partitioned by all of
+    them: an exchange that every branch of a query built on the result shares, so that a
+    micro-batch runs the source once however many branches read it.
+
+    Spark plans each branch of a union (or a self-join) with its own copy of the source and
+    runs each copy's scan: for a Python data source, its read tasks and their Python
+    workers, once per branch. An exchange whose subtree is the same in every branch is run
+    once (Spark's ReuseExchange: the executed plan shows ``ReusedExchange`` in the other
+    branches). The subtree stays the same only when no branch moves anything below it:
+
+    * column pruning keeps, below a repartition, the columns it partitions by and those the
+      branch reads: partitioned by every column any branch reads, every branch keeps all;
+    * Spark pushes a filter through a repartition: every filter of a branch must stop above
+      it. ``withWatermark`` stops a filter that reads the event-time column, so the
+      watermark goes above this exchange and each filter reads that column
+      (:func:`_above_watermark`).
+
+    The partitioning is by hash, not round-robin: a map task that is run again sends each
+    row to the same partition. Stateful operators still get their own exchange by their
+    keys, as Spark requires, above this one.
+    """
+    return source.select(*columns).repartition(*columns)
+
+
+def _above_watermark(condition: Any) -> Any:
+    """``condition`` as a filter predicate that Spark keeps above ``withWatermark`` (and so
+    above :func:`read_once`'s exchange): it reads the event-time column, and is null (the
+    row dropped) where that column is null."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+
+    return F.when(F.col("event_time").isNotNull(), condition)
+
 
 def parse_events(raw: Any, watermark_delay: str) -> Any:
-    """gtkafka rows -> typed events with an event-time watermark (heartbeats included)."""
+    """gtkafka rows -> typed events with an event-time watermark (heartbeats included),
+    the source read once for every branch of the query (:func:`read_once`)."""
     from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
 
     return (
-        raw.select(
+        read_once(raw, SOURCE_COLUMNS)
+        .select(
             F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
             F.col("partition").alias("src_partition"),
             F.col("offset").alias("src_offset"),
@@ -201,8 +244,7 @@ def enrich(events: Any, categories: Any, rates: Any) -> Any:
 
     # Spark's optimizer pushes a filter below the watermark unless the filter reads the
     # event-time column; pushed below, it would hide the heartbeats from the watermark.
-    # One predicate that reads event_time stays above it.
-    business = F.when(F.col("event_time").isNotNull(), F.col("type").isin("order", "payment"))
+    business = _above_watermark(F.col("type").isin("order", "payment"))
     return (
         events.where(business)
         .join(F.broadcast(categories), "category", "left")
@@ -253,7 +295,11 @@ def customer_totals(
 
 
 def shop_outputs(events: Any, categories: Any, rates: Any, window: str) -> Any:
-    """The three outputs of the demo, unioned (a streaming DataFrame, append mode)."""
+    """The three outputs of the demo, unioned (a streaming DataFrame, append mode).
+
+    ``events`` have their watermark above the exchange of :func:`read_once` (as
+    :func:`parse_events` returns them): every filter here reads the event-time column, so
+    that the three branches share that exchange and a micro-batch reads its source once."""
     from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -274,7 +320,7 @@ def shop_outputs(events: Any, categories: Any, rates: Any, window: str) -> Any:
         src_offset=F.col("src_offset"),
     )
     revenue = (
-        enriched.where(F.col("type") == "order")
+        enriched.where(_above_watermark(F.col("type") == "order"))
         .groupBy(F.window("event_time", window).alias("w"), "category", "department")
         .agg(F.sum("amount_usd_cents").alias("revenue"), F.count("*").alias("n"))
     )
@@ -393,7 +439,7 @@ class _Watcher:
                 batch_id=batch.batch_id,
                 epoch=batch.epoch,
                 # Kafka records the batch read (numInputRows counts them once per scan of
-                # the source: the query's three branches scan it three times).
+                # the source, which the query's three branches share: the same number).
                 rows=records_read(raw),
                 input_rows=batch.num_input_rows,
                 duration_ms=batch.duration_ms,
