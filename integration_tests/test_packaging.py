@@ -2,8 +2,9 @@
 virtualenv with its dependencies from the package index, running the README quickstart
 against the test servers with no registration call, and the ``gtbarrier`` console script.
 
-The virtualenv has none of the extras (no starlette, uvicorn, psycopg, pyiceberg or
-matplotlib), so the quickstart also shows that the core imports none of them.
+The virtualenv has none of the extras (no starlette, uvicorn, psycopg, pyiceberg,
+prometheus_client or matplotlib), so the quickstart also shows that the core imports none
+of them.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
         code
         + "\nq.processAllAvailable()\nq.stop()\n"
         + "import gtbarrier, sys\n"
-        + "loaded = sorted({'starlette', 'uvicorn', 'psycopg', 'pyiceberg', 'matplotlib'}"
+        + "loaded = sorted({'starlette', 'uvicorn', 'psycopg', 'pyiceberg', 'matplotlib',"
+        + " 'prometheus_client'}"
         + " & {m.split('.')[0] for m in sys.modules})\n"
         + "print('GTBARRIER FROM', gtbarrier.__file__, 'OPTIONAL LOADED', loaded)\n"
         + "spark.stop()\n"
@@ -180,3 +182,14 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
     )
     assert receiver.returncode == 2
     assert "pip install 'gtbarrier[receiver]'" in receiver.stderr
+
+    exporter = subprocess.run(
+        [str(cli), "exporter", "--pipeline", PIPELINE, "--state-uri", f"file://{state}"],
+        env=clean_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert exporter.returncode == 2
+    assert "pip install 'gtbarrier[metrics]'" in exporter.stderr

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> Result | None:
         from state.coordinator.metrics_server import MetricsServer, PipelineCollector, StateReader
     except ImportError as err:
         raise UsageError(
-            f"gtbarrier exporter needs gtbarrier[metrics] ({err.name} is missing)"
+            f"gtbarrier exporter needs {err.name}, which comes with the metrics extra: "
+            "pip install 'gtbarrier[metrics]'"
         ) from None
     pipeline = PipelineArgs.parse(args, prefixes=("kafka.",))
     if args.bootstrap:  # the kafka.* options are checked before anything is served

@@ -162,7 +162,7 @@ class SnapshotCoordinator:
                 raise ConfigError(
                     "metrics_port",
                     self.config.metrics_port,
-                    f"a port, with gtbarrier[metrics] installed ({err.name} is missing)",
+                    f"a port, with {err.name} installed: pip install 'gtbarrier[metrics]'",
                     where="SnapshotCoordinator",
                 ) from None
             try:
