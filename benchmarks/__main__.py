@@ -8,6 +8,7 @@ also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ==============================  ==========================================================  ========
 ``benchmarks.fixed_cost``       median triggerExecution of a 100-record batch, gtkafka (8   <= 2.0x
                                 partitions, S3 state) -> barrier vs rate-micro-batch -> noop
+                                and vs python_floor -> python_floor (<= 1.10x)
 ``benchmarks.scaling``          records/s, 64 partitions vs 1 (gtkafka -> noop, ~10          >= 0.8
                                 batches); also the curve against partitions and cores
 ``benchmarks.source_bench``     gtkafka -> noop (AvailableNow) vs plain kafka-python, wall   >= 0.9
@@ -133,6 +134,7 @@ MODULES = {
 #: The performance targets, in their reported order: (benchmark, measure prefix) of their rows.
 TARGETS = (
     ("fixed cost", "fixed cost"),
+    ("fixed cost", "gtbarrier over Spark's Python floor"),
     ("partition scaling", "partition scaling"),
     ("source", "gtkafka AvailableNow / plain kafka-python (wall)"),
     ("demo query", "demo query"),

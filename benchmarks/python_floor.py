@@ -7,7 +7,9 @@ commits nothing. Everything a micro-batch of ``python_floor -> python_floor`` co
 Spark's cost of a Python source and a Python sink: the source's driver hooks in its
 Python process, one read and one write Python worker per task, the commit in a further
 Python worker. :mod:`benchmarks.fixed_cost` measures it next to ``rate-micro-batch ->
-noop`` and ``gtkafka -> barrier``, so the fixed cost splits into Spark's and ours.
+noop`` and ``gtkafka -> barrier``, so the fixed cost splits into Spark's and ours, and
+its source alone (``python_floor -> noop``) and its sink alone (``rate-micro-batch ->
+python_floor``), so Spark's share splits into a Python source's and a Python sink's.
 """
 
 from __future__ import annotations

@@ -149,19 +149,25 @@ def test_summary_lists_the_issue_targets_first_in_order() -> None:
             1.0,
             0,
             "",
-            ratios=[Ratio("fixed cost", "fixed cost: median", 9.0, "<= 2.0x", False)],
+            ratios=[
+                Ratio("fixed cost", "fixed cost: median", 9.0, "<= 2.0x", False),
+                Ratio(
+                    "fixed cost", "gtbarrier over Spark's Python floor: x", 1.2, "<= 1.10x", False
+                ),
+            ],
         ),
         Outcome("demo", [], 1.0, 1, "", error="exit code 1"),
     ]
     rows = summary_table(outcomes)
     assert [r[1] for r in rows] == [
         "fixed cost: median",
+        "gtbarrier over Spark's Python floor: x",
         "file: exactly-once / at-least-once throughput",
         "FAILED: exit code 1",
         "other measurements",
         "file: exactly-once's one extra step",
     ]
-    assert rows[1][5] == "1.00 2.00 3.00"
+    assert rows[2][5] == "1.00 2.00 3.00"
 
 
 def test_own_time_leaves_out_the_waits() -> None:
