@@ -22,10 +22,10 @@ with every secret as a reference (``${env:...}``, ``${file:...}``, ``${file:...:
 Each runs the four pipelines (gtkafka -> barrier, poison rows into dead letters) and the
 coordinator, then provokes failures: bad options next to secrets, starts with a wrong
 password (a marker too), servers that cannot be reached. Then the CLI (``status``,
-``epochs``, ``deadletters``, ``sweep``) with the secrets as ``--option``s, and with a wrong
-one. Every Python process of the runs logs every record at DEBUG (the driver to a file,
-Spark's Python workers to their stderr, through a ``sitecustomize`` on their path); Spark
-logs at INFO.
+``epochs``, ``deadletters``, ``sweep``, and ``exporter``, scraped once) with the secrets as
+``--option``s, and with a wrong one. Every Python process of the runs logs every record at
+DEBUG (the driver to a file, Spark's Python workers to their stderr, through a
+``sitecustomize`` on their path); Spark logs at INFO.
 
 Searched, for each marker as bytes, base64 (any alignment, standard and URL-safe), hex and
 URL-encoded: the driver's output and Python log, Spark's driver log, the executors' logs
@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -333,6 +334,7 @@ class Run:
     out: Path  # everything the run makes, searched whole
     inputs: Path  # the run's config and secret files: never searched
     env: dict[str, str] = field(default_factory=dict)
+    exporter_runs: int = 0
 
     def secret(self, name: str) -> str:
         if self.name == "inline":
@@ -647,6 +649,49 @@ class Run:
 
     # --- the CLI ---
 
+    def exporter(self, *args: str) -> tuple[str, str]:
+        """``gtbarrier exporter`` with ``args`` on a free loopback port, scraped once, then
+        stopped: ``(the scrape, the output)``. The output goes to a file: the process logs
+        at DEBUG here, more than a pipe holds while nobody reads it."""
+        self.exporter_runs += 1
+        output = self.out / f"exporter-{self.exporter_runs}.log"
+        argv = [sys.executable, "-m", "gtbarrier", "exporter", *args]
+        with output.open("w") as sink:
+            proc = subprocess.Popen(
+                [*argv, "--port", "0", "--address", LOOPBACK],
+                cwd=REPO_ROOT,
+                env=repo_env(self.env),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        scraped = ""
+        try:
+            deadline = time.monotonic() + CLI_TIMEOUT
+            found = None
+            while found is None and proc.poll() is None and time.monotonic() < deadline:
+                found = re.search(r"serving (http://\S+/metrics)", output.read_text())
+                time.sleep(0.1)
+            if found is not None:
+                with urllib.request.urlopen(found.group(1), timeout=CLI_TIMEOUT) as answer:
+                    scraped = answer.read().decode()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=CLI_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return scraped, output.read_text()
+
+    def exporter_calls(self) -> list[tuple[list[str], bool]]:
+        """``(arguments, must read the pipeline)`` of every exporter run: with every secret,
+        and with a wrong ZooKeeper password (each scrape then fails and logs why)."""
+        return [
+            (self.status_args()[1:], True),
+            (self.status_args(zk_password="wrong_zk")[1:], False),
+        ]
+
     def cli(self, *args: str) -> tuple[int, str]:
         argv = [sys.executable, "-m", "gtbarrier", *args]
         proc = subprocess.run(
@@ -660,13 +705,13 @@ class Run:
         )
         return proc.returncode, f"{proc.stdout}\n{proc.stderr}"
 
-    def cli_calls(self) -> list[tuple[list[str], bool]]:
-        """``(arguments, must succeed)`` of every CLI call."""
+    def status_args(self, zk_password: str | None = None) -> list[str]:
+        """``status`` of the kafka pipeline with every secret it can take: the store's, the
+        ZooKeeper credentials (``zk_password`` instead of the right one), Kafka's."""
         gw = self.servers.source_gw
         assert gw.tls is not None
         kafka = self.pipeline("kafka")
         store = [f"--option={k}={v}" for k, v in self.s3_options().items()]
-        wrong_store = [f"--option={k}={v}" for k, v in self.s3_options(secret="wrong_s3").items()]
         kafka_settings = {
             "kafka.security.protocol": "SASL_SSL",
             "kafka.ssl.cafile": str(gw.tls.ca),
@@ -674,7 +719,7 @@ class Run:
             "kafka.sasl.plain.username": gw.user,
             "kafka.sasl.plain.password": self.secret("kafka_source"),
         }
-        status = [
+        return [
             "status",
             "--pipeline",
             kafka,
@@ -684,13 +729,22 @@ class Run:
             "--zookeeper",
             self.servers.zk.hosts,
             "--zookeeper-auth",
-            self.zookeeper_auth(),
+            self.zookeeper_auth()
+            if zk_password is None
+            else self.zookeeper_auth(password=zk_password),
             "--bootstrap",
             gw.bootstrap,
             *(f"--option={k}={v}" for k, v in kafka_settings.items()),
             "--dead-letters",
             self.dead_letters(kafka),
         ]
+
+    def cli_calls(self) -> list[tuple[list[str], bool]]:
+        """``(arguments, must succeed)`` of every CLI call."""
+        kafka = self.pipeline("kafka")
+        store = [f"--option={k}={v}" for k, v in self.s3_options().items()]
+        wrong_store = [f"--option={k}={v}" for k, v in self.s3_options(secret="wrong_s3").items()]
+        status = self.status_args()
         iceberg = self.pipeline("iceberg")
 
         def sweep_iceberg(password: str = "iceberg_password") -> list[str]:
@@ -903,6 +957,12 @@ def run_once(
         report["cli"].append(text)
         if (code == 0) != must_succeed:
             problems.append(f"gtbarrier {args[0]} exited {code}: {text[-3000:]}")
+    for args, must_read in run.exporter_calls():
+        scraped, text = run.exporter(*args)
+        findings.search(f"{name}: scrape and output of gtbarrier exporter", scraped + text)
+        report["cli"].append(text)
+        if ("gtbarrier_gt_last{" in scraped) != must_read:
+            problems.append(f"gtbarrier exporter scraped {scraped[:2000]!r}: {text[-3000:]}")
     run_leaves(run, proc.output_path, runner, report, findings)
     return report
 
