@@ -11,77 +11,40 @@ its age is finite. Neither the exporter's output nor a scrape shows the secret.
 from __future__ import annotations
 
 import math
-import re
-import signal
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gtbarrier import SnapshotCoordinator
 from harness.coordinator_program import produce
-from harness.process import REPO_ROOT, repo_env, wait_until
+from harness.process import repo_env, wait_until
 from integration_tests.coordinator_support import start_pipeline
+from integration_tests.metrics_support import Samples, exporter, scrape, value
 
 PIPELINE = "metrics"
 SECRET_ENV = "GTB_METRICS_TEST_SECRET_KEY"
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(url: str) -> tuple[str, Samples]:
-    with urllib.request.urlopen(url, timeout=30) as answer:
-        text = answer.read().decode()
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return text, samples
+def metric(samples: Samples, name: str, **labels: str) -> float | None:
+    return value(samples, name, pipeline=PIPELINE, **labels)
 
 
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted({"pipeline": PIPELINE, **labels}.items()))))
-
-
-def start_exporter(s3: Any, kafka: Any, zk: Any) -> tuple[subprocess.Popen[str], str]:
+def exporter_args(s3: Any, kafka: Any, zk: Any) -> list[str]:
+    """The exporter's arguments, the S3 secret key as a reference to ``$SECRET_ENV``."""
     options = {**s3.options(), "s3.secretAccessKey": f"${{env:{SECRET_ENV}}}"}
-    env = {**repo_env(), SECRET_ENV: s3.options()["s3.secretAccessKey"]}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gtbarrier",
-            "exporter",
-            "--pipeline",
-            PIPELINE,
-            "--state-uri",
-            s3.uri("gtb"),
-            *(f"--option={k}={v}" for k, v in options.items()),
-            "--zookeeper",
-            zk.hosts,
-            "--bootstrap",
-            kafka.bootstrap,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    found = re.search(r"serving (http://\S+/metrics)", line)
-    if found is None:
-        proc.kill()
-        raise AssertionError(f"the exporter did not start: {line}{proc.stderr.read()}")
-    return proc, found.group(1)
+    return [
+        "--pipeline",
+        PIPELINE,
+        "--state-uri",
+        s3.uri("gtb"),
+        *(f"--option={k}={v}" for k, v in options.items()),
+        "--zookeeper",
+        zk.hosts,
+        "--bootstrap",
+        kafka.bootstrap,
+    ]
 
 
 @pytest.mark.slow
@@ -104,8 +67,47 @@ def test_metrics_move_during_a_real_run(
         metrics_port=0,
         metrics_address="127.0.0.1",
     )
-    exporter, exporter_url = start_exporter(s3, kafka, zk)
     driver_url = f"http://127.0.0.1:{coord.metrics_port}/metrics"
+    env = {**repo_env(), SECRET_ENV: secret}
+    q = None
+    try:
+        with exporter(
+            exporter_args(s3, kafka, zk), env=env, output=tmp_path / "exporter.log"
+        ) as run:
+            q = run_and_scrape(
+                coord,
+                spark=spark,
+                kafka=kafka,
+                s3=s3,
+                topic=topic,
+                tmp_path=tmp_path,
+                driver_url=driver_url,
+                exporter_url=run.url,
+            )
+        assert run.process.returncode == 0, run.text()
+        assert secret not in run.text()
+    finally:
+        if q is not None:
+            q.stop()
+        coord.close()
+    assert coord.metrics_port is None
+    with pytest.raises(OSError):
+        urllib.request.urlopen(driver_url, timeout=5)
+
+
+def run_and_scrape(
+    coord: SnapshotCoordinator,
+    *,
+    spark: Any,
+    kafka: Any,
+    s3: Any,
+    topic: str,
+    tmp_path: Path,
+    driver_url: str,
+    exporter_url: str,
+) -> Any:
+    """Start the query, scrape both endpoints while it runs; the query (to stop)."""
+    secret = s3.options()["s3.secretAccessKey"]
     q = None
     try:
         coord.recover()
@@ -131,10 +133,10 @@ def test_metrics_move_during_a_real_run(
             # it from the batch's progress, posted after the batch's commit)
             samples = scrape(url)[1]
             behind = [
-                value(samples, "gtbarrier_source_offsets_behind", topic=topic, partition=p)
+                metric(samples, "gtbarrier_source_offsets_behind", topic=topic, partition=p)
                 for p in ("0", "1")
             ]
-            return (value(samples, "gtbarrier_gt_last") or -1) >= 0 and all(
+            return (metric(samples, "gtbarrier_gt_last") or -1) >= 0 and all(
                 b is not None and b >= 0 for b in behind
             )
 
@@ -146,7 +148,7 @@ def test_metrics_move_during_a_real_run(
         def moved(url: str) -> bool:
             now = scrape(url)[1]
             return all(
-                (value(now, name) or 0) > (value(first[url], name) or 0)
+                (metric(now, name) or 0) > (metric(first[url], name) or 0)
                 for name in ("gtbarrier_gt_last", "gtbarrier_bundles_delivered_total")
             )
 
@@ -156,26 +158,16 @@ def test_metrics_move_during_a_real_run(
         assert coord.request_snapshot(wait="120s") is not None
         for url in (driver_url, exporter_url):
             text, samples = scrape(url)
-            age = value(samples, "gtbarrier_snapshot_age_seconds")
+            age = metric(samples, "gtbarrier_snapshot_age_seconds")
             assert age is not None and math.isfinite(age) and 0 <= age < 300, (url, age)
-            assert (value(samples, "gtbarrier_owner_generation") or 0) >= 1
+            assert (metric(samples, "gtbarrier_owner_generation") or 0) >= 1
             assert secret not in text
         driver = scrape(driver_url)[1]
-        assert value(driver, "gtbarrier_snapshots_total", outcome="accepted") == 1
-        assert (value(driver, "gtbarrier_bundle_delivery_seconds_count") or 0) >= 2
-        assert value(driver, "gtbarrier_replayed_bundles_dropped_total") == 0
-    finally:
+        assert metric(driver, "gtbarrier_snapshots_total", outcome="accepted") == 1
+        assert (metric(driver, "gtbarrier_bundle_delivery_seconds_count") or 0) >= 2
+        assert metric(driver, "gtbarrier_replayed_bundles_dropped_total") == 0
+    except BaseException:
         if q is not None:
             q.stop()
-        exporter.send_signal(signal.SIGTERM)
-        try:
-            _, err = exporter.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            exporter.kill()
-            _, err = exporter.communicate()
-        coord.close()
-    assert exporter.returncode == 0, err
-    assert secret not in err
-    assert coord.metrics_port is None
-    with pytest.raises(OSError):
-        urllib.request.urlopen(driver_url, timeout=5)
+        raise
+    return q

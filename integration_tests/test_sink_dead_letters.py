@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from gtbarrier.cli import main as gtbarrier
+from harness.process import repo_env
+from integration_tests.metrics_support import exporter, scrape
+from integration_tests.metrics_support import value as sample
 from integration_tests.sink_helpers import read_bundles
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
@@ -200,6 +203,14 @@ def test_a_poison_bundle_stops_every_restart_before_any_of_it_is_delivered_until
     assert one["items"][0]["value"] and one["items"][0][REASON_COLUMN].startswith("no gt")
     status = cli_json(capsys, "status", *where, f"file://{c.dead}")
     assert status["dead_letters"]["rows"] == 1 and status["barrier"]["gt_last"] == 3
+    with exporter(
+        [*where, f"file://{c.dead}"], env=repo_env(), output=tmp_path / "exporter.log"
+    ) as run:
+        _, samples = scrape(run.url)
+    p = {"pipeline": c.pipeline}
+    assert sample(samples, "gtbarrier_deadletter_rows_total", **p) == 1, run.text()
+    assert sample(samples, "gtbarrier_gt_last", **p) == 3
+    assert sample(samples, "gtbarrier_bundles_delivered_total", **p) == 4
 
 
 @pytest.mark.slow
