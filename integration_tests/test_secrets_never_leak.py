@@ -53,7 +53,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +76,7 @@ from harness.seaweedfs import ADMIN_ACTIONS, WeedIdentity
 from harness.server import serving
 from harness.spark import SparkCluster, write_log4j2
 from harness.zookeeper import ZkHelper
+from integration_tests.metrics_support import exporter, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -650,39 +650,13 @@ class Run:
     # --- the CLI ---
 
     def exporter(self, *args: str) -> tuple[str, str]:
-        """``gtbarrier exporter`` with ``args`` on a free loopback port, scraped once, then
-        stopped: ``(the scrape, the output)``. The output goes to a file: the process logs
-        at DEBUG here, more than a pipe holds while nobody reads it."""
+        """``gtbarrier exporter`` with ``args``, scraped once, then stopped: ``(the scrape,
+        its output)``, which is kept in the run's directory (searched with it)."""
         self.exporter_runs += 1
         output = self.out / f"exporter-{self.exporter_runs}.log"
-        argv = [sys.executable, "-m", "gtbarrier", "exporter", *args]
-        with output.open("w") as sink:
-            proc = subprocess.Popen(
-                [*argv, "--port", "0", "--address", LOOPBACK],
-                cwd=REPO_ROOT,
-                env=repo_env(self.env),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        scraped = ""
-        try:
-            deadline = time.monotonic() + CLI_TIMEOUT
-            found = None
-            while found is None and proc.poll() is None and time.monotonic() < deadline:
-                found = re.search(r"serving (http://\S+/metrics)", output.read_text())
-                time.sleep(0.1)
-            if found is not None:
-                with urllib.request.urlopen(found.group(1), timeout=CLI_TIMEOUT) as answer:
-                    scraped = answer.read().decode()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=CLI_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return scraped, output.read_text()
+        with exporter(args, env=repo_env(self.env), output=output, timeout=CLI_TIMEOUT) as run:
+            scraped, _ = scrape(run.url, timeout=CLI_TIMEOUT)
+        return scraped, run.text()
 
     def exporter_calls(self) -> list[tuple[list[str], bool]]:
         """``(arguments, must read the pipeline)`` of every exporter run: with every secret,
