@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -191,3 +192,21 @@ def test_the_state_reader_counts_bundles_and_replays_from_the_records() -> None:
     assert bundles_delivered(facts.barrier, facts.epochs) == 1
     assert replays_dropped(facts.barrier.gt_last, facts.batches_per_epoch) == 2
     store.close()
+
+
+def test_an_unexpected_error_of_a_read_is_logged_without_the_secret_and_answered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from state.secrets import hide_in_logs
+
+    hide_in_logs("s3cr3t-value-for-metrics")
+
+    def failing() -> PipelineReading:
+        raise RuntimeError("the client said: key s3cr3t-value-for-metrics refused")
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PipelineCollector(failing))
+    with caplog.at_level("WARNING", logger="gtbarrier.metrics"):
+        assert generate_latest(registry) == b""
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert "RuntimeError" in logged and "s3cr3t-value-for-metrics" not in logged
