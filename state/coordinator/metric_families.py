@@ -30,7 +30,6 @@ from state.records.barrier import BarrierState
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import TopicPartitionKey
 
-PREFIX = "gtbarrier_"
 # Upper bounds (seconds) of the delivery histogram's buckets; +Inf is added.
 DELIVERY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 

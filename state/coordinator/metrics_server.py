@@ -66,11 +66,11 @@ class StateReader:
 
     def read(self) -> StoreFacts:
         state, version = load_barrier_state(self.store, self.layout)
-        log_ = EpochLog(self.store, self.layout)
-        numbers = log_.epoch_numbers()
+        epoch_log = EpochLog(self.store, self.layout)
+        numbers = epoch_log.epoch_numbers()
         for n in numbers:
             if n not in self._epochs:
-                record = log_.read_epoch(n)
+                record = epoch_log.read_epoch(n)
                 if record is not None:
                     start, end = dict(record.start.offsets), dict(record.end.offsets)
                     self._epochs[n] = (EpochFacts(n, Lag.between(start, end).total), end)
@@ -87,7 +87,7 @@ class StateReader:
         if known:
             planned = self._epochs[known[-1]][1]
         else:
-            origin = log_.start()
+            origin = epoch_log.start()
             planned = None if origin is None else dict(origin.offsets)
         return StoreFacts(
             barrier=None if version is None else state,
@@ -101,7 +101,8 @@ class PipelineCollector(Collector):
     """Reads the pipeline with ``read`` at each scrape and yields its metric families.
 
     A read that fails with a gtbarrier error (a store or ZooKeeper that cannot be
-    reached) yields no family and logs one warning, its text without secrets: the scrape
+    reached) yields no family and logs one warning, its text without secrets; any other
+    error is logged with its traceback, secrets masked as in every log record. The scrape
     still answers, and the missing series say that nothing was read.
     """
 
@@ -122,6 +123,11 @@ class PipelineCollector(Collector):
                     type(err).__name__,
                     redact(str(err)),
                 )
+                return
+            except Exception:
+                # Not left to the HTTP server, which prints the traceback unmasked: a log
+                # record has every secret given to a client masked (state.secrets).
+                log.exception("gtbarrier metrics: reading the pipeline failed unexpectedly")
                 return
             yield from metric_families(reading, self._clock())
 
