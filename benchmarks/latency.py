@@ -835,12 +835,12 @@ def plot(results: Sequence[RunResult], args: argparse.Namespace, path: Path) -> 
     fig = Figure(figsize=(13, 4.5))
     left, right = fig.subplots(1, 2)
 
-    def cdf(ax: Any, values: list[float], label: str, style: str = "-") -> None:
+    def cdf(ax: Any, values: list[float], label: str, **style: Any) -> None:
         if not values:
             return
         ordered = sorted(values)
         n = len(ordered)
-        ax.plot(ordered, [(i + 1) / n for i in range(n)], style, label=label)
+        ax.plot(ordered, [(i + 1) / n for i in range(n)], label=label, **style)
 
     for label in COMPARISON:
         cdf(left, pooled(results, label)[0], label)
@@ -850,9 +850,18 @@ def plot(results: Sequence[RunResult], args: argparse.Namespace, path: Path) -> 
             continue
         for s in r.steps:
             if s.rate in args.fixed_rates:
-                style = "-" if r.spec.trigger_s == 0 else "--"
-                cdf(right, s.latencies_ms, f"{r.spec.label}, {s.rate:,}/s", style)
-    right.set_title("exactly-once per consumer (solid: trigger 0; dashed: trigger 1 s)")
+                cdf(
+                    right,
+                    s.latencies_ms,
+                    f"{r.spec.label}, {s.rate:,}/s",
+                    color=f"C{CONSUMERS.index(r.spec.consumer)}",
+                    linestyle="-" if r.spec.trigger_s == 0 else "--",
+                    linewidth=1.0 if s.rate == min(args.fixed_rates) else 2.0,
+                )
+    right.set_title(
+        "exactly-once per consumer (solid: trigger 0, dashed: 1 s; thick: the higher rate)",
+        fontsize=10,
+    )
     for ax in (left, right):
         ax.set_xlabel("produce -> visible to a reader, ms")
         ax.set_ylabel("fraction of records")
