@@ -25,7 +25,7 @@ Measured: records/s over each query's wall time (start to end); with ``--repeat 
 (``make bench`` passes 2) the queries run N times in turn and each one's fastest run
 counts, so that none is favoured by its place in the session. Target: gtbarrier /
 Spark alone >= 0.7. With ``--split`` (``make bench`` passes it) two more runs split the
-gap: ``gtkafka -> the query -> noop`` (gtkafka's share: a Python source, three scans) and
+gap: ``gtkafka -> the query -> noop`` (gtkafka's share: a Python source instead of json) and
 ``json files -> the query -> python_floor`` (a Python sink that does no I/O,
 :mod:`benchmarks.python_floor`: Spark's share for any Python sink); the rest is the
 barrier's own work. (``json -> barrier`` cannot run: the barrier refuses a batch that no
