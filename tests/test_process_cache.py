@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +169,39 @@ def test_after_fork_runs_when_a_child_finds_the_parents_entries() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert reset == [] and cache.get("a") == "A"
+
+
+# Process-local memoization the product may keep outside a ProcessCache: pure values that
+# hold no client, socket or thread, so a forked child may use its parent's (module -> the
+# functions, and why).
+PURE_MEMOIZED = {
+    # whether kafka-python has the internals it patches, and the class it defines over
+    # them: a fact of the installed library and a class, the same in every process
+    "datasource/record_rows.py": {"supported", "_row_partition_records_class"},
+}
+
+
+def _functools_caches(path: Path) -> set[str]:
+    """The functions of ``path`` decorated with ``functools.cache`` or ``lru_cache``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = ast.unparse(target)
+                if name.rpartition(".")[2] in {"cache", "lru_cache"}:
+                    found.add(node.name)
+    return found
+
+
+def test_the_product_keeps_clients_in_process_caches_not_functools_caches() -> None:
+    """A functools cache is not emptied in a forked child (which would then use its
+    parent's sockets) and has no idle expiry; only pure values may be memoized with it."""
+    root = Path(__file__).resolve().parents[1]
+    wrong = []
+    for package in ("gtbarrier", "datasource", "sink", "state"):
+        for path in sorted((root / package).rglob("*.py")):
+            where = str(path.relative_to(root))
+            extra = _functools_caches(path) - PURE_MEMOIZED.get(where, set())
+            wrong += [f"{where}: {name}" for name in sorted(extra)]
+    assert not wrong, "functools caches outside a ProcessCache:\n" + "\n".join(wrong)

@@ -4,6 +4,7 @@ barrier protocol on pyiceberg's SQL catalog (SQLite) with a file:// warehouse.""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from sink.consumers.iceberg.iceberg_sweep import delete_orphans, find_orphans
 from sink.consumers.iceberg.iceberg_table import (
     arrow_input_schema,
     load_table,
+    open_catalog,
     prepare_table,
 )
 from sink.faults import FaultInjector, InjectedFault
@@ -194,6 +196,21 @@ def test_write_tasks_find_the_table_location_without_the_catalog(
     iceberg_table.table_location.cache_clear()
     staging = open_staging(opts, open_store(opts.store))
     assert isinstance(staging, IcebergStaging) and staging.location == location
+
+
+def test_the_catalog_is_opened_once_per_process_and_anew_in_a_forked_child(
+    tmp_path: Path,
+) -> None:
+    """A forked worker never uses its parent's catalog (its connections are the parent's)."""
+    opts = settings(tmp_path)
+    catalog = open_catalog(opts)
+    assert open_catalog(opts) is catalog
+    pid = os.fork()
+    if pid == 0:  # the child: leave without cleanup, the exit code says what it saw
+        os._exit(0 if open_catalog(opts) is not catalog else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child reused its parent's catalog"
+    assert open_catalog(opts) is catalog
 
 
 def test_an_unloadable_catalog_is_a_config_error(tmp_path: Path) -> None:
