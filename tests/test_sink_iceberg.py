@@ -193,7 +193,7 @@ def test_write_tasks_find_the_table_location_without_the_catalog(
         raise AssertionError("a write task opened the catalog")
 
     monkeypatch.setattr(iceberg_table, "load_table", unreachable)
-    iceberg_table.table_location.cache_clear()
+    iceberg_table._LOCATIONS.clear()
     staging = open_staging(opts, open_store(opts.store))
     assert isinstance(staging, IcebergStaging) and staging.location == location
 

@@ -21,7 +21,6 @@ part keeps the input's columns as they were.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from sink.staging import Staging
+from state.process_cache import ProcessCache
 
 if TYPE_CHECKING:
     from sink.consumers.iceberg.iceberg_options import IcebergSettings
@@ -150,17 +150,27 @@ class IcebergStaging(Staging):
             directory = os.path.dirname(directory)
 
 
-@functools.lru_cache(maxsize=8)
+#: pyarrow file systems by (FileIO properties, scheme, netloc), per process.
+_FILE_SYSTEMS: ProcessCache[tuple[tuple[tuple[str, str], ...], str, str], pafs.FileSystem] = (
+    ProcessCache("iceberg file systems", capacity=8)
+)
+
+
 def _file_system(
     io_properties: tuple[tuple[str, str], ...], scheme: str, netloc: str
 ) -> pafs.FileSystem:
     """pyiceberg's pyarrow file system for the table's FileIO properties (one per process:
-    a write task reuses its worker's S3 client)."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
+    a write task reuses its worker's S3 client; a forked worker makes its own)."""
 
-    from sink.consumers.iceberg.iceberg_table import resolved_properties
+    def create() -> pafs.FileSystem:
+        from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    return PyArrowFileIO(resolved_properties(dict(io_properties))).fs_by_scheme(scheme, netloc)
+        from sink.consumers.iceberg.iceberg_table import resolved_properties
+
+        fileio = PyArrowFileIO(resolved_properties(dict(io_properties)))
+        return fileio.fs_by_scheme(scheme, netloc)
+
+    return _FILE_SYSTEMS.get_or_create((io_properties, scheme, netloc), create)
 
 
 def iceberg_staging(settings: IcebergSettings, pipeline_id: str) -> IcebergStaging:

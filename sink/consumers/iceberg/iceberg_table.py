@@ -27,7 +27,6 @@ the input's fields are not nullable.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -40,6 +39,7 @@ import pyarrow as pa
 
 from sink.consumers.iceberg.iceberg_options import CATALOG, TABLE, IcebergSettings
 from state.errors import ConfigError
+from state.process_cache import ProcessCache
 from state.secrets import has_reference, hide_in_logs, redact, resolve
 
 if TYPE_CHECKING:
@@ -153,10 +153,21 @@ def shows_a_secret(err: BaseException) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=8)
+#: The catalogs of this process, by settings (a forked worker opens its own).
+_CATALOGS: ProcessCache[IcebergSettings, Catalog] = ProcessCache("iceberg catalogs", capacity=8)
+#: The tables' locations and FileIO properties, by settings.
+_LOCATIONS: ProcessCache[IcebergSettings, tuple[str, tuple[tuple[str, str], ...]]] = ProcessCache(
+    "iceberg table locations", capacity=8
+)
+
+
 def open_catalog(settings: IcebergSettings) -> Catalog:
     """The pyiceberg catalog of ``settings`` (cached per process); ConfigError if it cannot
-    be loaded."""
+    be loaded (and nothing is cached)."""
+    return _CATALOGS.get_or_create(settings, lambda: _load_catalog(settings))
+
+
+def _load_catalog(settings: IcebergSettings) -> Catalog:
     from pyiceberg.catalog import load_catalog
 
     uri = settings.properties.get("uri", "")
@@ -179,12 +190,15 @@ def load_table(settings: IcebergSettings) -> Table:
     return open_catalog(settings).load_table(settings.identifier)
 
 
-@functools.lru_cache(maxsize=8)
 def table_location(settings: IcebergSettings) -> tuple[str, tuple[tuple[str, str], ...]]:
     """``(location, FileIO properties)`` of the table from the catalog, cached per process
     (when ``settings`` do not carry them)."""
-    table = load_table(settings)
-    return table.location().rstrip("/"), tuple(sorted(table.io.properties.items()))
+
+    def locate() -> tuple[str, tuple[tuple[str, str], ...]]:
+        table = load_table(settings)
+        return table.location().rstrip("/"), tuple(sorted(table.io.properties.items()))
+
+    return _LOCATIONS.get_or_create(settings, locate)
 
 
 def arrow_input_schema(spark_schema: Any) -> pa.Schema:
