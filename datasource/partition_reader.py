@@ -127,38 +127,32 @@ def read_partition(  # noqa: PLR0913 - keyword-only task and injectable consumer
     store's round trip overlaps the first Kafka fetch); no row is yielded before it is
     written. A marker partition, which reads nothing, writes it in line.
     """
-    began, t0 = time.time(), time.perf_counter()
-    index = partition.index
-    try:
+    with profiling.span("read.task", partition=partition.index):
+        # (the whole task, including the time Spark spends consuming its batches)
         store = _batch_record_store(options, partition, task)
+        batches = _read_ranges(options, partition, arrow_schema, consumer_factory, source)
         if store is None:
-            yield from _read_ranges(options, partition, arrow_schema, consumer_factory, source)
+            yield from batches
             return
         assert task is not None and options.pipeline_id is not None
-        write = BatchRecordWrite(store, PipelineLayout(options.pipeline_id), task, partition.epoch)
-        batches = _read_ranges(options, partition, arrow_schema, consumer_factory, source)
-        first = next(batches, None)
-        waited = time.perf_counter()
-        try:
+        timer = profiling.StepTimer(on=profiling.enabled())
+        with timer.step("overlapped"):
+            layout = PipelineLayout(options.pipeline_id)
+            write = BatchRecordWrite(store, layout, task, partition.epoch)
+            first = next(batches, None)
+        # The write's own time hides behind the first fetch; the span is how long the task
+        # waited for it after its first rows were there.
+        with profiling.span(
+            "read.batch_record",
+            partition=partition.index,
+            ranges=len(partition.ranges),
+            records=partition.records,
+            overlapped_s=timer.seconds.get("overlapped"),
+        ):
             write.wait()
-        finally:
-            # The write's own time hides behind the fetch; what is recorded is how long
-            # the task waited for it after its first rows were there.
-            profiling.record(
-                "read.batch_record",
-                began,
-                time.perf_counter() - waited,
-                partition=index,
-                ranges=len(partition.ranges),
-                records=partition.records,
-                overlapped_s=waited - t0,
-            )
         if first is not None:
             yield first
             yield from batches
-    finally:
-        # The whole task, including the time Spark spends consuming its batches.
-        profiling.record("read.task", began, time.perf_counter() - t0, partition=index)
 
 
 def _batch_record_store(
@@ -304,24 +298,13 @@ class RangeReader:
             r.partition,
             headers=self.options.include_headers,
         )
-        began = time.time()
-        t0 = time.perf_counter()
-        lease = source.acquire(
-            key, r.from_offset, lambda: self._create(config), topic_id=self.topic_id
-        )
-        if profiling.enabled():
-            profiling.record(
-                "read.client",
-                began,
-                time.perf_counter() - t0,
-                partition=task,
-                ranges=1,
-                range=r,
-                records=r.size,
-                created=lease.created,
-                sought=lease.sought,
-                advanced=lease.advanced,
+        with profiling.span(
+            "read.client", partition=task, ranges=1, range=r, records=r.size
+        ) as client:
+            lease = source.acquire(
+                key, r.from_offset, lambda: self._create(config), topic_id=self.topic_id
             )
+            client.update(created=lease.created, sought=lease.sought, advanced=lease.advanced)
         ok = False
         try:
             yield from self._read(lease, builder, int(config["max_poll_records"]), task)
@@ -345,17 +328,16 @@ class RangeReader:
         consumer, tp = lease.consumer, lease.tp
         as_rows = not record_rows.installed(consumer)
         poll_timeout = self.options.poll_timeout_ms / 1000.0
-        clock = time.perf_counter
-        began, fetch_s, arrow_s = time.time(), 0.0, 0.0
+        timer = profiling.StepTimer(on=profiling.enabled())
         next_offset = r.from_offset
         last_progress = self._clock()
         while next_offset < r.until_offset:
-            t0 = clock()
             try:
-                polled = consumer.poll(
-                    timeout_ms=min(1_000, self.options.poll_timeout_ms),
-                    max_records=min(max_poll, r.until_offset - next_offset),
-                )
+                with timer.step("fetch"):
+                    polled = consumer.poll(
+                        timeout_ms=min(1_000, self.options.poll_timeout_ms),
+                        max_records=min(max_poll, r.until_offset - next_offset),
+                    )
             except kerr.OffsetOutOfRangeError:
                 next_offset = self._out_of_range(consumer, tp, next_offset)
                 last_progress = self._clock()
@@ -367,8 +349,6 @@ class RangeReader:
                 if translated is err:
                     raise
                 raise translated from err
-            finally:
-                fetch_s += clock() - t0
             records = polled.get(tp)
             if not records:
                 position = consumer.position(tp)
@@ -410,21 +390,19 @@ class RangeReader:
                 records = [rec for rec in records if rec[0] < r.until_offset]
                 next_offset = r.until_offset
             if records:
-                t0 = clock()
-                builder.add(r.topic, r.partition, records)
+                with timer.step("arrow"):
+                    builder.add(r.topic, r.partition, records)
                 self.rows += len(records)
                 next_offset = max(next_offset, records[-1][0] + 1)
-                arrow_s += clock() - t0
                 while builder.rows >= ARROW_BATCH_ROWS:
-                    t0 = clock()
-                    batch = builder.flush(ARROW_BATCH_ROWS)
-                    arrow_s += clock() - t0
+                    with timer.step("arrow"):
+                        batch = builder.flush(ARROW_BATCH_ROWS)
                     yield batch
         if not self.skipped:
             # Where the consumer stands (past the range's end if a poll returned records
             # beyond it): the pool lends it for a range starting there without a seek.
             lease.position = consumer.position(tp)
-        if profiling.enabled():
+        if timer.on:
             attrs = {
                 "partition": task,
                 "ranges": 1,
@@ -432,8 +410,9 @@ class RangeReader:
                 "records": self.rows,
                 "created": lease.created,
             }
-            profiling.record("read.fetch", began, fetch_s, **attrs)
-            profiling.record("read.arrow", began, arrow_s, **attrs)
+            for step in ("fetch", "arrow"):  # the polls' and the builder's sums, per range
+                seconds = timer.seconds.get(step, 0.0)
+                profiling.record(f"read.{step}", timer.started, seconds, **attrs)
 
     def _partition_exists(self, consumer: Any) -> bool:
         """Whether the range's partition still exists (fresh metadata)."""

@@ -9,7 +9,8 @@
   for benchmarks and never changes what the code does.
 * :class:`StepTimer`: how long each named step of one operation took (the barrier's
   commit reports its steps in its log and metrics lines), kept out of the operation's code
-  as ``with timer.step("deliver"): ...``.
+  as ``with timer.step("deliver"): ...``. A timer made with ``on=enabled()`` measures only
+  when profiling is on (off, a step is a shared no-op context: for steps in a hot loop).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 ENV = "GTBARRIER_PROFILE"
@@ -27,15 +28,25 @@ ENV = "GTBARRIER_PROFILE"
 IMPORTED_AT = time.time()
 
 
-class StepTimer:
-    """The seconds spent in each named step of one operation, in the order first run."""
+_UNTIMED: AbstractContextManager[None] = nullcontext()
 
-    def __init__(self) -> None:
+
+class StepTimer:
+    """The seconds spent in each named step of one operation, in the order first run;
+    ``started`` is when the timer was made (epoch seconds, the start of its spans)."""
+
+    def __init__(self, *, on: bool = True) -> None:
         self.seconds: dict[str, float] = {}
+        self.on = on
+        self.started = time.time()
+
+    def step(self, name: str) -> AbstractContextManager[None]:
+        """Add the block's wall time to step ``name`` (also when it raises); nothing if
+        the timer is off."""
+        return self._timed(name) if self.on else _UNTIMED
 
     @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        """Add the block's wall time to step ``name`` (also when it raises)."""
+    def _timed(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
         try:
             yield
@@ -51,22 +62,25 @@ def enabled() -> bool:
 
 
 @contextmanager
-def span(name: str, **attributes: object) -> Iterator[None]:
-    """Time the block as ``name`` (recorded even if it raises, with ``"error"`` set)."""
+def span(name: str, **attributes: object) -> Iterator[dict[str, object]]:
+    """Time the block as ``name`` (recorded even if it raises, with ``"error"`` set). The
+    block is given a dict for the attributes it learns (recorded with the span's own)."""
     directory = os.environ.get(ENV)
     if not directory:
-        yield
+        yield {}
         return
     start = time.time()
     t0 = time.perf_counter()
     error: str | None = None
+    learnt: dict[str, object] = {}
     try:
-        yield
+        yield learnt
     except BaseException as err:
         error = type(err).__name__
         raise
     finally:
-        record(name, start, time.perf_counter() - t0, error=error, **attributes)
+        seconds = time.perf_counter() - t0
+        record(name, start, seconds, **{**attributes, **learnt, "error": error})
 
 
 def record(name: str, start: float, seconds: float, **attributes: object) -> None:

@@ -81,6 +81,28 @@ def test_load_spans_reads_what_profiling_records(
     assert spans[1].attrs["error"] == "KeyError"
 
 
+def test_a_span_records_what_its_block_learnt_and_nothing_when_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(profiling.ENV, str(tmp_path))
+    with profiling.span("read.client", partition=1) as learnt:
+        learnt.update(created=True)
+    monkeypatch.delenv(profiling.ENV)
+    with profiling.span("read.client", partition=2) as learnt:
+        learnt.update(created=False)
+    assert [(s.attrs["partition"], s.attrs["created"]) for s in load_spans(tmp_path)] == [(1, True)]
+
+
+def test_a_step_timer_made_off_measures_nothing() -> None:
+    off, on = profiling.StepTimer(on=False), profiling.StepTimer()
+    for timer in (off, on):
+        with timer.step("fetch"):
+            pass
+        with pytest.raises(KeyError), timer.step("fetch"):
+            raise KeyError("x")
+    assert off.seconds == {} and list(on.seconds) == ["fetch"] and on.seconds["fetch"] >= 0
+
+
 def test_recovery_timeline_from_events_and_spans() -> None:
     killed = T0
     events = [

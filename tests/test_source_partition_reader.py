@@ -338,3 +338,9 @@ def test_read_spans(broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.Monk
     ]
     record = next(s for s in spans if s["span"] == "read.batch_record")
     assert (record["ranges"], record["records"]) == (2, 5)
+    assert record["overlapped_s"] >= 0 and record["seconds"] >= 0
+    clients = [s for s in spans if s["span"] == "read.client"]
+    assert [(s["created"], s["sought"]) for s in clients] == [(True, True), (False, False)]
+    assert all(s["error"] is None and "advanced" in s for s in clients)
+    task = next(s for s in spans if s["span"] == "read.task")
+    assert task["partition"] == 0 and task["error"] is None
