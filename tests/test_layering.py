@@ -186,6 +186,55 @@ def test_store_implementations_import_only_the_contract() -> None:
     assert not wrong, "a store implementation imports more than the contract:\n" + "\n".join(wrong)
 
 
+# File names that several product modules share, each set one concept in several layers
+# (docs/ARCHITECTURE.md, "Module names"); any other shared name is a collision.
+SHARED_NAMES: dict[str, tuple[set[str], str]] = {
+    "options.py": (
+        {"state/options.py", "datasource/options.py", "sink/options.py"},
+        "the typed reading of options, and each Spark component's own option table on it",
+    ),
+    "kafka_settings.py": (
+        {"state/kafka_settings.py", "datasource/kafka_settings.py"},
+        "every Kafka client's conversion of settings, and the source's refusals on it",
+    ),
+    "errors.py": (
+        {"state/errors.py", "gtbarrier/errors.py"},
+        "the one error hierarchy, and its public face for users (a re-export)",
+    ),
+    "resume_point.py": (
+        {"state/records/resume_point.py", "state/protocol/resume_point.py"},
+        "the resume point's record, and its rules",
+    ),
+    "barrier.py": (
+        {"state/records/barrier.py", "sink/barrier.py"},
+        "the barrier's records, and the commit that advances them",
+    ),
+    "zookeeper.py": (
+        {"state/coordinator/zookeeper.py", "gtbarrier/cli/zookeeper.py"},
+        "the pipeline's ZooKeeper session, and the commands' arguments for it",
+    ),
+}
+
+
+def test_no_two_product_modules_share_a_name_but_the_layered_pairs() -> None:
+    by_name: dict[str, set[str]] = {}
+    for package in PRODUCT:
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name != "__init__.py":
+                by_name.setdefault(path.name, set()).add(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    wrong = [
+        f"{name}: {sorted(paths)}"
+        for name, paths in sorted(shared.items())
+        if SHARED_NAMES.get(name, (set(), ""))[0] != paths
+    ]
+    wrong += [f"{name}: no longer shared" for name in sorted(set(SHARED_NAMES) - set(shared))]
+    assert not wrong, (
+        "module names shared by different things (rename one, or add a layered pair to "
+        "SHARED_NAMES and docs/ARCHITECTURE.md's Module names):\n" + "\n".join(wrong)
+    )
+
+
 @pytest.mark.parametrize("packages", [PRODUCT, NOT_PRODUCT], ids=["product", "support"])
 def test_no_import_cycles(packages: tuple[str, ...]) -> None:
     graph: dict[str, set[str]] = {name: set() for name in modules(packages)}
