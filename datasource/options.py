@@ -43,7 +43,7 @@ from state.option_table import (
     StringOption,
 )
 from state.options import Options
-from state.stores.base import S3_OPTIONS, StoreConfig
+from state.stores.state_store import S3_OPTIONS, StoreConfig
 
 TimestampStrategy = Literal["error", "latest"]
 

@@ -39,7 +39,7 @@ class Table:
 TABLES: dict[str, Table] = {
     "gtkafka": Table(SOURCE_OPTIONS.entries, "SOURCE_OPTIONS in datasource/options.py"),
     "barrier": Table(SINK_OPTIONS.entries, "SINK_OPTIONS in sink/options.py"),
-    "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/stores/base.py"),
+    "state": Table(STORE_OPTIONS.entries, "STORE_OPTIONS in state/stores/state_store.py"),
     "coordinator": Table(
         PARAMETERS, "PARAMETERS in state/coordinator/config.py", ("argument", "default", "meaning")
     ),

@@ -3,7 +3,7 @@ scheduling points, with lost answers.
 
 :class:`SimStore` is a view of one ``memory://`` store (``state.stores.new_store``). Each
 process (and each process's executors) gets its own view with its own
-:class:`~state.stores.base.StoreConfig`, because the product keeps per-process memory
+:class:`~state.stores.state_store.StoreConfig`, because the product keeps per-process memory
 keyed by the store's configuration (the barrier state a commit process last swapped, the
 batch records a Python worker wrote): two simulated processes must not share it, and a
 crashed process's memory must not survive it.

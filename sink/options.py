@@ -39,7 +39,7 @@ from state.option_table import (
     misplaced,
 )
 from state.options import Options
-from state.stores.base import S3_OPTIONS, StoreConfig
+from state.stores.state_store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 

@@ -45,6 +45,20 @@ def dead_letter_part_name(partition: int, task_attempt: int, run_id: str | None)
     return DEAD_LETTER_PART_PREFIX + part_name(partition, task_attempt, run_id)
 
 
+WITHOUT_DEAD_LETTERS_PREFIX = "kept-"
+
+
+def without_dead_letters_location(location: str) -> str:
+    """Where a part is written again without rows a bundle's dead-letter file holds: beside
+    it, its name behind ``kept-`` (the same run id, so cleanup treats it as the part)."""
+    head, _, name = location.rpartition("/")
+    return (
+        f"{head}/{WITHOUT_DEAD_LETTERS_PREFIX}{name}"
+        if head
+        else WITHOUT_DEAD_LETTERS_PREFIX + name
+    )
+
+
 def part_run_id(location: str) -> str | None:
     """The run id encoded in a part's name (None if it is not a part)."""
     m = _PART.search(location)
@@ -113,7 +127,7 @@ class Staging(ABC):
 
 
 class StoreStaging(Staging):
-    """Parts as values of a :class:`~state.stores.base.StateStore`.
+    """Parts as values of a :class:`~state.stores.state_store.StateStore`.
 
     With a ``layout``, under the pipeline's ``staging/`` keys of the state store; without,
     under ``_staging/`` of the store's root (the s3 consumer's prefix).

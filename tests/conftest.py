@@ -2,7 +2,7 @@
 
 * ``memory_uri``: a fresh ``memory://`` state URI; every memory store is forgotten at
   teardown.
-* ``store``: a :class:`~state.stores.base.StateStore` on ``memory_uri``.
+* ``store``: a :class:`~state.stores.state_store.StateStore` on ``memory_uri``.
 * ``recording_spark``: enough of a SparkSession to register data sources and set confs,
   recording both (``.registered``, ``.settings``).
 """

@@ -1,4 +1,4 @@
-"""The behavioural contract every :class:`state.stores.base.StateStore` must meet.
+"""The behavioural contract every :class:`state.stores.state_store.StateStore` must meet.
 
 One suite, run against ``memory://`` and ``file://`` in ``tests/`` and against a real
 S3 server in ``integration_tests/test_stores.py``. A concrete test class inherits

@@ -180,7 +180,7 @@ def test_store_implementations_import_only_the_contract() -> None:
         for imp in all_imports(("state",))
         if (imp.importer in STORE_IMPLEMENTATIONS or imp.importer in STORE_HELPERS)
         and imp.target.startswith("state.stores")
-        and imp.target != "state.stores.base"
+        and imp.target != "state.stores.state_store"
         and STORE_HELPERS.get(imp.target) != imp.importer
     ]
     assert not wrong, "a store implementation imports more than the contract:\n" + "\n".join(wrong)

@@ -12,7 +12,7 @@ from scripts import option_docs
 from sink.options import SINK_OPTIONS
 from state.option_table import DocRow, OptionTable, render_markdown
 from state.options import format_duration
-from state.stores.base import (
+from state.stores.state_store import (
     S3_CONNECT_TIMEOUT,
     S3_OPTIONS,
     S3_READ_TIMEOUT,

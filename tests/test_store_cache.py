@@ -24,10 +24,10 @@ from state.stores import (
     s3_store,
 )
 from state.stores import shared as store_cache
-from state.stores.base import aws_environment
 from state.stores.file_store import FileStore
 from state.stores.memory_store import MemoryStore
 from state.stores.s3_store import S3Store
+from state.stores.state_store import aws_environment
 
 NOWHERE = S3Settings(
     endpoint="http://127.0.0.1:9",

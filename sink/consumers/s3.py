@@ -57,8 +57,8 @@ from state.option_table import ChoiceOption
 from state.options import Options
 from state.records.codec import decode
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.base import S3Settings
 from state.stores.s3_store import S3Store
+from state.stores.state_store import S3Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
@@ -127,7 +127,7 @@ def parse_prefix(opts: Options) -> str:
 
 def s3_staging(settings: S3PrefixSettings, s3: S3Settings) -> S3PrefixStaging:
     """The staging area under ``consumer.path``, on the process's shared store for it
-    (:func:`~state.stores.base.open_store`: one boto3 client per worker, not per task or
+    (:func:`~state.stores.open_store`: one boto3 client per worker, not per task or
     commit); ``s3`` are the sink's ``s3.*`` options (shared with ``state.uri``)."""
     store = open_store(StoreConfig(uri=settings.path, s3=s3))
     assert isinstance(store, S3Store)

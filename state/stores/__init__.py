@@ -1,11 +1,12 @@
-"""The state stores: one contract (:mod:`~state.stores.base`), three implementations
+"""The state stores: one contract (:mod:`~state.stores.state_store`), three implementations
 (``memory://``, ``file://``, ``s3://``) and the factory that opens one by URI
 (:mod:`~state.stores.factory`, shared per process by :mod:`~state.stores.shared`).
 
-Callers import from here; the implementations import only :mod:`state.stores.base`.
+Callers import from here; the implementations import only :mod:`state.stores.state_store`.
 """
 
-from state.stores.base import (
+from state.stores.factory import close_all, new_store, open_store
+from state.stores.state_store import (
     STATE_URI,
     STORE_OPTIONS,
     S3Settings,
@@ -15,7 +16,6 @@ from state.stores.base import (
     check_key,
     validate_uri,
 )
-from state.stores.factory import close_all, new_store, open_store
 
 __all__ = [
     "STATE_URI",

@@ -1,8 +1,8 @@
 """Opening a store by URI: the one place that knows every implementation.
 
 The implementations (:mod:`state.stores.memory_store`, :mod:`state.stores.file_store`,
-:mod:`state.stores.s3_store`) import only the contract (:mod:`state.stores.base`); this module
-imports them, lazily, so that a process that never opens an ``s3://`` store never
+:mod:`state.stores.s3_store`) import only the contract (:mod:`state.stores.state_store`);
+this module imports them, lazily, so that a process that never opens an ``s3://`` store never
 imports boto3.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from state.errors import StoreConfigError
-from state.stores.base import StateStore, StoreConfig, validate_uri
 from state.stores.shared import close_shared, shared_store
+from state.stores.state_store import StateStore, StoreConfig, validate_uri
 
 
 def open_store(config: StoreConfig | str) -> StateStore:

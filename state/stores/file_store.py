@@ -51,7 +51,7 @@ from state.errors import (
     StoreUnavailable,
 )
 from state.retry import Retry
-from state.stores.base import StateStore, StoreConfig, Versioned, check_key, validate_uri
+from state.stores.state_store import StateStore, StoreConfig, Versioned, check_key, validate_uri
 
 MAGIC = b"GTB1 "
 _HEADER_LEN = len(MAGIC) + 32 + 1  # magic, 32 hex digits, newline
@@ -65,7 +65,7 @@ class _LockBusyError(RetriableError):
 
 
 class FileStore(StateStore):
-    """A :class:`~state.stores.base.StateStore` over a directory; see the module docstring."""
+    """A :class:`~state.stores.state_store.StateStore` over a directory (module docstring)."""
 
     def __init__(self, config: StoreConfig, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         super().__init__(config)

@@ -10,7 +10,7 @@ import itertools
 import threading
 
 from state.errors import ConcurrentModification, KeyExists, KeyNotFound
-from state.stores.base import StateStore, StoreConfig, Versioned, check_key
+from state.stores.state_store import StateStore, StoreConfig, Versioned, check_key
 
 _SPACES: dict[str, dict[str, Versioned]] = {}
 _LOCK = threading.Lock()

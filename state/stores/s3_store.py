@@ -10,7 +10,7 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
 * S3's ETag of a simple upload is the MD5 of the body, so a rewrite of identical
   bytes keeps the version: on S3, compare-and-swap succeeds exactly when the object
   still holds the bytes the caller read.
-* Configuration: explicit :class:`~state.stores.base.S3Settings` win; anything left unset
+* Configuration: explicit :class:`~state.stores.state_store.S3Settings` win; anything left unset
   comes from the standard AWS chain (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``,
   ``AWS_ACCESS_KEY_ID``..., ``AWS_PROFILE``, ``~/.aws/config``). Path-style addressing
   is the default whenever a custom endpoint is configured (MinIO, SeaweedFS, Ceph, moto...).
@@ -67,14 +67,6 @@ from state.errors import (
 from state.process_cache import ProcessCache
 from state.retry import Retry
 from state.secrets import resolve_secret
-from state.stores.base import (
-    StateStore,
-    StoreConfig,
-    Versioned,
-    aws_environment,
-    check_key,
-    validate_uri,
-)
 from state.stores.s3_errors import (
     LIST_OPERATION,
     PRECONDITION,
@@ -84,6 +76,14 @@ from state.stores.s3_errors import (
     http_status,
     may_have_written,
     translate_error,
+)
+from state.stores.state_store import (
+    StateStore,
+    StoreConfig,
+    Versioned,
+    aws_environment,
+    check_key,
+    validate_uri,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class S3Store(StateStore):
-    """A :class:`~state.stores.base.StateStore` on S3; see the module docstring.
+    """A :class:`~state.stores.state_store.StateStore` on S3; see the module docstring.
 
     ``retry`` replaces the default policy (tests inject one with a short deadline and
     a recording sleep); it is not pickled.

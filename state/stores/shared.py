@@ -13,7 +13,7 @@ worker, never uses its parent's instances: their connections belong to the paren
 ``close()`` on a shared store does nothing (other code in the process uses it);
 :func:`close_shared` releases them all, and runs at interpreter exit.
 
-The key is the :class:`~state.stores.base.StoreConfig` and, for ``s3://``, the ``AWS_*``
+The key is the :class:`~state.stores.state_store.StoreConfig` and, for ``s3://``, the ``AWS_*``
 environment, which supplies the settings a config leaves unset.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 from urllib.parse import urlparse
 
 from state.process_cache import ProcessCache
-from state.stores.base import StateStore, StoreConfig, aws_environment
+from state.stores.state_store import StateStore, StoreConfig, aws_environment
 
 
 def _release(store: StateStore) -> None:
