@@ -5,8 +5,8 @@ parts are deleted for real, by path (what a zombie driver's cleanup did with a b
 state read before a new owner claimed the pipeline; see tests/test_sink_barrier.py for
 that race, now closed). The consumer never got bundle 2, so nothing can deliver it again:
 every restart must stop with an error that says what is lost and names the way out, and
-the way out (``sink.resolve_lost_inflight``, only with ``acknowledge_loss=True``) must let
-the pipeline continue with everything else delivered exactly once and the loss reported.
+the way out (``gtbarrier.resolve_lost_inflight``, only with ``acknowledge_loss=True``) must
+let the pipeline continue with everything else delivered exactly once and the loss reported.
 """
 
 from __future__ import annotations

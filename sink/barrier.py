@@ -158,12 +158,12 @@ class Barrier:
         races: Retry | None = None,
         overlap_reads: bool = True,
     ) -> None:
-        """``clock`` stamps owners, ``sleep`` waits between delivery attempts, ``races``
-        retries a claim's lost race (default :func:`~state.retry.cas_loop` on ``sleep``),
-        and ``overlap_reads`` reads a commit's batch record and barrier state concurrently
-        (two round trips in the time of one); without it, one after the other."""
-        """``dead_letters``: where refused rows go; by default opened (when a bundle has
-        any) from ``errors.deadLetter.path``."""
+        """``dead_letters`` is where refused rows go (by default opened, when a bundle has
+        any, from ``errors.deadLetter.path``); ``clock`` stamps owners, ``sleep`` waits
+        between delivery attempts, ``races`` retries a claim's lost race (default
+        :func:`~state.retry.cas_loop` on ``sleep``), and ``overlap_reads`` reads a commit's
+        batch record and barrier state concurrently (two round trips in the time of one);
+        without it, one after the other."""
         self.options = options
         self.store = store
         self.consumer = consumer
