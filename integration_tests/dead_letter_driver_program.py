@@ -2,9 +2,11 @@
 
 gtkafka -> ``key``, ``value``, ``note`` (``"n<number>"``, or text with a NUL character for
 the numbers in ``--nul``) and ``gt`` (null for the numbers in ``--null-gt``: a poison row
-for every consumer) -> barrier. Every record reaches the sink; the sink's options decide
-what is refused and where it goes. Exits 0 when the query ends (Trigger.AvailableNow), 1
-with the error on stderr when it fails; a fault injected with GTBARRIER_FAULT kills it.
+for every consumer), with ``--partition N=P,...`` also ``partition`` (P for number N, null
+for the others: for consumer=kafka) -> barrier. Every record reaches the sink; the sink's
+options decide what is refused and where it goes. Exits 0 when the query ends
+(Trigger.AvailableNow), 1 with the error on stderr when it fails; a fault injected with
+GTBARRIER_FAULT kills it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def main() -> int:
     parser.add_argument("--max-offsets", default="1000")
     parser.add_argument("--null-gt", default="", help="numbers whose gt is null")
     parser.add_argument("--nul", default="", help="numbers whose note holds a NUL character")
+    parser.add_argument(
+        "--partition", default="", help="N=P,...: a partition column, P for number N, else null"
+    )
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
 
@@ -63,7 +68,14 @@ def main() -> int:
     note = sf.concat(sf.lit("n"), number.cast("string"))
     if nul:
         note = sf.when(number.isin(nul), sf.concat(sf.lit("bad\u0000"), note)).otherwise(note)
-    out = df.select("key", "value", note.alias("note"), gt.alias("gt"))
+    columns = [sf.col("key"), sf.col("value"), note.alias("note"), gt.alias("gt")]
+    if args.partition:
+        chosen = dict(pair.split("=", 1) for pair in args.partition.split(","))
+        partition = sf.lit(None).cast("int")
+        for n, p in chosen.items():
+            partition = sf.when(number == int(n), sf.lit(int(p))).otherwise(partition)
+        columns.append(partition.alias("partition"))
+    out = df.select(*columns)
     sink_options = dict(o.split("=", 1) for o in args.sink_option)
     query = (
         out.writeStream.format("barrier")

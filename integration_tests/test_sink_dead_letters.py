@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gtbarrier.cli import main as gtbarrier
-from harness.process import repo_env
+from harness.process import repo_env, wait_until
 from integration_tests.metrics_support import exporter, scrape
 from integration_tests.metrics_support import value as sample
 from integration_tests.sink_helpers import read_bundles
@@ -67,6 +67,7 @@ class Chain:
         per_epoch: int = PER_EPOCH,
         null_gt: str = "",
         nul: str = "",
+        partition: str = "",
     ) -> None:
         self.driver, self.kafka, self.topic, self.tmp_path = driver, kafka, topic, tmp_path
         self.per_epoch = per_epoch
@@ -74,7 +75,7 @@ class Chain:
         self.state_uri = f"file://{tmp_path}/state"
         self.out = tmp_path / "out"
         self.dead = tmp_path / "dead"
-        self.poison = {"null-gt": null_gt, "nul": nul}
+        self.poison = {"null-gt": null_gt, "nul": nul, "partition": partition}
         self.store = open_store(self.state_uri)
         self.layout = PipelineLayout(self.pipeline)
 
@@ -285,6 +286,66 @@ def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_
         rows = pq.read_table(c.dead / dead_letter_name(bundle))
         assert [int(v) for v in rows.column("value").to_pylist()] == [poison[bundle]]
     assert c.staged() == []
+
+
+class KafkaChain(Chain):
+    """A chain into a kafka consumer: ``output`` on the same broker."""
+
+    output = ""
+
+    def consumer_options(self) -> dict[str, str]:
+        return {
+            "consumer": "kafka",
+            "consumer.kafka.bootstrap.servers": self.kafka.bootstrap,
+            "consumer.topic": self.output,
+        }
+
+
+def recreate_topic(kafka: Any, topic: str, partitions: int) -> None:
+    """``topic`` deleted and made again with ``partitions`` partitions (Tansu cannot add
+    partitions to a topic; to the sink's planning, which reads the partition count anew at
+    every micro-batch, it is the same change)."""
+    admin = kafka.admin()
+    try:
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), timeout=30, what=f"{topic} deleted")
+    finally:
+        admin.close()
+    kafka.create_topic(partitions=partitions, name=topic)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
+    driver: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """The first dead-letter file of a bundle records what was refused: a replay planned
+    after the output topic gained the partition the row names delivers every other row and
+    not that one, so each input row is in exactly one of (topic, dead letters)."""
+    n, poison = 2 * PER_EPOCH, 503  # bundle 0 holds the row for partition 1
+    topic = kafka.create_topic(partitions=PARTITIONS)
+    produce(kafka, topic, n)
+    c = KafkaChain(driver, kafka, tmp_path, topic, partition=f"{poison}=1")
+    c.output = kafka.create_topic(partitions=1)
+    tolerant = c.tolerant()
+
+    # partition 1 of a one-partition topic: refused; killed once its dead letters are written
+    killed(c.run(fault="after_dead_letters:0", options=tolerant))
+    assert c.progress() == (-1, None) and c.dead_letter_files() == [0]
+    first = file_id(c.dead / dead_letter_name(0))
+    assert [int(v) for v in c.dead_letters().column("value").to_pylist()] == [poison]
+    assert kafka.consume_all(c.output) == []
+
+    # the topic now has partition 1: the replay of bundle 0 would accept the row
+    recreate_topic(kafka, c.output, 2)
+    finished(c.run(options=tolerant))
+    assert c.progress() == (1, None)
+    assert file_id(c.dead / dead_letter_name(0)) == first, "the dead-letter file was rewritten"
+    delivered = [int(r.value) for r in kafka.consume_all(c.output)]
+    refused = [int(v) for v in c.dead_letters().column("value").to_pylist()]
+    assert refused == [poison]
+    assert poison not in delivered, "a row in the dead letters was delivered too"
+    assert sorted(delivered + refused) == list(range(n)), "lost or duplicated records"
 
 
 # --- on S3 and to a topic, in-process (no Spark) ------------------------------------------

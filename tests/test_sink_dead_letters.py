@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from sink.barrier import Barrier
+from sink.bundle import BarrierCommitMessage
 from sink.consumers.consumer_kind import RowRejection
 from sink.consumers.http import HTTP, HttpSettings
 from sink.dead_letters.dead_letter_files import FileDeadLetters, StoreDeadLetters, open_dead_letters
@@ -35,9 +37,10 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from sink.write_task import NULL_GT, RowChecks, check_rows
+from sink.write_task import NULL_GT, RowChecks, check_rows, stage_task
 from state.errors import ConfigError, RowsRefused, StateError, UnknownOptionError
 from state.records.gt import arrow_array as gt_array
+from state.spark_task import StreamingTask
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, sink_options
 
@@ -438,6 +441,113 @@ def test_dead_letters_are_written_before_the_bundle_is_recorded_in_flight(
     assert seen == [True] and file_id(path) == written
     assert p.state().gt_last == 1 and pq.read_table(path).num_rows == 1
     assert p.staged() == []
+
+
+@dataclass(frozen=True)
+class AlsoRefusing:
+    """The jsonl http kind, refusing besides the rows whose ``value`` is in ``values``: a
+    target that refuses more than it did (a table altered, a limit lowered)."""
+
+    values: frozenset[bytes]
+
+    def validate(self, settings: Any, table: pa.Table) -> list[RowRejection]:
+        more = [
+            RowRejection(i, "value", "refused now")
+            for i, v in enumerate(table.column("value").to_pylist())
+            if v in self.values
+        ]
+        return [*HTTP.validate(settings, table), *more]
+
+
+def write_refusing(
+    p: Pipeline, batch_id: int, batch: pa.RecordBatch, values: Sequence[bytes]
+) -> BarrierCommitMessage:
+    """A write task of ``p`` whose target also refuses the rows with these values."""
+    kind: Any = AlsoRefusing(frozenset(values))
+    checks = RowChecks("http", kind, p.options.settings, "all")
+    task = StreamingTask(p.query_id, batch_id, p.run_id, partition=0, task_attempt=9000 + batch_id)
+    return stage_task(iter([batch]), task, p.staging, has_gt=True, checks=checks)
+
+
+def values_of(table: pa.Table | None) -> list[bytes]:
+    assert table is not None
+    found: list[bytes] = table.column("value").to_pylist()
+    return sorted(found)
+
+
+def test_a_replay_that_accepts_rows_the_first_file_holds_delivers_only_the_others(
+    tmp_path: Path,
+) -> None:
+    """The first dead-letter file of a bundle records what was refused: a replay whose
+    target accepts those rows now (jsonl then, arrow now) keeps them out of the delivery."""
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1, 3])
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
+    written = file_id(path)
+    p.run_id = "run-b"
+    p.options = jsonl(tmp_path, **{"consumer.format": "arrow", "state.uri": p.options.store.uri})
+    m = p.write(0, [rows])
+    assert m.dead_letters is None and m.rows == 4  # this attempt refuses nothing
+    outcome = p.barrier().commit([m], 0)
+    assert outcome.action == "delivered" and (outcome.rows, outcome.dead_letters) == (4, 2)
+    ((bundle, table, _),) = p.consumer.delivered
+    assert bundle == 1 and values_of(table) == [b"0:0", b"0:2"]
+    assert file_id(path) == written and values_of(pq.read_table(path)) == [b"0:1", b"0:3"]
+    assert p.state().gt_last == 1 and p.staged() == []
+
+
+def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(
+    tmp_path: Path,
+) -> None:
+    """Nothing of a bundle that was never recorded in flight was delivered, so the file of
+    the attempt that refuses more takes the place of the first one: each row is once in
+    the consumer or in the dead letters."""
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
+    assert values_of(pq.read_table(path)) == [b"0:1"]
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([write_refusing(p, 0, rows, [b"0:2"])], 0)
+    assert outcome.action == "delivered" and outcome.dead_letters == 2
+    ((_, table, _),) = p.consumer.delivered
+    assert values_of(table) == [b"0:0", b"0:3"]
+    assert values_of(pq.read_table(path)) == [b"0:1", b"0:2"]
+    assert sorted(os.listdir(tmp_path / "dl")) == [dead_letter_name(1)]
+    assert p.state().gt_last == 1 and p.staged() == []
+
+
+def test_with_a_topic_a_replay_that_refuses_a_row_the_file_lacks_stops_naming_the_way_out(
+    tmp_path: Path,
+) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
+    written = file_id(path)
+    p.run_id = "run-b"
+    p.options = jsonl(
+        tmp_path,
+        **{
+            "errors.deadLetter.topic": "dlq",
+            "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9",
+            "state.uri": p.options.store.uri,
+        },
+    )
+    with pytest.raises(StateError) as info:
+        p.barrier().commit([write_refusing(p, 0, rows, [b"0:2"])], 0)
+    text = str(info.value)
+    assert "bundle 1 (batch 0 of query" in text and "refuses 2 row(s) now, 1 of them not" in text
+    assert "the 1 row(s) an earlier attempt refused" in text and "'dlq'" in text
+    assert "Way out: make the target accept those rows again" in text
+    assert p.consumer.calls == 0 and p.state().inflight is None and file_id(path) == written
 
 
 def test_a_redelivery_of_the_bundle_in_flight_never_writes_its_dead_letters_twice(
