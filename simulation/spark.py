@@ -3,9 +3,11 @@
 A :class:`DriverProc` is one driver program: a snapshot coordinator (its fencing token, the
 resume point generation it works in) and the query it supervises. Its actors:
 
-* ``pN`` runs the coordinator's start (take a fencing token, claim the barrier for the
-  driver, read the resume point), then the supervised query: recover the checkpoint, run
-  query runs one after the other, restarting a failed run up to :data:`MAX_RESETS` times;
+* ``pN`` runs the coordinator's start (read the resume point and refuse a generation begun
+  after the process started, the product's ``check_driver_generation``; take a fencing
+  token, claim the barrier for the driver), then the supervised query: recover the
+  checkpoint, run query runs one after the other, restarting a failed run up to
+  :data:`MAX_RESETS` times;
 * ``pNs`` is the snapshot worker: it snapshots each completed batch while later batches
   run, waits until the barrier has nothing in flight at or below the batch's epoch, and
   accepts the snapshot into the resume point;
@@ -298,6 +300,7 @@ class DriverProc:
         *,
         checkpoint: Checkpoint,
         version: int,
+        started: int = 0,
         tolerance: Tolerance = "none",
         healthy: bool = False,
         newest_unusable: bool = False,
@@ -322,6 +325,9 @@ class DriverProc:
         self.token: int | None = None
         #: The resume point generation the coordinator snapshots in.
         self.lineage = 0
+        #: The generation the process observed when it started (before it would wait for
+        #: the driver lock), or the newest one it began itself: the only one it works in.
+        self.started = started
         #: Completed batches the snapshot worker has still to snapshot.
         self.queue: list[CompletedBatch] = []
         #: running, finished (the input is consumed), fenced, gave-up, or dead (crashed).
@@ -375,6 +381,7 @@ class DriverProc:
                 self.world.sleep(1.0)
                 continue
             self.lineage = written.generation
+            self.started = written.generation  # the product's began_generation
             self.world.generations.setdefault(self.version, written.generation)
             self.checkpoint = Checkpoint(marker=written.generation)
             return True
@@ -444,7 +451,14 @@ class DriverProc:
             return
 
     def acquire(self) -> None:
-        """Take a fencing token, claim the barrier for this driver, read the lineage."""
+        """Read the lineage and refuse a generation begun after this process started (the
+        product's rule, before any write), then take a fencing token and claim the
+        barrier for this driver. (The product reads the point again after the claim; here
+        the recovery's read that follows checks the same rule.)"""
+        point, _ = resume_point.read_resume_point(self.backend())
+        resume_point.check_driver_generation(
+            point, started=self.started, pipeline_id=self.layout.pipeline_id
+        )
         token = fencing.take_token(
             self.store, self.layout, identifier=self.name, races=self.world.retry()
         )
@@ -452,9 +466,8 @@ class DriverProc:
             self.store, self.layout, clock=self.world.clock, races=self.world.retry()
         )
         states.claim_driver(token, driver=self.name)
-        point, _ = resume_point.read_resume_point(self.backend())
         self.token = token
-        self.lineage = point.generation if point is not None else 0
+        self.lineage = resume_point.generation_of(point)
 
     def backend(self) -> resume_point.StoreResumePoints:
         return resume_point.StoreResumePoints(self.store, self.layout)
@@ -464,6 +477,9 @@ class DriverProc:
         snapshot (the decision is the product's; the materialisation mirrors
         ``recover_checkpoint`` over the simulated checkpoint)."""
         point, _ = resume_point.read_resume_point(self.backend())
+        resume_point.check_driver_generation(
+            point, started=self.started, pipeline_id=self.layout.pipeline_id
+        )
         local = self.checkpoint.local()
         decision = decide(point, local, "restore", pipeline_id=self.layout.pipeline_id)
         generation = point.generation if point is not None else 0

@@ -36,6 +36,7 @@ from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimSto
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
+from state.protocol import resume_point
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, cas_loop
 from state.stores import StateStore, new_store
@@ -269,11 +270,17 @@ class World:
     ) -> DriverProc | None:
         if not healthy and len(self.procs) >= self.config.max_procs:
             return None
+        # The process reads the resume point's generation as it starts, before it would
+        # wait for the driver lock: part of the start event, not a scheduling point of its own.
+        point, _ = resume_point.read_resume_point(
+            resume_point.StoreResumePoints(self.inner, self.layout)
+        )
         proc = DriverProc(
             self,
             len(self.procs) + 1,
             checkpoint=checkpoint,
             version=self.version,
+            started=resume_point.generation_of(point),
             tolerance=self.tolerance,
             healthy=healthy,
             newest_unusable=newest_unusable,

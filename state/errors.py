@@ -249,6 +249,12 @@ class DriverLockHeld(PipelineFenced, CoordinationError):
     """Another driver holds this pipeline's driver lock; this one may not run it."""
 
 
+class GenerationSuperseded(PipelineFenced, CoordinationError):
+    """``recover(mode="replay")`` began a newer generation of the resume point after this
+    driver started: it may run the previous version of the query, so it does not take the
+    pipeline (nothing written); it must be restarted with the current program."""
+
+
 class SnapshotIncomplete(CoordinationError, RetriableError):
     """A checkpoint file vanished while a snapshot copied it; the next batch is tried."""
 

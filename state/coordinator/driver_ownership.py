@@ -18,6 +18,14 @@ expired session (``LOST``, not a mere disconnection) voids the token at once and
 (kazoo) is imported only when ZooKeeper is used. With ``zookeeper_auth`` every session
 authenticates, and the pipeline's znodes are prepared (created, or restricted if they
 were open) for that identity alone before the lock is taken.
+
+A driver works only in the resume point generation it observed when it started, or in one
+it began itself (:func:`~state.protocol.resume_point.check_driver_generation`): the first
+:meth:`~DriverOwnership.acquire` reads the generation before it waits for the lock, and
+every acquisition checks it again once the lock is held, before any write. A driver of
+the old query version queued on the lock when ``recover(mode="replay")`` began a new
+generation is refused then (:class:`~state.errors.GenerationSuperseded`), with no token
+taken, no barrier claim, no resume point or checkpoint written, and its lock released.
 """
 
 from __future__ import annotations
@@ -29,10 +37,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from state.coordinator.config import CoordinatorConfig
-from state.errors import ZooKeeperUnavailable
+from state.errors import GenerationSuperseded, ZooKeeperUnavailable
 from state.protocol.barrier_state import BarrierStateStore
 from state.protocol.fencing import take_token
-from state.protocol.resume_point import ResumePointBackend, StoreResumePoints, read_resume_point
+from state.protocol.resume_point import (
+    ResumePointBackend,
+    StoreResumePoints,
+    check_driver_generation,
+    generation_of,
+    read_resume_point,
+)
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, lost_race
 from state.stores import StateStore
@@ -75,6 +89,9 @@ class DriverOwnership:
         self._session: ZooKeeperSession | None = None
         self._lock: DriverLock | None = None
         self._token: int | None = None
+        #: The resume point generation this driver observed when it started (its first
+        #: acquire, before the lock), or the newest one it began itself.
+        self.started_generation: int | None = None
         self._mutex = threading.RLock()
 
     # --- the recipe --------------------------------------------------------------------
@@ -83,17 +100,32 @@ class DriverOwnership:
         """Take the pipeline if this driver does not hold it: the ZooKeeper lock (failing
         fast with :class:`DriverLockHeld`, or waiting up to ``driver_wait``), then a new
         fencing token, recorded as the barrier's owner (older drivers are fenced from
-        their next commit on). Returns the token."""
+        their next commit on). Returns the token.
+
+        Raises :class:`GenerationSuperseded` (the lock released, nothing written) if the
+        resume point is in a generation newer than the one this driver started in
+        (:meth:`check_generation`)."""
         with self._mutex:
             token = self._token
             if token is not None and self.held:
                 return token
             if self.config.zookeeper_hosts is not None:
                 self._lock_zookeeper(self.config.zookeeper_hosts)
+            try:
+                self.check_generation(self._observe())
+            except GenerationSuperseded:
+                self.release()
+                raise
             token = take_token(self.store, self.layout, identifier=self.identity)
             BarrierStateStore(self.store, self.layout).claim_driver(token, driver=self.identity)
             self._token = token
-            self._on_acquired(token)
+            try:
+                self._on_acquired(token)
+            except GenerationSuperseded:
+                # A replay between the check and the token (no lock, or a lost one): this
+                # driver's token is voided and the pipeline left to the replaying driver.
+                self.release()
+                raise
             log.info(
                 "pipeline %s: this driver holds fencing token %d", self.layout.pipeline_id, token
             )
@@ -117,10 +149,39 @@ class DriverOwnership:
             session.on_lost(self._session_lost)
             self._session = session
             self.backend = ZooKeeperResumePoints(session, self.layout.zookeeper_resume)
+        if self.started_generation is None:
+            self._observe()  # before the wait: what this driver started in
         self._lock = DriverLock(
             self._session, self.layout.zookeeper_driver_lock, self.layout.pipeline_id
         )
         self._lock.acquire(self.config.driver_wait)
+
+    def _observe(self) -> ResumePoint | None:
+        """The resume point now; the first read is the generation this driver started in."""
+        point = read_resume_point(self.backend)[0]
+        if self.started_generation is None:
+            self.started_generation = generation_of(point)
+            log.info(
+                "pipeline %s: this driver starts at generation %d of the resume point",
+                self.layout.pipeline_id,
+                self.started_generation,
+            )
+        return point
+
+    def check_generation(self, point: ResumePoint | None) -> None:
+        """Raise :class:`GenerationSuperseded` if ``point`` is in a generation newer than
+        the one this driver started in and did not begin itself (see the module
+        docstring). Before the first acquire, ``point`` is what the driver starts in."""
+        if self.started_generation is None:
+            self.started_generation = generation_of(point)
+        check_driver_generation(
+            point, started=self.started_generation, pipeline_id=self.layout.pipeline_id
+        )
+
+    def began_generation(self, point: ResumePoint) -> None:
+        """This driver wrote ``point``, the first of a new generation
+        (``recover(mode="replay")``): it runs the version that generation belongs to."""
+        self.started_generation = point.generation
 
     def _start_session(self, hosts: str, *, call_timeout: float = 10.0) -> ZooKeeperSession:
         from state.coordinator.zookeeper import ZooKeeperSession

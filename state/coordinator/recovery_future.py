@@ -12,7 +12,11 @@ version), then writes the new generation of the resume point, then empties the c
 directory and marks it with the new generation
 (:mod:`state.coordinator.checkpoint_recovery`). Written in that order, a recovery
 interrupted half-way never leaves the old version's checkpoint or snapshot usable by the
-new generation.
+new generation. The driver that writes the new generation works in it from then on
+(:meth:`~state.coordinator.driver_ownership.DriverOwnership.began_generation`); every
+other driver that started before it is refused when it takes the pipeline, or when its
+``recover()`` reads a generation it did not start in
+(:class:`~state.errors.GenerationSuperseded`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkp
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot_attempt import Lineage
-from state.errors import CoordinationError
+from state.errors import CoordinationError, GenerationSuperseded
 from state.protocol.fencing import check_token
 from state.protocol.resume_point import advance_resume_point, new_generation, read_resume_point
 from state.records.resume_point import ResumePoint
@@ -131,6 +135,11 @@ class Recoverer:
             return result
         future.step = f"reading the resume point from {backend.description}"
         point, _ = read_resume_point(backend)
+        try:
+            self.ownership.check_generation(point)
+        except GenerationSuperseded:
+            self.ownership.revoke()  # a newer driver began it and holds a newer token
+            raise
         future.step = f"materialising the checkpoint from {self.config.store_description()}"
         return recover_checkpoint(
             self.store,
@@ -161,6 +170,7 @@ class Recoverer:
             raise CoordinationError(
                 f"the new generation was not written to {self.ownership.backend.description}"
             )
+        self.ownership.began_generation(written)
         self.lineage.seen(written)
         log.info(
             "pipeline %s: generation %d of the resume point begins (no snapshot yet)",

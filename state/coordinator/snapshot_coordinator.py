@@ -262,6 +262,8 @@ class SnapshotCoordinator:
 
     def _acquired(self, token: int) -> None:
         point = self.ownership.read_resume_point()
+        # Read again after the token: a replay may have slipped in without a lock.
+        self.ownership.check_generation(point)
         self._lineage.seen(point)
         self._worker.clear_stop_error()
 
@@ -278,6 +280,11 @@ class SnapshotCoordinator:
         ``mode="replay"`` starts a new query version on a fresh checkpoint. Bounded by
         ``reset_timeout``: on expiry a :class:`CoordinationError` names what it was
         waiting for (the ZooKeeper or S3 server).
+
+        Raises :class:`~state.errors.GenerationSuperseded` (fatal, nothing written) if
+        another driver's ``recover(mode="replay")`` began a newer generation of the resume
+        point after this coordinator started (its first acquisition of the pipeline,
+        before waiting for the lock): this driver may run the previous query version.
         """
         future = self._start_recovery(mode)
         done, _ = futures.wait([future], timeout=self.config.reset_timeout)

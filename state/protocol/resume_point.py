@@ -13,7 +13,11 @@ Every write is a compare-and-swap on the record's version (the znode version, or
 store's ETag) and is refused unless it moves the point forward: see :func:`order_key`.
 A snapshot is accepted only into the generation it was taken in (:func:`accepted_point`):
 a snapshot of the old query version still running when a new generation begins is never
-accepted into the new one.
+accepted into the new one. A driver works only in the generation it observed when it
+started (before it waited for the driver lock), or in one it began itself
+(:func:`check_driver_generation`): a driver of the old version started before
+``recover(mode="replay")``, a standby on the lock, refuses the new generation, so its
+snapshots are never of the new generation either.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Protocol
 from state.errors import (
     ConcurrentModification,
     CoordinationError,
+    GenerationSuperseded,
     KeyExists,
     MalformedRecord,
     PipelineFenced,
@@ -42,6 +47,8 @@ __all__ = [
     "accepted_point",
     "advance_resume_point",
     "check_advance",
+    "check_driver_generation",
+    "generation_of",
     "new_generation",
     "order_key",
     "read_resume_point",
@@ -107,6 +114,32 @@ def accepted_point(  # noqa: PLR0913 - the snapshot's fields, keyword-only
         created_at=created_at,
         retained=(snapshot, *older)[:retain],
     )
+
+
+def generation_of(point: ResumePoint | None) -> int:
+    """The point's generation; 0 (the pipeline's first) if there is no point yet."""
+    return point.generation if point is not None else 0
+
+
+def check_driver_generation(current: ResumePoint | None, *, started: int, pipeline_id: str) -> None:
+    """Refuse a driver that would work in a generation begun after it started.
+
+    ``started`` is the generation of the resume point this driver observed when it
+    started (before it waited for the driver lock), or the one it began itself with
+    ``recover(mode="replay")``. If ``current`` is in a newer generation, another driver
+    began it for a new query version while this one waited: this driver may run the
+    previous version, whose state must never enter the new generation. Raises
+    :class:`~state.errors.GenerationSuperseded` (fatal) then; the caller must not have
+    written anything, and must not.
+    """
+    generation = generation_of(current)
+    if generation > started:
+        raise GenerationSuperseded(
+            f"pipeline '{pipeline_id}' was moved to generation {generation} of the resume "
+            f"point by recover(mode='replay') after this driver started at generation "
+            f"{started}, so this driver may run the previous version of the query: it does "
+            "not take the pipeline; restart it with the current program"
+        )
 
 
 def new_generation(current: ResumePoint | None, *, token: int, created_at: float) -> ResumePoint:
