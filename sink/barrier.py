@@ -35,17 +35,20 @@ record.
 4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
 5. Otherwise, if the bundle has rows its consumer's target refused (``errors.tolerance=all``,
    the tasks' dead-letter parts), its dead-letter file is created, keyed by ``k``
-   (:mod:`sink.dead_letters`; a file already there, from an earlier attempt of the same
-   bundle, is left as it is). Then bundle ``k`` is recorded in flight, delivered (retrying
-   the *same* bundle), then ``GT_last`` advances to ``k`` and the in-flight record is
-   cleared, in one CAS. A bundle all of whose rows were refused writes its dead-letter
-   file and delivers nothing (``GT_last`` stays, as for any bundle without rows).
+   (:mod:`sink.dead_letters`). A file already there, from an earlier attempt of the same
+   bundle, is the record of what was refused: the rows it holds are not delivered, and a
+   row this attempt refuses that it lacks replaces it (no topic) or stops the commit
+   (:meth:`Barrier._record_dead_letters`). Then bundle ``k`` is recorded in flight,
+   delivered (retrying the *same* bundle), then ``GT_last`` advances to ``k`` and the
+   in-flight record is cleared, in one CAS. A bundle all of whose rows were refused
+   writes its dead-letter file and delivers nothing (``GT_last`` stays, as for any bundle
+   without rows).
 
-The dead letters are exactly once because their file is written before the bundle is
-recorded in flight, only ever created (never replaced), and named by the bundle id: a
-crash before the in-flight record replays the epoch, whose refused rows are the same, and
-finds the file; a redelivery of the bundle in flight finds it too (it checks, and writes
-it from the recorded dead-letter parts only if it is missing).
+Every row of a bundle ends in exactly one of (consumer, dead letters) because the file
+is written before the bundle is recorded in flight and named by the bundle id: a crash
+before the in-flight record replays the epoch, which finds the file and delivers only the
+rows it does not hold; a redelivery of the bundle in flight finds it too (it checks, and
+writes it from the recorded dead-letter parts only if it is missing).
 
 ``delivery=at-least-once`` skips the in-flight record and ``last_bundle()``: a crash between
 delivery and the ``GT_last`` CAS delivers the bundle again on replay.
@@ -57,22 +60,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, open_dead_letters
+from sink.dead_letters.dead_letter_files import (
+    DeadLetterFile,
+    DeadLetters,
+    DeadLetterWrite,
+    open_dead_letters,
+)
+from sink.dead_letters.dead_letter_format import input_columns, recorded_against, without_rows
 from sink.dead_letters.dead_letter_topic import DeadLetterTopic
 from sink.faults import FaultInjector
+from sink.gt_column import gt_bounds
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
 from sink.options import SinkOptions
-from sink.staging import Staging
+from sink.staging import Staging, without_dead_letters_location
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -86,6 +99,7 @@ from state.profiling import StepTimer
 from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
 from state.protocol.batch_records import epoch_of_batch
 from state.records.barrier import BarrierState, Owner
+from state.records.inflight_bundle import StagedPart
 from state.retry import Retry, cas_loop, delivery
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
@@ -253,7 +267,9 @@ class Barrier:
         if epoch <= held.state.gt_last or batch.rows == 0:
             written = None
             if epoch > held.state.gt_last:  # no rows to deliver, maybe rows refused
-                written = self._write_dead_letters(self._bundle(batch, epoch), batch)
+                _, written = self._record_dead_letters(
+                    self._bundle(batch, epoch), batch, held, remembered=False
+                )
             self._clean_up(batch)
             self._remember(held)
             action = "dropped" if epoch <= held.state.gt_last else "empty"
@@ -277,8 +293,9 @@ class Barrier:
         bundle = self._bundle(batch, epoch)
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
-        # Before anything of the bundle is recorded or delivered; created only once.
-        written = self._write_dead_letters(bundle, batch)
+        # Before anything of the bundle is recorded or delivered; the first file of the
+        # bundle decides which of its rows are dead letters.
+        bundle, written = self._record_dead_letters(bundle, batch, held, remembered=remembered)
         if written is not None:
             self.faults.at("after_dead_letters", epoch)
         if self.options.exactly_once:
@@ -331,6 +348,186 @@ class Barrier:
     def _bundle(self, batch: BatchCommit, epoch: int) -> Bundle:
         return Bundle.from_messages(self.options.pipeline_id, epoch, batch.batch_id, batch.messages)
 
+    def _record_dead_letters(
+        self, bundle: Bundle, batch: BatchCommit, held: Held, *, remembered: bool
+    ) -> tuple[Bundle, DeadLetterWrite | None]:
+        """Bundle ``bundle`` (above ``GT_last``, not in flight) as it is to be delivered,
+        and its dead letters, settled before it is recorded in flight.
+
+        Every row of the bundle ends in exactly one of (consumer, dead letters). The first
+        dead-letter file of a bundle is the record of what was refused: an earlier attempt
+        killed after writing it (before the in-flight record, so before anything of the
+        bundle was delivered) may have refused other rows than this one (the output topic
+        gained partitions, the table was altered, a limit was raised). So, when the file
+        is there:
+
+        * rows it holds that this attempt accepts are taken out of the bundle's parts
+          (written again beside them), never delivered;
+        * if this attempt refuses a row the file lacks, that row can be neither delivered
+          (the target refuses it) nor dropped: with only the file, which nothing has
+          acted on yet, this attempt's file replaces it, after a fresh read shows the
+          state this commit holds (no other run took over meanwhile); with a dead-letter
+          topic, which may hold the file's rows already, it is a :class:`StateError` that
+          names the bundle, both sets and the way out.
+
+        Without a file: it is created from this attempt's dead-letter parts (if any).
+        """
+        destination = self._dead_letter_destination()
+        if destination is None:
+            return bundle, self._write_dead_letters(bundle, batch)
+        with batch.timer.step("dead_letters"):
+            found = destination.find(self.options.pipeline_id, bundle.bundle_id)
+        if found is None:
+            return bundle, self._write_dead_letters(bundle, batch)
+        with batch.timer.step("dead_letters"):
+            recorded = destination.read(bundle.bundle_id)
+            refused = bundle.read_dead_letters(self.staging) if bundle.dead_letters else None
+            try:
+                unrecorded, kept_out = recorded_against(recorded, refused)
+            except KeyError as err:
+                raise StateError(
+                    f"barrier: pipeline {self.options.pipeline_id!r}: bundle {bundle.bundle_id}'s "
+                    f"dead-letter file {found.location} does not have this attempt's columns "
+                    f"({err}): the query changed since it was written"
+                ) from err
+        if unrecorded:
+            assert refused is not None
+            return bundle, self._replace_dead_letters(
+                bundle,
+                batch,
+                held,
+                refused,
+                found=found,
+                unrecorded=sum(unrecorded.values()),
+                remembered=remembered,
+            )
+        if kept_out:
+            bundle = self._without(bundle, batch, input_columns(recorded), kept_out)
+            log.warning(
+                "barrier: pipeline %s: bundle %d: %d row(s) an earlier attempt refused (its "
+                "dead-letter file %s) are accepted now; they stay dead letters and are not "
+                "delivered",
+                self.options.pipeline_id,
+                bundle.bundle_id,
+                sum(kept_out.values()),
+                found.location,
+            )
+        with batch.timer.step("dead_letters"):
+            self._send_dead_letter_topic(destination, bundle.bundle_id, recorded)
+        return bundle, DeadLetterWrite(bundle.bundle_id, found.rows, False, found.location)
+
+    def _replace_dead_letters(  # noqa: PLR0913 - the bundle, its commit and both sets
+        self,
+        bundle: Bundle,
+        batch: BatchCommit,
+        held: Held,
+        refused: pa.Table,
+        *,
+        found: DeadLetterFile,
+        unrecorded: int,
+        remembered: bool,
+    ) -> DeadLetterWrite:
+        """This attempt refuses ``unrecorded`` row(s) the bundle's file lacks: put its own
+        file in place (no topic), or stop with the way out (a topic)."""
+        destination = self._dead_letter_destination()
+        assert destination is not None
+        if self._dead_letter_topic() is not None:
+            raise StateError(
+                f"barrier: pipeline {self.options.pipeline_id!r}: bundle {bundle.bundle_id} "
+                f"(batch {batch.batch_id} of query {batch.query_id}) refuses {refused.num_rows} "
+                f"row(s) now, {unrecorded} of them not among the {found.rows} row(s) an earlier "
+                f"attempt refused and wrote to {found.location} and to the dead-letter topic "
+                f"{self.options.errors.topic!r}: the target refuses rows it accepted then, so "
+                "they can be neither delivered nor dropped, and the topic may hold the earlier "
+                "rows already. Nothing of the bundle was delivered. Way out: make the target "
+                "accept those rows again (undo the change to the table, the topic or the "
+                "consumer.* settings since that attempt) and restart on the same checkpoint; "
+                "the bundle is then delivered without the rows the file holds (docs/sink.md, "
+                '"Bad rows and dead letters")'
+            )
+        now, version = self.states.load()
+        if version != held.version:
+            if remembered:
+                raise StaleState(f"replace bundle {bundle.bundle_id}'s dead letters")
+            if now.owner != held.state.owner and now.owner is not None:
+                raise self.states.fenced(
+                    now.owner,
+                    held.state.owner.run_id if held.state.owner else "?",
+                    f"it replaced bundle {bundle.bundle_id}'s dead letters",
+                )
+            raise CommitFailed(
+                f"barrier: pipeline {self.options.pipeline_id!r}: the barrier state changed "
+                f"while bundle {bundle.bundle_id}'s dead letters were compared; restart"
+            )
+        with batch.timer.step("dead_letters"):
+            written = destination.replace(self.options.pipeline_id, bundle.bundle_id, refused)
+        log.warning(
+            "barrier: pipeline %s: bundle %d: this attempt refuses %d row(s), %d of them not "
+            "in the %d row(s) of the dead-letter file an earlier attempt wrote (the bundle was "
+            "never recorded in flight, nothing of it delivered): %s is replaced by this "
+            "attempt's",
+            self.options.pipeline_id,
+            bundle.bundle_id,
+            refused.num_rows,
+            unrecorded,
+            found.rows,
+            found.location,
+        )
+        return written
+
+    def _without(
+        self, bundle: Bundle, batch: BatchCommit, columns: list[str], out: Counter[Hashable]
+    ) -> Bundle:
+        """``bundle`` without the rows ``out`` counts: each part that holds some is written
+        again without them, beside it (the original stays as the task staged it, so a
+        commit that starts again from a read takes them out again)."""
+        parts = []
+        left = out
+        with batch.timer.step("dead_letters"):
+            for part in bundle.parts:
+                if not left:
+                    parts.append(part)
+                    continue
+                table = self.staging.read_part(part.location)
+                kept, left = without_rows(table, columns, left)
+                if kept.num_rows == table.num_rows:
+                    parts.append(part)
+                    continue
+                if kept.num_rows == 0:
+                    continue
+                location = without_dead_letters_location(part.location)
+                size = self.staging.write_part(location, kept)
+                bounds = gt_bounds(kept) if bundle.has_gt else None
+                parts.append(
+                    StagedPart(
+                        location=location,
+                        rows=kept.num_rows,
+                        size=size,
+                        min_gt=bounds[0] if bounds else None,
+                        max_gt=bounds[1] if bounds else None,
+                    )
+                )
+        return replace(bundle, parts=tuple(parts))
+
+    def _send_dead_letter_topic(
+        self, destination: DeadLetters, bundle_id: int, table: pa.Table | None
+    ) -> None:
+        """Send bundle ``bundle_id``'s dead letters (its file's rows: ``table``, or read)
+        to the topic, unless there is none or it holds them."""
+        topic = self._dead_letter_topic()
+        if topic is None:
+            return
+        # After the file (the record of what was refused): the messages are the file's
+        # rows, and a topic holding the bundle already is not sent to.
+        retry = delivery(self.options.max_retries, self.options.retry_backoff, sleep=self.sleep)
+        retry(
+            lambda: topic.ensure(
+                self.options.pipeline_id,
+                bundle_id,
+                lambda: table if table is not None else destination.read(bundle_id),
+            )
+        )
+
     def _write_dead_letters(
         self, bundle: Bundle, batch: BatchCommit | None = None
     ) -> DeadLetterWrite | None:
@@ -359,21 +556,7 @@ class Barrier:
                 bundle.bundle_id,
                 lambda: bundle.read_dead_letters(self.staging),
             )
-            topic = self._dead_letter_topic()
-            if topic is not None:
-                # After the file (the record of what was refused): the messages are the
-                # file's rows, and a topic holding the bundle already is not sent to.
-                table = written.table
-                retry = delivery(
-                    self.options.max_retries, self.options.retry_backoff, sleep=self.sleep
-                )
-                retry(
-                    lambda: topic.ensure(
-                        self.options.pipeline_id,
-                        bundle.bundle_id,
-                        lambda: table if table is not None else destination.read(bundle.bundle_id),
-                    )
-                )
+            self._send_dead_letter_topic(destination, bundle.bundle_id, written.table)
             return written
 
     def _dead_letter_topic(self) -> DeadLetterTopic | None:

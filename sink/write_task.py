@@ -10,7 +10,9 @@ Before anything is staged the task checks its rows against what the consumer's t
 accepts (:class:`RowChecks`): the checks every consumer shares (a row without a ``gt``
 when the input has the column cannot be ordered or named) and the consumer kind's
 :meth:`~sink.consumers.consumer_kind.ConsumerKind.validate`. Both are pure functions of
-the rows and the settings, so every replay refuses the same rows. With
+the rows and the settings, so a replay with the same settings refuses the same rows (the
+settings may change between attempts: the barrier reconciles a replay with the bundle's
+first dead-letter file, :mod:`sink.barrier`). With
 ``errors.tolerance=none`` a refused row fails the task (:class:`~state.errors.RowsRefused`)
 and nothing of the task is staged; with ``all`` the task stages the rows it accepts as its
 part and the rows refused as its *dead-letter part* (:mod:`sink.dead_letters`), which the

@@ -133,9 +133,11 @@ class ConsumerKind(ABC, Generic[S]):
         Runs in the write tasks, before anything of the bundle is delivered. It must be a
         pure function of the rows and ``settings`` (no I/O: what it needs of the target,
         such as a topic's partition count or a table's column types, ``check_at_start``
-        records in the settings), so that every replay classifies the same rows the same
-        way. A failure that is not about a row (the target unreachable) is never a
-        rejection: it stays a failed delivery, retried.
+        records in the settings), so that every replay with the same settings classifies
+        the same rows the same way (when the settings change between attempts of a
+        bundle, its first dead-letter file decides: :mod:`sink.barrier`). A failure that
+        is not about a row (the target unreachable) is never a rejection: it stays a
+        failed delivery, retried.
         """
         return []
 

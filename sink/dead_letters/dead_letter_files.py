@@ -2,12 +2,14 @@
 ``s3://bucket/prefix``): one per bundle, created once, listed and read back
 (:class:`DeadLetters`, :func:`open_dead_letters`).
 
-**Exactly once.** The file is named by the bundle id and only ever *created*: ``os.link``
-of a complete temporary file on a file system (it fails when the name exists), a
-conditional ``If-None-Match`` put on S3 (:mod:`state.stores`). A replay of the bundle's
-epoch or a redelivery of the bundle in flight finds the file and writes nothing: its rows
-are the same ones, because validation is a pure function of the rows and the query is
-deterministic. The file's Parquet metadata names its pipeline and bundle
+**Exactly once.** The file is named by the bundle id and *created*: ``os.link`` of a
+complete temporary file on a file system (it fails when the name exists), a conditional
+``If-None-Match`` put on S3 (:mod:`state.stores`). The first file of a bundle is the
+record of what was refused: a later attempt delivers the bundle's rows the file does not
+hold (:mod:`sink.barrier`), and a redelivery of the bundle in flight finds it and writes
+nothing. Only a file whose bundle was never recorded in flight, and which no topic holds,
+may be put in place of (:meth:`DeadLetters.replace`), when a later attempt refuses a row
+the file lacks. The file's Parquet metadata names its pipeline and bundle
 (``gtbarrier.pipeline``, ``gtbarrier.bundle``); a file of another pipeline under the same
 name is an error, never taken as this bundle's.
 
@@ -88,17 +90,25 @@ class DeadLetters(ABC):
         found = self._check(name, pipeline_id, bundle_id)
         if found is not None:
             return DeadLetterWrite(bundle_id, found.rows, False, self.location(bundle_id))
-        table = dead_letter_table(staged(), bundle_id)
-        metadata = {
-            **(table.schema.metadata or {}),
-            PIPELINE_KEY: pipeline_id.encode(),
-            BUNDLE_KEY: str(bundle_id).encode(),
-        }
-        data = _parquet_bytes(table.replace_schema_metadata(metadata))
+        table, data = _file_bytes(pipeline_id, bundle_id, staged())
         if not self._create(name, data):  # another attempt created it meanwhile
             found = self._check(name, pipeline_id, bundle_id)
             rows = table.num_rows if found is None else found.rows
             return DeadLetterWrite(bundle_id, rows, False, self.location(bundle_id))
+        return DeadLetterWrite(bundle_id, table.num_rows, True, self.location(bundle_id), table)
+
+    def find(self, pipeline_id: str, bundle_id: int) -> DeadLetterFile | None:
+        """Bundle ``bundle_id``'s file, if there is one (another pipeline's is a
+        :class:`StateError`)."""
+        return self._check(dead_letter_name(bundle_id), pipeline_id, bundle_id)
+
+    def replace(self, pipeline_id: str, bundle_id: int, staged: pa.Table) -> DeadLetterWrite:
+        """Put bundle ``bundle_id``'s file in place of the one there, at once (readers see
+        the old file or the new one, never a part). Only for a file whose bundle was never
+        recorded in flight and no topic holds: nothing of the bundle was delivered yet."""
+        table, data = _file_bytes(pipeline_id, bundle_id, staged)
+        self._check(dead_letter_name(bundle_id), pipeline_id, bundle_id)
+        self._replace(dead_letter_name(bundle_id), data)
         return DeadLetterWrite(bundle_id, table.num_rows, True, self.location(bundle_id), table)
 
     def files(self) -> list[DeadLetterFile]:
@@ -148,6 +158,10 @@ class DeadLetters(ABC):
     @abstractmethod
     def _create(self, name: str, data: bytes) -> bool:
         """Create ``name`` with ``data`` unless it exists; whether this call created it."""
+
+    @abstractmethod
+    def _replace(self, name: str, data: bytes) -> None:
+        """Put ``data`` under ``name`` at once, whether or not it exists."""
 
     @abstractmethod
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
@@ -203,6 +217,24 @@ class FileDeadLetters(DeadLetters):
             os.close(fd)
         return True
 
+    def _replace(self, name: str, data: bytes) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.directory, name))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
         path = os.path.join(self.directory, name)
         try:
@@ -242,6 +274,9 @@ class StoreDeadLetters(DeadLetters):
             return False
         return True
 
+    def _replace(self, name: str, data: bytes) -> None:
+        self.store.put(name, data)
+
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
         hit = self.store.get_or_none(name)
         if hit is None:
@@ -266,6 +301,18 @@ def open_dead_letters(uri: str, s3: S3Settings | None = None) -> FileDeadLetters
         return FileDeadLetters(os.path.normpath(parsed.path))
     config = StoreConfig(uri.rstrip("/"), s3 if s3 is not None else S3Settings())
     return StoreDeadLetters(open_store(config))
+
+
+def _file_bytes(pipeline_id: str, bundle_id: int, staged: pa.Table) -> tuple[pa.Table, bytes]:
+    """The file of bundle ``bundle_id`` from its staged dead-letter rows: its table and
+    its Parquet bytes, with the metadata naming the pipeline and the bundle."""
+    table = dead_letter_table(staged, bundle_id)
+    metadata = {
+        **(table.schema.metadata or {}),
+        PIPELINE_KEY: pipeline_id.encode(),
+        BUNDLE_KEY: str(bundle_id).encode(),
+    }
+    return table, _parquet_bytes(table.replace_schema_metadata(metadata))
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:

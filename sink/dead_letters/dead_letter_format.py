@@ -16,7 +16,8 @@ import base64
 import datetime as dt
 import decimal
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -104,6 +105,93 @@ def dead_letter_table(staged: pa.Table, bundle_id: int) -> pa.Table:
         ],
         names=[*inputs, *ADDED_COLUMNS],
     )
+
+
+# --- the same rows in two attempts of a bundle ------------------------------------------------
+
+
+def input_columns(table: pa.Table) -> list[str]:
+    """The sink's input columns of a dead-letter table (staged part or file)."""
+    return [n for n in table.column_names if n not in (*ADDED_COLUMNS,)]
+
+
+def row_keys(table: pa.Table, columns: Sequence[str]) -> list[Hashable]:
+    """Per row of ``table``, a key equal for rows equal in every one of ``columns``.
+
+    A row is identified by its values, not by its place: two attempts of a bundle (a
+    deterministic query's replay) produce the same rows, but their split among write tasks,
+    and so their order, may differ; rows equal in every column are interchangeable.
+    Strings are compared as their bytes (text that is not UTF-8 is a row like any other),
+    floats by their bit patterns (a NaN equals itself).
+    """
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise KeyError(f"columns {missing} are not among {table.column_names}")
+    selected = table.select(list(columns))
+    raw = selected.cast(_bytes_schema(selected.schema))
+    return [_frozen(row) for row in raw.to_pylist()]
+
+
+def recorded_against(
+    recorded: pa.Table, refused: pa.Table | None
+) -> tuple[Counter[Hashable], Counter[Hashable]]:
+    """A bundle's dead-letter file (``recorded``, written by an earlier attempt) against the
+    rows this attempt refuses (``refused``, its staged dead-letter rows; None: none):
+    ``(unrecorded, kept_out)``, the rows refused now that the file lacks, and the rows the
+    file holds that this attempt accepts (to be kept out of its delivery), as multisets of
+    :func:`row_keys`."""
+    columns = input_columns(recorded)
+    held = Counter(row_keys(recorded, columns))
+    now = Counter(row_keys(refused, columns)) if refused is not None else Counter()
+    return now - held, held - now
+
+
+def without_rows(
+    table: pa.Table, columns: Sequence[str], out: Counter[Hashable]
+) -> tuple[pa.Table, Counter[Hashable]]:
+    """``table`` without as many rows of each key as ``out`` counts (the first ones), and
+    what of ``out`` is left to take out of other tables."""
+    left = Counter(out)
+    keep = []
+    for key in row_keys(table, columns):
+        if left[key] > 0:
+            left[key] -= 1
+            keep.append(False)
+        else:
+            keep.append(True)
+    return table.filter(pa.array(keep, pa.bool_())), +left
+
+
+def _bytes_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_type(_bytes_type(f.type)) for f in schema])
+
+
+def _bytes_type(t: pa.DataType) -> pa.DataType:  # noqa: PLR0911 - one return per type
+    if pa.types.is_string(t):
+        return pa.binary()
+    if pa.types.is_large_string(t):
+        return pa.large_binary()
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [t.field(i).with_type(_bytes_type(t.field(i).type)) for i in range(t.num_fields)]
+        )
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_bytes_type(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_bytes_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_bytes_type(t.key_type), t.item_field.with_type(_bytes_type(t.item_type)))
+    return t
+
+
+def _frozen(value: Any) -> Hashable:
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, float):
+        return ("float", value.hex())
+    return value  # type: ignore[no-any-return]
 
 
 # --- rows as JSON (the topic's values without a value column, gtbarrier deadletters) ------
