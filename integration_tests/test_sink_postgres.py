@@ -508,6 +508,54 @@ def test_a_duplicate_of_a_stored_row_on_the_users_index_is_a_poison_row(
         assert recorded == [(False,)]
 
 
+def test_the_way_past_a_duplicate_of_a_stored_row_is_to_delete_the_row_the_error_names(
+    postgres: PostgresSchema,
+) -> None:
+    """The operator's way out (docs/sink.md, "postgres"): the bundle stays in flight and
+    every restart fails the same way, naming the index and the key; deleting the stored
+    row with that key lets the next restart deliver the bundle, once, and go on."""
+    postgres.execute('CREATE TABLE "{schema}".users (id bigint PRIMARY KEY, email text UNIQUE)')
+    postgres.execute("INSERT INTO \"{schema}\".users VALUES (1, 'a@example.com')")
+    p = Pipeline()
+    assert isinstance(p.staging, StoreStaging)
+    p.consumer = unique_consumer(postgres, "users", p.staging)  # type: ignore[assignment]
+    rows = pa.RecordBatch.from_arrays(
+        [pa.array([2, 3], pa.int64()), pa.array(["b@example.com", "a@example.com"])],
+        names=["id", "email"],
+    )
+    p.record_batch(0, epoch=1)
+    messages: list[str] = []
+    for run in ("run-a", "run-b"):  # the first attempt, then a restart on the same checkpoint
+        p.run_id = run
+        with pytest.raises(CommitFailed) as info:
+            p.barrier().commit([p.write(0, [rows], has_gt=False)], 0)
+        messages.append(str(info.value))
+        assert p.inflight().bundle_id == 1 and p.state().gt_last == -1
+    assert all("bundle 1 has a row" in m and "poison row" in m for m in messages), messages
+    assert (
+        "unique index users_email_key: Key (email)=(a@example.com) already exists" in (messages[1])
+    )
+    assert postgres.rows('SELECT id FROM "{schema}".users ORDER BY id') == [(1,)]
+
+    # the way out: the stored row with the key the error names is deleted (or changed)
+    postgres.execute("DELETE FROM \"{schema}\".users WHERE email = 'a@example.com'")
+    p.run_id = "run-c"
+    outcome = p.barrier().commit([p.write(0, [rows], has_gt=False)], 0)
+    assert outcome.recovered == 1 and outcome.action == "dropped"
+    assert p.state().gt_last == 1 and p.state().inflight is None
+    p.record_batch(1, epoch=2)
+    more = pa.RecordBatch.from_arrays(
+        [pa.array([4], pa.int64()), pa.array(["d@example.com"])], names=["id", "email"]
+    )
+    assert p.barrier().commit([p.write(1, [more], has_gt=False)], 1).action == "delivered"
+    assert postgres.rows('SELECT id, email FROM "{schema}".users ORDER BY id') == [
+        (2, "b@example.com"),
+        (3, "a@example.com"),
+        (4, "d@example.com"),
+    ]
+    p.consumer.close()
+
+
 def test_a_duplicate_on_another_index_in_upsert_mode_is_a_poison_row(
     postgres: PostgresSchema,
 ) -> None:
