@@ -10,6 +10,7 @@ input record exactly once.
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 from pathlib import Path
@@ -21,9 +22,11 @@ import pytest
 
 from gtbarrier.cli import main as gtbarrier
 from harness.process import repo_env, wait_until
+from harness.receiver import Receiver
 from integration_tests.metrics_support import exporter, scrape
 from integration_tests.metrics_support import value as sample
 from integration_tests.sink_helpers import read_bundles
+from sink.consumers.http import NOT_UTF8
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
@@ -68,6 +71,7 @@ class Chain:
         null_gt: str = "",
         nul: str = "",
         partition: str = "",
+        bad_utf8: str = "",
     ) -> None:
         self.driver, self.kafka, self.topic, self.tmp_path = driver, kafka, topic, tmp_path
         self.per_epoch = per_epoch
@@ -75,7 +79,12 @@ class Chain:
         self.state_uri = f"file://{tmp_path}/state"
         self.out = tmp_path / "out"
         self.dead = tmp_path / "dead"
-        self.poison = {"null-gt": null_gt, "nul": nul, "partition": partition}
+        self.poison = {
+            "null-gt": null_gt,
+            "nul": nul,
+            "partition": partition,
+            "bad-utf8": bad_utf8,
+        }
         self.store = open_store(self.state_uri)
         self.layout = PipelineLayout(self.pipeline)
 
@@ -346,6 +355,69 @@ def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
     assert refused == [poison]
     assert poison not in delivered, "a row in the dead letters was delivered too"
     assert sorted(delivered + refused) == list(range(n)), "lost or duplicated records"
+
+
+class HttpChain(Chain):
+    """A chain into consumer=http with JSON-lines bodies, to the reference receiver."""
+
+    receiver: Receiver
+
+    def consumer_options(self) -> dict[str, str]:
+        return {
+            "consumer": "http",
+            "consumer.url": f"{self.receiver.url}/s",
+            "consumer.format": "jsonl",
+        }
+
+    def delivered_numbers(self) -> list[int]:
+        return [
+            int(base64.b64decode(json.loads(line)["value"]))
+            for _, body in self.receiver.bodies("s")
+            for line in body.splitlines()
+            if line.strip()
+        ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_jsonl_http_refuses_a_string_that_is_not_utf8_until_all_sends_it_to_dead_letters(
+    driver: Any, kafka: Any, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A string Spark made from bytes that are not UTF-8 (CAST(binary AS STRING)) cannot be
+    a JSON line: the reference receiver gets nothing of its bundle, every other bundle
+    once; restarted with errors.tolerance=all, the row is in the dead letters once and
+    the rest of its bundle reaches the receiver."""
+    n, poison = 3 * PER_EPOCH, PER_EPOCH + 503  # bundle 1, partition 1, offset 751
+    receiver.start()
+    topic = kafka.create_topic(partitions=PARTITIONS)
+    produce(kafka, topic, n)
+    c = HttpChain(driver, kafka, tmp_path, topic, bad_utf8=str(poison))
+    c.receiver = receiver
+
+    out = failed(c.run())
+    assert "RowsRefused" in out and "bundle 1 (epoch 1, batch 1 of query" in out, out[-3000:]
+    assert f"refuses the row with gt (epoch 1 {topic}-1@751), column 'note': {NOT_UTF8}" in out
+    assert c.progress() == (0, None)
+    assert [b["bundle_id"] for b in receiver.bundles("s")] == [0]
+    assert sorted(c.delivered_numbers()) == list(range(PER_EPOCH)) and not c.dead.exists()
+
+    finished(c.run(options=c.tolerant()))
+    assert c.progress() == (2, None)
+    assert [(b["bundle_id"], b["rows"]) for b in receiver.bundles("s")] == [
+        (0, PER_EPOCH),
+        (1, PER_EPOCH - 1),
+        (2, PER_EPOCH),
+    ]
+    dead = c.dead_letters()
+    assert c.dead_letter_files() == [1] and dead.num_rows == 1
+    assert [int(v) for v in dead.column("value").to_pylist()] == [poison]
+    assert dead.column(COLUMN_COLUMN).to_pylist() == ["note"]
+    assert dead.column(REASON_COLUMN).to_pylist() == [NOT_UTF8]
+    note = dead.column("note").combine_chunks().view(pa.binary()).to_pylist()
+    assert note == [b"\xffn"]
+    delivered = c.delivered_numbers()
+    assert poison not in delivered
+    assert sorted([*delivered, poison]) == list(range(n)), "lost or duplicated records"
 
 
 # --- on S3 and to a topic, in-process (no Spark) ------------------------------------------
