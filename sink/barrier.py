@@ -60,8 +60,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -78,7 +77,12 @@ from sink.dead_letters.dead_letter_files import (
     DeadLetterWrite,
     open_dead_letters,
 )
-from sink.dead_letters.dead_letter_format import input_columns, recorded_against, without_rows
+from sink.dead_letters.dead_letter_format import (
+    Identity,
+    input_columns,
+    recorded_against,
+    without_rows,
+)
 from sink.dead_letters.dead_letter_topic import DeadLetterTopic
 from sink.faults import FaultInjector
 from sink.gt_column import gt_bounds
@@ -398,7 +402,7 @@ class Barrier:
                 held,
                 refused,
                 found=found,
-                unrecorded=sum(unrecorded.values()),
+                unrecorded=unrecorded,
                 remembered=remembered,
             )
         if kept_out:
@@ -409,7 +413,7 @@ class Barrier:
                 "delivered",
                 self.options.pipeline_id,
                 bundle.bundle_id,
-                sum(kept_out.values()),
+                len(kept_out),
                 found.location,
             )
         with batch.timer.step("dead_letters"):
@@ -476,20 +480,17 @@ class Barrier:
         return written
 
     def _without(
-        self, bundle: Bundle, batch: BatchCommit, columns: list[str], out: Counter[Hashable]
+        self, bundle: Bundle, batch: BatchCommit, columns: list[str], out: list[Identity]
     ) -> Bundle:
-        """``bundle`` without the rows ``out`` counts: each part that holds some is written
-        again without them, beside it (the original stays as the task staged it, so a
-        commit that starts again from a read takes them out again)."""
+        """``bundle`` without the rows ``out`` identifies: each part that holds some is
+        written again without them, beside it (the original stays as the task staged it,
+        so a commit that starts again from a read takes them out again)."""
         parts = []
-        left = out
         with batch.timer.step("dead_letters"):
-            for part in bundle.parts:
-                if not left:
-                    parts.append(part)
-                    continue
-                table = self.staging.read_part(part.location)
-                kept, left = without_rows(table, columns, left)
+            tables = [self.staging.read_part(p.location) for p in bundle.parts]
+            for part, table, kept in zip(
+                bundle.parts, tables, without_rows(tables, columns, out), strict=True
+            ):
                 if kept.num_rows == table.num_rows:
                     parts.append(part)
                     continue

@@ -499,6 +499,32 @@ def test_a_replay_that_accepts_rows_the_first_file_holds_delivers_only_the_other
     assert p.state().gt_last == 1 and p.staged() == []
 
 
+def test_a_changed_query_s_replay_matches_the_first_file_s_rows_by_their_gt(
+    tmp_path: Path,
+) -> None:
+    """A query changed between two attempts of a bundle (an upgrade) computes other values
+    for the same records: the first file's row is matched by its ``gt``, stays the dead
+    letter, and its new version is not delivered; the file is not written again."""
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
+    written = file_id(path)
+    upgraded = pa.RecordBatch.from_arrays(
+        [rows.column(0), pa.array([f"v2-n{o}" for o in range(4)]), rows.column(2)],
+        names=rows.schema.names,
+    )
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([p.write(0, [upgraded])], 0)  # it refuses nothing
+    assert outcome.action == "delivered" and outcome.dead_letters == 1
+    ((_, table, _),) = p.consumer.delivered
+    assert table is not None and table.column("note").to_pylist() == ["v2-n0", "v2-n2", "v2-n3"]
+    assert file_id(path) == written and notes(pq.read_table(path)) == [BAD]
+    assert p.staged() == []
+
+
 def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(
     tmp_path: Path,
 ) -> None:

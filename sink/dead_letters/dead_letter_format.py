@@ -16,13 +16,13 @@ import base64
 import datetime as dt
 import decimal
 import re
-from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from sink.consumers.consumer_kind import RowRejection
+from state.records.gt import GT_COLUMN
 
 BUNDLE_COLUMN = "_gtb_bundle"
 REASON_COLUMN = "_gtb_reason"
@@ -109,57 +109,103 @@ def dead_letter_table(staged: pa.Table, bundle_id: int) -> pa.Table:
 
 # --- the same rows in two attempts of a bundle ------------------------------------------------
 
+NO_GT = ("no gt",)
+"""The ``gt`` key of a row whose ``gt`` is null (every consumer refuses such a row)."""
+
+Identity = tuple[Hashable, Hashable | None]
+"""A row's identity across attempts of its bundle: its values (every column, strings as
+their bytes, floats by their bit patterns) and its ``gt`` (None without a ``gt`` column;
+:data:`NO_GT` when null)."""
+
 
 def input_columns(table: pa.Table) -> list[str]:
     """The sink's input columns of a dead-letter table (staged part or file)."""
-    return [n for n in table.column_names if n not in (*ADDED_COLUMNS,)]
+    return [n for n in table.column_names if n not in ADDED_COLUMNS]
 
 
-def row_keys(table: pa.Table, columns: Sequence[str]) -> list[Hashable]:
-    """Per row of ``table``, a key equal for rows equal in every one of ``columns``.
+def row_identities(table: pa.Table, columns: Sequence[str]) -> list[Identity]:
+    """Per row of ``table``, its :data:`Identity` over ``columns``.
 
-    A row is identified by its values, not by its place: two attempts of a bundle (a
-    deterministic query's replay) produce the same rows, but their split among write tasks,
-    and so their order, may differ; rows equal in every column are interchangeable.
-    Strings are compared as their bytes (text that is not UTF-8 is a row like any other),
-    floats by their bit patterns (a NaN equals itself).
+    Two attempts of a bundle compute the same rows when the query is deterministic, but
+    their split among write tasks, and so their order, may differ: a row is matched first
+    by its values (rows equal in every column are interchangeable), then, for a query
+    changed between the attempts (an upgrade: other values for the same record), by the
+    ``gt`` of the input record that produced it.
     """
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise KeyError(f"columns {missing} are not among {table.column_names}")
     selected = table.select(list(columns))
     raw = selected.cast(_bytes_schema(selected.schema))
-    return [_frozen(row) for row in raw.to_pylist()]
+    values = [_frozen(row) for row in raw.to_pylist()]
+    if GT_COLUMN not in columns:
+        return [(v, None) for v in values]
+    gts = [_gt_key(g) for g in raw.column(GT_COLUMN).to_pylist()]
+    return list(zip(values, gts, strict=True))
 
 
-def recorded_against(
-    recorded: pa.Table, refused: pa.Table | None
-) -> tuple[Counter[Hashable], Counter[Hashable]]:
+def unmatched(left: Sequence[Identity], right: Sequence[Identity]) -> tuple[list[int], list[int]]:
+    """Pair the rows of ``left`` with those of ``right``, by equal values first, then by
+    equal ``gt``; the indices of the rows of each side left without a pair."""
+    by_value: dict[Hashable, list[int]] = {}
+    for j, (value, _) in enumerate(right):
+        by_value.setdefault(value, []).append(j)
+    taken: set[int] = set()
+    rest_left = []
+    for i, (value, _) in enumerate(left):
+        candidates = by_value.get(value)
+        if candidates:
+            taken.add(candidates.pop())
+        else:
+            rest_left.append(i)
+    by_gt: dict[Hashable, list[int]] = {}
+    for j, (_, gt) in enumerate(right):
+        if j not in taken and gt is not None:
+            by_gt.setdefault(gt, []).append(j)
+    left_over = []
+    for i in rest_left:
+        gt = left[i][1]
+        candidates = by_gt.get(gt) if gt is not None else None
+        if candidates:
+            taken.add(candidates.pop())
+        else:
+            left_over.append(i)
+    return left_over, [j for j in range(len(right)) if j not in taken]
+
+
+def recorded_against(recorded: pa.Table, refused: pa.Table | None) -> tuple[int, list[Identity]]:
     """A bundle's dead-letter file (``recorded``, written by an earlier attempt) against the
     rows this attempt refuses (``refused``, its staged dead-letter rows; None: none):
-    ``(unrecorded, kept_out)``, the rows refused now that the file lacks, and the rows the
-    file holds that this attempt accepts (to be kept out of its delivery), as multisets of
-    :func:`row_keys`."""
+    ``(unrecorded, kept_out)``, how many rows refused now the file lacks, and the
+    identities of the file's rows this attempt does not refuse (to be kept out of its
+    delivery)."""
     columns = input_columns(recorded)
-    held = Counter(row_keys(recorded, columns))
-    now = Counter(row_keys(refused, columns)) if refused is not None else Counter()
-    return now - held, held - now
+    held = row_identities(recorded, columns)
+    now = row_identities(refused, columns) if refused is not None else []
+    held_over, now_over = unmatched(held, now)
+    return len(now_over), [held[i] for i in held_over]
 
 
 def without_rows(
-    table: pa.Table, columns: Sequence[str], out: Counter[Hashable]
-) -> tuple[pa.Table, Counter[Hashable]]:
-    """``table`` without as many rows of each key as ``out`` counts (the first ones), and
-    what of ``out`` is left to take out of other tables."""
-    left = Counter(out)
-    keep = []
-    for key in row_keys(table, columns):
-        if left[key] > 0:
-            left[key] -= 1
-            keep.append(False)
-        else:
-            keep.append(True)
-    return table.filter(pa.array(keep, pa.bool_())), +left
+    tables: Sequence[pa.Table], columns: Sequence[str], out: Sequence[Identity]
+) -> list[pa.Table]:
+    """``tables`` (a bundle's parts) without one row for each identity of ``out``, paired
+    across all of them by values first, then by ``gt`` (:func:`unmatched`); an identity
+    no row pairs with takes nothing out."""
+    ids = [row_identities(t, columns) for t in tables]
+    flat = [(k, i) for k, rows in enumerate(ids) for i in range(len(rows))]
+    _, kept = unmatched(out, [row for rows in ids for row in rows])
+    keep_at = {flat[j] for j in kept}
+    return [
+        t.filter(pa.array([(k, i) in keep_at for i in range(t.num_rows)], pa.bool_()))
+        for k, t in enumerate(tables)
+    ]
+
+
+def _gt_key(gt: Any) -> Hashable:
+    if gt is None or any(v is None for v in gt.values()):
+        return NO_GT
+    return _frozen(gt)
 
 
 def _bytes_schema(schema: pa.Schema) -> pa.Schema:
