@@ -7,6 +7,7 @@ import datetime
 import decimal
 import pickle
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -486,7 +487,8 @@ def test_an_unresolvable_reference_names_the_option_and_the_reference(
         ("failed: SSL error: certificate verify failed", "sslrootcert"),
         ('failed: server certificate for "db" does not match host name "other"', "sslrootcert"),
         (
-            'failed: root certificate file "/root/.postgresql/root.crt" does not exist',
+            f'failed: root certificate file "{Path.home() / ".postgresql" / "root.crt"}" '
+            "does not exist",
             "sslrootcert",
         ),
         ("failed: server does not support SSL, but SSL was required", "TLS"),
