@@ -87,19 +87,35 @@ def test_a_request_with_nothing_new_is_answered_by_the_last_snapshot(
     assert sched.next_attempt() is None
 
 
-def test_a_failed_batch_is_retried_only_on_request(sched: SnapshotScheduler, clock: Clock) -> None:
+def test_a_failed_batch_is_retried_at_once_on_request(sched: SnapshotScheduler) -> None:
     sched.offer(batch(4))
     first = sched.request()
     failed = attempt(sched)
     sched.abandoned(failed, "CoordinationError: drain_timeout")
     assert sched.answer(first) == (True, "CoordinationError: drain_timeout")
-    clock.advance(10 * PERIOD)
-    assert sched.next_attempt() is None  # the period alone does not retry the same batch
     second = sched.request()
-    again = attempt(sched)
+    again = attempt(sched)  # due at once, without waiting for the period
     assert (again.batch.batch_id, again.ticket) == (4, second)
     sched.accepted(again)
     assert sched.answer(second) == (True, None)
+
+
+def test_a_failed_batch_is_retried_after_the_period_when_nothing_newer_completes(
+    sched: SnapshotScheduler, clock: Clock
+) -> None:
+    # An idle query after an outage (ZooKeeper or the store down): its last batch is the
+    # only one that can move the resume point, so it is tried again, once per period.
+    sched.offer(batch(4))
+    clock.advance(PERIOD)
+    sched.abandoned(attempt(sched), "CoordinationError: ZooKeeper is not connected")
+    clock.advance(PERIOD - 1)
+    assert sched.next_attempt() is None  # not before the period
+    clock.advance(1)
+    again = attempt(sched)
+    assert again.batch.batch_id == 4
+    sched.accepted(again)
+    clock.advance(10 * PERIOD)
+    assert sched.next_attempt() is None  # accepted: never tried again
 
 
 def test_incomplete_files_move_on_to_the_next_batch(sched: SnapshotScheduler) -> None:
