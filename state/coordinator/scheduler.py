@@ -8,8 +8,11 @@ Pure bookkeeping, without Spark, threads or I/O; the clock is injectable. The ca
 * An attempt is *due* when ``period`` has passed since the last one started, when a
   snapshot is requested, or right after a batch whose files were incomplete (the next
   batch is then tried at once).
-* A batch is tried once. After an attempt failed it is tried again only if a snapshot is
-  requested after that attempt; a later batch is preferred whenever one completes.
+* A batch is accepted once. After an attempt failed, the same batch is tried again when
+  the period has passed, or at once if a snapshot is requested after that attempt; a
+  later batch is preferred whenever one completes. An idle query's last batch is thus
+  snapshotted once ZooKeeper or the store is back. A batch whose files were incomplete
+  is never tried again: its files are gone.
 * Requests are numbered tickets. An attempt answers every request made before it
   started; a request made when nothing completed since the last accepted snapshot is
   answered by that snapshot.
@@ -136,7 +139,9 @@ class SnapshotScheduler:
         self._retry_next = True
 
     def abandoned(self, attempt: Attempt, error: str) -> None:
-        """The attempt failed: its requests are answered with ``error``."""
+        """The attempt failed: its requests are answered with ``error``; its batch may be
+        tried again after the period."""
+        self._last_tried = self._last_done
         self._serve(attempt.ticket, error)
 
     def answer(self, ticket: int) -> tuple[bool, str | None]:
