@@ -50,14 +50,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from harness.kafka_gateway import TlsFiles, make_tls_files
 from harness.ports import LOOPBACK, free_port
-from harness.process import ManagedProcess
+from harness.process import ManagedProcess, wait_until
 from harness.server import Server
 
 SERVICE_USER = "postgres"
@@ -344,11 +343,17 @@ class PostgresServer(Server):
         that it starts no child while they are killed; a session's backend dies with it,
         before it can commit anything more."""
         proc = self._owned()
+        children: list[int] = []
         if proc.running:
             os.killpg(proc.pid, signal.SIGSTOP)
+            children = self._children()
             self._signal_children(signal.SIGKILL)
         # Stopped, it never runs again (no crash recovery begun): SIGKILL ends it as it is.
         proc.kill()
+        # A signal is delivered when its target is next scheduled: on a loaded machine a
+        # backend runs on for a moment after kill() returns. The crash is complete only
+        # once every child is gone (the postmaster's own exit was awaited by kill()).
+        _await_state(children, (None,), "gone", timeout=10.0)
 
     def shutdown(self, grace: float = 30.0) -> None:
         """A clean fast shutdown (SIGINT: sessions are ended, nothing is left behind)."""
@@ -368,14 +373,7 @@ class PostgresServer(Server):
         ``kill`` returns."""
         os.killpg(self.pid, signal.SIGSTOP)
         self._signal_children(signal.SIGSTOP)
-        deadline = time.monotonic() + 10.0
-        running = [self.pid, *self._children()]
-        while running:
-            running = [pid for pid in running if _process_state(pid) not in ("T", None)]
-            if running and time.monotonic() > deadline:
-                raise RuntimeError(f"postgres processes {running} still run 10 s after SIGSTOP")
-            if running:
-                time.sleep(0.01)
+        _await_state([self.pid, *self._children()], ("T", None), "stopped", timeout=10.0)
 
     def resume(self) -> None:
         """SIGCONT every server process (a no-op unless paused)."""
@@ -386,6 +384,19 @@ class PostgresServer(Server):
         """Delete the data directory (the server must be stopped)."""
         if self.root is not None and not self.running:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _await_state(
+    pids: list[int], states: tuple[str | None, ...], what: str, *, timeout: float
+) -> None:
+    """Wait until each of ``pids`` is in one of ``states`` (None: gone); TimeoutError
+    saying which are not yet ``what``."""
+    wait_until(
+        lambda: all(_process_state(pid) in states for pid in pids),
+        timeout=timeout,
+        interval=0.01,
+        what=f"postgres processes {pids} {what}",
+    )
 
 
 def _process_state(pid: int) -> str | None:
