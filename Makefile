@@ -48,7 +48,7 @@ typecheck: setup
 # and the wall time, and exits with pytest's exit code (5, "no tests ran", is a failure).
 pytest: setup
 	@start=$$(date +%s); \
-	$(PY) -m pytest $(PYTEST_PATHS) --durations=15 $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest $(PYTEST_PATHS) --durations=60 $(PYTEST_ARGS); rc=$$?; \
 	echo "[make test] pytest exit code $$rc, wall time $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 
