@@ -156,6 +156,28 @@ def test_bundles_are_copied_with_their_id_in_one_transaction(postgres: PostgresS
     assert values(postgres)[-1] == b"0:3" and len(values(postgres)) == 6
 
 
+def test_the_bookkeeping_table_keeps_the_newest_bundles_of_each_pipeline(
+    postgres: PostgresSchema,
+) -> None:
+    """``gtbarrier_bundles`` stays bounded: each delivery's transaction deletes the
+    pipeline's rows older than the last ``bundlesRetained``; another pipeline's rows in
+    the same schema are left alone."""
+    other = pg_pipeline(postgres, options={"pipeline.id": "p2"})
+    commit_epoch(other, 0, 1, [[gt_batch(1, 0, [100])]])
+    p = pg_pipeline(postgres, options={"consumer.postgres.bundlesRetained": "3"})
+    for epoch in range(1, 8):
+        commit_epoch(p, epoch - 1, epoch, [[gt_batch(epoch, 0, [epoch])]])
+    rows = postgres.rows(
+        'SELECT pipeline, bundle_id FROM "{schema}".gtbarrier_bundles ORDER BY 1, 2'
+    )
+    assert rows == [("p1", 5), ("p1", 6), ("p1", 7), ("p2", 1)]
+    assert consumer(p).last_bundle() == LastBundle(7, 7)
+    assert len(values(postgres)) == 8  # every row delivered once
+    # a redelivery of the bundle in flight is still recognised by its row
+    assert commit_epoch(p, 6, 7, [[gt_batch(7, 0, [7])]]).action == "dropped"
+    assert len(values(postgres)) == 8
+
+
 def test_types_round_trip(postgres: PostgresSchema) -> None:
     at = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
     batch = pa.RecordBatch.from_pydict(
