@@ -6,14 +6,17 @@ A delivery is one transaction on a connection kept per process
     SELECT ... FROM gtbarrier_bundles WHERE pipeline = $1 AND bundle_id = $2   -- stored?
     COPY <table> (<columns>) FROM STDIN (FORMAT csv)                           -- the rows
     INSERT INTO gtbarrier_bundles VALUES ($pipeline, $bundle_id, $gt, $rows, clock_timestamp())
+    DELETE FROM gtbarrier_bundles WHERE pipeline = $1 AND bundle_id <= $2 - $retained
     COMMIT
 
 so the rows are in the table exactly when the bundle's row is in ``gtbarrier_bundles``, and
 :meth:`PostgresConsumer.last_bundle` reads the newest of those back: exactly once across
-any crash. With ``consumer.postgres.mode=upsert`` the rows are COPYed into a temporary
-table and merged with ``INSERT ... SELECT DISTINCT ON (<keys>) ... ON CONFLICT (<keys>)
-DO UPDATE`` (the last row of a key in gt order wins). ``delivery=at-least-once`` writes
-the rows only.
+any crash. Only that newest row is ever read back, so each transaction also deletes the
+pipeline's rows older than the last ``consumer.postgres.bundlesRetained``: the table stays
+bounded however long the pipeline runs. With ``consumer.postgres.mode=upsert`` the rows
+are COPYed into a temporary table and merged with ``INSERT ... SELECT DISTINCT ON
+(<keys>) ... ON CONFLICT (<keys>) DO UPDATE`` (the last row of a key in gt order wins).
+``delivery=at-least-once`` writes the rows only.
 
 The bookkeeping table, in the target table's schema (created when missing)::
 
@@ -113,6 +116,12 @@ class Sql:
         return sql.SQL(
             "INSERT INTO {} (pipeline, bundle_id, gt, rows) VALUES (%s, %s, %s, %s)"
         ).format(self.bookkeeping)
+
+    def prune_bookkeeping(self) -> sql.Composed:
+        """The DELETE of a pipeline's rows up to a bundle id: ``(pipeline, bundle_id)``."""
+        return sql.SQL("DELETE FROM {} WHERE pipeline = %s AND bundle_id <= %s").format(
+            self.bookkeeping
+        )
 
     def create_table(self, columns: Sequence[PgColumn]) -> sql.Composed:
         parts = [
@@ -229,6 +238,9 @@ class PostgresConsumer(Consumer):
                     cur.execute(
                         self.sql.insert_bookkeeping(), bookkeeping_row(self.pipeline_id, bundle)
                     )
+                    # the bundle's own row stays (bundlesRetained >= 1): restart reads it
+                    oldest_kept = bundle.bundle_id - self.target.bundles_retained + 1
+                    cur.execute(self.sql.prune_bookkeeping(), (self.pipeline_id, oldest_kept - 1))
             self.faults.at("after_deliver", bundle.bundle_id)
         except psycopg.Error as err:
             self._drop()

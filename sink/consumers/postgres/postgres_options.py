@@ -23,7 +23,7 @@ from sink.consumers.consumer_kind import ConsumerSettings
 from sink.consumers.postgres.postgres_columns import identifier_too_long
 from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 from state.errors import ConfigError
-from state.option_table import BooleanOption, ChoiceOption, StringOption
+from state.option_table import BooleanOption, ChoiceOption, IntegerOption, StringOption
 from state.options import Options
 from state.secrets import REFERENCE
 
@@ -66,8 +66,18 @@ KEY_COLUMNS = StringOption(
     "index on exactly these columns; `createTable` makes it the primary key).",
 )
 
+BUNDLES_RETAINED = IntegerOption[int](
+    name="consumer.postgres.bundlesRetained",
+    default=1000,
+    minimum=1,
+    doc="postgres: rows of `gtbarrier_bundles` kept per pipeline with `delivery=exactly-once`; "
+    "each delivery's transaction deletes the pipeline's older rows, so the table stays "
+    "bounded. Only the newest row is ever read back (the bundle in flight, or the last "
+    "stored); more are kept for operators' audits.",
+)
+
 HIDDEN = "<not shown: it may hold a password>"
-SPECS = (DSN, TABLE, CREATE_TABLE, MODE, KEY_COLUMNS)
+SPECS = (DSN, TABLE, CREATE_TABLE, MODE, KEY_COLUMNS, BUNDLES_RETAINED)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,8 @@ class PostgresSettings(ConsumerSettings):
     it ran): what validation checks rows against in the write tasks."""
     unique_indexes: tuple[UniqueIndex, ...] = ()
     """The target table's unique indexes that validation can check (start check)."""
+    bundles_retained: int = BUNDLES_RETAINED.default
+    """Rows of ``gtbarrier_bundles`` kept per pipeline (at least 1)."""
 
     @property
     def qualified(self) -> str:
@@ -247,4 +259,5 @@ def parse_settings(opts: Options) -> PostgresSettings:
         create_table=CREATE_TABLE.read(opts),
         mode=mode,
         key_columns=keys,
+        bundles_retained=BUNDLES_RETAINED.read(opts),
     )
