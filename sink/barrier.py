@@ -38,7 +38,7 @@ record.
    (:mod:`sink.dead_letters`). A file already there, from an earlier attempt of the same
    bundle, is the record of what was refused: the rows it holds are not delivered, and a
    row this attempt refuses that it lacks replaces it (no topic) or stops the commit
-   (:meth:`Barrier._record_dead_letters`). Then bundle ``k`` is recorded in flight,
+   (:mod:`sink.dead_letters.dead_letter_settlement`). Then bundle ``k`` is recorded in flight,
    delivered (retrying the *same* bundle), then ``GT_last`` advances to ``k`` and the
    in-flight record is cleared, in one CAS. A bundle all of whose rows were refused
    writes its dead-letter file and delivers nothing (``GT_last`` stays, as for any bundle
@@ -62,34 +62,19 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-
-import pyarrow as pa
 
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
-from sink.dead_letters.dead_letter_files import (
-    DeadLetterFile,
-    DeadLetters,
-    DeadLetterWrite,
-    open_dead_letters,
-)
-from sink.dead_letters.dead_letter_format import (
-    Identity,
-    input_columns,
-    recorded_against,
-    without_rows,
-)
-from sink.dead_letters.dead_letter_topic import DeadLetterTopic
+from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement, HeldState
 from sink.faults import FaultInjector
-from sink.gt_column import gt_bounds
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
 from sink.options import SinkOptions
-from sink.staging import Staging, without_dead_letters_location
+from sink.staging import Staging
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -103,7 +88,6 @@ from state.profiling import StepTimer
 from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
 from state.protocol.batch_records import epoch_of_batch
 from state.records.barrier import BarrierState, Owner
-from state.records.inflight_bundle import StagedPart
 from state.retry import Retry, cas_loop, delivery
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
@@ -193,7 +177,9 @@ class Barrier:
             store, self.layout, clock=clock, races=races or cas_loop(sleep=sleep)
         )
         self.overlap_reads = overlap_reads
-        self._dead_letters = dead_letters
+        self.dead_letters = DeadLetterSettlement(
+            options, staging, self.states, destination=dead_letters, sleep=sleep
+        )
 
     # --- Spark's hooks --------------------------------------------------------------
 
@@ -271,7 +257,7 @@ class Barrier:
         if epoch <= held.state.gt_last or batch.rows == 0:
             written = None
             if epoch > held.state.gt_last:  # no rows to deliver, maybe rows refused
-                _, written = self._record_dead_letters(
+                _, written = self._settle_dead_letters(
                     self._bundle(batch, epoch), batch, held, remembered=False
                 )
             self._clean_up(batch)
@@ -299,7 +285,7 @@ class Barrier:
             self.faults.at("before_inflight", epoch)
         # Before anything of the bundle is recorded or delivered; the first file of the
         # bundle decides which of its rows are dead letters.
-        bundle, written = self._record_dead_letters(bundle, batch, held, remembered=remembered)
+        bundle, written = self._settle_dead_letters(bundle, batch, held, remembered=remembered)
         if written is not None:
             self.faults.at("after_dead_letters", epoch)
         if self.options.exactly_once:
@@ -352,226 +338,17 @@ class Barrier:
     def _bundle(self, batch: BatchCommit, epoch: int) -> Bundle:
         return Bundle.from_messages(self.options.pipeline_id, epoch, batch.batch_id, batch.messages)
 
-    def _record_dead_letters(
+    def _settle_dead_letters(
         self, bundle: Bundle, batch: BatchCommit, held: Held, *, remembered: bool
     ) -> tuple[Bundle, DeadLetterWrite | None]:
-        """Bundle ``bundle`` (above ``GT_last``, not in flight) as it is to be delivered,
-        and its dead letters, settled before it is recorded in flight.
-
-        Every row of the bundle ends in exactly one of (consumer, dead letters). The first
-        dead-letter file of a bundle is the record of what was refused: an earlier attempt
-        killed after writing it (before the in-flight record, so before anything of the
-        bundle was delivered) may have refused other rows than this one (the output topic
-        gained partitions, the table was altered, a limit was raised). So, when the file
-        is there:
-
-        * rows it holds that this attempt accepts are taken out of the bundle's parts
-          (written again beside them), never delivered;
-        * if this attempt refuses a row the file lacks, that row can be neither delivered
-          (the target refuses it) nor dropped: with only the file, which nothing has
-          acted on yet, this attempt's file replaces it, after a fresh read shows the
-          state this commit holds (no other run took over meanwhile); with a dead-letter
-          topic, which may hold the file's rows already, it is a :class:`StateError` that
-          names the bundle, both sets and the way out.
-
-        Without a file: it is created from this attempt's dead-letter parts (if any).
-        """
-        destination = self._dead_letter_destination()
-        if destination is None:
-            return bundle, self._write_dead_letters(bundle, batch)
-        with batch.timer.step("dead_letters"):
-            found = destination.find(self.options.pipeline_id, bundle.bundle_id)
-        if found is None:
-            return bundle, self._write_dead_letters(bundle, batch)
-        with batch.timer.step("dead_letters"):
-            recorded = destination.read(bundle.bundle_id)
-            refused = bundle.read_dead_letters(self.staging) if bundle.dead_letters else None
-            try:
-                unrecorded, kept_out = recorded_against(recorded, refused)
-            except KeyError as err:
-                raise StateError(
-                    f"barrier: pipeline {self.options.pipeline_id!r}: bundle {bundle.bundle_id}'s "
-                    f"dead-letter file {found.location} does not have this attempt's columns "
-                    f"({err}): the query changed since it was written"
-                ) from err
-        if unrecorded:
-            assert refused is not None
-            return bundle, self._replace_dead_letters(
-                bundle,
-                batch,
-                held,
-                refused,
-                found=found,
-                unrecorded=unrecorded,
-                remembered=remembered,
-            )
-        if kept_out:
-            bundle = self._without(bundle, batch, input_columns(recorded), kept_out)
-            log.warning(
-                "barrier: pipeline %s: bundle %d: %d row(s) an earlier attempt refused (its "
-                "dead-letter file %s) are accepted now; they stay dead letters and are not "
-                "delivered",
-                self.options.pipeline_id,
-                bundle.bundle_id,
-                len(kept_out),
-                found.location,
-            )
-        with batch.timer.step("dead_letters"):
-            self._send_dead_letter_topic(destination, bundle.bundle_id, recorded)
-        return bundle, DeadLetterWrite(bundle.bundle_id, found.rows, False, found.location)
-
-    def _replace_dead_letters(  # noqa: PLR0913 - the bundle, its commit and both sets
-        self,
-        bundle: Bundle,
-        batch: BatchCommit,
-        held: Held,
-        refused: pa.Table,
-        *,
-        found: DeadLetterFile,
-        unrecorded: int,
-        remembered: bool,
-    ) -> DeadLetterWrite:
-        """This attempt refuses ``unrecorded`` row(s) the bundle's file lacks: put its own
-        file in place (no topic), or stop with the way out (a topic)."""
-        destination = self._dead_letter_destination()
-        assert destination is not None
-        if self._dead_letter_topic() is not None:
-            raise StateError(
-                f"barrier: pipeline {self.options.pipeline_id!r}: bundle {bundle.bundle_id} "
-                f"(batch {batch.batch_id} of query {batch.query_id}) refuses {refused.num_rows} "
-                f"row(s) now, {unrecorded} of them not among the {found.rows} row(s) an earlier "
-                f"attempt refused and wrote to {found.location} and to the dead-letter topic "
-                f"{self.options.errors.topic!r}: the target refuses rows it accepted then, so "
-                "they can be neither delivered nor dropped, and the topic may hold the earlier "
-                "rows already. Nothing of the bundle was delivered. Way out: make the target "
-                "accept those rows again (undo the change to the table, the topic or the "
-                "consumer.* settings since that attempt) and restart on the same checkpoint; "
-                "the bundle is then delivered without the rows the file holds (docs/sink.md, "
-                '"Bad rows and dead letters")'
-            )
-        now, version = self.states.load()
-        if version != held.version:
-            if remembered:
-                raise StaleState(f"replace bundle {bundle.bundle_id}'s dead letters")
-            if now.owner != held.state.owner and now.owner is not None:
-                raise self.states.fenced(
-                    now.owner,
-                    held.state.owner.run_id if held.state.owner else "?",
-                    f"it replaced bundle {bundle.bundle_id}'s dead letters",
-                )
-            raise CommitFailed(
-                f"barrier: pipeline {self.options.pipeline_id!r}: the barrier state changed "
-                f"while bundle {bundle.bundle_id}'s dead letters were compared; restart"
-            )
-        with batch.timer.step("dead_letters"):
-            written = destination.replace(self.options.pipeline_id, bundle.bundle_id, refused)
-        log.warning(
-            "barrier: pipeline %s: bundle %d: this attempt refuses %d row(s), %d of them not "
-            "in the %d row(s) of the dead-letter file an earlier attempt wrote (the bundle was "
-            "never recorded in flight, nothing of it delivered): %s is replaced by this "
-            "attempt's",
-            self.options.pipeline_id,
-            bundle.bundle_id,
-            refused.num_rows,
-            unrecorded,
-            found.rows,
-            found.location,
+        """Bundle ``bundle`` as it is to be delivered, its dead letters settled
+        (:meth:`~sink.dead_letters.dead_letter_settlement.DeadLetterSettlement.settle`)."""
+        return self.dead_letters.settle(
+            bundle,
+            batch.timer,
+            HeldState(held.state, held.version, remembered),
+            batch=f"batch {batch.batch_id} of query {batch.query_id}",
         )
-        return written
-
-    def _without(
-        self, bundle: Bundle, batch: BatchCommit, columns: list[str], out: list[Identity]
-    ) -> Bundle:
-        """``bundle`` without the rows ``out`` identifies: each part that holds some is
-        written again without them, beside it (the original stays as the task staged it,
-        so a commit that starts again from a read takes them out again)."""
-        parts = []
-        with batch.timer.step("dead_letters"):
-            tables = [self.staging.read_part(p.location) for p in bundle.parts]
-            for part, table, kept in zip(
-                bundle.parts, tables, without_rows(tables, columns, out), strict=True
-            ):
-                if kept.num_rows == table.num_rows:
-                    parts.append(part)
-                    continue
-                if kept.num_rows == 0:
-                    continue
-                location = without_dead_letters_location(part.location)
-                size = self.staging.write_part(location, kept)
-                bounds = gt_bounds(kept) if bundle.has_gt else None
-                parts.append(
-                    StagedPart(
-                        location=location,
-                        rows=kept.num_rows,
-                        size=size,
-                        min_gt=bounds[0] if bounds else None,
-                        max_gt=bounds[1] if bounds else None,
-                    )
-                )
-        return replace(bundle, parts=tuple(parts))
-
-    def _send_dead_letter_topic(
-        self, destination: DeadLetters, bundle_id: int, table: pa.Table | None
-    ) -> None:
-        """Send bundle ``bundle_id``'s dead letters (its file's rows: ``table``, or read)
-        to the topic, unless there is none or it holds them."""
-        topic = self._dead_letter_topic()
-        if topic is None:
-            return
-        # After the file (the record of what was refused): the messages are the file's
-        # rows, and a topic holding the bundle already is not sent to.
-        retry = delivery(self.options.max_retries, self.options.retry_backoff, sleep=self.sleep)
-        retry(
-            lambda: topic.ensure(
-                self.options.pipeline_id,
-                bundle_id,
-                lambda: table if table is not None else destination.read(bundle_id),
-            )
-        )
-
-    def _write_dead_letters(
-        self, bundle: Bundle, batch: BatchCommit | None = None
-    ) -> DeadLetterWrite | None:
-        """Create the bundle's dead-letter file from its dead-letter parts unless it is
-        there already (an earlier attempt of the same bundle wrote it); None if the bundle
-        has none. Only ever creates: a replay or a redelivery never writes it twice."""
-        if not bundle.dead_letters:
-            return None
-        destination = self._dead_letter_destination()
-        if destination is None:
-            # Recorded in flight by a run with errors.tolerance=all, which wrote the file
-            # before recording it; this run has no destination to check it in.
-            log.warning(
-                "barrier: pipeline %s: bundle %d has %d refused row(s) whose dead-letter file "
-                "was written before it was recorded in flight; errors.deadLetter.path is not "
-                "set now, so it is not checked",
-                self.options.pipeline_id,
-                bundle.bundle_id,
-                bundle.dead_letter_rows,
-            )
-            return None
-        timed = batch.timer.step("dead_letters") if batch is not None else nullcontext()
-        with timed:
-            written = destination.write(
-                self.options.pipeline_id,
-                bundle.bundle_id,
-                lambda: bundle.read_dead_letters(self.staging),
-            )
-            self._send_dead_letter_topic(destination, bundle.bundle_id, written.table)
-            return written
-
-    def _dead_letter_topic(self) -> DeadLetterTopic | None:
-        errors = self.options.errors
-        if errors.topic is None or errors.bootstrap is None:
-            return None
-        return DeadLetterTopic(
-            errors.bootstrap, errors.topic, errors.kafka, self.options.ack_timeout
-        )
-
-    def _dead_letter_destination(self) -> DeadLetters | None:
-        if self._dead_letters is None and self.options.errors.path is not None:
-            self._dead_letters = open_dead_letters(self.options.errors.path, self.options.store.s3)
-        return self._dead_letters
 
     def _known(self, batch: BatchCommit) -> Held | None:
         """The state this process remembers for the pipeline, if an exactly-once commit of
@@ -637,7 +414,7 @@ class Barrier:
             how = "the consumer had it"
         else:
             # Written before the bundle was recorded in flight: found, never written twice.
-            self._write_dead_letters(bundle)
+            self.dead_letters.ensure_written(bundle)
             try:
                 self._deliver(bundle, redelivery=True)
             except GtBarrierError:

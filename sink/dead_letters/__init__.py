@@ -26,5 +26,9 @@ too.
   (``file://`` or ``s3://``): created once, listed and read back (``gtbarrier
   deadletters``);
 * :mod:`~sink.dead_letters.dead_letter_topic`: the optional topic: the rows as messages
-  with their context headers, sent through the kafka consumer.
+  with their context headers, sent through the kafka consumer;
+* :mod:`~sink.dead_letters.dead_letter_settlement`: what the barrier does with a bundle's
+  dead letters before it is recorded in flight: the file written or found, the rows an
+  earlier attempt's file holds kept out of the delivery, the file replaced or the commit
+  stopped when this attempt refuses a row the file lacks.
 """
