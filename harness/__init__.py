@@ -3,7 +3,8 @@
 Real Kafka (Tansu), S3 (SeaweedFS; moto on request), ZooKeeper and Spark on free loopback
 ports, each stopped by pid (:mod:`harness.server` is their base), or external servers
 named by ``GTB_KAFKA_BOOTSTRAP``, ``GTB_S3_ENDPOINT``, ``GTB_ZK_HOSTS`` and
-``GTB_SPARK_MASTER``; driver programs in killable subprocesses (:mod:`harness.driver`); a
+``GTB_SPARK_MASTER``; driver programs in killable subprocesses (:mod:`harness.driver`;
+what such a program does around its query: :mod:`harness.driver_program`); a
 fault-injecting TCP proxy (:mod:`harness.fault_proxy`); and a registry of their logs
 (:mod:`harness.logs`) that the pytest fixtures in ``integration_tests/fixtures/`` print
 when a test fails.

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 
@@ -66,17 +64,9 @@ def main() -> int:
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
+    from harness.driver_program import program_session, run_query
 
-    import gtbarrier
-    from harness.spark import local_spark_conf
-
-    workdir = Path(tempfile.mkdtemp(prefix="dead-letter-driver-", dir=Path.cwd()))
-    builder = SparkSession.builder
-    for key, value in {**local_spark_conf(workdir), "spark.master": "local[2,2]"}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    gtbarrier.register_all(spark)
+    spark = program_session("dead-letter-driver", master="local[2,2]")
 
     df = (
         spark.readStream.format("gtkafka")
@@ -100,16 +90,7 @@ def main() -> int:
         .trigger(availableNow=True)
         .start()
     )
-    print(f"STARTED query {query.id} run {query.runId}", flush=True)
-    try:
-        query.awaitTermination()
-    except Exception as err:
-        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("QUERY FINISHED", flush=True)
-    return 0
+    return run_query(spark, query)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 
 def main() -> int:
@@ -27,17 +25,9 @@ def main() -> int:
     args = parser.parse_args()
     given = json.loads(os.environ["GTB_SECURITY_OPTIONS"])
 
-    from pyspark.sql import SparkSession
+    from harness.driver_program import program_session, run_query
 
-    import gtbarrier
-    from harness.spark import local_spark_conf
-
-    workdir = Path(tempfile.mkdtemp(prefix="kafka-security-driver-", dir=Path.cwd()))
-    builder = SparkSession.builder
-    for key, value in {**local_spark_conf(workdir), "spark.master": "local[2]"}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    gtbarrier.register_all(spark)
+    spark = program_session("kafka-security-driver")
 
     ids = {"pipeline.id": args.pipeline, "state.uri": args.state}
     df = (
@@ -59,16 +49,7 @@ def main() -> int:
         .trigger(availableNow=True)
         .start()
     )
-    print(f"STARTED query {query.id} run {query.runId}", flush=True)
-    try:
-        query.awaitTermination()
-    except Exception as err:
-        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("QUERY FINISHED", flush=True)
-    return 0
+    return run_query(spark, query)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
 
 def main() -> int:
@@ -26,17 +24,9 @@ def main() -> int:
     parser.add_argument("--max-offsets", default="1000")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
+    from harness.driver_program import program_session, run_query
 
-    import gtbarrier
-    from harness.spark import local_spark_conf
-
-    workdir = Path(tempfile.mkdtemp(prefix="kafka-sink-driver-", dir=Path.cwd()))
-    builder = SparkSession.builder
-    for key, value in local_spark_conf(workdir).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    gtbarrier.register_all(spark)
+    spark = program_session("kafka-sink-driver")
 
     df = (
         spark.readStream.format("gtkafka")
@@ -61,16 +51,7 @@ def main() -> int:
         .trigger(availableNow=True)
         .start()
     )
-    print(f"STARTED query {query.id} run {query.runId}", flush=True)
-    try:
-        query.awaitTermination()
-    except Exception as err:
-        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("QUERY FINISHED", flush=True)
-    return 0
+    return run_query(spark, query)
 
 
 if __name__ == "__main__":

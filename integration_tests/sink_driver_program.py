@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
 
 def main() -> int:
@@ -26,18 +24,11 @@ def main() -> int:
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as sf
 
-    import gtbarrier
-    from harness.spark import local_spark_conf
+    from harness.driver_program import program_session, run_query
 
-    workdir = Path(tempfile.mkdtemp(prefix="sink-driver-", dir=Path.cwd()))
-    builder = SparkSession.builder
-    for key, value in {**local_spark_conf(workdir), "spark.master": args.master}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    gtbarrier.register_all(spark)
+    spark = program_session("sink-driver", master=args.master)
 
     df = (
         spark.readStream.format("gtkafka")
@@ -65,16 +56,7 @@ def main() -> int:
         else writer.trigger(availableNow=True)
     )
     query = writer.start()
-    print(f"STARTED query {query.id} run {query.runId}", flush=True)
-    try:
-        query.awaitTermination()
-    except Exception as err:
-        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("QUERY FINISHED", flush=True)
-    return 0
+    return run_query(spark, query)
 
 
 if __name__ == "__main__":

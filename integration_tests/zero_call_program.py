@@ -35,6 +35,7 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
+    from harness.driver_program import run_query
     from harness.spark import local_spark_conf
 
     assert "gtbarrier" not in sys.modules and "datasource" not in sys.modules
@@ -67,16 +68,7 @@ def main() -> int:
         .trigger(availableNow=True)
         .start()
     )
-    print(f"STARTED query {query.id}", flush=True)
-    try:
-        query.awaitTermination()
-    except Exception as err:
-        print(f"QUERY FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("QUERY FINISHED", flush=True)
-    return 0
+    return run_query(spark, query)
 
 
 if __name__ == "__main__":
