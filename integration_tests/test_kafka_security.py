@@ -425,11 +425,16 @@ DRIVER_TIMEOUT = 300.0
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_secured_query_into_the_kafka_consumer_recovers_a_half_sent_bundle_by_its_tail_scan(
-    gateway: KafkaGateway, kafka: KafkaHelper, driver: Any, tmp_path: Path
+    kafka_sasl_plain: KafkaGateway, kafka: KafkaHelper, driver: Any, tmp_path: Path
 ) -> None:
     """Source and sink both secured. The driver is killed with half of bundle 1 sent; the
     restarted query asks the topic's tail which items of the in-flight bundle are there
-    (the tail scan) and sends only the others: every record once in the output topic."""
+    (the tail scan) and sends only the others: every record once in the output topic.
+
+    One endpoint, ``SASL_SSL`` (TLS and SASL together): each client's handshake with each
+    endpoint (TLS, SASL PLAIN, SCRAM-SHA-512) is tested above, client by client, the
+    producer and the tail scan included; this is the whole query's path through them."""
+    gateway = kafka_sasl_plain
     n, partitions = 2000, 2
     topic = kafka.create_topic(partitions=partitions)
     out_topic = kafka.create_topic(partitions=partitions)
