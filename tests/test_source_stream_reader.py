@@ -256,12 +256,45 @@ def test_a_lasting_gap_does_not_hammer_the_broker(broker: FakeBroker) -> None:
 def test_new_data_after_idle_is_seen_within_the_refresh_interval(broker: FakeBroker) -> None:
     h = Harness(broker, **{"fetchOffset.refreshIntervalMs": "500"})
     start = h.reader.initialOffset()
+    answered = h.clock.now
     assert h.reader.latestOffset(start, ReadAllAvailable()) == start
     broker.produce("t", 1, 5)
-    h.clock.now += 0.2
-    assert h.reader.latestOffset(start, ReadAllAvailable()) == start  # cached
-    h.clock.now += 0.4
-    assert offsets(h.reader.latestOffset(start, ReadAllAvailable()))[("t", 1)] == 5
+    for _ in range(20):  # Spark's idle polling, every 10 ms: the cached answer
+        h.clock.now += 0.010
+        assert h.reader.latestOffset(start, ReadAllAvailable()) == start
+    for _ in range(32):  # 0.5 s after the answer (and one poll) at the latest, a new one
+        h.clock.now += 0.010
+        end = h.reader.latestOffset(start, ReadAllAvailable())
+        if end != start:
+            break
+    assert offsets(end)[("t", 1)] == 5
+    assert h.clock.now - answered <= 0.51 + 1e-9
+
+
+def test_the_call_after_a_planned_epoch_asks_the_broker_again(broker: FakeBroker) -> None:
+    """A busy query plans its next epoch from ends fetched after the last one was planned,
+    not from an answer cached before it: a record does not wait out the refresh interval
+    on top of the micro-batch it missed."""
+    broker.produce("t", 0, 5)
+    h = Harness(broker)  # fetchOffset.refreshIntervalMs: 1 s
+    start = h.reader.initialOffset()
+    end = h.reader.latestOffset(start, ReadAllAvailable())
+    assert offsets(end)[("t", 0)] == 5
+    broker.produce("t", 0, 3)  # while the micro-batch of epoch 0 runs
+    h.clock.now += 0.010
+    after = h.reader.latestOffset(end, ReadAllAvailable())
+    assert offsets(after)[("t", 0)] == 8
+
+
+def test_a_call_after_a_pause_asks_the_broker_again(broker: FakeBroker) -> None:
+    """Calls that do not follow each other at Spark's idle polling pace (a processing-time
+    trigger's ticks) each see the broker's ends as they are then."""
+    h = Harness(broker)  # fetchOffset.refreshIntervalMs: 1 s
+    start = h.reader.initialOffset()
+    assert h.reader.latestOffset(start, ReadAllAvailable()) == start  # a tick, nothing new
+    broker.produce("t", 0, 4)
+    h.clock.now += 0.5  # the next tick of a 500 ms trigger
+    assert offsets(h.reader.latestOffset(start, ReadAllAvailable()))[("t", 0)] == 4
 
 
 def test_trigger_available_now_stops_at_the_target(broker: FakeBroker) -> None:
