@@ -8,7 +8,11 @@ apart, and bounded by ``kafkaConsumer.pollTimeoutMs`` in all; an unreachable clu
 
 Latest offsets are cached for ``fetchOffset.refreshIntervalMs``: Spark calls
 ``latestOffset`` every few milliseconds while a query is idle, and an idle query must not
-hammer the broker. :attr:`OffsetReader.requests` counts the calls made to the cluster.
+hammer the broker. Only that idle polling reuses a cached answer
+(:func:`may_reuse_cached_ends`): the call after a planned epoch, or after a pause (a
+processing-time trigger's wait), plans from ends fetched then, so that a record waits for
+the micro-batch it missed and not also for the cache. :attr:`OffsetReader.requests`
+counts the calls made to the cluster.
 
 One answer (Metadata, then ListOffsets and the end probe) is a :class:`ClusterView`: the
 partitions, their ends, the topic ids the broker gave (Metadata v10+) and the ends that may
@@ -36,6 +40,25 @@ T = TypeVar("T")
 
 # The longest a partition's corrected end is trusted while ListOffsets answers the same.
 PROBE_MAX_AGE_S = 30.0
+
+#: Spark asks an idle micro-batch source again after ``spark.sql.streaming.pollingDelay``
+#: (10 ms by default); a ``latestOffset`` call that comes longer than this after the
+#: previous one ended follows a micro-batch or a processing-time trigger's wait.
+IDLE_POLL_GAP_S = 0.1
+
+
+def may_reuse_cached_ends(now: float, previous_end: float | None, previous_planned: bool) -> bool:
+    """Whether a ``latestOffset`` call at ``now`` may plan from a cached answer (one
+    younger than ``fetchOffset.refreshIntervalMs``).
+
+    Only while Spark polls an idle source back to back: the previous call, which ended at
+    ``previous_end``, planned nothing new (``previous_planned`` false) and ended less than
+    :data:`IDLE_POLL_GAP_S` ago. The first call, the call after a planned epoch and the
+    call after a pause ask the broker again.
+    """
+    if previous_end is None or previous_planned:
+        return False
+    return now - previous_end < IDLE_POLL_GAP_S
 
 
 def kafka_call(options: KafkaSourceOptions, what: str, fn: Callable[[], T], *, retry: Retry) -> T:

@@ -192,8 +192,10 @@ FETCH_OFFSET_REFRESH_INTERVAL_MS = IntegerOption(
     name="fetchOffset.refreshIntervalMs",
     default=1_000,
     minimum=0,
-    doc="gtkafka: how long latest offsets are cached on the driver (an idle query polls "
-    "every ~10 ms)",
+    doc="gtkafka: how long latest offsets are cached on the driver while a query is idle "
+    "(Spark polls an idle source every ~10 ms): the longest a new record waits to be noticed "
+    "then. The call after a planned epoch or a pause (a processing-time trigger) asks the "
+    "broker again",
 )
 COMMIT_OFFSETS_TO_GROUP = StringOption(
     name="commitOffsetsToGroup",

@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from datasource.group_commit import commit_to_group
-from datasource.offset_reader import ClusterView, OffsetReader
+from datasource.offset_reader import ClusterView, OffsetReader, may_reuse_cached_ends
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
 from datasource.options import KafkaSourceOptions
@@ -79,6 +79,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._sleep = sleep
         self._target: Frontier | None = None
         self._last_trigger: float | None = None
+        # When the previous latestOffset call ended, and whether it planned an epoch:
+        # whether the next one may reuse cached ends (may_reuse_cached_ends).
+        self._previous_call: tuple[float, bool] | None = None
         self.lost_events = 0
         # The topic ids this process saw last (the epoch log's win where it has some, see
         # _reference_ids), and the ids of the answer behind an end not recorded yet.
@@ -161,9 +164,19 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         with span("driver.latestOffset"):
-            return self._latest_offset(start, limit)
+            previous = self._previous_call
+            fresh = not may_reuse_cached_ends(
+                self._clock(),
+                None if previous is None else previous[0],
+                previous is not None and previous[1],
+            )
+            end = self._latest_offset(start, limit, fresh=fresh)
+            self._previous_call = (self._clock(), end != start)
+            return end
 
-    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def _latest_offset(
+        self, start: dict[str, Any], limit: ReadLimit, *, fresh: bool
+    ) -> dict[str, Any]:
         begin = from_checkpoint(start)
         with span("driver.epoch_log", op="recorded_end"):
             recorded = self.epoch_log.recorded_end(begin)
@@ -172,7 +185,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             self._last_trigger = self._clock()
             return recorded.to_json()
         with span("driver.kafka_offsets"):
-            end = self._next_end(begin, limit)
+            end = self._next_end(begin, limit, fresh=fresh)
         if end is None:
             self._topic_ids.update(self._pending_ids)
             return begin.to_json()
@@ -246,11 +259,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     # --- the next end frontier -------------------------------------------------------
 
-    def _next_end(self, start: SourceOffset, limit: ReadLimit) -> Frontier | None:
-        """The end of the epoch starting at ``start``, or ``None`` if there is nothing to read."""
+    def _next_end(self, start: SourceOffset, limit: ReadLimit, *, fresh: bool) -> Frontier | None:
+        """The end of the epoch starting at ``start``, or ``None`` if there is nothing to read;
+        from the broker's ends as they are now if ``fresh``, else possibly cached ones."""
         begin = dict(start.offsets)
         self._check_subscribed(begin)
-        latest, restart = self._settled_latest(start)
+        latest, restart = self._settled_latest(start, fresh=fresh)
         candidate: Frontier = {}
         changed = bool(restart)
 
@@ -292,7 +306,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._check_retention(begin, candidate)
         return candidate
 
-    def _settled_latest(self, start: SourceOffset) -> tuple[Frontier, Frontier]:
+    def _settled_latest(self, start: SourceOffset, *, fresh: bool) -> tuple[Frontier, Frontier]:
         """The cluster's ends under the frontier rules, and the partitions to restart.
 
         Every partition of ``start`` is in the result. The topic ids ``start`` was computed
@@ -316,7 +330,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         """
         begin = dict(start.offsets)
         reference = self._reference_ids(start)
-        view = self.offset_reader.view()
+        view = self.offset_reader.view(fresh=fresh)
         if self._suspects(begin, view):
             view = self.offset_reader.view(verify=True)
         retries = self.options.fetch_offset_num_retries
