@@ -1,0 +1,108 @@
+"""Bounded state: a pipeline prunes its epoch log and batch records below a retained window.
+
+A real query (gtkafka -> barrier, file consumer, state on S3) runs many small epochs with
+``state.epochsRetained`` small. The epoch log and the batch records stay within the window
+and its pruning step however many epochs ran, the floor record says where the log begins,
+and every record is delivered once. A query on a new checkpoint, which would replay from
+the persisted start, is refused with an error that names the floor and the way out;
+told to (``state.startAtFloor``), it starts at the floor, the barrier drops what the
+consumer already has, and new records are delivered once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration_tests.sink_helpers import read_bundles
+from integration_tests.test_sink_pipeline import (
+    check_exactly_once_in_gt_order,
+    produce_numbered,
+    query_failure,
+    run_available_now,
+    source,
+    stateless,
+)
+from state.layout import PipelineLayout
+from state.protocol.batch_records import batch_record_keys
+from state.protocol.epoch_floor import pruning_step, read_floor
+from state.stores import StoreConfig, open_store
+
+RETAINED = 4
+PER_EPOCH = 40  # maxOffsetsPerTrigger: 2,400 records make 60 epochs
+
+
+def epoch_numbers(keys: list[str]) -> list[int]:
+    return sorted(int(m.group(1)) for k in keys if (m := re.search(r"/(\d+)\.json$", k)))
+
+
+@pytest.mark.timeout(900)
+def test_a_long_pipeline_keeps_a_bounded_epoch_log_and_starts_a_new_checkpoint_only_at_the_floor(
+    spark: Any, kafka: Any, s3: Any, tmp_path: Path
+) -> None:
+    n, more, partitions = 2_400, 400, 2
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    pipeline = "prune-" + topic[-40:].replace("_", "-")
+    state_uri = s3.uri(f"state-{pipeline}")
+    out = tmp_path / "out"
+    sink = {
+        "pipeline.id": pipeline,
+        "state.uri": state_uri,
+        "consumer": "file",
+        "consumer.path": str(out),
+        **s3.options(),
+    }
+
+    def read(checkpoint: str, **extra: str) -> Any:
+        return stateless(
+            source(
+                spark,
+                kafka,
+                topic,
+                pipeline,
+                state_uri,
+                maxOffsetsPerTrigger=str(PER_EPOCH),
+                **{"state.epochsRetained": str(RETAINED), **s3.options(), **extra},
+            )
+        )
+
+    run_available_now(read("cp1"), sink, tmp_path / "cp1")
+    store = open_store(StoreConfig.from_options({"state.uri": state_uri, **s3.options()}))
+    layout = PipelineLayout(pipeline)
+    epochs = epoch_numbers(store.list(layout.epochs_prefix))
+    batches = batch_record_keys(store, layout)
+    floor = read_floor(store, layout)
+    planned = n // PER_EPOCH
+    assert floor is not None and floor.epoch > 0, "nothing was pruned"
+    # the window, the pruning step, the epoch whose commit prunes next
+    bound = RETAINED + pruning_step(RETAINED) + 1
+    assert epochs[0] == floor.epoch and epochs[-1] == planned - 1, (floor, epochs)
+    assert len(epochs) <= bound and len(batches) <= bound, (epochs, batches)
+    assert floor.epochs_with_records == floor.epoch  # every pruned epoch read records
+    check_exactly_once_in_gt_order(read_bundles(out), n, partitions)
+
+    # A new checkpoint would replay from epoch 0, which is gone: refused before any data.
+    files_before = sorted(p.name for p in out.glob("bundle-*.parquet"))
+    error = query_failure(read("cp2"), sink, tmp_path / "cp2")
+    assert "state.startAtFloor" in error and f"epoch {floor.epoch}" in error, error
+    assert sorted(p.name for p in out.glob("bundle-*.parquet")) == files_before
+
+    # Told to, it starts at the floor: the pruned epochs' records are not read again, the
+    # retained ones are dropped by the barrier, the new ones delivered once.
+    produce_numbered_from(kafka, topic, n, more, partitions)
+    run_available_now(read("cp3", **{"state.startAtFloor": "true"}), sink, tmp_path / "cp3")
+    check_exactly_once_in_gt_order(read_bundles(out), n + more, partitions)
+    assert len(epoch_numbers(store.list(layout.epochs_prefix))) <= bound
+
+
+def produce_numbered_from(kafka: Any, topic: str, first: int, n: int, partitions: int) -> None:
+    """Records ``first .. first + n - 1`` as :func:`produce_numbered` numbers them."""
+    kafka.produce(
+        topic,
+        ((b"k%d" % i, b"%d" % i, None, i % partitions) for i in range(first, first + n)),
+        batch_size=5000,
+    )
