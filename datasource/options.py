@@ -212,6 +212,23 @@ STATE_URI = StringOption(
     default_doc=_STREAMING,
     doc="`s3://bucket/prefix`, `file:///abs/path` or `memory://name` (single process only)",
 )
+EPOCHS_RETAINED = IntegerOption(
+    name="state.epochsRetained",
+    default=1_000,
+    minimum=1,
+    doc="epochs kept below the barrier's `GT_last` (and its in-flight bundle); older epochs "
+    "and the batch records that read them are pruned by the driver after a batch's commit, "
+    "a quarter of this at a time. A query on a new checkpoint then cannot replay from the "
+    "start: see `state.startAtFloor`. Pipelines run by the snapshot coordinator are pruned "
+    "by it instead",
+)
+START_AT_FLOOR = BooleanOption(
+    name="state.startAtFloor",
+    default=False,
+    doc="a query on a new checkpoint of a pipeline whose first epochs were pruned starts at "
+    "the oldest epoch kept (the barrier drops what the consumer already has; a stateful "
+    "query builds its state from there); `false`: it is refused, naming that epoch",
+)
 KAFKA = PrefixOption(
     name="kafka.",
     doc="kafka-python consumer settings (dots become underscores); `kafka.auto.offset.reset`, "
@@ -250,6 +267,8 @@ SOURCE_OPTIONS = OptionTable(
         COMMIT_OFFSETS_TO_GROUP,
         PIPELINE_ID,
         STATE_URI,
+        EPOCHS_RETAINED,
+        START_AT_FLOOR,
         Shared(S3_OPTIONS, default_doc=_SEE_STORES, doc="S3 settings of the state store"),
         KAFKA,
     ),
@@ -285,6 +304,8 @@ class KafkaSourceOptions:
     commit_offsets_to_group: str | None = None
     pipeline_id: str | None = None
     store: StoreConfig | None = None
+    epochs_retained: int = 1_000
+    start_at_floor: bool = False
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -342,6 +363,8 @@ class KafkaSourceOptions:
             commit_offsets_to_group=group,
             pipeline_id=pipeline_id,
             store=store,
+            epochs_retained=EPOCHS_RETAINED.read(opts),
+            start_at_floor=START_AT_FLOOR.read(opts),
             kafka=consumer_settings(opts),
         )
         parsed._check_spec_topics()

@@ -35,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from datasource.group_commit import commit_to_group
+from datasource.log_pruner import EpochLogPruner
 from datasource.offset_reader import ClusterView, OffsetReader, may_reuse_cached_ends
 from datasource.offset_specs import resolve, subscribed_partitions
 from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
@@ -42,7 +43,7 @@ from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
 from datasource.schema import arrow_schema
 from datasource.subscription import WHERE
-from state.errors import ConfigError, DataLossError, MalformedOffset
+from state.errors import ConfigError, DataLossError, EpochsPruned, MalformedOffset
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.profiling import span
@@ -82,6 +83,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         # When the previous latestOffset call ended, and whether it planned an epoch:
         # whether the next one may reuse cached ends (may_reuse_cached_ends).
         self._previous_call: tuple[float, bool] | None = None
+        self._pruner: EpochLogPruner | None = None
         self.lost_events = 0
         # The topic ids this process saw last (the epoch log's win where it has some, see
         # _reference_ids), and the ids of the answer behind an end not recorded yet.
@@ -97,6 +99,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         state = dict(self.__dict__)
         state["_offsets"] = None
         state["_log"] = None
+        state["_pruner"] = None
         state["_clock"] = None
         state["_sleep"] = None
         return state
@@ -121,10 +124,22 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             self._log = EpochLog(open_store(self.options.store), self.layout)
         return self._log
 
+    @property
+    def pruner(self) -> EpochLogPruner:
+        if self._pruner is None:
+            self._pruner = EpochLogPruner(
+                self.epoch_log.store, self.layout, self.options.epochs_retained
+            )
+        return self._pruner
+
     # --- Spark hooks (driver) --------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """The persisted start, or the start resolved now and persisted (first writer wins)."""
+        """The persisted start, or the start resolved now and persisted (first writer wins).
+
+        Once epochs were pruned, the start cannot be replayed from: the floor's start if
+        ``state.startAtFloor``, else :class:`EpochsPruned`.
+        """
         with span("driver.initialOffset"):
             return self._initial_offset()
 
@@ -144,8 +159,32 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             persisted = self.epoch_log.create_start(SourceOffset(0, frontier))
             if dict(persisted.offsets) == frontier:
                 self._topic_ids = self.offset_reader.topic_ids
+        else:
+            persisted = self._start_above_floor(persisted)
         self._check_compatible(persisted)
         return persisted.to_json()
+
+    def _start_above_floor(self, persisted: SourceOffset) -> SourceOffset:
+        floor = self.epoch_log.floor()
+        if floor is None:
+            return persisted
+        if not self.options.start_at_floor:
+            raise EpochsPruned(
+                f"gtkafka: pipeline '{self.options.pipeline_id}': a query on a new checkpoint "
+                f"replays from the persisted start (epoch {persisted.epoch}), but the epochs "
+                f"below epoch {floor.epoch} were pruned (state.epochsRetained="
+                f"{self.options.epochs_retained}), so a stateful query would build its state "
+                f"from epoch {floor.epoch} only. Start the query on its checkpoint, restore a "
+                "snapshot of the snapshot coordinator, or set state.startAtFloor=true to start "
+                f"at epoch {floor.epoch} (the barrier drops what the consumer already has)"
+            )
+        log.warning(
+            "gtkafka: pipeline %s: the epochs below epoch %d were pruned; the query on a new "
+            "checkpoint starts there (state.startAtFloor)",
+            self.options.pipeline_id,
+            floor.epoch,
+        )
+        return floor.start
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.min_offsets_per_trigger is not None:
@@ -243,7 +282,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         )
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Publish progress to ``commitOffsetsToGroup`` (monitoring only, never recovery)."""
+        """Publish progress to ``commitOffsetsToGroup`` (monitoring only, never recovery),
+        and prune the epoch log if it is due (:mod:`datasource.log_pruner`, in the
+        background)."""
         with span("driver.commit"):
             if self.options.commit_offsets_to_group is not None:
                 commit_to_group(
@@ -251,8 +292,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                     self.options.commit_offsets_to_group,
                     from_checkpoint(end).offsets,
                 )
+            self.pruner.after_commit(from_checkpoint(end).epoch)
 
     def stop(self) -> None:
+        if self._pruner is not None:
+            self._pruner.close()
+            self._pruner = None
         if self._offsets is not None:
             self._offsets.close()
             self._offsets = None

@@ -207,6 +207,12 @@ class EpochLogConflict(FatalError):
     """The epoch log disagrees with the offsets Spark asked about (a different input)."""
 
 
+class EpochsPruned(FatalError):
+    """The epochs a query asks for were pruned from the epoch log (below its floor): a
+    checkpoint older than the retained window, or a new checkpoint that would replay from
+    the start."""
+
+
 class MalformedOffset(FatalError, ValueError):
     """An offset that Spark handed back is not in the source's format (e.g. a checkpoint
     written by another source)."""

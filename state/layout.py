@@ -41,6 +41,12 @@ class PipelineLayout:
         return f"{self.root}/source/start.json"
 
     @property
+    def source_floor(self) -> str:
+        """Where the pruned epoch log begins (:mod:`state.protocol.epoch_floor`); absent
+        until the first pruning."""
+        return f"{self.root}/source/floor.json"
+
+    @property
     def epochs_prefix(self) -> str:
         return f"{self.root}/epochs/"
 

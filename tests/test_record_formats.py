@@ -42,6 +42,7 @@ from state.records.checkpoint_marker import MARKER_FORMAT, CheckpointMarker
 from state.records.codec import FORMAT_FIELD, decode, dumps
 from state.records.driver import DriverOwner, DriverRecord
 from state.records.epoch import EPOCH_RECORD_FORMAT, EpochRecord
+from state.records.floor import FLOOR_RECORD_FORMAT, FloorRecord
 from state.records.gt import GlobalTime
 from state.records.inflight_bundle import InflightBundle, StagedPart
 from state.records.manifest import MANIFEST_FORMAT, Manifest, ManifestEntry
@@ -196,6 +197,7 @@ GOLDEN: list[Golden] = [
     ),
     Golden("manifest-format1", MANIFEST, Manifest.from_json),
     Golden("checkpoint-marker-format1", CheckpointMarker("orders", 1), CheckpointMarker.from_json),
+    Golden("floor-format1", FloorRecord(7, START, 6, 2), FloorRecord.from_json),
 ]
 BY_NAME = {g.name: g for g in GOLDEN}
 
@@ -206,6 +208,7 @@ FORMATS: dict[str, int] = {
     "resume-point": RESUME_POINT_FORMAT,
     "manifest": MANIFEST_FORMAT,
     "checkpoint-marker": MARKER_FORMAT,
+    "floor": FLOOR_RECORD_FORMAT,
 }
 RECORD_NAMES: dict[str, str] = {
     "epoch": "epoch record",
@@ -213,6 +216,7 @@ RECORD_NAMES: dict[str, str] = {
     "resume-point": "resume point",
     "manifest": "snapshot manifest",
     "checkpoint-marker": "checkpoint generation marker",
+    "floor": "floor record",
 }
 
 

@@ -44,6 +44,13 @@ def epoch_numbers(store: StateStore, layout: PipelineLayout) -> list[int]:
     return EpochLog(store, layout).epoch_numbers()
 
 
+def floor_epoch(store: StateStore, layout: PipelineLayout) -> int | None:
+    """The epoch the pruned log begins at (:mod:`state.protocol.epoch_floor`); None if
+    nothing was pruned. Records left below it by an interrupted pruning are not shown."""
+    floor = EpochLog(store, layout).floor()
+    return None if floor is None else floor.epoch
+
+
 def read_epochs(store: StateStore, layout: PipelineLayout, numbers: list[int]) -> list[EpochRecord]:
     """The records of the epochs ``numbers`` that are recorded."""
     log = EpochLog(store, layout)
@@ -116,7 +123,8 @@ def run(args: argparse.Namespace) -> Result:
     store = pipeline.open_store()
     try:
         records = read_pipeline(store, pipeline.layout)
-        numbers = epoch_numbers(store, pipeline.layout)
+        floor = floor_epoch(store, pipeline.layout)
+        numbers = [n for n in epoch_numbers(store, pipeline.layout) if n >= (floor or 0)]
         epochs = read_epochs(store, pipeline.layout, chosen.select(numbers))
     finally:
         store.close()
@@ -128,11 +136,13 @@ def run(args: argparse.Namespace) -> Result:
         "recorded": len(numbers),
         "first_recorded": numbers[0] if numbers else None,
         "last_recorded": numbers[-1] if numbers else None,
+        "pruned_below": floor,
         "gt_last": gt_last,
         "epochs": shown,
     }
+    pruned = f"; pruned below epoch {floor}" if floor is not None else ""
     title = (
-        f"epochs of {pipeline.pipeline_id} ({len(shown)} shown of {len(numbers)} recorded; "
-        f"GT_last={gt_last})"
+        f"epochs of {pipeline.pipeline_id} ({len(shown)} shown of {len(numbers)} recorded"
+        f"{pruned}; GT_last={gt_last})"
     )
     return Result(data, (Table(title, EPOCH_COLUMNS, tuple(epoch_row(e) for e in shown)),))

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> Result | None:
             barrier=facts.barrier,
             epochs=facts.epochs,
             batches_per_epoch=facts.batches_per_epoch,
+            floor=facts.floor,
             resume=resume,
             behind=behind,
             dead_letter_rows=refused,

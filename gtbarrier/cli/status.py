@@ -26,7 +26,14 @@ from gtbarrier.cli.common import (
     read_pipeline,
 )
 from gtbarrier.cli.deadletters import pipeline_files
-from gtbarrier.cli.epochs import EPOCH_COLUMNS, epoch_json, epoch_numbers, epoch_row, read_epochs
+from gtbarrier.cli.epochs import (
+    EPOCH_COLUMNS,
+    epoch_json,
+    epoch_numbers,
+    epoch_row,
+    floor_epoch,
+    read_epochs,
+)
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
@@ -88,7 +95,8 @@ def run(args: argparse.Namespace) -> Result:
     try:
         records = read_pipeline(store, pipeline.layout)
         driver = _driver_record(store, pipeline.layout)
-        numbers = epoch_numbers(store, pipeline.layout)
+        floor = floor_epoch(store, pipeline.layout)
+        numbers = [n for n in epoch_numbers(store, pipeline.layout) if n >= (floor or 0)]
         # the newest epoch is read even with --epochs 0: its end is where the source stands
         read = read_epochs(store, pipeline.layout, numbers[-max(args.epochs, 1) :])
         acknowledged = _acknowledged_position(store, pipeline.layout, records)
@@ -125,6 +133,7 @@ def run(args: argparse.Namespace) -> Result:
         "epochs": {
             "recorded": len(numbers),
             "last_recorded": numbers[-1] if numbers else None,
+            "pruned_below": floor,
             "newest": [epoch_json(e, records.barrier.gt_last) for e in newest],
         },
         "resume_point": None
@@ -265,6 +274,7 @@ def _tables(data: dict[str, Any]) -> tuple[Table, ...]:
         ("skipped bundles", len(barrier["skipped"]) or None),
         ("epochs recorded", epochs["recorded"]),
         ("last epoch", epochs["last_recorded"]),
+        ("epochs pruned below", epochs["pruned_below"]),
     ]
     refused = data["dead_letters"]
     if refused is not None:

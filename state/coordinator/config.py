@@ -158,6 +158,15 @@ PARAMETERS: tuple[Parameter, ...] = (
         "0.0.0.0",
         "The address the metrics endpoint listens on (`127.0.0.1`: this host only).",
     ),
+    Parameter(
+        "epochs_retained",
+        "int",
+        1000,
+        "Epochs kept below the barrier's `GT_last`; after each accepted snapshot, older "
+        "epochs and their batch records are pruned, never those of a retained snapshot. A "
+        'query on a new checkpoint (`recover(mode="replay")`) cannot replay pruned epochs '
+        "(docs/PROTOCOL.md, Pruning).",
+    ),
 )
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
@@ -254,6 +263,7 @@ class CoordinatorConfig:
     zookeeper_auth: ZooKeeperAuth | None = None
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"
+    epochs_retained: int = 1000
 
     @classmethod
     def from_arguments(  # noqa: PLR0913, PLR0917 - mirrors SnapshotCoordinator's signature
@@ -273,6 +283,7 @@ class CoordinatorConfig:
         zookeeper_auth: str | None = None,
         metrics_port: int | None = None,
         metrics_address: str = "0.0.0.0",
+        epochs_retained: int = 1000,
     ) -> CoordinatorConfig:
         """Check every argument; :class:`ConfigError` names the first bad one."""
         try:
@@ -314,6 +325,12 @@ class CoordinatorConfig:
             raise ConfigError(
                 "metrics_port", metrics_port, "a port 0-65535 (0: a free one) or None", where=WHERE
             )
+        if (
+            not isinstance(epochs_retained, int)
+            or isinstance(epochs_retained, bool)
+            or epochs_retained < 1
+        ):
+            raise ConfigError("epochs_retained", epochs_retained, "an integer >= 1", where=WHERE)
         if not isinstance(metrics_address, str) or not metrics_address.strip():
             raise ConfigError(
                 "metrics_address", metrics_address, "an address such as '0.0.0.0'", where=WHERE
@@ -340,6 +357,7 @@ class CoordinatorConfig:
             ),
             metrics_port=metrics_port,
             metrics_address=metrics_address.strip(),
+            epochs_retained=epochs_retained,
         )
 
     @property

@@ -76,6 +76,7 @@ class DriverMetrics:
             barrier=facts.barrier,
             epochs=facts.epochs,
             batches_per_epoch=facts.batches_per_epoch,
+            floor=facts.floor,
             resume=self.coordinator.ownership.read_resume_point(),
             behind=self.observations.behind(),
             delivery=self.observations.histogram(),

@@ -27,6 +27,7 @@ from prometheus_client.core import (
 
 from state.lag import Lag
 from state.records.barrier import BarrierState
+from state.records.floor import FloorRecord
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import TopicPartitionKey
 
@@ -151,8 +152,10 @@ class PipelineReading:
     """What one scrape read of pipeline ``pipeline`` (None: not read, or not there).
 
     ``barrier``: the barrier state (None: never written). ``epochs``: the recorded
-    epochs at or below ``GT_last``. ``replays``: per epoch, how many batch records read
-    it. ``resume``: the resume point. ``behind``: offsets behind Kafka's end per
+    epochs at or below ``GT_last``. ``batches_per_epoch``: per epoch, how many batch
+    records read it. ``floor``: where the pruned epoch log begins; ``epochs`` and
+    ``batches_per_epoch`` then cover only what lies at or above it, and the floor's
+    counts what lay below. ``resume``: the resume point. ``behind``: offsets behind Kafka's end per
     partition. ``dead_letter_rows``: rows in the pipeline's dead-letter files.
     ``delivery`` and ``snapshots``: what the driver process observed.
     """
@@ -161,6 +164,7 @@ class PipelineReading:
     barrier: BarrierState | None = None
     epochs: Sequence[EpochFacts] | None = None
     batches_per_epoch: Mapping[int, int] | None = None
+    floor: FloorRecord | None = None
     resume: ResumePoint | None = None
     behind: Mapping[TopicPartitionKey, int] | None = None
     dead_letter_rows: int | None = None
@@ -168,19 +172,26 @@ class PipelineReading:
     snapshots: SnapshotCounts | None = None
 
 
-def bundles_delivered(barrier: BarrierState, epochs: Iterable[EpochFacts]) -> int:
+def bundles_delivered(
+    barrier: BarrierState, epochs: Iterable[EpochFacts], floor: FloorRecord | None = None
+) -> int:
     """Bundles the consumer acknowledged: the epochs at or below ``GT_last`` that read
-    records (an epoch that read nothing makes no bundle), less those an operator skipped
-    as lost."""
+    records (an epoch that read nothing makes no bundle; the pruned ones are counted by
+    the ``floor``), less those an operator skipped as lost."""
     made = sum(1 for e in epochs if e.epoch <= barrier.gt_last and e.records > 0)
+    pruned = 0 if floor is None else floor.epochs_with_records
     skipped = sum(1 for s in barrier.skipped if s.bundle_id <= barrier.gt_last)
-    return max(0, made - skipped)
+    return max(0, pruned + made - skipped)
 
 
-def replays_dropped(gt_last: int, batches_per_epoch: Mapping[int, int]) -> int:
+def replays_dropped(
+    gt_last: int, batches_per_epoch: Mapping[int, int], floor: FloorRecord | None = None
+) -> int:
     """Batches that read an epoch at or below ``GT_last`` which an earlier batch had read:
-    the barrier dropped their bundles (the first batch of each epoch delivered it)."""
-    return sum(max(0, n - 1) for epoch, n in batches_per_epoch.items() if epoch <= gt_last)
+    the barrier dropped their bundles (the first batch of each epoch delivered it); those
+    of pruned epochs are counted by the ``floor``."""
+    pruned = 0 if floor is None else floor.replays_dropped
+    return pruned + sum(max(0, n - 1) for epoch, n in batches_per_epoch.items() if epoch <= gt_last)
 
 
 def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
@@ -214,7 +225,7 @@ def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
                 "epoch log",
                 labels=["pipeline"],
             )
-            delivered.add_metric(label, bundles_delivered(barrier, reading.epochs))
+            delivered.add_metric(label, bundles_delivered(barrier, reading.epochs, reading.floor))
             out.append(delivered)
         if reading.batches_per_epoch is not None:
             dropped = CounterMetricFamily(
@@ -223,7 +234,9 @@ def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
                 "epoch at or below GT_last another batch had read; from the batch records",
                 labels=["pipeline"],
             )
-            dropped.add_metric(label, replays_dropped(barrier.gt_last, reading.batches_per_epoch))
+            dropped.add_metric(
+                label, replays_dropped(barrier.gt_last, reading.batches_per_epoch, reading.floor)
+            )
             out.append(dropped)
     if reading.dead_letter_rows is not None:
         refused = CounterMetricFamily(

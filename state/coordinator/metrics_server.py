@@ -32,6 +32,7 @@ from state.protocol.barrier_state import load_barrier_state
 from state.protocol.batch_records import batch_record_keys, read_batch_record_at
 from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState
+from state.records.floor import FloorRecord
 from state.records.source_offset import Frontier
 from state.secrets import redact
 from state.stores import StateStore
@@ -46,13 +47,16 @@ class StoreFacts:
     ``barrier``: None if it was never written. ``epochs``: the recorded epochs at or
     below ``GT_last``. ``batches_per_epoch``: how many batch records read each epoch.
     ``planned``: where the newest planned epoch ends (the source's start before any),
-    per partition; None before the source started.
+    per partition; None before the source started. ``floor``: where the pruned epoch log
+    begins (None: nothing pruned); ``epochs`` and ``batches_per_epoch`` hold only what
+    lies at or above it, the floor's counts the rest.
     """
 
     barrier: BarrierState | None
     epochs: tuple[EpochFacts, ...]
     batches_per_epoch: dict[int, int]
     planned: Frontier | None
+    floor: FloorRecord | None = None
 
 
 class StateReader:
@@ -67,7 +71,12 @@ class StateReader:
     def read(self) -> StoreFacts:
         state, version = load_barrier_state(self.store, self.layout)
         epoch_log = EpochLog(self.store, self.layout)
-        numbers = epoch_log.epoch_numbers()
+        floor = epoch_log.floor()
+        lowest = 0 if floor is None else floor.epoch
+        # below the floor: counted by the floor, and no longer remembered here
+        self._epochs = {n: facts for n, facts in self._epochs.items() if n >= lowest}
+        self._batches = {k: e for k, e in self._batches.items() if e >= lowest}
+        numbers = [n for n in epoch_log.epoch_numbers() if n >= lowest]
         for n in numbers:
             if n not in self._epochs:
                 record = epoch_log.read_epoch(n)
@@ -78,7 +87,7 @@ class StateReader:
         for key in keys:
             if key not in self._batches:
                 batch = read_batch_record_at(self.store, key)
-                if batch is not None:
+                if batch is not None and batch.epoch >= lowest:
                     self._batches[key] = batch.epoch
         present = set(keys)
         per_epoch = Counter(e for k, e in self._batches.items() if k in present)
@@ -94,6 +103,7 @@ class StateReader:
             epochs=tuple(self._epochs[n][0] for n in known if n <= state.gt_last),
             batches_per_epoch=dict(per_epoch),
             planned=planned,
+            floor=floor,
         )
 
 

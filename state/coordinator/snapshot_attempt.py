@@ -10,7 +10,8 @@
 4. accept: move the resume point forward (:mod:`state.protocol.resume_point`), only while
    this driver holds the pipeline, its fencing token is the newest, and the resume point is still in
    the generation the snapshot started in;
-5. prune the snapshots beyond ``retain``.
+5. prune the snapshots beyond ``retain``, then the epoch log below the oldest retained
+   snapshot and ``epochs_retained`` below the barrier (:mod:`state.protocol.epoch_floor`).
 
 A snapshot belongs to the generation of the resume point when it starts (its manifest
 records it): a snapshot of the old query version still waiting when
@@ -34,8 +35,14 @@ from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot_files import SnapshotWriter, checkpoint_files, prune
-from state.errors import CoordinationError, RetriableError, SnapshotIncomplete
+from state.errors import CoordinationError, GtBarrierError, RetriableError, SnapshotIncomplete
 from state.protocol.barrier_state import read_barrier_state
+from state.protocol.epoch_floor import (
+    prune_below,
+    pruning_step,
+    read_floor,
+    snapshot_floor_target,
+)
 from state.protocol.fencing import check_token
 from state.protocol.resume_point import accepted_point, advance_resume_point
 from state.records.manifest import Manifest
@@ -173,6 +180,7 @@ class SnapshotPipeline:
         kept = [r.snapshot_id for r in point.retained]
         pruned, deleted = prune(self.store, self.layout, kept, self.writer.manifests)
         self.writer.forget_blobs(deleted)
+        self._prune_epochs(min(r.epoch for r in point.retained))
         stats = SnapshotStats(
             snapshot_id=manifest.snapshot_id,
             epoch=batch.epoch,
@@ -197,6 +205,22 @@ class SnapshotPipeline:
             pruned.blobs,
         )
         return stats, point
+
+    def _prune_epochs(self, oldest_snapshot_epoch: int) -> None:
+        """Raise the epoch log's floor (:mod:`state.protocol.epoch_floor`) to
+        ``epochs_retained`` below the barrier's progress, but never above the epoch of the
+        oldest retained snapshot, whose restore starts there. The snapshot is already
+        accepted: a pruning that fails on the store is logged and tried after the next."""
+        retained = self.config.epochs_retained
+        try:
+            state = read_barrier_state(self.store, self.layout)
+            inflight = None if state.inflight is None else state.inflight.bundle_id
+            target = snapshot_floor_target(state.gt_last, inflight, retained, oldest_snapshot_epoch)
+            floor = read_floor(self.store, self.layout)
+            if target - (0 if floor is None else floor.epoch) >= pruning_step(retained):
+                prune_below(self.store, self.layout, target)
+        except GtBarrierError as err:
+            log.warning("pruning the epoch log failed (tried after the next snapshot): %s", err)
 
     def _await_drained(self, epoch: int, timeout: float, closing: Closing) -> None:
         def check() -> None:

@@ -112,6 +112,7 @@ class SnapshotCoordinator:
         zookeeper_auth: str | None = None,
         metrics_port: int | None = None,
         metrics_address: str = "0.0.0.0",
+        epochs_retained: int = 1000,
         store: StateStore | None = None,
     ) -> None:
         self.spark = spark
@@ -130,6 +131,7 @@ class SnapshotCoordinator:
             zookeeper_auth=zookeeper_auth,
             metrics_port=metrics_port,
             metrics_address=metrics_address,
+            epochs_retained=epochs_retained,
         )
         self.layout: PipelineLayout = self.config.layout
         self.store: StateStore = store if store is not None else open_store(self.config.store)

@@ -33,10 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from state.errors import EpochLogConflict, KeyExists, MalformedRecord
+from state.errors import EpochLogConflict, EpochsPruned, KeyExists, MalformedRecord
 from state.layout import PipelineLayout
+from state.protocol.epoch_floor import read_floor
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
+from state.records.floor import FloorRecord
 from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
@@ -54,6 +56,7 @@ class EpochLog:
     _start: SourceOffset | None = field(default=None, init=False, repr=False)
     _recorded: dict[int, EpochRecord] = field(default_factory=dict, init=False, repr=False)
     _absent: int | None = field(default=None, init=False, repr=False)
+    _floor_read: tuple[FloorRecord | None] | None = field(default=None, init=False, repr=False)
 
     #: How many recorded epochs are remembered (Spark asks for the newest ones).
     REMEMBERED = 16
@@ -75,8 +78,18 @@ class EpochLog:
 
     # --- epochs ------------------------------------------------------------------------
 
+    def floor(self) -> FloorRecord | None:
+        """The floor of the log (:mod:`state.protocol.epoch_floor`), read now: None if
+        nothing was pruned."""
+        return read_floor(self.store, self.layout)
+
     def recorded_end(self, start: SourceOffset) -> SourceOffset | None:
-        """The end recorded for epoch ``start.epoch``, checked against ``start``."""
+        """The end recorded for epoch ``start.epoch``, checked against ``start``.
+
+        None if the epoch is not recorded yet. Raises :class:`EpochsPruned` if it is not
+        recorded because it lies below the floor: it was pruned, and planning it again
+        would give it other bounds than the ones its first batch read.
+        """
         key = self.layout.epoch(start.epoch)
         record = self._recorded.get(start.epoch)
         if record is None:
@@ -84,6 +97,7 @@ class EpochLog:
                 return None
             record = self._read(key, lambda raw: self._epoch_record(key, raw))
             if record is None:
+                self._check_not_pruned(start.epoch)
                 self._absent = start.epoch
                 return None
             self._remember(start.epoch, record)
@@ -112,6 +126,23 @@ class EpochLog:
         if created:
             self._absent = end.epoch
         return self._check(key, winner, start)
+
+    def _check_not_pruned(self, epoch: int) -> None:
+        # Read once per log: an epoch below the floor is asked for by a driver whose
+        # checkpoint was already behind when it started; a driver's next epoch to plan
+        # lies above any floor its own progress allows.
+        if self._floor_read is None:
+            self._floor_read = (self.floor(),)
+        floor = self._floor_read[0]
+        if floor is not None and epoch < floor.epoch:
+            raise EpochsPruned(
+                f"{self.store.uri}/{self.layout.epoch(epoch)}: epoch {epoch} was pruned: the "
+                f"epoch log of pipeline '{self.layout.pipeline_id}' begins at epoch "
+                f"{floor.epoch} (state.epochsRetained keeps that many epochs below the "
+                "barrier's GT_last). This checkpoint is older than the epochs kept; restore "
+                "a newer snapshot, or start the query on a new checkpoint with "
+                "state.startAtFloor=true"
+            )
 
     def topic_ids_at(self, offset: SourceOffset) -> dict[str, str] | None:
         """The topic ids under which the frontier ``offset`` was computed: those recorded
