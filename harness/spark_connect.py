@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 from harness.ports import LOOPBACK, free_port, port_open
 from harness.process import ManagedProcess, repo_env
 from harness.server import Server
-from harness.spark import local_spark_conf, spark_home
+from harness.spark import TEST_JVM_FLAGS, local_spark_conf, spark_home
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -106,7 +106,7 @@ class SparkConnectServer(Server):
                 "spark.app.name": "gtbarrier-spark-connect",
                 "spark.driver.extraJavaOptions": (
                     f"-Dlog4j2.configurationFile=file:{log4j} "
-                    f"-Dderby.system.home={workdir / 'derby'}"
+                    f"-Dderby.system.home={workdir / 'derby'} {TEST_JVM_FLAGS}"
                 ),
                 "spark.connect.grpc.binding.address": LOOPBACK,
                 # Fail on a taken port (start_on_free_port picks another) instead of
