@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from sink.dead_letters.dead_letter_topic import H_BUNDLE, H_COLUMN, H_OFFSET, H_
 from sink.faults import InjectedFault
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
-from state.records.barrier import BarrierState
+from state.records.barrier import BarrierState, Owner
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, sink_options
 from tests.test_sink_dead_letters import crash_at, note_batch
@@ -94,11 +95,18 @@ class Chain:
     def tolerant(self) -> dict[str, str]:
         return {"errors.tolerance": "all", "errors.deadLetter.path": f"file://{self.dead}"}
 
-    def run(self, *, fault: str | None = None, options: dict[str, str] | None = None) -> Any:
+    def run(
+        self,
+        *,
+        fault: str | None = None,
+        options: dict[str, str] | None = None,
+        checkpoint: str = "cp",
+    ) -> Any:
+        """A driver on the checkpoint ``checkpoint`` (a directory under the test's tmp_path)."""
         args = [
             "--bootstrap", self.kafka.bootstrap, "--topic", self.topic,
             "--pipeline", self.pipeline, "--state", self.state_uri,
-            "--checkpoint", str(self.tmp_path / "cp"), "--max-offsets", str(self.per_epoch),
+            "--checkpoint", str(self.tmp_path / checkpoint), "--max-offsets", str(self.per_epoch),
         ]  # fmt: skip
         for name, numbers in self.poison.items():
             if numbers:
@@ -111,8 +119,19 @@ class Chain:
         return read_barrier_state(self.store, self.layout)
 
     def progress(self) -> tuple[int, int | None]:
+        """``(GT_last, the in-flight bundle's id or None)``."""
         s = self.state()
         return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
+
+    def owner(self) -> Owner:
+        owner = self.state().owner
+        assert owner is not None, "no driver claimed the pipeline yet"
+        return owner
+
+    def pointer(self) -> int | None:
+        """The file consumer's last acknowledged bundle (its ``_last_bundle.json``)."""
+        path = self.out / "_last_bundle.json"
+        return json.loads(path.read_text())["bundle_id"] if path.exists() else None
 
     def bundle_files(self) -> list[int]:
         return sorted(int(p.name[7:19]) for p in self.out.glob("bundle-*.parquet"))
@@ -225,12 +244,20 @@ def test_a_poison_bundle_stops_every_restart_before_any_of_it_is_delivered_until
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_once(
+def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_once(  # noqa: PLR0915 - one chain of drivers, step by step
     driver: Any, kafka: Any, tmp_path: Path
 ) -> None:
-    epochs = 8
+    """One pipeline into a file consumer with ``errors.tolerance=all``, run by 8 drivers:
+    a write task that fails once, the driver SIGKILLed at every step of the barrier's
+    protocol, the checkpoint deleted, the consumer raising until the query fails, then a
+    run to the end. Every epoch but 5 holds one row without a gt, so bundles with dead
+    letters and one without go through the kills; at the end every input row is in the
+    consumer or in the dead letters exactly once, and every dead-letter file was written
+    once (a replay or a redelivery finds it)."""
+    epochs, clean = 8, 5  # epoch 5 holds no poison row
     n = epochs * PER_EPOCH
-    poison = [e * PER_EPOCH + 7 for e in range(epochs)]  # one row without a gt per epoch
+    with_dead_letters = [e for e in range(epochs) if e != clean]
+    poison = [e * PER_EPOCH + 7 for e in with_dead_letters]  # one row without a gt
     topic = kafka.create_topic(partitions=PARTITIONS)
     produce(kafka, topic, n)
     c = Chain(driver, kafka, tmp_path, topic, null_gt=",".join(map(str, poison)))
@@ -243,42 +270,83 @@ def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_
         seen.setdefault(bundle, file_id(path))
         return path
 
-    # 1. killed before bundle 1 is recorded in flight: nothing of it written
-    killed(c.run(fault="before_inflight:1", options=tolerant))
+    # 1. batch 0: a write task fails on its first attempt and is retried; then the driver
+    #    dies before bundle 1 is recorded in flight: nothing of it written
+    first = c.run(fault="write_fail:0,before_inflight:1", options=tolerant, checkpoint="cp1")
+    killed(first)
+    assert "injected fault write_fail:0" in first.output(), "no write task of batch 0 failed"
     assert c.progress() == (0, None) and c.dead_letter_files() == [0]
+    assert c.bundle_files() == [0] and c.pointer() == 0
+    assert not [p for p in c.staged() if "/000000000000/" in str(p)]  # failed attempt cleaned
     dead_letter_file(0)
-    # 2. killed right after bundle 2's dead letters were written, before its in-flight record
-    killed(c.run(fault="after_dead_letters:2", options=tolerant))
+
+    # 2. the checkpoint is lost: a new one replays epoch 0 (dropped, its dead letters not
+    #    looked at), delivers 1, and dies right after bundle 2's dead letters were written,
+    #    before its in-flight record
+    shutil.rmtree(tmp_path / "cp1")
+    killed(c.run(fault="after_dead_letters:2", options=tolerant, checkpoint="cp2"))
     assert c.progress() == (1, None) and c.dead_letter_files() == [0, 1, 2]
-    assert c.bundle_files() == [0, 1]
+    assert c.bundle_files() == [0, 1] and c.pointer() == 1
+    assert file_id(c.dead / dead_letter_name(0)) == seen[0], "the replay rewrote bundle 0's"
     for bundle in (1, 2):
         dead_letter_file(bundle)
+
     # 3. killed after bundle 3 was recorded in flight (its dead letters written before)
-    killed(c.run(fault="after_inflight:3", options=tolerant))
+    killed(c.run(fault="after_inflight:3", options=tolerant, checkpoint="cp2"))
     assert c.progress() == (2, 3) and c.dead_letter_files() == [0, 1, 2, 3]
+    assert c.bundle_files() == [0, 1, 2] and c.pointer() == 2
     inflight = c.state().inflight
     assert inflight is not None and inflight.dead_letter_rows == 1
     assert all(Path(c.out, p.location).exists() for p in inflight.dead_letters)
     dead_letter_file(3)
-    # 4. bundle 3 redelivered (its dead letters found, not written again); bundle 4 reaches
-    #    the consumer, which dies before it acknowledges
-    killed(c.run(fault="after_deliver:4", options=tolerant))
+
+    # 4. bundle 3 redelivered (the consumer never got it; its dead letters found, not
+    #    written again); bundle 4 reaches the consumer, which dies before its pointer moves
+    #    (before the ack)
+    killed(c.run(fault="after_deliver:4", options=tolerant, checkpoint="cp2"))
     assert c.progress() == (3, 4) and c.bundle_files() == [0, 1, 2, 3, 4]
+    assert c.pointer() == 3
     dead_letter_file(4)
-    # 5. killed after the consumer acknowledged bundle 5, before GT_last moves
-    killed(c.run(fault="after_ack:5", options=tolerant))
-    assert c.progress() == (4, 5)
-    dead_letter_file(5)
-    # 6. killed after GT_last moved to 6, before Spark's commit log: Spark replays batch 6,
-    #    which the barrier drops (its dead letters untouched)
-    killed(c.run(fault="after_gt_last:6", options=tolerant))
-    assert c.progress() == (6, None)
+
+    # 5. bundle 5, which has no dead letters: killed after the consumer acknowledged it,
+    #    before GT_last moves
+    killed(c.run(fault="after_ack:5", options=tolerant, checkpoint="cp2"))
+    assert c.progress() == (4, 5) and c.pointer() == 5
+    inflight = c.state().inflight
+    assert inflight is not None and inflight.dead_letter_rows == 0
+    assert inflight.dead_letters == ()
+    assert c.dead_letter_files() == [0, 1, 2, 3, 4]
+
+    # 6. bundle 5 is found at the consumer (not sent again); killed after GT_last moved to
+    #    6, before Spark's commit log: Spark will replay batch 6, which the barrier drops
+    #    (its dead letters untouched)
+    killed(c.run(fault="after_gt_last:6", options=tolerant, checkpoint="cp2"))
+    assert c.progress() == (6, None) and c.pointer() == 6
+    assert (tmp_path / "cp2" / "commits" / "5").exists()
+    assert not (tmp_path / "cp2" / "commits" / "6").exists()
+    assert c.dead_letter_files() == [0, 1, 2, 3, 4, 6]
     dead_letter_file(6)
-    # 7. to the end
-    finished(c.run(options=tolerant))
-    assert c.progress() == (7, None) and c.bundle_files() == list(range(epochs))
-    assert c.dead_letter_files() == list(range(epochs))
-    for bundle in range(epochs):
+
+    # 7. the consumer raises on bundle 7, the retries are spent, the query fails; its dead
+    #    letters were settled before it went in flight
+    out = failed(
+        c.run(
+            fault="deliver_error:7",
+            options={**tolerant, "delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"},
+            checkpoint="cp2",
+        )
+    )
+    assert "injected fault deliver_error:7" in out, out[-3000:]
+    assert c.progress() == (6, 7) and c.pointer() == 6
+    assert c.bundle_files() == list(range(7))
+    dead_letter_file(7)
+
+    # 8. restart without faults, to the end
+    finished(c.run(options=tolerant, checkpoint="cp2"))
+    assert c.progress() == (7, None) and c.pointer() == 7
+    assert c.bundle_files() == list(range(epochs))
+    assert c.dead_letter_files() == with_dead_letters
+    for bundle in with_dead_letters:
         dead_letter_file(bundle)
     assert {b: file_id(c.dead / dead_letter_name(b)) for b in seen} == seen, (
         "a dead-letter file was written again"
@@ -290,11 +358,16 @@ def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_
     assert sorted(refused) == poison
     assert len(delivered) == len(set(delivered)), "records delivered twice"
     assert sorted(delivered + refused) == list(range(n)), "lost or duplicated records"
-    assert sorted(dead.column(BUNDLE_COLUMN).to_pylist()) == list(range(epochs))
-    for bundle in range(epochs):
+    gt = read_bundles(c.out).column("gt").combine_chunks()
+    fields = ("epoch", "topic", "partition", "offset")
+    keys = list(zip(*(gt.field(f).to_pylist() for f in fields), strict=True))
+    assert keys == sorted(keys), "items are not in gt order"
+    assert sorted(dead.column(BUNDLE_COLUMN).to_pylist()) == with_dead_letters
+    for bundle, number in zip(with_dead_letters, poison, strict=True):
         rows = pq.read_table(c.dead / dead_letter_name(bundle))
-        assert [int(v) for v in rows.column("value").to_pylist()] == [poison[bundle]]
+        assert [int(v) for v in rows.column("value").to_pylist()] == [number]
     assert c.staged() == []
+    assert c.owner().generation == 8  # every run claimed the pipeline once
 
 
 class KafkaChain(Chain):

@@ -1,16 +1,15 @@
-"""Faults with real processes: drivers SIGKILLed at every protocol step, a write task that
-fails once, the consumer raising, the checkpoint deleted, and two drivers at once.
+"""Two drivers for one pipeline at once, with real processes: the older is fenced.
 
 Each driver runs ``integration_tests/sink_driver_program.py`` in its own process group
-(the ``driver`` fixture); faults are injected with ``GTBARRIER_FAULT`` (docs/sink.md).
-After every fault the query is restarted and, at the end, the consumer must hold every
-surviving input record exactly once, in gt order.
+(the ``driver`` fixture); ``Chain`` runs them, ``killed`` waits for one that a fault
+injected with ``GTBARRIER_FAULT`` (docs/sink.md) killed (test_sink_liveness.py uses both).
+The driver SIGKILLed at every protocol step, with a write task that fails once, the
+checkpoint deleted and the consumer raising, is one chain in test_sink_dead_letters.py.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -101,67 +100,6 @@ class Chain:
 def killed(proc: Any) -> None:
     code = proc.wait(DRIVER_TIMEOUT)
     assert code == -signal.SIGKILL, f"driver exited {code}, not killed:\n{proc.output()[-3000:]}"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_sigkill_at_every_protocol_step_then_restart_is_exactly_once(
-    driver: Any, kafka: Any, tmp_path: Path
-) -> None:
-    n, partitions = 8_000, 2  # 8 epochs of 1000 records
-    topic = kafka.create_topic(partitions=partitions)
-    produce_numbered(kafka, topic, n, partitions)
-    c = Chain(driver, kafka, tmp_path, "chain", topic)
-
-    # 1. batch 0: a write task fails on its first attempt and is retried; then the driver
-    #    dies before bundle 1 is recorded in flight
-    killed(c.run("cp1", fault="write_fail:0,before_inflight:1"))
-    assert c.progress() == (0, None)
-    assert c.bundle_files() == [0] and c.pointer() == 0
-    assert not [p for p in c.staged() if "/000000000000/" in str(p)]  # failed attempt cleaned
-
-    # 2. the checkpoint is lost: a new one replays epoch 0 (dropped), delivers 1, and dies
-    #    right after recording bundle 2 in flight
-    shutil.rmtree(tmp_path / "cp1")
-    killed(c.run("cp2", fault="after_inflight:2"))
-    assert c.progress() == (1, 2)
-    assert c.bundle_files() == [0, 1]
-
-    # 3. bundle 2 is delivered again (the consumer never got it); bundle 3 reaches the
-    #    consumer, which dies before its pointer moves (before the ack)
-    killed(c.run("cp2", fault="after_deliver:3"))
-    assert c.progress() == (2, 3)
-    assert c.bundle_files() == [0, 1, 2, 3] and c.pointer() == 2
-
-    # 4. dies after the consumer acknowledged bundle 4, before GT_last moves
-    killed(c.run("cp2", fault="after_ack:4"))
-    assert c.progress() == (3, 4) and c.pointer() == 4
-
-    # 5. bundle 4 is found at the consumer (not sent again); dies after GT_last moved to 5
-    #    but before Spark wrote its commit log: Spark will replay batch 5
-    killed(c.run("cp2", fault="after_gt_last:5"))
-    assert c.progress() == (5, None) and c.pointer() == 5
-    assert (tmp_path / "cp2" / "commits" / "4").exists()
-    assert not (tmp_path / "cp2" / "commits" / "5").exists()
-
-    # 6. the consumer raises on bundle 6, the retries are spent, the query fails
-    failing = c.run(
-        "cp2",
-        fault="deliver_error:6",
-        options={"delivery.maxRetries": "1", "delivery.retryBackoffMs": "10"},
-    )
-    assert failing.wait(DRIVER_TIMEOUT) == 1
-    assert "injected fault deliver_error:6" in failing.output()
-    assert c.progress() == (5, 6)
-
-    # 7. restart without faults, to the end
-    final = c.run("cp2")
-    assert final.wait(DRIVER_TIMEOUT) == 0, final.output()[-3000:]
-    assert c.progress() == (7, None)
-    assert c.bundle_files() == list(range(8)) and c.pointer() == 7
-    check_exactly_once_in_gt_order(read_bundles(c.out), n, partitions)
-    assert c.staged() == []
-    assert c.owner().generation == 7  # every run claimed the pipeline once
 
 
 @pytest.mark.timeout(600)
