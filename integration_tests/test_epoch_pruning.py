@@ -32,7 +32,7 @@ from state.protocol.epoch_floor import pruning_step, read_floor
 from state.stores import StoreConfig, open_store
 
 RETAINED = 4
-PER_EPOCH = 40  # maxOffsetsPerTrigger: 2,400 records make 60 epochs
+PER_EPOCH = 40  # maxOffsetsPerTrigger: 1,000 records make 25 epochs
 
 
 def epoch_numbers(keys: list[str]) -> list[int]:
@@ -43,7 +43,7 @@ def epoch_numbers(keys: list[str]) -> list[int]:
 def test_a_long_pipeline_keeps_a_bounded_epoch_log_and_starts_a_new_checkpoint_only_at_the_floor(
     spark: Any, kafka: Any, s3: Any, tmp_path: Path
 ) -> None:
-    n, more, partitions = 2_400, 400, 2
+    n, more, partitions = 1_000, 200, 2
     topic = kafka.create_topic(partitions=partitions)
     produce_numbered(kafka, topic, n, partitions)
     pipeline = "prune-" + topic[-40:].replace("_", "-")
