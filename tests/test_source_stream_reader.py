@@ -286,6 +286,23 @@ def test_the_call_after_a_planned_epoch_asks_the_broker_again(broker: FakeBroker
     assert offsets(after)[("t", 0)] == 8
 
 
+def test_a_backlog_capped_by_the_read_limit_plans_from_the_cached_ends(
+    broker: FakeBroker,
+) -> None:
+    """While the cached ends already hold more than the read limit takes, a fresher answer
+    could not change the next epoch's size: a backlog costs no ListOffsets per epoch."""
+    broker.produce("t", 0, 1000)
+    h = Harness(broker)  # fetchOffset.refreshIntervalMs: 1 s
+    start = h.reader.initialOffset()
+    broker.calls.clear()
+    for _ in range(5):  # micro-batches of 100 records, back to back
+        h.clock.now += 0.150
+        end = h.reader.latestOffset(start, ReadMaxRows(100))
+        assert sum(offsets(end).values()) - sum(offsets(start).values()) == 100
+        start = end
+    assert broker.calls["list_offsets"] <= 1, broker.calls
+
+
 def test_a_call_after_a_pause_asks_the_broker_again(broker: FakeBroker) -> None:
     """Calls that do not follow each other at Spark's idle polling pace (a processing-time
     trigger's ticks) each see the broker's ends as they are then."""
