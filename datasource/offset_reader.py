@@ -274,6 +274,14 @@ class OffsetReader:
         view = self.view(fresh=fresh)
         return view.partitions, dict(view.latest)
 
+    def young_view(self) -> ClusterView | None:
+        """The cached answer if it is younger than ``refreshIntervalMs`` (no request)."""
+        cache = self._cache
+        interval = self.options.fetch_offset_refresh_interval_ms / 1000.0
+        if cache is None or self._clock() - cache.at >= interval:
+            return None
+        return cache
+
     def view(self, *, fresh: bool = False, verify: bool = False) -> ClusterView:
         """The cluster's answer, refreshed at most every ``refreshIntervalMs``.
 

@@ -224,6 +224,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             self._last_trigger = self._clock()
             return recorded.to_json()
         with span("driver.kafka_offsets"):
+            fresh = fresh and not self._capped_by_cached_ends(dict(begin.offsets), limit)
             end = self._next_end(begin, limit, fresh=fresh)
         if end is None:
             self._topic_ids.update(self._pending_ids)
@@ -350,6 +351,24 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
         self._check_retention(begin, candidate)
         return candidate
+
+    def _capped_by_cached_ends(self, begin: Frontier, limit: ReadLimit) -> bool:
+        """Whether the young cached ends already hold more records past ``begin`` than the
+        read limit takes: a fresher answer could not make the next epoch larger, so a
+        backlog read ``maxOffsetsPerTrigger`` at a time costs no request per epoch."""
+        if self._target is not None:
+            return False
+        if isinstance(limit, ReadMaxRows):
+            max_rows: int | None = limit.max_rows
+        elif isinstance(limit, ReadMinRows):
+            max_rows = self.options.max_offsets_per_trigger
+        else:
+            max_rows = None
+        view = self.offset_reader.young_view()
+        if max_rows is None or view is None:
+            return False
+        growing = {tp: off for tp, off in view.latest.items() if tp in begin}
+        return backlog(begin, growing) >= max_rows
 
     def _settled_latest(self, start: SourceOffset, *, fresh: bool) -> tuple[Frontier, Frontier]:
         """The cluster's ends under the frontier rules, and the partitions to restart.
