@@ -28,8 +28,8 @@ also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 Then one table lists each target's value, target and verdict with the absolute figures
 and the load average, then the other measurements; ``results/`` receives
 ``benchmarks.json``, ``ratios.png``, ``scaling.png`` and ``latency.png``. The default
-size takes about 10 minutes on 2 quiet cores (the source reads 2,000,000 records), and
-the latency benchmark about 7 more; ``--small`` reduces the sizes to about a quarter;
+size takes about 17 minutes on 2 quiet cores (the source reads 2,000,000 records), and
+the latency benchmark about 4 more; ``--small`` reduces the sizes to about a quarter;
 ``--size tiny`` is notebook 03's test run (without the recovery and latency
 benchmarks). ``--skip`` leaves benchmarks out. The exit code is non-zero if a
 benchmark failed or its output could not be read (a target that is not met is reported,
@@ -650,7 +650,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--size",
         choices=sorted(SIZES),
         default="default",
-        help="default (about 20 min on 2 cores), small (about 5 min) or tiny "
+        help="default (about 21 min on 2 cores), small (about 5 min) or tiny "
         "(the notebooks' test run)",
     )
     parser.add_argument("--small", action="store_true", help="the same as --size small")

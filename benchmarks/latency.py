@@ -1,6 +1,6 @@
 """End-to-end latency: produce time -> visible to a reader of the consumer.
 
-    python -m benchmarks.latency                      # about 7 minutes on 2 quiet cores
+    python -m benchmarks.latency                      # about 4 minutes on 2 quiet cores
     python -m benchmarks.latency --comparison-seconds 10 --repeat 1 --step-seconds 4
 
 One Kafka broker (Tansu, started here or ``--bootstrap``), a PostgreSQL server
