@@ -50,6 +50,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--driver-wait", default=None)
     p.add_argument("--session-timeout", default="4s")
     p.add_argument(
+        "--epochs-retained",
+        type=int,
+        default=None,
+        help="the coordinators' epochs_retained (default: theirs)",
+    )
+    p.add_argument(
         "--request-file",
         default=None,
         help="when this file appears, it is removed and every pipeline requests a snapshot",
@@ -96,6 +102,7 @@ def main(argv: list[str]) -> int:
             reset_timeout="90s",
             driver_wait=args.driver_wait,
             zookeeper_session_timeout=args.session_timeout,
+            **({} if args.epochs_retained is None else {"epochs_retained": args.epochs_retained}),
         )
         result = coord.recover(args.mode)
         emit(

@@ -18,6 +18,9 @@ import pytest
 from harness.coordinator_program import gt_last, produce
 from harness.process import wait_until
 from integration_tests.coordinator_support import check_keyed, check_windowed, events
+from state.layout import PipelineLayout
+from state.protocol.epoch_floor import read_floor
+from state.protocol.epoch_log import EpochLog
 from state.stores import StoreConfig, open_store
 
 pytestmark = pytest.mark.slow
@@ -31,6 +34,18 @@ def _resume(zkc: Any, pipeline: str) -> dict[str, Any] | None:
         return None
     point: dict[str, Any] = json.loads(zkc.get(path)[0])
     return point
+
+
+def check_pruned_below_the_oldest_snapshot(store: Any, points: dict[str, Any]) -> None:
+    """Each pipeline's epoch log was pruned, and kept every epoch from its oldest retained
+    snapshot's on (a restore of that snapshot starts there)."""
+    for pipeline, point in points.items():
+        assert point is not None
+        floor = read_floor(store, PipelineLayout(pipeline))
+        oldest = min(r["epoch"] for r in point["retained"])
+        assert floor is not None and 0 < floor.epoch <= oldest, (pipeline, floor, point)
+        kept = EpochLog(store, PipelineLayout(pipeline)).epoch_numbers()
+        assert oldest in kept, (pipeline, kept[:3], floor)
 
 
 @pytest.mark.timeout(420)
@@ -55,6 +70,10 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
         "e2e",
         "--out-root",
         str(tmp_path / "out"),
+        # the coordinators prune the epoch log after each snapshot, 2 epochs below GT_last
+        # but never above their oldest retained snapshot, which the restore below needs
+        "--epochs-retained",
+        "2",
     ]
     host_a = tmp_path / "host-a"
     request = tmp_path / "request-snapshot"
@@ -103,6 +122,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
     before = {p: _resume(zkc, p) for p in ("e2e-windowed", "e2e-keyed")}
     a.kill()
     a.wait(30)
+    check_pruned_below_the_oldest_snapshot(store, before)
     shutil.rmtree(host_a)  # the checkpoint is lost with the host
 
     # The newest windowed snapshot is corrupted: the previous retained one must be used.
