@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration demo bench breakdown counts chaos notebooks sim
+.PHONY: help setup check test lint typecheck pytest unit integration volume demo bench breakdown counts chaos notebooks sim
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
@@ -25,7 +25,7 @@ help:
 	@echo "make setup      install only (idempotent)"
 	@echo "make notebooks  run notebooks/*.ipynb and store them with their outputs"
 	@echo "make sim        explore the protocol's interleavings, crashes and lost answers (~10 min)"
-	@echo "make lint | typecheck | unit | integration | bench | breakdown | counts | chaos"
+	@echo "make lint | typecheck | unit | integration | volume | bench | breakdown | counts | chaos"
 
 setup:
 	@./scripts/setup.sh
@@ -48,7 +48,7 @@ typecheck: setup
 # and the wall time, and exits with pytest's exit code (5, "no tests ran", is a failure).
 pytest: setup
 	@start=$$(date +%s); \
-	$(PY) -m pytest $(PYTEST_PATHS) --durations=60 $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest $(PYTEST_PATHS) -m "not volume" --durations=60 $(PYTEST_ARGS); rc=$$?; \
 	echo "[make test] pytest exit code $$rc, wall time $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 
@@ -57,6 +57,10 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest integration_tests -m integration $(PYTEST_ARGS)
+
+# The million-record runs (source and sink); their 100,000-record versions are in `make test`.
+volume: setup
+	$(PY) -m pytest integration_tests -m volume $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) -m demo

@@ -137,6 +137,7 @@ def test_stateless_pipeline_into_file_consumer_small(
     assert len(query.recentProgress) == 4
 
 
+@pytest.mark.volume
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_stateless_pipeline_one_million_records_into_file_consumer(

@@ -125,6 +125,7 @@ def test_100k_records_exactly_once_in_order(spark: Any, kafka: Any, tmp_path: Pa
     check_volume(spark, kafka, tmp_path, 100_000)
 
 
+@pytest.mark.volume
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_1m_records_exactly_once_in_order(spark: Any, kafka: Any, tmp_path: Path) -> None:

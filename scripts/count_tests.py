@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-MARKERS = ("unit", "integration", "notebook", "slow")
+MARKERS = ("unit", "integration", "notebook", "slow", "volume")
 
 
 class Tally:
