@@ -45,13 +45,14 @@ from pyspark.sql.datasource import InputPartition
 from datasource import record_rows
 from datasource.arrow_builder import ArrowBuilder
 from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
-from datasource.offsets import OffsetRange
+from datasource.offsets import OffsetRange, ranges_between, task_ranges
 from datasource.options import KafkaSourceOptions
 from state import profiling
 from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
 from state.layout import PipelineLayout
 from state.protocol.batch_records import write_batch_record
+from state.records.source_offset import SourceOffset
 from state.spark_task import StreamingTask
 from state.stores import StateStore, open_store
 
@@ -464,3 +465,29 @@ class RangeReader:
             )
         log.warning("gtkafka: %s; skipping them (failOnDataLoss=false)", what)
         self.skipped += end - begin
+
+
+def plan_partitions(
+    options: KafkaSourceOptions,
+    start: SourceOffset,
+    end: SourceOffset,
+    *,
+    topic_ids: Mapping[str, str] | None = None,
+) -> list[InputPartition]:
+    """The epoch's tasks (:func:`~datasource.offsets.task_ranges`); the first one writes
+    the batch record, and an epoch whose ranges are all empty gets a marker that does.
+    Each task carries the ``topic_ids`` of the topics it reads."""
+    if start.same_as(end):
+        return []
+    tasks = task_ranges(
+        ranges_between(start.offsets, end.offsets),
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+        min_records_per_task=options.min_records_per_task,
+    )
+    parts: list[InputPartition] = list(
+        input_partitions(start.epoch, tasks, records_batch=True, topic_ids=topic_ids)
+    )
+    if not parts and start.epoch != end.epoch:
+        parts.append(KafkaInputPartition(start.epoch, (), records_batch=True))
+    return parts

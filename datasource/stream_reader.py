@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -38,15 +38,16 @@ from datasource.group_commit import commit_to_group
 from datasource.log_pruner import EpochLogPruner
 from datasource.offset_reader import ClusterView, OffsetReader, may_reuse_cached_ends
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import backlog, ranges_between, rate_limit, task_ranges
+from datasource.offsets import backlog, ranges_between, rate_limit
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
+from datasource.partition_reader import KafkaInputPartition, plan_partitions, read_partition
 from datasource.schema import arrow_schema
 from datasource.subscription import WHERE
-from state.errors import ConfigError, DataLossError, EpochsPruned, MalformedOffset
+from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.profiling import span
+from state.protocol.epoch_floor import new_checkpoint_start
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
 from state.spark_task import StreamingTask
@@ -138,7 +139,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         """The persisted start, or the start resolved now and persisted (first writer wins).
 
         Once epochs were pruned, the start cannot be replayed from: the floor's start if
-        ``state.startAtFloor``, else :class:`EpochsPruned`.
+        ``state.startAtFloor``, else :class:`~state.errors.EpochsPruned`.
         """
         with span("driver.initialOffset"):
             return self._initial_offset()
@@ -160,31 +161,15 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             if dict(persisted.offsets) == frontier:
                 self._topic_ids = self.offset_reader.topic_ids
         else:
-            persisted = self._start_above_floor(persisted)
+            persisted = new_checkpoint_start(
+                self.epoch_log.floor(),
+                persisted,
+                pipeline_id=self.layout.pipeline_id,
+                retained=self.options.epochs_retained,
+                start_at_floor=self.options.start_at_floor,
+            )
         self._check_compatible(persisted)
         return persisted.to_json()
-
-    def _start_above_floor(self, persisted: SourceOffset) -> SourceOffset:
-        floor = self.epoch_log.floor()
-        if floor is None:
-            return persisted
-        if not self.options.start_at_floor:
-            raise EpochsPruned(
-                f"gtkafka: pipeline '{self.options.pipeline_id}': a query on a new checkpoint "
-                f"replays from the persisted start (epoch {persisted.epoch}), but the epochs "
-                f"below epoch {floor.epoch} were pruned (state.epochsRetained="
-                f"{self.options.epochs_retained}), so a stateful query would build its state "
-                f"from epoch {floor.epoch} only. Start the query on its checkpoint, restore a "
-                "snapshot of the snapshot coordinator, or set state.startAtFloor=true to start "
-                f"at epoch {floor.epoch} (the barrier drops what the consumer already has)"
-            )
-        log.warning(
-            "gtkafka: pipeline %s: the epochs below epoch %d were pruned; the query on a new "
-            "checkpoint starts there (state.startAtFloor)",
-            self.options.pipeline_id,
-            floor.epoch,
-        )
-        return floor.start
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.min_offsets_per_trigger is not None:
@@ -340,11 +325,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             waited = self._clock() - self._since_last_trigger()
             if waited < self.options.max_trigger_delay_s:
                 return None
-        max_rows = None
-        if isinstance(limit, ReadMaxRows):
-            max_rows = limit.max_rows
-        elif isinstance(limit, ReadMinRows):
-            max_rows = self.options.max_offsets_per_trigger
+        max_rows = self._max_rows(limit)
         if max_rows is not None and available > 0:
             limited = rate_limit(begin, growing, max_rows)
             candidate.update(limited)
@@ -352,18 +333,21 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._check_retention(begin, candidate)
         return candidate
 
+    def _max_rows(self, limit: ReadLimit) -> int | None:
+        """The most records the next epoch may take under ``limit`` (None: no cap)."""
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        if isinstance(limit, ReadMinRows):
+            return self.options.max_offsets_per_trigger
+        return None
+
     def _capped_by_cached_ends(self, begin: Frontier, limit: ReadLimit) -> bool:
         """Whether the young cached ends already hold more records past ``begin`` than the
         read limit takes: a fresher answer could not make the next epoch larger, so a
         backlog read ``maxOffsetsPerTrigger`` at a time costs no request per epoch."""
         if self._target is not None:
             return False
-        if isinstance(limit, ReadMaxRows):
-            max_rows: int | None = limit.max_rows
-        elif isinstance(limit, ReadMinRows):
-            max_rows = self.options.max_offsets_per_trigger
-        else:
-            max_rows = None
+        max_rows = self._max_rows(limit)
         view = self.offset_reader.young_view()
         if max_rows is None or view is None:
             return False
@@ -598,32 +582,6 @@ def from_checkpoint(value: Any) -> SourceOffset:
             "Start this query on a new checkpointLocation: gtkafka resumes from its epoch "
             "log in state.uri, not from Spark's checkpoint"
         ) from err
-
-
-def plan_partitions(
-    options: KafkaSourceOptions,
-    start: SourceOffset,
-    end: SourceOffset,
-    *,
-    topic_ids: Mapping[str, str] | None = None,
-) -> list[InputPartition]:
-    """The epoch's tasks (:func:`~datasource.offsets.task_ranges`); the first one writes
-    the batch record, and an epoch whose ranges are all empty gets a marker that does.
-    Each task carries the ``topic_ids`` of the topics it reads."""
-    if start.same_as(end):
-        return []
-    tasks = task_ranges(
-        ranges_between(start.offsets, end.offsets),
-        min_partitions=options.min_partitions,
-        max_records_per_partition=options.max_records_per_partition,
-        min_records_per_task=options.min_records_per_task,
-    )
-    parts: list[InputPartition] = list(
-        input_partitions(start.epoch, tasks, records_batch=True, topic_ids=topic_ids)
-    )
-    if not parts and start.epoch != end.epoch:
-        parts.append(KafkaInputPartition(start.epoch, (), records_batch=True))
-    return parts
 
 
 def _tps(tps: list[TopicPartitionKey]) -> str:

@@ -33,13 +33,14 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from state.errors import ConcurrentModification, KeyExists
+from state.errors import ConcurrentModification, EpochsPruned, KeyExists
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.protocol.batch_records import batch_record_keys, read_batch_record_at
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
 from state.records.floor import FloorRecord
+from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,38 @@ def snapshot_floor_target(
     """:func:`floor_target` for a pipeline the snapshot coordinator runs: never above the
     epoch of its oldest retained snapshot, where a restore of that snapshot starts."""
     return min(oldest_snapshot_epoch, floor_target(gt_last, inflight_epoch, retained))
+
+
+def new_checkpoint_start(
+    floor: FloorRecord | None,
+    persisted: SourceOffset,
+    *,
+    pipeline_id: str,
+    retained: int,
+    start_at_floor: bool,
+) -> SourceOffset:
+    """Where a query on a new checkpoint starts: the ``persisted`` start while nothing was
+    pruned; once epochs were, the floor's start if ``start_at_floor``, else
+    :class:`EpochsPruned` (a stateful query would build its state from the floor only)."""
+    if floor is None:
+        return persisted
+    if not start_at_floor:
+        raise EpochsPruned(
+            f"gtkafka: pipeline '{pipeline_id}': a query on a new checkpoint replays from the "
+            f"persisted start (epoch {persisted.epoch}), but the epochs below epoch "
+            f"{floor.epoch} were pruned (state.epochsRetained={retained}), so a stateful "
+            f"query would build its state from epoch {floor.epoch} only. Start the query on "
+            "its checkpoint, restore a snapshot of the snapshot coordinator, or set "
+            f"state.startAtFloor=true to start at epoch {floor.epoch} (the barrier drops "
+            "what the consumer already has)"
+        )
+    log.warning(
+        "gtkafka: pipeline %s: the epochs below epoch %d were pruned; the query on a new "
+        "checkpoint starts there (state.startAtFloor)",
+        pipeline_id,
+        floor.epoch,
+    )
+    return floor.start
 
 
 def read_floor(store: StateStore, layout: PipelineLayout) -> FloorRecord | None:
@@ -106,12 +139,12 @@ def prune_below(store: StateStore, layout: PipelineLayout, target: int) -> Prune
     """
     floor, version = _load_floor(store, layout)
     current = 0 if floor is None else floor.epoch
-    epochs = _epoch_keys(store, layout)
     if target <= current:
         return PruneResult(current, raised=False)
     at_target = _read_epoch(store, layout, target)
     if at_target is None:
         return PruneResult(current, raised=False)
+    epochs = _epoch_keys(store, layout)
 
     batches = _batches_below(store, layout, target)
     made = 0
