@@ -26,7 +26,7 @@ from harness.process import repo_env, wait_until
 from harness.receiver import Receiver
 from integration_tests.metrics_support import exporter, scrape
 from integration_tests.metrics_support import value as sample
-from integration_tests.sink_helpers import read_bundles
+from integration_tests.sink_helpers import FileChainState, read_bundles
 from sink.consumers.http import NOT_UTF8
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
@@ -37,8 +37,6 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_topic import H_BUNDLE, H_COLUMN, H_OFFSET, H_PIPELINE
 from sink.faults import InjectedFault
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import read_barrier_state
-from state.records.barrier import BarrierState, Owner
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, sink_options
 from tests.test_sink_dead_letters import crash_at, note_batch
@@ -58,7 +56,7 @@ def produce(kafka: Any, topic: str, n: int) -> None:
     )
 
 
-class Chain:
+class Chain(FileChainState):
     """One pipeline into a file consumer (or another), run by successive drivers."""
 
     def __init__(
@@ -115,32 +113,8 @@ class Chain:
             args += ["--sink-option", f"{key}={value}"]
         return self.driver.run(PROGRAM, *args, env={"GTBARRIER_FAULT": fault} if fault else None)
 
-    def state(self) -> BarrierState:
-        return read_barrier_state(self.store, self.layout)
-
-    def progress(self) -> tuple[int, int | None]:
-        """``(GT_last, the in-flight bundle's id or None)``."""
-        s = self.state()
-        return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
-
-    def owner(self) -> Owner:
-        owner = self.state().owner
-        assert owner is not None, "no driver claimed the pipeline yet"
-        return owner
-
-    def pointer(self) -> int | None:
-        """The file consumer's last acknowledged bundle (its ``_last_bundle.json``)."""
-        path = self.out / "_last_bundle.json"
-        return json.loads(path.read_text())["bundle_id"] if path.exists() else None
-
-    def bundle_files(self) -> list[int]:
-        return sorted(int(p.name[7:19]) for p in self.out.glob("bundle-*.parquet"))
-
     def dead_letter_files(self) -> list[int]:
         return sorted(int(p.name[7:19]) for p in self.dead.glob("bundle-*.parquet"))
-
-    def staged(self) -> list[Path]:
-        return sorted((self.out / "_staging").rglob("*.parquet"))
 
     def delivered_numbers(self) -> list[int]:
         if not self.bundle_files():

@@ -9,7 +9,6 @@ checkpoint deleted and the consumer raising, is one chain in test_sink_dead_lett
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -17,18 +16,16 @@ from typing import Any
 import pytest
 
 from harness.process import wait_until
-from integration_tests.sink_helpers import read_bundles
+from integration_tests.sink_helpers import FileChainState, read_bundles
 from integration_tests.test_sink_pipeline import check_exactly_once_in_gt_order, produce_numbered
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import read_barrier_state
-from state.records.barrier import BarrierState, Owner
 from state.stores import open_store
 
 PROGRAM = Path(__file__).with_name("sink_driver_program.py")
 DRIVER_TIMEOUT = 180.0
 
 
-class Chain:
+class Chain(FileChainState):
     """One pipeline into a file consumer, run by successive driver processes."""
 
     def __init__(self, driver: Any, kafka: Any, tmp_path: Path, pipeline: str, topic: str) -> None:
@@ -72,29 +69,6 @@ class Chain:
             args += ["--sink-option", f"{key}={value}"]
         env = {"GTBARRIER_FAULT": fault} if fault else None
         return self.driver.run(PROGRAM, *args, env=env)
-
-    def state(self) -> BarrierState:
-        return read_barrier_state(self.store, self.layout)
-
-    def progress(self) -> tuple[int, int | None]:
-        """``(GT_last, the in-flight bundle's id or None)``."""
-        s = self.state()
-        return s.gt_last, None if s.inflight is None else s.inflight.bundle_id
-
-    def owner(self) -> Owner:
-        owner = self.state().owner
-        assert owner is not None, "no driver claimed the pipeline yet"
-        return owner
-
-    def pointer(self) -> int | None:
-        path = self.out / "_last_bundle.json"
-        return json.loads(path.read_text())["bundle_id"] if path.exists() else None
-
-    def bundle_files(self) -> list[int]:
-        return sorted(int(p.name[7:19]) for p in self.out.glob("bundle-*.parquet"))
-
-    def staged(self) -> list[Path]:
-        return sorted((self.out / "_staging").rglob("*.parquet"))
 
 
 def killed(proc: Any) -> None:
