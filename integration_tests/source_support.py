@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-
 from datasource.consumer_pool import ConsumerSource
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, read_partition
 from datasource.schema import arrow_schema, source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
-from harness.process import wait_until
 from state.records.source_offset import SourceOffset
 
 QUERY_TIMEOUT = 240.0
@@ -142,32 +137,6 @@ class Driver:
 
     def close(self) -> None:
         self.reader.stop()
-
-
-def recreate(kafka: Any, topic: str, partitions: int = 1) -> None:
-    """Delete ``topic`` and create it again, with the same name and ``partitions``.
-
-    Tansu may still refuse the name for a moment after the deletion (TopicAlreadyExists
-    while Metadata no longer lists it), so the creation is tried until it is accepted;
-    now and then the deletion did not take, so a refused creation deletes it once more.
-    """
-    admin = kafka.admin()
-    try:
-        admin.delete_topics([topic])
-
-        def created() -> bool:
-            try:
-                admin.create_topics([NewTopic(topic, partitions, 1)])
-            except TopicAlreadyExistsError:
-                with contextlib.suppress(KafkaError):
-                    admin.delete_topics([topic])
-                return False
-            return True
-
-        wait_until(created, timeout=30, what=f"{topic} to be created again after deletion")
-    finally:
-        admin.close()
-    kafka.partitions(topic)  # until Metadata describes the new topic
 
 
 def topic_id_of(kafka: Any, topic: str) -> str:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gtbarrier.cli import main as gtbarrier
-from harness.process import repo_env, wait_until
+from harness.process import repo_env
 from harness.receiver import Receiver
 from integration_tests.metrics_support import exporter, scrape
 from integration_tests.metrics_support import value as sample
@@ -357,19 +357,6 @@ class KafkaChain(Chain):
         }
 
 
-def recreate_topic(kafka: Any, topic: str, partitions: int) -> None:
-    """``topic`` deleted and made again with ``partitions`` partitions (Tansu cannot add
-    partitions to a topic; to the sink's planning, which reads the partition count anew at
-    every micro-batch, it is the same change)."""
-    admin = kafka.admin()
-    try:
-        admin.delete_topics([topic])
-        wait_until(lambda: topic not in admin.list_topics(), timeout=30, what=f"{topic} deleted")
-    finally:
-        admin.close()
-    kafka.create_topic(partitions=partitions, name=topic)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
@@ -393,7 +380,7 @@ def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
     assert kafka.consume_all(c.output) == []
 
     # the topic now has partition 1: the replay of bundle 0 would accept the row
-    recreate_topic(kafka, c.output, 2)
+    kafka.recreate_topic(c.output, 2)
     finished(c.run(options=tolerant))
     assert c.progress() == (1, None)
     assert file_id(c.dead / dead_letter_name(0)) == first, "the dead-letter file was rewritten"

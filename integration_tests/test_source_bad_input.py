@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from harness.ports import free_port
-from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, query_error, run_to_end
 
 
@@ -98,13 +97,7 @@ def test_recreated_topic_is_data_loss_or_skipped(spark: Any, kafka: Any, tmp_pat
     run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.select("value").collect()))
     assert len(rows) == 100
 
-    admin = kafka.admin()
-    try:
-        admin.delete_topics([topic])
-        wait_until(lambda: topic not in admin.list_topics(), timeout=30, what=f"{topic} deleted")
-    finally:
-        admin.close()
-    kafka.create_topic(partitions=2, name=topic)
+    kafka.recreate_topic(topic, partitions=2)
     kafka.produce(topic, [(None, b"new%d" % i, None, i % 2) for i in range(30)], batch_size=50)
 
     text = query_error(spark, opts, checkpoint)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.kafka_proxy import METADATA, Action, KafkaProxy, hide_partition
-from integration_tests.source_support import Driver, recreate
+from integration_tests.source_support import Driver
 from state.errors import DataLossError
 
 pytestmark = pytest.mark.timeout(180)
@@ -108,7 +108,7 @@ def test_recreated_topic_fails_the_query_by_default(kafka: Any, new_records: int
     try:
         driver.step()
         assert driver.frontier() == {(topic, 0): 100}
-        recreate(kafka, topic)
+        kafka.recreate_topic(topic)
         produce(kafka, topic, 0, new_records, "new")
         with pytest.raises(DataLossError) as info:
             driver.step()
@@ -128,7 +128,7 @@ def test_recreated_topic_restarts_from_its_new_log_start(
     driver = Driver(kafka.bootstrap, topic, failOnDataLoss="false")
     try:
         driver.step()
-        recreate(kafka, topic)
+        kafka.recreate_topic(topic)
         produce(kafka, topic, 0, new_records, "new")
         with caplog.at_level(logging.WARNING, logger="datasource"):
             for _ in range(3):

@@ -30,7 +30,6 @@ from integration_tests.source_support import (
     Driver,
     gtkafka_options,
     query_error,
-    recreate,
     run_to_end,
     topic_id_of,
 )
@@ -56,7 +55,7 @@ def test_topic_recreated_while_the_query_is_down_is_data_loss_or_read_from_its_l
     run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.select("value").collect()))
     assert len(rows) == 100
 
-    recreate(kafka, topic, partitions=2)
+    kafka.recreate_topic(topic, partitions=2)
     new_id = topic_id_of(kafka, topic)
     assert new_id != old_id
     kafka.produce(topic, [(None, v, None, i % 2) for i, v in enumerate(_values("new", 300))])
@@ -100,7 +99,7 @@ def test_a_pooled_consumer_of_the_old_topic_is_not_lent_to_read_the_new_one(kafk
         assert driver.values == tagged("old", 0, 100)
         assert worker_a.stats().idle == 1
 
-        recreate(kafka, topic)
+        kafka.recreate_topic(topic)
         kafka.produce_values(topic, tagged("new", 0, 200), partition=0, batch_size=500)
         driver.step(worker_b)  # the recreation: the next epoch starts at the new log start
         assert driver.frontier() == {(topic, 0): 0}
