@@ -45,7 +45,6 @@ class EpochLogPruner:
         self._floor: int | None = None  # None: not read yet
         self._coordinated = False
         self._thread: threading.Thread | None = None
-        self.failures = 0
 
     def after_commit(self, end_epoch: int) -> None:
         """Batch ``end_epoch - 1`` was committed: start a pruning if one may be due."""
@@ -78,7 +77,6 @@ class EpochLogPruner:
                 return
             self._floor = prune_below(self.store, self.layout, target).floor
         except GtBarrierError as err:
-            self.failures += 1
             log.warning(
                 "pipeline %s: pruning the epoch log failed (tried again after a later batch): %s",
                 self.layout.pipeline_id,

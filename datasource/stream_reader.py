@@ -272,13 +272,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         and prune the epoch log if it is due (:mod:`datasource.log_pruner`, in the
         background)."""
         with span("driver.commit"):
+            committed = from_checkpoint(end)
             if self.options.commit_offsets_to_group is not None:
                 commit_to_group(
-                    self.options,
-                    self.options.commit_offsets_to_group,
-                    from_checkpoint(end).offsets,
+                    self.options, self.options.commit_offsets_to_group, committed.offsets
                 )
-            self.pruner.after_commit(from_checkpoint(end).epoch)
+            self.pruner.after_commit(committed.epoch)
 
     def stop(self) -> None:
         if self._pruner is not None:
