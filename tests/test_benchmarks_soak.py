@@ -1,0 +1,144 @@
+"""benchmarks.soak: the pure parts (the consumer rows it times, the process groups, the
+targets' decisions, its options) and the latency pieces it shares with benchmarks.latency."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.latency import FileReader, Visibility
+from benchmarks.soak import decode_row, event_key, parse_args
+from benchmarks.soak_measures import (
+    ProcessGroups,
+    Sample,
+    bound_of,
+    group_of,
+    process_tree,
+    reference_sample,
+    sample_processes,
+    sixth,
+    targets,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def sample(t: float, rss: float, fds: int, objects: int) -> Sample:
+    procs = ProcessGroups()
+    procs.rss_mb["jvm"], procs.fds["jvm"] = rss, fds
+    return Sample(t, procs, 10.0, 20.0, 1, 1.0, {"epochs/": objects}, 1, 0)
+
+
+def test_orders_and_payments_get_distinct_keys() -> None:
+    assert event_key("o-0000003") == 6
+    assert event_key("p-0000003") == 7
+
+
+def test_an_event_row_is_timed_from_its_event_time_and_aggregates_are_skipped() -> None:
+    naive = datetime(2026, 1, 1, 12, 0, 0, 250000)
+    assert decode_row(("event", "o-0000002", naive)) == (
+        4,
+        naive.replace(tzinfo=UTC).timestamp(),
+    )
+    aware = naive.replace(tzinfo=UTC)
+    assert decode_row(("event", "p-0000001", aware)) == (3, aware.timestamp())
+    assert decode_row(("customer_total", None, None)) is None
+
+
+def test_a_file_reader_of_several_columns_books_only_the_rows_its_decoder_keeps(
+    tmp_path: Path,
+) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    table = pa.table(
+        {
+            "kind": ["event", "category_minute", "event"],
+            "event_id": ["o-0000001", None, "p-0000001"],
+            "event_time": pa.array([at, None, at], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(table, tmp_path / "bundle-000000000003.parquet")
+    book = Visibility(decode_row)
+    reader = FileReader(book, 0.05, tmp_path, ("kind", "event_id", "event_time"))
+    values, seen_at = reader.poll()
+    book.observe(values, seen_at)
+    assert sorted(book.first_seen) == [2, 3]
+    assert book.bundle == {2: 3, 3: 3}
+    assert (
+        book.seen_between(seen_at - 1, seen_at)
+        == [pytest.approx(1000 * (seen_at - at.timestamp()))] * 2
+    )
+    assert book.seen_between(seen_at, seen_at + 1) == []
+
+
+def test_the_process_tree_of_this_process_holds_it_as_the_driver_python() -> None:
+    me = os.getpid()
+    assert process_tree(me)[0] == me
+    assert group_of(me, me) == "python"
+    groups = sample_processes(me)
+    assert groups.processes["python"] == 1
+    assert groups.rss_mb["python"] > 0 and groups.fds["python"] > 0
+    assert groups.threads["python"] >= 1
+    assert sample_processes(None).processes == {"jvm": 0, "python": 0, "workers": 0}
+
+
+def test_the_reference_is_the_first_sample_a_sixth_into_the_run() -> None:
+    samples = [sample(t, 1, 1, 1) for t in (60, 120, 600, 660)]
+    ref = reference_sample(samples, 3600)
+    assert ref is not None and ref.t == 600
+
+
+def test_the_bound_is_the_first_halfs_max_plus_a_slack() -> None:
+    assert bound_of([3, 10, 8]) == 15  # + 5
+    assert bound_of([200, 100]) == 220  # + 10%
+    assert bound_of([]) == 5
+
+
+def test_sixths_split_the_run_and_the_last_keeps_what_came_after_it() -> None:
+    seen = [(5.0, 1.0), (15.0, 2.0), (59.0, 6.0), (61.0, 7.0)]
+    assert sixth(seen, 60, 0) == [1.0]
+    assert sixth(seen, 60, 1) == [2.0]
+    assert sixth(seen, 60, 5) == [6.0, 7.0]
+
+
+def test_targets_flag_growth_unbounded_objects_and_lost_records() -> None:
+    samples = [sample(10, 100, 50, 10), sample(30, 100, 50, 12), sample(60, 150, 50, 40)]
+    seen = [(15.0, 100.0), (55.0, 100.0)]
+    ratios = {r.measure: r for r in targets(samples, 60, seen, lost=1, duplicated=0)}
+    assert ratios["soak: RSS of the driver JVM, end / a sixth in"].met is False
+    assert ratios["soak: open fds of the driver JVM, end / a sixth in"].met is True
+    assert ratios["soak: p99 latency, last sixth / second sixth"].met is True
+    assert ratios["soak: objects under epochs/, last / (first half's max + slack)"].met is False
+    assert ratios["soak: records lost"].met is False
+    assert ratios["soak: records duplicated"].met is True
+    # groups without a process are left out rather than divided by zero
+    assert not any("Python workers" in m for m in ratios)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--minutes", "0"], "--minutes: '0': expected a number greater than 0"),
+        (["--rate", "1.5"], "--rate: '1.5' is not an integer"),
+        (["--minutes", "3", "--sample-seconds", "40"], "at most a sixth of the run"),
+        (["--minutes", "3", "--kill-every-minutes", "3"], "less than --minutes"),
+        (["--snapshot-seconds", "-1"], "--snapshot-seconds: '-1': expected an integer"),
+    ],
+)
+def test_bad_options_are_refused_with_what_was_expected(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_defaults_are_the_hour_long_soak() -> None:
+    args = parse_args([])
+    assert (args.minutes, args.kill_every_minutes, args.snapshot_seconds) == (60, 15, 30)
+    assert args.sample_seconds == 60
+    assert parse_args(["--minutes", "3", "--kill-every-minutes", "1"]).sample_seconds == 30
