@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration volume demo bench breakdown counts chaos notebooks sim
+.PHONY: help setup check test lint typecheck pytest unit integration volume demo bench soak breakdown counts chaos notebooks sim
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
@@ -25,7 +25,7 @@ help:
 	@echo "make setup      install only (idempotent)"
 	@echo "make notebooks  run notebooks/*.ipynb and store them with their outputs"
 	@echo "make sim        explore the protocol's interleavings, crashes and lost answers (~10 min)"
-	@echo "make lint | typecheck | unit | integration | volume | bench | breakdown | counts | chaos"
+	@echo "make lint | typecheck | unit | integration | volume | bench | soak | breakdown | counts | chaos"
 
 setup:
 	@./scripts/setup.sh
@@ -70,6 +70,13 @@ demo: setup
 # and a recovery's time goes.
 bench: setup
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+# An hour of the demo's stateful query at a steady rate, the driver SIGKILLed every 15
+# minutes: memory, fds, threads, latency and stored objects over time (docs/operations.md#soak).
+# Extra arguments: SOAK_ARGS="--rate 200".
+SOAK_ARGS ?=
+soak: setup
+	$(PY) -m benchmarks.soak --minutes 60 $(SOAK_ARGS)
 
 breakdown: setup
 	$(PY) -m benchmarks.breakdown $(BENCH_ARGS)

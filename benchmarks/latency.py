@@ -125,18 +125,24 @@ class Visibility:
     the poll's time; the other methods may be called from any thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, decode: Callable[[Any], tuple[int, float] | None] = decode_value) -> None:
+        #: a value as its reader returns it -> (sequence, produce time), None for a row
+        #: that carries no record of the input (e.g. an aggregate)
+        self.decode = decode
         self._lock = threading.Lock()
         self.first_seen: dict[int, float] = {}
         self.produced_at: dict[int, float] = {}
         self.duplicates: dict[int, int] = {}  # sequence -> sightings after the first
         self.bundle: dict[int, int] = {}  # sequence -> the bundle that carried it
 
-    def observe(self, items: Iterable[tuple[bytes, int | None]], at: float) -> None:
+    def observe(self, items: Iterable[tuple[Any, int | None]], at: float) -> None:
         """``items``: each value seen with the id of the bundle that carried it (if known)."""
         with self._lock:
             for value, bundle in items:
-                seq, produced = decode_value(value)
+                decoded = self.decode(value)
+                if decoded is None:
+                    continue
+                seq, produced = decoded
                 if seq in self.first_seen:
                     self.duplicates[seq] = self.duplicates.get(seq, 0) + 1
                 else:
@@ -161,6 +167,16 @@ class Visibility:
                 1000.0 * (self.first_seen[s] - self.produced_at[s])
                 for s in seqs
                 if s in self.first_seen
+            ]
+
+    def seen_between(self, since: float, until: float) -> list[float]:
+        """First sighting minus produce time, in ms, of every record first seen in
+        ``(since, until]`` (``time.time()`` seconds)."""
+        with self._lock:
+            return [
+                1000.0 * (at - self.produced_at[s])
+                for s, at in self.first_seen.items()
+                if since < at <= until
             ]
 
     def waits_ms(self, seqs: range, batch_start: Mapping[int, float]) -> list[float]:
@@ -223,7 +239,7 @@ class Reader(threading.Thread):
         self.error: BaseException | None = None
         self._stop_event = threading.Event()
 
-    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
+    def poll(self) -> tuple[list[tuple[Any, int | None]], float]:
         """The values newly visible with the ids of their bundles, and the time they were
         seen at."""
         raise NotImplementedError
@@ -254,12 +270,18 @@ class Reader(threading.Thread):
 
 
 class FileReader(Reader):
-    def __init__(self, book: Visibility, interval: float, path: Path) -> None:
+    """Reads the ``columns`` of each new bundle file of a ``file`` consumer: a value is that
+    column's value if there is one column, else the row's tuple of them."""
+
+    def __init__(
+        self, book: Visibility, interval: float, path: Path, columns: Sequence[str] = ("value",)
+    ) -> None:
         super().__init__(book, interval)
         self.path = path
+        self.columns = tuple(columns)
         self.read: set[str] = set()
 
-    def poll(self) -> tuple[list[tuple[bytes, int | None]], float]:
+    def poll(self) -> tuple[list[tuple[Any, int | None]], float]:
         import pyarrow.parquet as pq
 
         at = time.time()
@@ -271,13 +293,15 @@ class FileReader(Reader):
             )
         except FileNotFoundError:
             return [], at
-        values: list[tuple[bytes, int | None]] = []
+        values: list[tuple[Any, int | None]] = []
         for name in names:
             if name not in self.read:
                 self.read.add(name)
-                table = pq.read_table(self.path / name, columns=["value"])
+                table = pq.read_table(self.path / name, columns=list(self.columns))
                 bundle = int(name.removeprefix("bundle-").removesuffix(".parquet"))
-                values += [(v, bundle) for v in table.column("value").to_pylist()]
+                cells = [table.column(c).to_pylist() for c in self.columns]
+                rows = cells[0] if len(cells) == 1 else list(zip(*cells, strict=True))
+                values += [(v, bundle) for v in rows]
         return values, at
 
 

@@ -110,6 +110,9 @@ class DemoJob:
     use_coordinator: bool = True
     shuffle_partitions: int = 4
     output_partitions: int | None = 2
+    # epochs kept below GT_last (state.epochsRetained, the coordinator's epochs_retained);
+    # None: their default
+    epochs_retained: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
@@ -127,6 +130,11 @@ class DemoJob:
             "pipeline.id": self.pipeline_id,
             "state.uri": self.state_uri,
             **self.s3_options,
+            **(
+                {}
+                if self.epochs_retained is None
+                else {"state.epochsRetained": str(self.epochs_retained)}
+            ),
         }
 
     def sink_options(self, fencing_token: int | None) -> dict[str, str]:
@@ -516,6 +524,9 @@ def run_driver(job: DemoJob, workdir: Path) -> int:
     if job.use_coordinator:
         from gtbarrier import SnapshotCoordinator
 
+        retained: dict[str, Any] = (
+            {} if job.epochs_retained is None else {"epochs_retained": job.epochs_retained}
+        )
         coord = SnapshotCoordinator(
             spark,
             pipeline_id=job.pipeline_id,
@@ -529,6 +540,7 @@ def run_driver(job: DemoJob, workdir: Path) -> int:
             state_options=job.s3_options,
             driver_wait=job.driver_wait,
             zookeeper_session_timeout=job.zookeeper_session_timeout,
+            **retained,
         )
         started = time.monotonic()
         result = coord.recover()
