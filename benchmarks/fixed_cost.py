@@ -14,6 +14,9 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
 * gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
   ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3).
 
+``--no-split`` leaves out the two runs that only split the floor (``python_floor -> noop``
+and ``rate-micro-batch -> python_floor``), for quick runs; both targets are still measured.
+
 ``--repeat N`` runs the five queries N times in turn and keeps each one's run with the
 lowest median (``make bench`` passes 2): a session's first queries are slower whatever
 they run, and Spark alone used to run first.
@@ -65,8 +68,11 @@ SPARK_ONLY = {
     (False, True): FLOOR_SINK,
     (True, True): FLOOR,
 }
-#: Short names of the runs, in their order, for the phases' columns.
+#: Every run's name, in their order, and its short name for the phases' columns.
+QUERIES = (*SPARK_ONLY.values(), OURS)
 SHORT = ("rate -> noop", "floor -> noop", "rate -> floor", "floor -> floor", "ours")
+#: The runs that only split the floor into a Python source's share and a Python sink's.
+SPLIT = {(True, False), (False, True)}
 
 
 @dataclass(frozen=True)
@@ -186,12 +192,14 @@ def report(runs: list[Run]) -> list[Ratio]:
         ],
     )
     print()
-    alone, source, sink, floor, ours = runs
+    by_name = {r.query: r for r in runs}
+    alone, floor, ours = by_name[ALONE], by_name[FLOOR], by_name[OURS]
+    source, sink = by_name.get(FLOOR_SOURCE), by_name.get(FLOOR_SINK)
     phases = sorted({k for r in runs for k in r.phases})
     print_table(
         [
             "Spark durationMs, p50",
-            *(f"{name} ms" for name in SHORT),
+            *(f"{SHORT[QUERIES.index(r.query)]} ms" for r in runs),
             "ours over floor -> floor ms",
         ],
         [
@@ -209,14 +217,16 @@ def report(runs: list[Run]) -> list[Ratio]:
         f"(python_floor, {floor.median / alone.median:.2f}x rate -> noop) and "
         f"{ours.median - floor.median:,.0f} ms are gtbarrier's"
     )
-    print(
-        f"of python_floor -> python_floor's {floor.median - alone.median:,.0f} ms over "
-        f"rate -> noop, a Python source alone adds {source.median - alone.median:,.0f} ms "
-        f"(python_floor -> noop, {source.median / alone.median:.2f}x), a Python sink alone "
-        f"{sink.median - alone.median:,.0f} ms (rate -> python_floor, "
-        f"{sink.median / alone.median:.2f}x), both together "
-        f"{floor.median - source.median - sink.median + alone.median:+,.0f} ms beyond the sum"
-    )
+    if source is not None and sink is not None:
+        print(
+            f"of python_floor -> python_floor's {floor.median - alone.median:,.0f} ms over "
+            f"rate -> noop, a Python source alone adds {source.median - alone.median:,.0f} ms "
+            f"(python_floor -> noop, {source.median / alone.median:.2f}x), a Python sink "
+            f"alone {sink.median - alone.median:,.0f} ms (rate -> python_floor, "
+            f"{sink.median / alone.median:.2f}x), both together "
+            f"{floor.median - source.median - sink.median + alone.median:+,.0f} ms beyond "
+            "the sum"
+        )
     print()
     return [
         target_ratio(
@@ -247,6 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     add_repeat_option(
         parser, "run the queries this many times in turn; each keeps its run with the lowest median"
     )
+    parser.add_argument(
+        "--no-split",
+        action="store_true",
+        help="leave out python_floor -> noop and rate-micro-batch -> python_floor (quick runs)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     with (
@@ -268,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                             python_sink=py_sink,
                         )
                         for py_source, py_sink in SPARK_ONLY
+                        if not (args.no_split and (py_source, py_sink) in SPLIT)
                     ),
                     lambda _turn: gtbarrier(
                         spark,

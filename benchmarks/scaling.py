@@ -13,7 +13,10 @@ Reported: records/s over the query's wall time and inside its triggers (Spark's
 ``processedRowsPerSecond`` measure, without the query's start and stop), and inside the
 triggers after the first two batches, in which each of Spark's Python workers creates a
 pooled Kafka consumer for every partition it reads (the target is the in-trigger rate
-of all the batches; the steady-state rate is printed next to it).
+of all the batches; the steady-state rate is printed next to it). ``--batches`` sets
+the number of batches per point and ``--no-warmup`` leaves the warm-up query out (then
+each session's first point pays its cold start): for quick runs, whose numbers are
+shapes only.
 
 * partitions: 1, 4, 16, 64 on ``local[<all cores>]``;
 * cores: ``local[1]``, ``local[2]``, ... up to the machine's cores, on 8 partitions.
@@ -96,9 +99,16 @@ class Run:
 
 
 def run_pipeline(
-    spark: Any, bootstrap: str, topic: str, records: int, workdir: Path, *, sink: str = "noop"
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    records: int,
+    workdir: Path,
+    *,
+    sink: str = "noop",
+    batches: int = BATCHES,
 ) -> Run:
-    """gtkafka -> ``sink`` over the whole topic."""
+    """gtkafka -> ``sink`` over the whole topic, in about ``batches`` batches."""
     run = uuid.uuid4().hex[:8]
     ids = {"pipeline.id": f"scale-{run}", "state.uri": f"file://{workdir}/state-{run}"}
     df = (
@@ -107,7 +117,7 @@ def run_pipeline(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(max(1, records // BATCHES)))
+        .option("maxOffsetsPerTrigger", str(max(1, records // batches)))
         .load()
     )
     began = time.perf_counter()
@@ -156,8 +166,12 @@ def measure(
     workdir: Path,
     sink: str = "noop",
     repeat: int = 1,
+    batches: int = BATCHES,
+    warmup: bool = True,
 ) -> list[Point]:
-    """Every point of both axes (topics filled once per partition count).
+    """Every point of both axes (topics filled once per partition count), each point's
+    query in about ``batches`` batches, after a warm-up query in each session unless not
+    ``warmup``.
 
     With ``repeat`` > 1 the points of one session are run that many times in turn (1, 4,
     ..., 64, then 1, 4, ... again), each run on a topic of its own (so that it starts with
@@ -181,7 +195,9 @@ def measure(
     def point_of(spark: Any, c: int, axis: str, p: int, turn: int) -> Point:
         """Run one point on its turn's topic; print it."""
         n = records - records % p
-        run = run_pipeline(spark, bootstrap, topic_with(p, turn), n, workdir, sink=sink)
+        run = run_pipeline(
+            spark, bootstrap, topic_with(p, turn), n, workdir, sink=sink, batches=batches
+        )
         point = Point(
             axis,
             p,
@@ -203,12 +219,14 @@ def measure(
         )
         return point
 
-    warmup = f"scale-warmup-{uuid.uuid4().hex[:6]}"
-    fill(bootstrap, warmup, 2, 10_000, 1)
+    warm_topic = f"scale-warmup-{uuid.uuid4().hex[:6]}"
+    if warmup:
+        fill(bootstrap, warm_topic, 2, 10_000, 1)
     points: list[Point] = []
     for c in sorted(set(cores) | {all_cores}):
         with local_spark(c) as spark:
-            run_pipeline(spark, bootstrap, warmup, 10_000, workdir, sink=sink)
+            if warmup:
+                run_pipeline(spark, bootstrap, warm_topic, 10_000, workdir, sink=sink)
             axes: list[tuple[str, int]] = []
             if c in cores:
                 axes.append(("cores", 8))
@@ -283,6 +301,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sink", choices=("noop", "barrier"), default="noop")
     parser.add_argument("--partitions", default=",".join(map(str, PARTITIONS)))
     parser.add_argument("--cores", default=None, help="comma list (default 1..all cores)")
+    parser.add_argument(
+        "--batches", type=int, default=BATCHES, help="batches per point (maxOffsetsPerTrigger)"
+    )
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="no warm-up query per session (quick runs)"
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     add_repeat_option(
         parser, "run a session's points this many times in turn; each keeps its fastest run"
@@ -290,6 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the points here")
     parser.add_argument("--results", type=Path, default=None, help="the target's ratio here")
     args = parser.parse_args(argv)
+    if args.batches < 1:
+        parser.error(f"--batches: expected at least 1, got {args.batches}")
     partitions = [int(p) for p in args.partitions.split(",")]
     cores = [int(c) for c in args.cores.split(",")] if args.cores else None
     with (
@@ -304,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
             workdir=Path(workdir),
             sink=args.sink,
             repeat=args.repeat,
+            batches=args.batches,
+            warmup=not args.no_warmup,
         )
     ratios = report(points)
     write_results(args.results, ratios, {"points": [asdict(p) for p in points]})

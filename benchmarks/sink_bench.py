@@ -24,7 +24,9 @@ bundle at the median; zero item bytes through the driver.
 
 Before its measured runs each target gets an unmeasured at-least-once run: a target's
 first query imports its client (boto3, pyiceberg) in Spark's Python workers, a cost paid
-once per process, which would otherwise fall on whichever mode runs first.
+once per process, which would otherwise fall on whichever mode runs first. ``--no-warmup``
+leaves these runs out (quick runs whose numbers are shapes only: the first mode pays it),
+``--no-parquet`` the parquet reference.
 """
 
 from __future__ import annotations
@@ -207,6 +209,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode (best kept)")
     parser.add_argument("--targets", default="file,s3,iceberg")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="no unmeasured run first (quick runs)"
+    )
+    parser.add_argument(
+        "--no-parquet", action="store_true", help="no parquet reference run (quick runs)"
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--s3-endpoint", default=os.environ.get("GTB_S3_ENDPOINT"))
     args = parser.parse_args(argv)
@@ -224,15 +232,16 @@ def main(argv: list[str] | None = None) -> None:
         fill(bootstrap, topic, args.partitions, args.records, min(args.partitions, 4))
         with local_spark(args.cores) as spark:
             setup = Setup(spark, args, topic, workdir, bucket, server, metrics)
-            # warm-up: the JVM's first streaming job is slow for any sink (it warms `file`)
-            run_query(setup, "file", "at-least-once", per_batch=args.records)
+            if not args.no_warmup:
+                # warm-up: the JVM's first streaming job is slow for any sink (it warms `file`)
+                run_query(setup, "file", "at-least-once", per_batch=args.records)
             runs: list[Run] = []
             for target in targets:
-                if target != "file":
+                if target != "file" and not args.no_warmup:
                     # A target's first query imports its client (boto3, pyiceberg) in the
                     # Python workers: a once-per-process cost, kept out of either mode.
                     run_query(setup, target, "at-least-once", per_batch=args.records // 2)
-                modes = (*MODES, S3_PARTS) if target == "s3" else MODES
+                modes = target_modes(target, args)
                 for i in range(args.repeat):
                     order = modes if i % 2 == 0 else tuple(reversed(modes))
                     for mode in order:
@@ -244,6 +253,12 @@ def main(argv: list[str] | None = None) -> None:
                         runs.append(r)
     footers = iceberg_footer_bytes(workdir) if "iceberg" in targets else {}
     report(runs, targets, args, footers)
+
+
+def target_modes(target: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """The modes run for ``target``, in their order (the s3 target also with layout=parts)."""
+    modes = tuple(m for m in MODES if not (m == "parquet" and args.no_parquet))
+    return (*modes, S3_PARTS) if target == "s3" else modes
 
 
 def best(runs: list[Run], target: str, mode: str) -> Run:
@@ -264,7 +279,7 @@ def report(
     rows = []
     for target in targets:
         alo = best(runs, target, "at-least-once")
-        for mode in (*MODES, S3_PARTS) if target == "s3" else MODES:
+        for mode in target_modes(target, args):
             r = best(runs, target, mode)
             local = " (local fs)" if mode == "parquet" and target == "s3" else ""
             rows.append(

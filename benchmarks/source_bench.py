@@ -11,7 +11,8 @@ Fills one topic (8 partitions by default) on one broker (a Tansu broker started 
   each record's value);
 * ``gtkafka AvailableNow -> noop``: a ``Trigger.AvailableNow`` streaming query on
   ``gtkafka`` into Spark's ``noop`` sink, on ``local[cores]``, after one small warm-up
-  query (the JVM's first job is slow; the plain loop has no JVM to warm);
+  query (the JVM's first job is slow; the plain loop has no JVM to warm; ``--no-warmup``
+  leaves it out, for quick runs whose numbers are shapes only);
   it is timed from ``start()`` to its end, and also, as Spark's ``processedRowsPerSecond``
   does, inside its triggers only (without the query's start and stop, a fixed 2-4 s that
   any Python streaming source pays);
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="rate-limit the AvailableNow query's batches",
     )
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="no warm-up query first (quick runs)"
+    )
     args = parser.parse_args(argv)
     records = args.records - args.records % args.partitions
     # SIGTERM unwinds like Ctrl-C, so the broker started here is stopped.
@@ -270,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         warmup = f"{topic}-warmup"
         began = time.perf_counter()
         fill(bootstrap, topic, args.partitions, records, args.cores)
-        fill(bootstrap, warmup, args.partitions, 20_000, args.cores)
+        if not args.no_warmup:
+            fill(bootstrap, warmup, args.partitions, 20_000, args.cores)
         print(
             f"filled {topic}: {records:,} records of ~{RECORD_BYTES} bytes over "
             f"{args.partitions} partitions in {time.perf_counter() - began:.1f}s "
@@ -281,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
             extra["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
         runs: dict[str, list[Result]] = {}
         with local_spark(args.cores) as spark:
-            gtkafka_stream(spark, bootstrap, warmup, workdir, {})
+            if not args.no_warmup:
+                gtkafka_stream(spark, bootstrap, warmup, workdir, {})
             for _ in range(args.repeat):
                 measured = []
                 settle(args.settle, args.cores)
