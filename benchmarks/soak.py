@@ -55,9 +55,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -74,10 +74,10 @@ from benchmarks.soak_measures import Sample, plot, sample_processes, table_rows,
 from demo.generator import GeneratorConfig, iso_millis, iter_events, ticks
 from demo.pipeline import DemoJob
 from demo.progress import ProgressTail
-from demo.runner import Tracker
+from demo.runner import Tracker, start_driver
 from demo.services import Services
 from harness.logs import tail
-from harness.process import ManagedProcess, repo_env
+from harness.process import ManagedProcess
 from state.layout import PipelineLayout
 from state.stores import open_store
 
@@ -214,18 +214,7 @@ class Drivers:
         n = self.number + 1
         self.job.driver = n
         self.job.stop_path = str(self.workdir / f"stop-{n}")
-        path = self.workdir / f"job-{n}.json"
-        self.job.save(path)
-        proc = ManagedProcess(
-            f"soak driver {n}",
-            [sys.executable, "-m", "demo.pipeline", str(path)],
-            log_path=self.workdir / f"driver-{n}.log",
-            cwd=REPO_ROOT,
-            env=repo_env(
-                {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-            ),
-        )
-        proc.start()
+        proc = start_driver(self.job, self.workdir, "soak")
         self.procs.append(proc)
 
     def kill_and_restart(self, t: float) -> Kill:
@@ -265,7 +254,7 @@ class Drivers:
         if n in self.track.failed or not self.current.running:
             raise SoakFailed(
                 f"driver {n} stopped (exit code {self.current.returncode}): "
-                f"{self.track.failed.get(n, '')[:500]}; last lines of "
+                f"{self.track.failed.get(n, '')}; last lines of "
                 f"{self.current.log_path}:\n{tail(self.current.log_path, 40)}"
             )
 
@@ -578,12 +567,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="gtb-soak-") as tmp:
-        try:
-            outcome = run(args, Path(tmp))
-        except SoakFailed as err:
-            print(f"SOAK FAILED: {err}", flush=True)
-            return 2
+    # Under --out, not a temporary directory: a failed run keeps its drivers' logs,
+    # checkpoints and state for a look; a run that finishes removes them.
+    work = Path(args.out) / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        outcome = run(args, work)
+    except SoakFailed as err:
+        print(f"SOAK FAILED: {err}\n(the run's drivers' logs and state are kept in {work})")
+        return 2
+    shutil.rmtree(work, ignore_errors=True)
     samples: list[Sample] = outcome["samples"]
     v = outcome["verification"]
     print()

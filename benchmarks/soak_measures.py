@@ -238,26 +238,20 @@ def targets(
         at = f"minute {end.minute:.1f} vs {ref.minute:.1f}"
         for g in GROUPS:
             label = GROUP_LABELS[g]
-            if ref.procs.rss_mb[g] > 0 and end.procs.rss_mb[g] > 0:
-                ratios.append(
-                    target_ratio(
-                        "soak",
-                        f"soak: RSS of the {label}, end / a sixth in",
-                        end.procs.rss_mb[g] / ref.procs.rss_mb[g],
-                        GROWTH_TARGET,
-                        f"{end.procs.rss_mb[g]:,.0f} vs {ref.procs.rss_mb[g]:,.0f} MB ({at})",
+            for name, was, now, unit in (
+                ("RSS", ref.procs.rss_mb[g], end.procs.rss_mb[g], " MB"),
+                ("open fds", ref.procs.fds[g], end.procs.fds[g], ""),
+            ):
+                if was > 0 and now > 0:
+                    ratios.append(
+                        target_ratio(
+                            "soak",
+                            f"soak: {name} of the {label}, end / a sixth in",
+                            now / was,
+                            GROWTH_TARGET,
+                            f"{now:,.0f} vs {was:,.0f}{unit} ({at})",
+                        )
                     )
-                )
-            if ref.procs.fds[g] > 0 and end.procs.fds[g] > 0:
-                ratios.append(
-                    target_ratio(
-                        "soak",
-                        f"soak: open fds of the {label}, end / a sixth in",
-                        end.procs.fds[g] / ref.procs.fds[g],
-                        GROWTH_TARGET,
-                        f"{end.procs.fds[g]} vs {ref.procs.fds[g]} ({at})",
-                    )
-                )
     second, last = sixth(seen, seconds, 1), sixth(seen, seconds, 5)
     if second and last:
         a, b = percentile(last, 0.99), percentile(second, 0.99)

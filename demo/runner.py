@@ -294,18 +294,7 @@ class Runner:
         job.driver = n
         job.checkpoint = str(self.workdir / f"checkpoint-{n}")
         job.stop_path = str(self.workdir / f"stop-{n}")
-        path = self.workdir / f"job-{n}.json"
-        job.save(path)
-        proc = ManagedProcess(
-            f"demo driver {n}",
-            [sys.executable, "-m", "demo.pipeline", str(path)],
-            log_path=self.workdir / f"driver-{n}.log",
-            cwd=REPO_ROOT,
-            env=repo_env(
-                {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-            ),
-        )
-        proc.start()
+        proc = start_driver(job, self.workdir, "demo")
         self.procs.append(proc)
         self.say(f"driver {n} (pid {proc.pid}) started on checkpoint {job.checkpoint}")
         return proc
@@ -511,6 +500,23 @@ class Runner:
         from demo.plot import plot_run
 
         return plot_run(read_events(self.progress_path), path, total_records=self.total_records)
+
+
+def start_driver(job: DemoJob, workdir: Path, label: str) -> ManagedProcess:
+    """Start driver ``job.driver`` of ``job`` (``python -m demo.pipeline``): its job file
+    ``job-<n>.json`` and its log ``driver-<n>.log`` in ``workdir``."""
+    n = job.driver
+    path = workdir / f"job-{n}.json"
+    job.save(path)
+    proc = ManagedProcess(
+        f"{label} driver {n}",
+        [sys.executable, "-m", "demo.pipeline", str(path)],
+        log_path=workdir / f"driver-{n}.log",
+        cwd=REPO_ROOT,
+        env=repo_env({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}),
+    )
+    proc.start()
+    return proc
 
 
 def _describe_commit(commit: dict[str, Any] | None, gt_last: int | None) -> str:

@@ -6,7 +6,6 @@ kafka), none before it was produced, and the results file has the fields
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from harness.kafka import KafkaHelper
 from harness.postgres import PostgresServer
-from harness.process import REPO_ROOT
+from harness.process import REPO_ROOT, repo_env
 from harness.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
@@ -29,13 +28,12 @@ def test_latency_benchmark_sees_every_record_once(
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "latency.json"
-    env = dict(
-        os.environ,
-        GTB_KAFKA_BOOTSTRAP=kafka.bootstrap,
-        GTB_POSTGRES_DSN=postgres_server.dsn,
-        GTB_ZK_HOSTS=zk_server.hosts,
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
-        PYSPARK_PYTHON=sys.executable,
+    env = repo_env(
+        {
+            "GTB_KAFKA_BOOTSTRAP": kafka.bootstrap,
+            "GTB_POSTGRES_DSN": postgres_server.dsn,
+            "GTB_ZK_HOSTS": zk_server.hosts,
+        }
     )
     command = [
         sys.executable,

@@ -8,7 +8,6 @@ ratios are printed, never asserted."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.kafka import KafkaHelper
-from harness.process import REPO_ROOT
+from harness.process import REPO_ROOT, repo_env
 from harness.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
@@ -30,11 +29,7 @@ SAMPLE_SECONDS = 10
 def test_soak_benchmark_short_run(
     kafka: KafkaHelper, zk_server: ZooKeeperServer, tmp_path: Path
 ) -> None:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
-        PYSPARK_PYTHON=sys.executable,
-    )
+    env = repo_env()
     command = [
         sys.executable,
         "-m",
