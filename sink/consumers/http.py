@@ -44,7 +44,6 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 import pyarrow as pa
-import urllib3
 
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
@@ -199,6 +198,10 @@ class HttpConsumer(Consumer):
         self._token = token
         self._auth = {} if token is None else {"Authorization": f"Bearer {token}"}
         check_ca_file(settings)
+        # urllib3 is imported where a consumer is made, not by every process that
+        # imports the sink (Spark's data source lookup, planners, workers).
+        import urllib3
+
         self.timeout = urllib3.Timeout(connect=min(5.0, ack_timeout), read=ack_timeout)
         # cert_reqs: an https:// receiver's certificate is always verified; ca_certs None
         # leaves urllib3 to OpenSSL's defaults (SSL_CERT_FILE, SSL_CERT_DIR, the system's).
@@ -245,6 +248,8 @@ class HttpConsumer(Consumer):
         )
 
     def deliver(self, bundle: Bundle, *, redelivery: bool = False) -> Ack:
+        import urllib3
+
         tables = bundle.tables(self.staging)
         body = encode_arrow(tables) if self.format == "arrow" else encode_jsonl(tables)
         headers = {
@@ -284,6 +289,8 @@ class HttpConsumer(Consumer):
         return Ack(bundle.bundle_id, bundle.rows, driver_bytes=len(body))
 
     def last_bundle(self) -> LastBundle | None:
+        import urllib3
+
         url = f"{self.url}/last"
         try:
             resp = self.pool.request("GET", url, headers=self._auth)

@@ -9,6 +9,12 @@ and one entry here.
 The sink's option table lists each kind's options once, in this table's order, each
 applying only with (``only_with``) the consumers whose kinds declare it: ``consumer.path``
 is declared by ``file`` and shared by ``s3``, so it applies to ``consumer=file/s3``.
+
+Every Python process Spark starts for a query imports this table, and so every kind. A
+kind's module imports its client library (urllib3, botocore through the S3 store,
+kafka-python, psycopg, pyiceberg), and the consumer's own modules that use it
+(``kafka_consumer``, ``postgres_consumer``, ``iceberg_consumer``...), only inside the
+methods that run once the consumer is chosen.
 """
 
 from __future__ import annotations

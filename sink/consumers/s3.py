@@ -57,11 +57,12 @@ from state.option_table import ChoiceOption
 from state.options import Options
 from state.records.codec import decode
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.s3_store import S3Store
 from state.stores.state_store import S3Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
+    from state.stores.s3_store import S3Store
 
 S3Layout = Literal["bundle", "parts"]
 
@@ -129,6 +130,9 @@ def s3_staging(settings: S3PrefixSettings, s3: S3Settings) -> S3PrefixStaging:
     """The staging area under ``consumer.path``, on the process's shared store for it
     (:func:`~state.stores.open_store`: one boto3 client per worker, not per task or
     commit); ``s3`` are the sink's ``s3.*`` options (shared with ``state.uri``)."""
+    # botocore comes with the store, where parts are staged: not with the sink's import
+    from state.stores.s3_store import S3Store
+
     store = open_store(StoreConfig(uri=settings.path, s3=s3))
     assert isinstance(store, S3Store)
     return S3PrefixStaging(store, settings.path)

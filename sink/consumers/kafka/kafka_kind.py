@@ -3,18 +3,18 @@
 The sink input is shaped like the input of Spark's Kafka sink (:func:`check_spark_schema`),
 and when its rows choose their partition the topic's partition count is recorded in the
 settings (:func:`topic_partitions`) for :mod:`~sink.consumers.kafka.kafka_rows` to check
-the rows against. kafka-python is imported only inside the functions that use it.
+the rows against. kafka-python, and the consumer that sends with it
+(:mod:`~sink.consumers.kafka.kafka_consumer`), are imported only where they are used.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from sink.consumers.consumer_kind import ConsumerKind, RowRejection, SinkView
-from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
 from sink.consumers.kafka.kafka_options import (
     KAFKA_BOOTSTRAP,
     KAFKA_SETTINGS,
@@ -30,6 +30,9 @@ from sink.staging import Staging
 from state.errors import ConfigError, DeliveryFailed
 from state.kafka_errors import translate_kafka_error
 from state.options import Options
+
+if TYPE_CHECKING:
+    from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
 
 
 def topic_partitions(settings: KafkaTopicSettings, timeout: float) -> int:
@@ -144,6 +147,8 @@ class KafkaTopicKind(ConsumerKind[KafkaTopicSettings]):
     def open_consumer(
         self, options: SinkView, staging: Staging, faults: FaultInjector
     ) -> KafkaTopicConsumer:
+        from sink.consumers.kafka.kafka_consumer import KafkaTopicConsumer
+
         return KafkaTopicConsumer(
             self.settings(options),
             staging,

@@ -16,16 +16,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
 from sink.consumers.consumer_kind import ConsumerSettings
-from sink.consumers.postgres.postgres_columns import identifier_too_long
-from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 from state.errors import ConfigError
 from state.option_table import BooleanOption, ChoiceOption, IntegerOption, StringOption
 from state.options import Options
 from state.secrets import REFERENCE
+
+if TYPE_CHECKING:
+    from sink.consumers.postgres.postgres_target import TargetColumn, UniqueIndex
 
 Mode = Literal["append", "upsert"]
 
@@ -211,6 +212,9 @@ def redact_text(text: str, dsn: str, secrets: Iterable[str] = ()) -> str:
 
 def parse_settings(opts: Options) -> PostgresSettings:
     """The ``consumer.postgres.*`` options, checked; errors name option, value, expectation."""
+    # the column mapping (pyarrow.csv) comes with the consumer chosen, not with the sink
+    from sink.consumers.postgres.postgres_columns import identifier_too_long
+
     dsn = DSN.read_required(opts)
     try:
         from psycopg.conninfo import conninfo_to_dict
