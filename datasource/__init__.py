@@ -14,10 +14,12 @@ See docs/source.md for the options, the columns and the guarantees.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datasource.options import KafkaSourceOptions
 from datasource.source import GlobalTimeKafkaSource
+
+if TYPE_CHECKING:
+    from datasource.options import KafkaSourceOptions
 
 __all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register"]
 
@@ -25,3 +27,12 @@ __all__ = ["GlobalTimeKafkaSource", "KafkaSourceOptions", "register"]
 def register(spark: Any) -> None:
     """Register ``gtkafka`` (alone) with ``spark``."""
     spark.dataSource.register(GlobalTimeKafkaSource)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: PySpark's data source lookup imports this package only for the source's class.
+    if name == "KafkaSourceOptions":
+        from datasource.options import KafkaSourceOptions
+
+        return KafkaSourceOptions
+    raise AttributeError(f"module 'datasource' has no attribute {name!r}")

@@ -1,16 +1,24 @@
-"""``BarrierSink``: the ``barrier`` data source (a streaming sink only)."""
+"""``BarrierSink``: the ``barrier`` data source (a streaming sink only).
+
+PySpark's lookup of Python data sources, at a JVM's first registration, imports this module
+in a process of its own only to read :meth:`BarrierSink.name`: what a query needs (the
+option table, the consumers' kinds, pyarrow, the writer) is imported when Spark makes the
+source or asks for its writer.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
 
-from sink.gt_column import check_spark_schema
-from sink.options import SinkOptions
-from sink.writer import BarrierStreamWriter
 from state.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from sink.options import SinkOptions
+    from sink.writer import BarrierStreamWriter
 
 
 class BarrierSink(DataSource):
@@ -21,8 +29,10 @@ class BarrierSink(DataSource):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
+        from sink.options import SinkOptions
+
         super().__init__(options)
-        self.sink_options = SinkOptions.parse(options)
+        self.sink_options: SinkOptions = SinkOptions.parse(options)
 
     @classmethod
     def name(cls) -> str:
@@ -32,6 +42,9 @@ class BarrierSink(DataSource):
         """The writer of the query's micro-batches, once the consumer's kind has checked,
         before any data moves, that it can take them (its start check may complete the
         options the tasks receive, e.g. with a table's location)."""
+        from sink.gt_column import check_spark_schema
+        from sink.writer import BarrierStreamWriter
+
         has_gt = check_spark_schema(schema)
         return BarrierStreamWriter(self.sink_options.check_at_start(schema), has_gt)
 
