@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import RangeReader
 from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
+from harness.kafka_proxy import FETCH, Action, KafkaProxy
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
 from state.protocol.batch_records import epoch_of_batch
@@ -202,6 +204,68 @@ def test_a_consumer_behind_its_range_moves_through_what_it_fetched(
     read(1211 + MAX_ADVANCE_RECORDS, 1221 + MAX_ADVANCE_RECORDS)  # too far: sought
     assert counts() == (1, 6, 3, 3)
     pool.close()
+
+
+class SlowFetches:
+    """A proxy hook: once armed, hold the next ``count`` Fetch responses back ``delay`` s."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.remaining = 0
+        self.delayed = 0
+        self._lock = threading.Lock()
+
+    def arm(self, count: int) -> None:
+        with self._lock:
+            self.remaining = count
+
+    def __call__(self, api_key: int, api_version: int, payload: bytes) -> Action | None:
+        if api_key != FETCH:
+            return None
+        with self._lock:
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+            self.delayed += 1
+        return Action(delay=self.delay)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_pooled_consumers_old_high_watermark_is_not_data_loss(
+    kafka: KafkaHelper, fail_on_data_loss: str
+) -> None:
+    """A pooled consumer remembers the high watermark of its last Fetch answer, which may
+    be long gone: the partition has grown since. A poll that returns nothing (the broker is
+    slow to answer) must not read that old mark as "the partition now ends before the
+    range": that would fail the query with a DataLossError, or, with
+    failOnDataLoss=false, skip records that are there. Only a fresh answer of the broker
+    may say that records are gone."""
+    topic = kafka.create_topic(partitions=1)
+    expected = produce(kafka, topic, 1, 100, "a")
+    slow = SlowFetches(delay=2.5)  # longer than one poll of a range (1 s)
+    with KafkaProxy(kafka.bootstrap, slow) as proxy:
+        opts = KafkaSourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": proxy.bootstrap,
+                "subscribe": topic,
+                "failOnDataLoss": fail_on_data_loss,
+                "kafkaConsumer.pollTimeoutMs": "30000",
+            }
+        )
+        pool = ConsumerPool()
+
+        def read(begin: int, end: int) -> None:
+            read_exactly(pool, KafkaConsumer, opts, expected, OffsetRange(topic, 0, begin, end))
+
+        read(0, 100)  # the consumer's last Fetch answer: high watermark 100
+        time.sleep(1.0)  # the Fetch it sent ahead is answered (nothing new) meanwhile
+        expected.update(produce(kafka, topic, 1, 100, "b"))
+        slow.arm(2)
+        read(100, 200)  # reused where it stands; its first poll comes back empty
+        assert slow.delayed >= 1, "no Fetch answer was held back: the test proved nothing"
+        assert pool.stats().created == 1
+        pool.close()
 
 
 def rows_of(capture: list[tuple[int, list[Any]]]) -> list[tuple[bytes, bytes, Any]]:
