@@ -130,9 +130,15 @@ class ConsumerSource(Protocol):
         create: Callable[[], Any],
         *,
         topic_id: str | None = None,
-    ) -> Lease: ...
+        fresh: bool = False,
+    ) -> Lease:
+        """A consumer for ``key`` positioned at ``start``; with ``fresh``, one created by
+        this call (nothing it knows of the partition predates the call)."""
+        ...
 
-    def release(self, lease: Lease, *, ok: bool) -> None: ...
+    def release(self, lease: Lease, *, ok: bool) -> None:
+        """Give ``lease`` back; ``ok=False``: it failed while in use, and is closed."""
+        ...
 
 
 def _topic_partition(key: PoolKey) -> Any:
@@ -214,14 +220,16 @@ class ConsumerPool:
         create: Callable[[], Any],
         *,
         topic_id: str | None = None,
+        fresh: bool = False,
     ) -> Lease:
         """A consumer for ``key`` positioned at ``start``: an idle one if the pool has
-        one (sought only if it stands elsewhere), else a new one from ``create()``.
+        one (sought only if it stands elsewhere), else a new one from ``create()``; with
+        ``fresh``, always a new one (idle ones stay idle).
 
         With ``topic_id`` (the id of the topic the task's plan reads), an idle consumer
         that read the topic under another id is closed instead of lent.
         """
-        lease = self._take_idle(key, topic_id)
+        lease = None if fresh else self._take_idle(key, topic_id)
         with self._lock:
             self._in_use += 1
         if lease is None:
@@ -429,10 +437,13 @@ class SingleConsumer:
         create: Callable[[], Any],
         *,
         topic_id: str | None = None,
+        fresh: bool = False,
     ) -> Lease:
         # Assigned and sought for every range: nothing fetched for an earlier range (of
         # a topic under another id, say) is ever returned, so topic_id needs no check.
-        if self._consumer is None:
+        new = fresh or self._consumer is None
+        if new:
+            self.close()
             self._consumer = create()
             self.created += 1
         tp = _topic_partition(key)
@@ -442,7 +453,7 @@ class SingleConsumer:
         except BaseException:
             self.close()
             raise
-        return Lease(key, self._consumer, tp, created=self.created == 1, topic_id=topic_id)
+        return Lease(key, self._consumer, tp, created=new, topic_id=topic_id)
 
     def release(self, lease: Lease, *, ok: bool) -> None:
         if not ok:

@@ -306,12 +306,30 @@ class RangeReader:
                 key, r.from_offset, lambda: self._create(config), topic_id=self.topic_id
             )
             client.update(created=lease.created, sought=lease.sought, advanced=lease.advanced)
+        held: list[Lease] = [lease]  # the lease in use; empty while it is being renewed
+
+        def renew(stale: Lease, offset: int) -> Lease:
+            log.debug(
+                "gtkafka: the reused consumer of %s came back empty at %d, at or past the "
+                "high watermark it last saw; reading on with a new consumer",
+                r,
+                offset,
+            )
+            held.clear()
+            source.release(stale, ok=False)
+            lease = source.acquire(
+                key, offset, lambda: self._create(config), topic_id=self.topic_id, fresh=True
+            )
+            held.append(lease)
+            return lease
+
         ok = False
         try:
-            yield from self._read(lease, builder, int(config["max_poll_records"]), task)
+            yield from self._read(lease, builder, int(config["max_poll_records"]), task, renew)
             ok = True
         finally:
-            source.release(lease, ok=ok)
+            if held:
+                source.release(held[0], ok=ok)
         if self.skipped:
             log.warning(
                 "gtkafka: skipped %d lost record(s) of %s (failOnDataLoss=false); read %d",
@@ -321,8 +339,16 @@ class RangeReader:
             )
 
     def _read(  # noqa: PLR0912, PLR0915 - one loop over the broker's answers, each branch one kind of answer
-        self, lease: Lease, builder: ArrowBuilder, max_poll: int, task: int
+        self,
+        lease: Lease,
+        builder: ArrowBuilder,
+        max_poll: int,
+        task: int,
+        renew: Callable[[Lease, int], Lease],
     ) -> Iterator[Any]:
+        """The records of the range into ``builder`` (yielding full batches), read with
+        ``lease``; ``renew(lease, offset)`` exchanges it for a new consumer at ``offset``.
+        """
         import kafka.errors as kerr
 
         r = self.range
@@ -360,6 +386,14 @@ class RangeReader:
                     continue
                 high = consumer.highwater(tp)
                 if high is not None and high <= next_offset:
+                    if not lease.created:
+                        # A consumer that read before this range was planned may hold the
+                        # mark of an old Fetch answer (the partition has grown since); only
+                        # the answers to a new consumer's Fetches can tell that the
+                        # partition ends before the range.
+                        lease = renew(lease, next_offset)
+                        consumer = lease.consumer
+                        continue
                     # The partition ends before the range does: it was truncated or recreated.
                     self._lost(next_offset, r.until_offset, f"the partition now ends at {high}")
                     next_offset = r.until_offset

@@ -368,3 +368,27 @@ def test_without_the_pool_a_task_uses_one_consumer(broker: FakeBroker) -> None:
     assert single.created == 1 and broker.calls["connect"] == 1
     single.close()
     assert broker.consumers[0].closed
+
+
+def test_a_fresh_lease_is_a_new_consumer_and_idle_ones_stay_idle(broker: FakeBroker) -> None:
+    pool = ConsumerPool()
+    assert read(broker, pool, OffsetRange("t", 0, 0, 30)) == list(range(30))
+    idle = broker.consumers[0]
+    lease = pool.acquire(key(), 30, factory(broker), fresh=True)
+    assert lease.created and lease.consumer is not idle
+    assert pool.stats() == PoolStats(created=2, seeks=2, idle=1, in_use=1)
+    pool.release(lease, ok=True)
+    assert pool.stats().idle == 2 and not idle.closed
+    pool.close()
+
+
+def test_without_the_pool_a_fresh_lease_closes_the_old_consumer(broker: FakeBroker) -> None:
+    single = SingleConsumer()
+    first = single.acquire(key(), 0, factory(broker))
+    again = single.acquire(key(1), 0, factory(broker))
+    assert first.created and not again.created and again.consumer is first.consumer
+    fresh = single.acquire(key(1), 0, factory(broker), fresh=True)
+    assert fresh.created and fresh.consumer is not first.consumer and first.consumer.closed
+    assert single.created == 2
+    single.close()
+    assert fresh.consumer.closed
