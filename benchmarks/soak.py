@@ -44,10 +44,11 @@ consumer is checked against a batch computation of everything in the topic
 
 Prints the table and the targets (``<measure> = <ratio> (target ...: met)``): RSS and fds
 at the end <= 1.1x a sixth in (minute 10 of an hour), p99 of the last sixth <= 1.2x that
-of minutes 5-15 of an hour (before the first kill), per prefix the last count <= the first half's max + a slack
-(max(5, 10%)), 0 lost, 0 duplicated. Writes ``<out>/soak.json`` (the ratios for
-``python -m benchmarks``' format and every sample) and ``<out>/soak.png``. Exit code 1
-when exactly-once fails, 2 when the run could not finish.
+of minutes 5-15 of an hour (before the first kill), per prefix the last count <= the
+first half's max + a slack (max(5, 10%)), 0 lost, 0 duplicated. Writes
+``<out>/soak.json`` (the ratios for ``python -m benchmarks``' format and every sample)
+and ``<out>/soak.png``. Exit code 1 when exactly-once fails, 2 when the run could not
+finish.
 """
 
 from __future__ import annotations
