@@ -17,10 +17,14 @@ below the barrier (``state.epochsRetained`` and the coordinator's ``epochs_retai
 **Input.** This process produces the demo generator's orders and payments
 (:mod:`demo.generator`, 2,000 customers) at ``--rate`` records a second (100) for the
 whole run (from the start of driver 1's query; minute 0 is its first delivered bundle),
-whatever the driver is doing; each event's time (``ts``) is the wall-clock
-time of its ``send()`` (ms), so the produce time travels with the record into the
-consumer's ``event_time`` column (the idea of :mod:`benchmarks.latency`), and the
-1-minute windows close as real time passes.
+whatever the driver is doing: every ``--send-every`` seconds (1) the records due, in one
+request of one record batch per partition, as a producer with a linger would. Each
+event's time (``ts``) is the wall-clock time of its send (ms), so the produce time
+travels with the record into the consumer's ``event_time`` column (the idea of
+:mod:`benchmarks.latency`), and the 1-minute windows close as real time passes. (Batched
+sends also keep the test broker out of the measure: the Tansu broker answers ListOffsets
+and Fetch in a time that grows with the number of record batches a partition holds,
+docs/operations.md, "Soak".)
 
 **Kills.** Every ``--kill-every-minutes`` (15) the driver's process group gets SIGKILL;
 a new driver starts at once on the same checkpoint and state: ``recover()`` finds the
@@ -112,15 +116,17 @@ def decode_row(row: Any) -> tuple[int, float] | None:
 
 
 class SteadyProducer(threading.Thread):
-    """Sends the demo's events at ``rate`` a second until stopped, each stamped with the
-    wall-clock time of its ``send()`` as its event time."""
+    """Sends the demo's events at ``rate`` a second until stopped: every ``every`` seconds
+    the records due, each stamped with that moment as its event time, in one request (one
+    record batch per partition)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int, every: float) -> None:
         super().__init__(daemon=True, name="soak-producer")
         from kafka import KafkaProducer
 
-        self.topic, self.rate = topic, rate
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+        self.topic, self.rate, self.every = topic, rate, every
+        # The batches leave at flush(): linger only keeps each send from leaving alone.
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=60_000, acks=1)
         config = GeneratorConfig(
             events=10**9, seed=7, partitions=PARTITIONS, customers=CUSTOMERS, jitter_ms=0
         )
@@ -137,10 +143,10 @@ class SteadyProducer(threading.Thread):
             self.started = time.monotonic()
             while not self._stop_event.is_set():
                 due = int(self.rate * (time.monotonic() - self.started))
+                now_ms = int(time.time() * 1000)
                 while self.sent < due:
                     event = next(self.events)
                     body = json.loads(event.value)
-                    now_ms = int(time.time() * 1000)
                     body["ts"] = iso_millis(now_ms)
                     self.producer.send(
                         self.topic,
@@ -150,7 +156,8 @@ class SteadyProducer(threading.Thread):
                     )
                     self.sent += 1
                     self.last_ms = now_ms
-                self._stop_event.wait(0.005)
+                self.producer.flush()
+                self._stop_event.wait(self.every)
             self.producer.flush()
         except BaseException as err:  # handed to the main thread by check()
             self.error = err
@@ -355,7 +362,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
 
         book = Visibility(decode_row)
         reader = FileReader(book, POLL_S, consumer, ("kind", "event_id", "event_time"))
-        producer = SteadyProducer(services.bootstrap, topic, args.rate)
+        producer = SteadyProducer(services.bootstrap, topic, args.rate, args.send_every)
         store = open_store(job.state_uri)
         layout = PipelineLayout(pipeline)
         samples: list[Sample] = []
@@ -483,6 +490,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=number, default=60.0, help="of production (60)")
     parser.add_argument("--rate", type=integer, default=100, help="records a second (100)")
     parser.add_argument(
+        "--send-every",
+        type=number,
+        default=1.0,
+        help="seconds between the producer's sends, each one record batch per partition (1)",
+    )
+    parser.add_argument(
         "--kill-every-minutes", type=number, default=15.0, help="SIGKILL the driver (15)"
     )
     parser.add_argument("--snapshot-seconds", type=integer, default=30, help="period (30)")
@@ -519,6 +532,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             f"--kill-every-minutes {args.kill_every_minutes:g}: less than --minutes "
             f"{args.minutes:g}, or no driver is ever killed"
+        )
+    if args.send_every >= args.sample_seconds:
+        parser.error(
+            f"--send-every {args.send_every:g}: less than --sample-seconds "
+            f"{args.sample_seconds:g}, so that every sample sees records"
         )
     if args.snapshot_seconds >= seconds:
         parser.error(

@@ -139,6 +139,8 @@ def test_targets_flag_growth_unbounded_objects_and_lost_records() -> None:
         (["--minutes", "3", "--sample-seconds", "40"], "at most a sixth of the run"),
         (["--minutes", "3", "--kill-every-minutes", "3"], "less than --minutes"),
         (["--snapshot-seconds", "-1"], "--snapshot-seconds: '-1': expected an integer"),
+        (["--send-every", "0"], "--send-every: '0': expected a number greater than 0"),
+        (["--send-every", "60"], "less than --sample-seconds 60"),
     ],
 )
 def test_bad_options_are_refused_with_what_was_expected(
