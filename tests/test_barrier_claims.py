@@ -78,7 +78,7 @@ def test_a_run_claims_over_the_generation_it_started_at(
         # a driver's claim made after this run started (no token: the generation fences)
         (driver(5, token=3), None, 4, r"^the pipeline was claimed at generation 5 after"),
         # the state is gone, or was made again, since it started
-        (None, None, 3, r"^the pipeline was claimed at generation 0 after this run started"),
+        (None, None, 3, r"^the barrier state was made anew after this run started at gen"),
         # a lower token, whatever the generations say
         (run("new", 4, token=3), 2, 4, r"^its fencing\.token 2 < 3$"),
     ],
@@ -235,7 +235,7 @@ def test_a_failed_pruning_is_logged_and_the_next_claim_prunes(
     def refused(keys: Iterable[str]) -> None:
         wanted = list(keys)
         if any(k.startswith(claims) for k in wanted):
-            raise StoreUnavailable(f"{p.store.uri}: the store is down")
+            raise StoreUnavailable(p.store.uri, wanted[0], "connection refused")
         real_delete_many(wanted)
 
     monkeypatch.setattr(p.store, "delete_many", refused)
