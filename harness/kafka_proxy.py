@@ -9,7 +9,8 @@ correlation id, coming back. Before a response is passed on:
   proxy itself, so the client keeps talking through the proxy;
 * ``on_response(api_key, api_version, payload)`` may return an :class:`Action`: hold the
   response for ``delay`` seconds (later responses of that connection wait behind it, as
-  Kafka answers in order), or replace the payload.
+  Kafka answers in order), or replace the payload. :class:`HoldResponses` is such a hook
+  for slow answers of one kind (Produce, Fetch).
 
 ``payload`` is the response frame without its 4-byte size: the response header (the
 correlation id and, for flexible versions, tagged fields) and the body, as kafka-python's
@@ -49,6 +50,32 @@ class Action:
 
 
 OnResponse = Callable[[int, int, bytes], Action | None]
+
+
+class HoldResponses:
+    """A hook: hold the next ``count`` responses of ``api_key`` back ``delay`` s each
+    (:meth:`arm` sets ``count``, 0 ends it early); ``delayed`` counts those held."""
+
+    def __init__(self, api_key: int, delay: float, count: int = 0) -> None:
+        self.api_key = api_key
+        self.delay = delay
+        self.remaining = count
+        self.delayed = 0
+        self._lock = threading.Lock()
+
+    def arm(self, count: int) -> None:
+        with self._lock:
+            self.remaining = count
+
+    def __call__(self, api_key: int, api_version: int, payload: bytes) -> Action | None:
+        if api_key != self.api_key:
+            return None
+        with self._lock:
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+            self.delayed += 1
+        return Action(delay=self.delay)
 
 
 def decode_metadata(payload: bytes, version: int) -> Any:

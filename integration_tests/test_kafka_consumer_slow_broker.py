@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from harness import kafka_proxy
-from harness.kafka_proxy import PRODUCE, Action, KafkaProxy
+from harness.kafka_proxy import PRODUCE, HoldResponses, KafkaProxy
 from sink.consumers import open_consumer
 from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX
 from sink.faults import FaultInjector
@@ -32,26 +32,6 @@ pytestmark = pytest.mark.timeout(180)
 
 ACK_MS = 1500
 ITEMS_PER_PART = 1000
-
-
-class SlowProduce:
-    """A proxy hook: hold the next ``count`` Produce responses back ``delay`` s each."""
-
-    def __init__(self, count: int, delay: float) -> None:
-        self.remaining = count
-        self.delay = delay
-        self.delayed = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, api_key: int, api_version: int, payload: bytes) -> Action | None:
-        if api_key != PRODUCE:
-            return None
-        with self._lock:
-            if self.remaining <= 0:
-                return None
-            self.remaining -= 1
-            self.delayed += 1
-        return Action(delay=self.delay)
 
 
 class HoldProduceRequests(KafkaProxy):
@@ -156,7 +136,7 @@ def test_late_produce_answers_are_awaited_not_redelivered(kafka: Any) -> None:
     """Produce answers 2.5 s late (ack.timeoutMs 1.5 s): the attempt waits for the late
     acknowledgements instead of sending the bundle again; every item lands once."""
     topic = kafka.create_topic(partitions=2)
-    slow = SlowProduce(count=3, delay=2.5)
+    slow = HoldResponses(PRODUCE, delay=2.5, count=3)
     with KafkaProxy(kafka.bootstrap, slow) as proxy:
         p = kafka_pipeline(proxy.bootstrap, topic)
         try:
@@ -177,7 +157,7 @@ def test_an_unsettled_delivery_is_retried_after_a_fence_and_lands_once(kafka: An
     retry fences that producer (a new one with the pipeline's transactional.id) before it
     reads the tail, then sends what is missing: delivered by the same commit, once."""
     topic = kafka.create_topic(partitions=2)
-    slow = SlowProduce(count=1_000, delay=2.5)
+    slow = HoldResponses(PRODUCE, delay=2.5, count=1_000)
     with KafkaProxy(kafka.bootstrap, slow) as proxy:
         p = kafka_pipeline(
             proxy.bootstrap,
@@ -187,7 +167,7 @@ def test_an_unsettled_delivery_is_retried_after_a_fence_and_lands_once(kafka: An
 
         class BrokerRecovers(list[float]):
             def append(self, seconds: float) -> None:  # the barrier's backoff before a retry
-                slow.remaining = 0
+                slow.arm(0)
                 super().append(seconds)
 
         p.sleeps = BrokerRecovers()

@@ -25,7 +25,7 @@ from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import RangeReader
 from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
-from harness.kafka_proxy import FETCH, Action, KafkaProxy
+from harness.kafka_proxy import FETCH, HoldResponses, KafkaProxy
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
 from state.protocol.batch_records import epoch_of_batch
@@ -206,30 +206,6 @@ def test_a_consumer_behind_its_range_moves_through_what_it_fetched(
     pool.close()
 
 
-class SlowFetches:
-    """A proxy hook: once armed, hold the next ``count`` Fetch responses back ``delay`` s."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.remaining = 0
-        self.delayed = 0
-        self._lock = threading.Lock()
-
-    def arm(self, count: int) -> None:
-        with self._lock:
-            self.remaining = count
-
-    def __call__(self, api_key: int, api_version: int, payload: bytes) -> Action | None:
-        if api_key != FETCH:
-            return None
-        with self._lock:
-            if self.remaining <= 0:
-                return None
-            self.remaining -= 1
-            self.delayed += 1
-        return Action(delay=self.delay)
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_a_pooled_consumers_old_high_watermark_is_not_data_loss(
@@ -243,7 +219,7 @@ def test_a_pooled_consumers_old_high_watermark_is_not_data_loss(
     may say that records are gone."""
     topic = kafka.create_topic(partitions=1)
     expected = produce(kafka, topic, 1, 100, "a")
-    slow = SlowFetches(delay=2.5)  # longer than one poll of a range (1 s)
+    slow = HoldResponses(FETCH, delay=2.5)  # longer than one poll of a range (1 s)
     with KafkaProxy(kafka.bootstrap, slow) as proxy:
         opts = KafkaSourceOptions.parse(
             {

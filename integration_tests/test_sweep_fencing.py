@@ -12,15 +12,13 @@ replay of the batch by the next driver delivers it exactly once.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from harness.process import REPO_ROOT, repo_env
+from harness.process import run_python
 from sink.consumers.file import FileConsumer
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
@@ -53,15 +51,7 @@ def sweep(raw: dict[str, str], *args: str) -> dict[str, Any]:
         for item in ("--option", f"{name}={value}")
     ]
     argv = ["--pipeline", raw["pipeline.id"], "--state-uri", raw["state.uri"], *options]
-    done = subprocess.run(
-        [sys.executable, "-m", "gtbarrier", "sweep", *argv, *args, "--json"],
-        cwd=REPO_ROOT,
-        env=repo_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_python("-m", "gtbarrier", "sweep", *argv, *args, "--json")
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result

@@ -11,11 +11,9 @@ store or the consumer is used."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
-from harness.process import REPO_ROOT, repo_env
+from harness.process import run_python
 
 CLIENTS = (
     "boto3",
@@ -64,15 +62,7 @@ print(json.dumps(sorted(set(sys.modules) & set({CLIENTS!r} + {QUERY_ONLY!r}))))
 
 
 def _run(code: str) -> Any:
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env=repo_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python("-c", code)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

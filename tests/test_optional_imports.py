@@ -4,10 +4,7 @@ receiver`` names the extra it needs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from harness.process import REPO_ROOT, repo_env
+from harness.process import run_python
 
 OPTIONAL = ("starlette", "uvicorn", "psycopg", "pyiceberg", "matplotlib", "sqlalchemy")
 
@@ -32,14 +29,6 @@ assert not loaded, loaded
 
 
 def test_the_core_imports_no_optional_package() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", CODE],
-        cwd=REPO_ROOT,
-        env=repo_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python("-c", CODE)
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'gtbarrier[receiver]'" in proc.stderr

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import datasource
 import gtbarrier
 import sink
 from datasource import GlobalTimeKafkaSource
-from harness.process import REPO_ROOT, repo_env
+from harness.process import run_python
 from sink import BarrierSink
 
 NO_DATA = {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
@@ -40,15 +38,7 @@ def test_importing_datasource_imports_neither_sink_nor_gtbarrier() -> None:
         "loaded = sorted({'sink', 'gtbarrier'} & {m.split('.')[0] for m in sys.modules})\n"
         "assert not loaded, loaded\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env=repo_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python("-c", code)
     assert proc.returncode == 0, proc.stderr
 
 
