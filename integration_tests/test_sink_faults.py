@@ -1,4 +1,5 @@
-"""Two drivers for one pipeline at once, with real processes: the older is fenced.
+"""Two drivers for one pipeline at once, with real processes: the older is fenced, also
+with every run claim and marker deleted.
 
 Each driver runs ``integration_tests/sink_driver_program.py`` in its own process group
 (the ``driver`` fixture); ``Chain`` runs them, ``killed`` waits for one that a fault
@@ -98,6 +99,12 @@ def test_two_drivers_at_once_the_older_is_fenced(driver: Any, kafka: Any, tmp_pa
         what="the second driver to claim the pipeline",
     )
     assert c.owner().run_id != owner_a.run_id
+    # every claim and marker gone (pruned, or deleted by hand): the first driver is fenced
+    # by the generation it started at, which Spark pickled with its sink at its first
+    # commit and hands to every commit of the run
+    barrier = f"{c.layout.root}/barrier/"
+    assert c.store.list(f"{barrier}runs/") == []  # this release writes none
+    c.store.delete_many(c.store.list(barrier + "claims/"))
     # more input: the first driver's next commit finds itself fenced
     kafka.produce(
         topic,

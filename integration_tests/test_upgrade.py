@@ -14,7 +14,9 @@ stops. This release then
 3. loses the checkpoint and is restored from the previous release's snapshot (its
    manifest, resume point and checkpoint files), replaying the epochs after it.
 
-The consumer must hold every input record exactly once. docs/operations.md, "Upgrades",
+The consumer must hold every input record exactly once. The previous release's run
+markers are kept (they fence its drivers), and this release's runs leave only their
+pruned claims. docs/operations.md, "Upgrades",
 describes the procedure this runs.
 """
 
@@ -39,6 +41,7 @@ from harness.driver import DriverRunner
 from harness.process import REPO_ROOT
 from integration_tests.coordinator_support import events
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import CLAIMS_KEPT
 from state.records.barrier import BarrierState, RunMarker
 from state.records.batch import BatchRecord
 from state.records.codec import decode
@@ -91,6 +94,7 @@ DECODERS: list[tuple[Callable[[list[str]], bool], Callable[[object], Any]]] = [
     (lambda k: k[0] == "batches" and len(k) == 3, BatchRecord.from_json),
     (lambda k: k == ["barrier", "state.json"], BarrierState.from_json),
     (lambda k: k[:2] == ["barrier", "runs"] and len(k) == 3, RunMarker.from_json),
+    (lambda k: k[:2] == ["barrier", "claims"] and len(k) == 3, RunMarker.from_json),
     (lambda k: k == ["coordinator", "driver.json"], DriverRecord.from_json),
     (lambda k: k == ["resume.json"], ResumePoint.from_json),
     (lambda k: k[0] == "snapshots" and k[-1] == "manifest.json", Manifest.from_json),
@@ -203,6 +207,8 @@ def test_the_next_release_resumes_the_previous_releases_state(
     for kind in ("SourceOffset", "EpochRecord", "BatchRecord", "BarrierState", "RunMarker"):
         assert kinds[kind] >= 1, (kind, kinds)
     assert kinds["DriverRecord"] == 1 and kinds["Manifest"] == 1, kinds
+    markers = store.list(f"{PIPELINE}/barrier/runs/")
+    assert markers, "the previous release wrote no run marker"
     assert gt_last(store, PIPELINE) == old_delivered[-1] == old_point["epoch"]
     zk_point = decode(
         zk.client().get(PipelineLayout(PIPELINE).zookeeper_resume)[0],
@@ -241,3 +247,7 @@ def test_the_next_release_resumes_the_previous_releases_state(
     assert not twice, f"delivered more than once: {twice[:20]}"
     assert sorted(values) == list(range(1200)), "records lost"
     decode_every_record(store, PIPELINE, unchanged=False)  # the state both releases wrote
+    # The previous release's run markers are kept (each fences a driver of that release);
+    # this release's runs claimed over the generation they started at, their claims pruned.
+    assert store.list(f"{PIPELINE}/barrier/runs/") == markers
+    assert 1 <= len(store.list(f"{PIPELINE}/barrier/claims/")) <= CLAIMS_KEPT + 1

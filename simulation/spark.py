@@ -74,7 +74,7 @@ from state.errors import (
     SnapshotCorrupted,
 )
 from state.layout import PipelineLayout
-from state.protocol import batch_records, fencing, resume_point
+from state.protocol import barrier_state, batch_records, fencing, resume_point
 from state.protocol.barrier_state import BarrierStateStore, read_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
@@ -335,6 +335,8 @@ class DriverProc:
         self.main_done = False
         self.runs = 0
         self.run_id: str | None = None
+        #: The generation the query run started at (None until its first commit or abort).
+        self.run_start: int | None = None
         self.task_attempts = 0
         #: Every error the driver met (resets, aborts, snapshots, the operator's).
         self.errors: list[str] = []
@@ -518,6 +520,7 @@ class DriverProc:
         self.runs += 1
         run_id = f"{self.name}-r{self.runs}"
         self.run_id = run_id
+        self.run_start = None
         ck = self.checkpoint
         if ck.query_id is None:
             ck.query_id = self.world.new_query_id()
@@ -660,6 +663,10 @@ class DriverProc:
         return sink_options(self.store, self.token, self.tolerance)
 
     def barrier(self) -> sink_barrier.Barrier:
+        if self.run_start is None:
+            # Spark makes and pickles the run's commit-side sink at its first commit (or
+            # abort), reading where the run starts; every commit of the run carries it.
+            self.run_start = barrier_state.start_generation(self.store, self.layout)
         # Sequential reads: a greenlet cannot switch across the pool thread that would
         # overlap them, and both are reads of records the commit only reads.
         return sink_barrier.Barrier(
@@ -674,6 +681,7 @@ class DriverProc:
             overlap_reads=False,
             # At none the sink has no destination (errors.deadLetter.path is not set).
             dead_letters=StoreDeadLetters(self.dead_store) if self.tolerance == "all" else None,
+            start_generation=self.run_start,
         )
 
     def operator_resolve(self) -> None:

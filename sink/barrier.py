@@ -2,7 +2,8 @@
 
 Spark runs ``commit(messages, batchId)`` on a writer object made anew for each micro-batch
 (in a Python worker that Spark may reuse, or a new one after a restart), so everything the
-barrier knows is in the state store, in one record
+barrier knows is in the state store (but the generation its run started at, which the
+sink Spark pickled for the run carries: :mod:`sink.data_source`), in one record
 (``<pipeline>/barrier/state.json``, :class:`~state.records.barrier.BarrierState`,
 docs/PROTOCOL.md)::
 
@@ -21,11 +22,16 @@ record.
    source's read tasks wrote (:mod:`state.protocol.batch_records`). No record: a no-data
    batch.
 2. Ownership (zombie fencing, like a Kafka producer epoch): the first commit of a driver
-   run claims the pipeline by bumping ``owner.generation``; a run that was superseded is
-   fenced (:class:`~state.errors.PipelineFenced`). With ``fencing.token``, a lower token
-   than the recorded one is fenced too; the snapshot coordinator records its token as the
-   owner when it takes it, before its query runs. The claims and every swap of the state
-   are :class:`~state.protocol.barrier_state.BarrierStateStore`'s.
+   run claims the pipeline by bumping ``owner.generation``, only over the generation the
+   run started at (``start_generation``, which Spark's pickled sink carries into every
+   commit of the run: :mod:`sink.data_source`); a run that was superseded, or started
+   before another run's claim, is fenced (:class:`~state.errors.PipelineFenced`). With
+   ``fencing.token``, a lower token than the recorded one is fenced too; the snapshot
+   coordinator records its token as the owner when it takes it, before its query runs.
+   The claims and every swap of the state are
+   :class:`~state.protocol.barrier_state.BarrierStateStore`'s. After a claim's commit has
+   delivered its bundle, the claims of runs long superseded are pruned (a failed pruning
+   is logged; the next claim prunes them).
 3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
    ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
    cannot be (its staged parts are gone) and ``k <= j``, this batch is a replay that
@@ -159,13 +165,16 @@ class Barrier:
         sleep: Callable[[float], None] = time.sleep,
         races: Retry | None = None,
         overlap_reads: bool = True,
+        start_generation: int | None = None,
     ) -> None:
         """``dead_letters`` is where refused rows go (by default opened, when a bundle has
         any, from ``errors.deadLetter.path``); ``clock`` stamps owners, ``sleep`` waits
         between delivery attempts, ``races`` retries a claim's lost race (default
         :func:`~state.retry.cas_loop` on ``sleep``), and ``overlap_reads`` reads a commit's
         batch record and barrier state concurrently (two round trips in the time of one);
-        without it, one after the other."""
+        without it, one after the other. ``start_generation`` is the generation the
+        committing run started at (:func:`~state.protocol.barrier_state.start_generation`),
+        None if it is not known: the run is then fenced by its marker, as before claims."""
         self.options = options
         self.store = store
         self.consumer = consumer
@@ -177,6 +186,7 @@ class Barrier:
             store, self.layout, clock=clock, races=races or cas_loop(sleep=sleep)
         )
         self.overlap_reads = overlap_reads
+        self.start_generation = start_generation
         self.dead_letters = DeadLetterSettlement(
             options, staging, self.states, destination=dead_letters, sleep=sleep
         )
@@ -243,7 +253,12 @@ class Barrier:
             return batch.outcome("no-data", None)
 
         claim = self.states.claim_run(
-            state, version, batch.claimant, batch.query_id, self.options.fencing_token
+            state,
+            version,
+            batch.claimant,
+            batch.query_id,
+            self.options.fencing_token,
+            start_generation=self.start_generation,
         )
         held = Held(claim.state, claim.version)
         if claim.took_over:
@@ -267,7 +282,23 @@ class Barrier:
         else:
             outcome = self._advance(batch, epoch, held, remembered=False)
         outcome.recovered = recovered
+        if claim.took_over:
+            self._prune_claims(claim.state)
         return outcome
+
+    def _prune_claims(self, claimed: BarrierState) -> None:
+        """After this run's claim (``claimed``), once its bundle is delivered: delete the
+        claims of the runs long superseded. They are fenced without them; a pruning that
+        fails on the store is logged, and the next claim prunes what it left."""
+        try:
+            self.states.prune_claims(claimed)
+        except GtBarrierError as err:
+            log.warning(
+                "barrier: pipeline %s: pruning the barrier's run claims failed (the next "
+                "claim prunes them): %s",
+                self.options.pipeline_id,
+                err,
+            )
 
     def _advance(
         self, batch: BatchCommit, epoch: int, held: Held, *, remembered: bool

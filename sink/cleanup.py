@@ -5,9 +5,14 @@ may delete
 
 * its own parts, unless an in-flight record references them;
 * the parts of another run only while it owns the pipeline, and only if that run claimed
-  the pipeline *before* it (the generation in the run's marker is at most the deleting
-  run's own), never parts an in-flight record references, never parts of a run that has
-  not claimed (a driver that may be starting up).
+  the pipeline *before* it (the generation of the run's claim, or of its marker for a run
+  of a release before claims, is at most the deleting run's own), never parts an
+  in-flight record references, never parts of a run that has not claimed (a driver that
+  may be starting up). A run whose claim was pruned (more than ``CLAIMS_KEPT``
+  generations below the owner: :mod:`state.protocol.barrier_state`) looks like one that
+  has not claimed: the parts it staged after the sweeps of the runs that superseded it,
+  and never deleted itself (its driver died before its abort), are left to
+  ``gtbarrier sweep``.
 
 Ownership is verified on a barrier state read right before deleting (or the state this
 run has just written with a compare-and-swap), never on one read before another run could
@@ -61,6 +66,7 @@ class StagingCleanup:
         self.states = states
         self.staging = staging
         self._claimed: dict[str, int | None] = {}
+        self._claims: dict[str, int] | None = None  # listed once, when first needed
 
     def verify(
         self, run_id: str | None, claimant: str, state: BarrierState | None = None
@@ -105,6 +111,9 @@ class StagingCleanup:
         if auth.generation is None or rid == (auth.run_id or UNKNOWN_RUN):
             return False
         if rid not in self._claimed:
-            self._claimed[rid] = self.states.run_generation(rid)
+            if self._claims is None:
+                self._claims = self.states.claimed_runs()
+            claim = self._claims.get(rid)
+            self._claimed[rid] = claim if claim is not None else self.states.run_generation(rid)
         claimed = self._claimed[rid]
         return claimed is not None and claimed <= auth.generation

@@ -26,6 +26,18 @@ class BarrierSink(DataSource):
 
     Options are parsed once here, when Spark instantiates the source to plan the query's
     first micro-batch; a bad option stops the query before any task runs.
+
+    The instance that commits carries the generation its run started at
+    (:attr:`start_generation`), the run's memory that it may claim the pipeline only over
+    that generation (:func:`~state.protocol.barrier_state.decide_claim`). Spark 4.3 makes
+    that instance once per query run, when the run's first commit (or abort) needs it
+    (``PythonStreamingWrite.commit`` -> ``PythonDataSourceV2.getOrCreateDataSourceInPython``,
+    cached for the run: ``pyspark/sql/worker/create_data_source.py``), pickles it, and every
+    commit of the run unpickles those same bytes and calls :meth:`streamWriter`
+    (``pyspark/sql/worker/python_streaming_sink_runner.py``). So the generation is read when
+    Spark pickles it (:meth:`__getstate__`): the instances Spark makes for every
+    micro-batch's write tasks (``write_into_data_source.py``) are never pickled, and read
+    nothing.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -33,6 +45,23 @@ class BarrierSink(DataSource):
 
         super().__init__(options)
         self.sink_options: SinkOptions = SinkOptions.parse(options)
+        self.start_generation: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Spark pickles: the options and the run's start generation, read from the
+        barrier state the first time this instance is pickled (class docstring)."""
+        if self.start_generation is None:
+            from state.layout import PipelineLayout
+            from state.protocol.barrier_state import start_generation
+            from state.stores import open_store
+
+            store = open_store(self.sink_options.store)
+            try:
+                layout = PipelineLayout(self.sink_options.pipeline_id)
+                self.start_generation = start_generation(store, layout)
+            finally:
+                store.close()
+        return dict(self.__dict__)
 
     @classmethod
     def name(cls) -> str:
@@ -46,7 +75,9 @@ class BarrierSink(DataSource):
         from sink.writer import BarrierStreamWriter
 
         has_gt = check_spark_schema(schema)
-        return BarrierStreamWriter(self.sink_options.check_at_start(schema), has_gt)
+        return BarrierStreamWriter(
+            self.sink_options.check_at_start(schema), has_gt, self.start_generation
+        )
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         raise ConfigError(

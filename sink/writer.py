@@ -1,11 +1,13 @@
 """The barrier's stream writer: ``write`` on executors, ``commit``/``abort`` on the driver.
 
 Spark 4.3 creates the writer for every micro-batch, pickles it to the executors for
-``write()`` and creates it once more in a driver-side Python worker for ``commit`` or
-``abort`` (a worker Spark reuses from batch to batch): the instance that commits never
-wrote, so the protocol lives in the state store (:mod:`sink.barrier`). Clients are opened
-inside these calls and never pickled; stores come from ``open_store``, which shares them
-per worker process, so their ``close()`` here releases nothing a later call could reuse.
+``write()`` and creates it once more in a driver-side Python worker for each ``commit`` or
+``abort`` (a worker Spark reuses from batch to batch), from the data source it pickled at
+the run's first commit, whose start generation it carries (:mod:`sink.data_source`): the
+instance that commits never wrote, so the protocol lives in the state store
+(:mod:`sink.barrier`). Clients are opened inside these calls and never pickled; stores
+come from ``open_store``, which shares them per worker process, so their ``close()`` here
+releases nothing a later call could reuse.
 This module is the Spark adapter only: a task's work is :func:`sink.write_task.stage_task`,
 a commit's is :class:`sink.barrier.Barrier`, their timing spans :mod:`sink.timing`.
 """
@@ -52,13 +54,17 @@ def current_task() -> StreamingTask:
 class BarrierStreamWriter(DataSourceStreamArrowWriter):
     """``write`` stages a task's rows; ``commit``/``abort`` run the barrier protocol.
 
-    Holds only the parsed options and whether the input has a ``gt`` column: it is
-    pickled to every task and to the commit process.
+    Holds only the parsed options, whether the input has a ``gt`` column and, in the commit
+    process, the generation the run started at (None in the tasks, which do not claim): it
+    is pickled to every task.
     """
 
-    def __init__(self, options: SinkOptions, has_gt: bool) -> None:
+    def __init__(
+        self, options: SinkOptions, has_gt: bool, start_generation: int | None = None
+    ) -> None:
         self.options = options
         self.has_gt = has_gt
+        self.start_generation = start_generation
 
     # --- executors --------------------------------------------------------------------
 
@@ -123,21 +129,29 @@ class BarrierStreamWriter(DataSourceStreamArrowWriter):
             barrier.abort(messages, batchId)
 
     def _barrier(self) -> _OpenBarrier:
-        return _OpenBarrier(self.options)
+        return _OpenBarrier(self.options, self.start_generation)
 
 
 class _OpenBarrier:
     """A :class:`Barrier` with its store and consumer, closed on exit."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, start_generation: int | None) -> None:
         self.options = options
+        self.start_generation = start_generation
 
     def __enter__(self) -> Barrier:
         faults = FaultInjector.from_environment()
         with profiling.span("commit.open"):
             self.store = open_store(self.options.store)
             self.consumer = open_consumer(self.options, self.store, faults)
-        return Barrier(self.options, self.store, self.consumer, self.consumer.staging, faults)
+        return Barrier(
+            self.options,
+            self.store,
+            self.consumer,
+            self.consumer.staging,
+            faults,
+            start_generation=self.start_generation,
+        )
 
     def __exit__(self, *exc: object) -> None:
         with profiling.span("commit.close"):

@@ -13,6 +13,7 @@ from state.errors import ConfigError
 
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _PAD = 12
+_CLAIM_NAME = re.compile(rf"^(\d{{{_PAD}}})-(.+)\.json$")
 
 
 def validate_pipeline_id(pipeline_id: str | None, *, where: str = "") -> str:
@@ -68,11 +69,28 @@ class PipelineLayout:
         return f"{self.root}/barrier/state.json"
 
     def barrier_run(self, run_id: str) -> str:
-        """A driver run that claimed the barrier once (created at the claim, never changed).
-
-        A run whose marker exists but which is no longer the owner was superseded: fenced.
+        """The marker of a run that claimed without a start generation (every run of a
+        release before claims existed): created at its claim, never changed or pruned. A
+        run whose marker exists but which is no longer the owner was superseded: fenced.
         """
         return f"{self.root}/barrier/runs/{run_id}.json"
+
+    @property
+    def barrier_claims_prefix(self) -> str:
+        return f"{self.root}/barrier/claims/"
+
+    def barrier_claim(self, generation: int, run_id: str) -> str:
+        """Run ``run_id`` claimed the barrier as ``generation`` (created at the claim, pruned
+        once the owner is far enough ahead); listing order is generation order."""
+        return f"{self.barrier_claims_prefix}{generation:0{_PAD}d}-{run_id}.json"
+
+    def claim_of(self, key: str) -> tuple[int, str] | None:
+        """``(generation, run_id)`` of a key :meth:`barrier_claim` made; None for any other."""
+        name = key.removeprefix(self.barrier_claims_prefix)
+        match = _CLAIM_NAME.match(name)
+        if name == key or match is None:
+            return None
+        return int(match.group(1)), match.group(2)
 
     def staging(self, query_id: str, batch_id: int) -> str:
         return f"{self.root}/staging/{query_id}/{batch_id:0{_PAD}d}/"

@@ -8,6 +8,9 @@ S3 server in ``integration_tests/test_stores.py``. A concrete test class inherit
 * ``other_store``: a second, independent instance on the same URI (as a second
   driver or an executor would open it).
 
+The barrier's run claims (:mod:`state.protocol.barrier_state`) run on each store too:
+many runs claiming in turn with their claims pruned, and two runs racing their claims.
+
 It also holds the worker used by the multi-process race tests (it must be importable
 by a spawned interpreter).
 """
@@ -26,7 +29,15 @@ from state.errors import (
     GtBarrierError,
     KeyExists,
     KeyNotFound,
+    PipelineFenced,
     StoreConfigError,
+)
+from state.layout import PipelineLayout
+from state.protocol.barrier_state import (
+    CLAIMS_KEPT,
+    BarrierStateStore,
+    Claim,
+    start_generation,
 )
 from state.stores import StateStore, StoreConfig, Versioned, open_store
 
@@ -47,6 +58,9 @@ class StoreContract:
     #: Keys listed by the pagination test; an S3 store sets more than one page of
     #: ListObjectsV2 (1001).
     LIST_KEYS = 10
+    #: Driver runs that claim the barrier in turn, and rounds of two runs' claim race.
+    CLAIM_RUNS = 12
+    CLAIM_RACE_ROUNDS = 5
 
     # --- reads and writes ----------------------------------------------------------
 
@@ -348,6 +362,100 @@ class StoreContract:
             assert len(winners) == 1, f"round {r}: winners {winners}"
         last = len(outcomes) - 1
         assert store.get("race/wide-cas").data == f"{last} by {outcomes[last][0]}".encode()
+
+    # --- the barrier's run claims (state.protocol.barrier_state) on this store ------
+
+    def test_run_claims_stay_bounded_and_a_superseded_run_stays_fenced(
+        self, store: StateStore, other_store: StateStore
+    ) -> None:
+        """Runs claim one pipeline in turn, each with the generation it started at, and
+        each prunes the claims below those kept. The first run's claim is gone; at its next
+        commit, through another instance of the store (its own driver), it is fenced. The
+        marker of a run of an earlier release (no start generation) is kept and fences it."""
+        layout = PipelineLayout("claims")
+        here, there = BarrierStateStore(store, layout), BarrierStateStore(other_store, layout)
+
+        def claim(states: BarrierStateStore, run_id: str, start: int | None) -> Claim:
+            state, version = states.load()
+            return states.claim_run(state, version, run_id, "q", None, start_generation=start)
+
+        claim(here, "run-old", None)
+        zombie_start = start_generation(other_store, layout)
+        claim(there, "run-0", zombie_start)
+        for i in range(1, self.CLAIM_RUNS):
+            claimed = claim(here, f"run-{i}", start_generation(store, layout))
+            assert claimed.took_over
+            here.prune_claims(claimed.state)
+            assert len(store.list(layout.barrier_claims_prefix)) <= CLAIMS_KEPT + 1
+        assert "run-0" not in there.claimed_runs()
+        with pytest.raises(PipelineFenced, match=r"\(run run-0\) is a zombie"):
+            claim(there, "run-0", zombie_start)
+        assert other_store.get_or_none(layout.barrier_run("run-old")) is not None
+        with pytest.raises(PipelineFenced, match="a newer run took the pipeline over"):
+            claim(there, "run-old", None)
+        owner = here.load()[0].owner
+        assert owner is not None
+        assert (owner.run_id, owner.generation) == (
+            f"run-{self.CLAIM_RUNS - 1}",
+            self.CLAIM_RUNS + 1,
+        )
+
+    def test_two_runs_that_start_together_race_and_exactly_one_claims(
+        self, store: StateStore, other_store: StateStore
+    ) -> None:
+        """Two runs read the state (their start generation) at once, then claim at once,
+        through two instances of the store: one claims, the other is fenced, and stays
+        fenced at its next commit while the winner stays the owner."""
+        layout = PipelineLayout("claim-race")
+        sides = [BarrierStateStore(store, layout), BarrierStateStore(other_store, layout)]
+        for r in range(self.CLAIM_RACE_ROUNDS):
+            won, fenced = claim_race(sides, [f"run-{r}-a", f"run-{r}-b"])
+            assert len(won) == 1 and len(fenced) == 1, f"round {r}: won {won}, fenced {fenced}"
+            state, version = sides[0].load()
+            assert version is not None and state.owner is not None
+            assert state.owner.run_id == won[0]
+            started = state.owner.generation - 1  # where both runs started
+            with pytest.raises(PipelineFenced):
+                sides[1].claim_run(state, version, fenced[0], "q", None, start_generation=started)
+            again = sides[0].claim_run(state, version, won[0], "q", None, start_generation=started)
+            assert again.state.owner == state.owner and not again.took_over
+
+
+def claim_race(sides: list[BarrierStateStore], run_ids: list[str]) -> tuple[list[str], list[str]]:
+    """Run ``run_ids[i]`` through ``sides[i]``, in threads: each reads the barrier state and
+    its start generation, then (once both have) claims. Returns the runs that claimed and
+    the runs that were fenced."""
+    gate = threading.Barrier(len(sides))
+    won: list[str] = []
+    fenced: list[str] = []
+    errors: list[BaseException] = []
+
+    def run(states: BarrierStateStore, run_id: str) -> None:
+        try:
+            state, version = states.load()
+            start = start_generation(states.store, states.layout)
+            gate.wait(timeout=60)  # both started before either claims
+            try:
+                states.claim_run(state, version, run_id, "q", None, start_generation=start)
+            except PipelineFenced:
+                fenced.append(run_id)
+            else:
+                won.append(run_id)
+        except BaseException as err:  # reported by the caller's assertion
+            errors.append(err)
+            gate.abort()
+
+    threads = [
+        threading.Thread(target=run, args=side, daemon=True)
+        for side in zip(sides, run_ids, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, f"claim race worker failed: {errors[0]!r}"
+    assert not any(t.is_alive() for t in threads), "claim race worker hung"
+    return won, fenced
 
 
 def race_in_threads(

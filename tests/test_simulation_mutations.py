@@ -194,9 +194,13 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
         run_id: str,
         query_id: str,
         token: int | None,
+        *,
+        start_generation: int | None = None,
     ) -> Claim:
         try:
-            return claim_run(self, state, version, run_id, query_id, token)
+            return claim_run(
+                self, state, version, run_id, query_id, token, start_generation=start_generation
+            )
         except PipelineFenced:
             # The fenced checks skipped: the run swaps itself in over the current state.
             current, current_version = self.load()

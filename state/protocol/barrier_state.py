@@ -1,18 +1,32 @@
-"""The barrier state (``<pipeline>/barrier/state.json``) and the run markers: the one writer.
+"""The barrier state (``<pipeline>/barrier/state.json``) and the run claims: the one writer.
 
 Every change of the barrier state is a compare-and-swap on the version that was read, made
 here and nowhere else (docs/PROTOCOL.md, "Barrier state"):
 
 * **a run's claim** (:meth:`BarrierStateStore.claim_run`): the first commit of a driver run
-  creates the run's marker ``barrier/runs/<run_id>`` and swaps itself in as the owner with
-  the next ``generation``, like a Kafka producer epoch. A run whose marker exists but which
-  is not the owner was superseded; a run that finds a newer run's marker is fenced. With a
-  fencing token, a lower token than the recorded one is fenced too. A claim whose swap
-  loses to the run it replaces (that run committed meanwhile) claims again.
+  swaps itself in as the owner with the next ``generation``, like a Kafka producer epoch,
+  but only over the generation the run *started at* (:func:`start_generation`: the
+  owner's generation when Spark made the run's commit-side sink, which every commit of the
+  run carries; :mod:`sink.data_source`). A run that was superseded, or that started before
+  another run's claim, finds the generation moved on and is fenced; so of two runs that
+  start together the first claim wins and the other never claims. The decision is
+  :func:`decide_claim`, pure. With a fencing token, a lower token than the recorded one is
+  fenced too. A claim whose swap loses to the run it replaces (that run committed
+  meanwhile) claims again.
+* **the claims** ``barrier/claims/<generation>-<run_id>.json``, created by each claim, say
+  which runs claimed before the owner (whose staged parts it may delete: :mod:`sink.cleanup`).
+  No run depends on its own claim to be fenced, so the owner prunes them
+  (:meth:`BarrierStateStore.prune_claims`), keeping those of the last :data:`CLAIMS_KEPT`
+  generations below its own.
+* **a run without a start generation** (every run of a release before claims existed)
+  creates the marker ``barrier/runs/<run_id>.json`` instead, and is fenced when its marker
+  exists and another run owns the pipeline, as such a release decides; these markers are
+  never pruned: they are what fences such a run.
 * **a driver's claim** (:meth:`BarrierStateStore.claim_driver`): the snapshot coordinator
   records itself, with the fencing token it just took, as the owner before its query runs,
   so that a zombie driver is refused at its very next commit, not only after the new
-  query's first one. The new query's first commit turns it into an ordinary run claim.
+  query's first one. The new query, which starts after it, turns it into an ordinary run
+  claim at its first commit.
 * **the owner-checked swap** (:meth:`BarrierStateStore.swap`) of every commit step: a lost
   swap is never retried blindly. If another run owns the pipeline now (or the swap was a
   claim) this run is fenced (:class:`~state.errors.PipelineFenced`); otherwise the commit
@@ -25,15 +39,17 @@ here and nowhere else (docs/PROTOCOL.md, "Barrier state"):
 
 Readers that only look (the write tasks, the coordinator, the CLI, tests) use
 :func:`read_barrier_state`; a writer reads with :func:`load_barrier_state`, which also
-returns the version its swap needs. Nothing here delivers or deletes.
+returns the version its swap needs. Nothing here delivers; only the pruning deletes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from state.errors import (
     CommitFailed,
@@ -53,6 +69,12 @@ from state.stores import StateStore
 # A fence is one of the barrier's decisions: logged with them (docs/sink.md, "Log and metrics").
 log = logging.getLogger("sink.barrier")
 
+#: The claims :meth:`BarrierStateStore.prune_claims` keeps below the owner's generation: the
+#: run it replaced (directly, or through a driver's claim) may leave staged parts after
+#: the owner's first sweep (a zombie's last batch), which the owner deletes only while that
+#: run's claim says it claimed first.
+CLAIMS_KEPT = 2
+
 
 def load_barrier_state(
     store: StateStore, layout: PipelineLayout
@@ -69,6 +91,70 @@ def load_barrier_state(
 def read_barrier_state(store: StateStore, layout: PipelineLayout) -> BarrierState:
     """The barrier state (the empty state before the first commit)."""
     return load_barrier_state(store, layout)[0]
+
+
+def start_generation(store: StateStore, layout: PipelineLayout) -> int:
+    """The generation a run starting now claims over: the owner's (0 if it has none, or
+    before the first commit). Read once per run, when Spark pickles its commit-side sink."""
+    owner = read_barrier_state(store, layout).owner
+    return 0 if owner is None else owner.generation
+
+
+@dataclass(frozen=True)
+class ClaimDecision:
+    """What a commit's run may do with the pipeline (:func:`decide_claim`).
+
+    ``owns``: the run is the owner (``generation``); nothing to write. ``claims``: it swaps
+    itself in as ``generation``. ``fenced``: it stops, ``why``.
+    """
+
+    action: Literal["owns", "claims", "fenced"]
+    generation: int = 0
+    why: str = ""
+
+
+def decide_claim(
+    owner: Owner | None,
+    run_id: str,
+    token: int | None,
+    start: int | None,
+    *,
+    marker_exists: bool = False,
+) -> ClaimDecision:
+    """Whether run ``run_id`` (a :func:`claimant` id, holding fencing ``token``, started at
+    generation ``start``) owns the pipeline, claims it, or is fenced, given its ``owner``.
+
+    * a ``token`` lower than the owner's: fenced;
+    * the owner is this run with this token: it owns (whatever it started at);
+    * the owner is this run with another token: it claims again;
+    * otherwise it claims the next generation only if the owner's generation (0 without an
+      owner) is still ``start``: no claim happened since it started. Generations only
+      grow: a run that finds another generation was superseded, or lost the race with a
+      run that started with it, and can never claim again.
+
+    ``start`` None: the run does not know where it started (a release before claims); it
+    is fenced if its marker exists (``marker_exists``), else claims the next generation.
+    """
+    generation = 0 if owner is None else owner.generation
+    why: str | None = None
+    if owner is not None and token is not None and owner.token is not None and token < owner.token:
+        why = f"its fencing.token {token} < {owner.token}"
+    elif owner is not None and owner.run_id == run_id:
+        if token is None or token == owner.token:
+            return ClaimDecision("owns", generation)
+    elif start is None:
+        if marker_exists:
+            why = "a newer run took the pipeline over"
+    elif generation != start and owner is None:
+        why = f"the barrier state was made anew after this run started at generation {start}"
+    elif generation != start:
+        why = (
+            f"the pipeline was claimed at generation {generation} after this run started at "
+            f"generation {start}"
+        )
+    if why is not None:
+        return ClaimDecision("fenced", why=why)
+    return ClaimDecision("claims", generation + 1)
 
 
 class StaleState(Exception):
@@ -95,7 +181,8 @@ def claimant(run_id: str | None, query_id: str) -> str:
 
 
 class BarrierStateStore:
-    """Every write of one pipeline's barrier state and run markers (module docstring)."""
+    """Every write of one pipeline's barrier state, run claims and run markers (module
+    docstring)."""
 
     def __init__(
         self,
@@ -105,7 +192,7 @@ class BarrierStateStore:
         clock: Callable[[], float] = time.time,
         races: Retry | None = None,
     ) -> None:
-        """``clock`` stamps owners and run markers; ``races`` retries what a lost race
+        """``clock`` stamps owners and claims; ``races`` retries what a lost race
         makes a claim do again (default :func:`~state.retry.cas_loop`)."""
         self.store = store
         self.layout = layout
@@ -123,49 +210,58 @@ class BarrierStateStore:
 
     # --- claims ----------------------------------------------------------------------------
 
-    def claim_run(
+    def claim_run(  # noqa: PLR0913 - the run, and where it started
         self,
         state: BarrierState,
         version: str | None,
         run_id: str,
         query_id: str,
         token: int | None,
+        *,
+        start_generation: int | None = None,
     ) -> Claim:
         """Make run ``run_id`` (a :func:`claimant` id) the owner, or raise
-        :class:`PipelineFenced` if it was superseded or its ``token`` is lower than the
-        recorded one.
+        :class:`PipelineFenced` (:func:`decide_claim`).
 
-        ``state``/``version`` are what the commit read (``version`` None: no state yet).
-        An owner that is already this run (with this fencing token) is returned unchanged.
+        ``state``/``version`` are what the commit read (``version`` None: no state yet);
+        ``start_generation`` is the generation the run started at (:func:`start_generation`),
+        None for a run that does not know it, which its marker fences instead. An owner
+        that is already this run (with this fencing token) is returned unchanged. Taking
+        the pipeline from another run creates this run's claim (or its marker) first.
         """
         owner = state.owner
-        if (
-            owner is not None
-            and token is not None
-            and owner.token is not None
-            and token < owner.token
-        ):
-            raise self.fenced(owner, run_id, f"its fencing.token {token} < {owner.token}")
-        if owner is not None and owner.run_id == run_id and (token is None or token == owner.token):
+        marker = self.layout.barrier_run(run_id)
+        looks = start_generation is None and owner is not None and owner.run_id != run_id
+        decision = decide_claim(
+            owner,
+            run_id,
+            token,
+            start_generation,
+            marker_exists=looks and self.store.get_or_none(marker) is not None,
+        )
+        if decision.action == "fenced":
+            raise self.fenced(owner, run_id, decision.why)
+        if decision.action == "owns":
             assert version is not None
             return Claim(state, version, took_over=False)
-        marker = self.layout.barrier_run(run_id)
-        if (
-            owner is not None
-            and owner.run_id != run_id
-            and self.store.get_or_none(marker) is not None
-        ):
-            raise self.fenced(owner, run_id, "a newer run took the pipeline over")
-        generation = (owner.generation + 1) if owner else 1
         if owner is None or owner.run_id != run_id:
-            try:
-                self.store.create_json(
-                    marker, RunMarker(run_id, query_id, self.clock(), generation).to_json()
-                )
-            except KeyExists:
-                raise self.fenced(owner, run_id, "this run was superseded") from None
+            claimed_as = RunMarker(run_id, query_id, self.clock(), decision.generation)
+            if start_generation is None:
+                try:
+                    self.store.create_json(marker, claimed_as.to_json())
+                except KeyExists:
+                    raise self.fenced(owner, run_id, "this run was superseded") from None
+            else:
+                # KeyExists: this run's claim of this generation, recorded before
+                with contextlib.suppress(KeyExists):
+                    self.store.create_json(
+                        self.layout.barrier_claim(decision.generation, run_id),
+                        claimed_as.to_json(),
+                    )
         if version is None:
-            claimed = replace(state, owner=self._owner(run_id, query_id, generation, token, owner))
+            claimed = replace(
+                state, owner=self._owner(run_id, query_id, decision.generation, token, owner)
+            )
             try:
                 new_version = self.store.create_json(self.layout.barrier_state, claimed.to_json())
             except KeyExists:
@@ -177,7 +273,7 @@ class BarrierStateStore:
     def _swap_in(
         self, state: BarrierState, version: str, run_id: str, query_id: str, token: int | None
     ) -> Claim:
-        """Swap run ``run_id`` (whose marker exists) in as the owner over ``state``.
+        """Swap run ``run_id`` (whose claim or marker exists) in as the owner over ``state``.
 
         A swap can lose to the run it replaces: the old owner's ordinary commit lands
         between this claim's read and its swap. The claim then lost to an older run, not a
@@ -271,15 +367,46 @@ class BarrierStateStore:
 
         return self.races(once)
 
+    def claimed_runs(self) -> dict[str, int]:
+        """The runs whose claims are kept, each with the newest generation it claimed."""
+        runs: dict[str, int] = {}
+        for key in self.store.list(self.layout.barrier_claims_prefix):
+            claim = self.layout.claim_of(key)
+            if claim is not None:
+                generation, run_id = claim
+                runs[run_id] = max(generation, runs.get(run_id, 0))
+        return runs
+
     def run_generation(self, run_id: str) -> int | None:
-        """The generation run ``run_id`` claimed (0 for a marker written before markers
-        carried it); None if it never claimed."""
+        """The generation run ``run_id`` claimed by its marker, written by a run without a
+        start generation (0 for a marker written before markers carried it); None if it has
+        none."""
         key = self.layout.barrier_run(run_id)
         hit = self.store.get_or_none(key)
         if hit is None:
             return None
         marker = decode(hit.data, RunMarker.from_json, f"{self.store.uri}/{key}")
         return 0 if marker.generation is None else marker.generation
+
+    def prune_claims(self, state: BarrierState | None = None) -> int:
+        """Delete the claims more than :data:`CLAIMS_KEPT` generations below the owner of
+        ``state`` (read if None); returns how many. Markers (``barrier/runs/``) are kept.
+
+        A pruned claim's run is fenced by the generation it started at, whatever it does
+        next. Store errors are raised; a pruning that stops halfway is finished by the next.
+        """
+        if state is None:
+            state = read_barrier_state(self.store, self.layout)
+        if state.owner is None:
+            return 0
+        below = state.owner.generation - CLAIMS_KEPT
+        doomed = [
+            key
+            for key in self.store.list(self.layout.barrier_claims_prefix)
+            if (claim := self.layout.claim_of(key)) is not None and claim[0] < below
+        ]
+        self.store.delete_many(doomed)
+        return len(doomed)
 
     # --- transitions -----------------------------------------------------------------------
 

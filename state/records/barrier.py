@@ -16,9 +16,11 @@ the barrier, or a driver that took the pipeline before its query's first commit
 format 1; ``owner.driver`` and ``skipped`` are written only when set, and absent in older
 records.
 
-``<pipeline>/barrier/runs/<runId>.json`` (:class:`RunMarker`) is created once when a run
-claims the barrier, with the generation it claims: a run whose marker exists but which is
-not the owner was superseded.
+:class:`RunMarker` is created once when a run claims the barrier, with the generation it
+claims: at ``<pipeline>/barrier/claims/<generation>-<runId>.json`` (a run's claim, pruned
+once the owner is far enough ahead) or, for a run that does not know the generation it
+started at (as every release before claims), ``<pipeline>/barrier/runs/<runId>.json`` (a
+run whose marker exists but which is not the owner was superseded).
 """
 
 from __future__ import annotations
