@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 class BarrierSink(DataSource):
     """Exactly-once delivery of a streaming query's output, bundle by bundle, in gt order.
 
-    Options are parsed once here, when Spark instantiates the source to plan the query's
-    first micro-batch; a bad option stops the query before any task runs.
+    Options are parsed in every instance Spark makes. The first is made when Spark plans
+    the query's first micro-batch, so a bad option stops the query before any task runs.
 
     The instance that commits carries the generation its run started at
     (:attr:`start_generation`), the run's memory that it may claim the pipeline only over
