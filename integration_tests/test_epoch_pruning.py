@@ -1,4 +1,5 @@
-"""Bounded state: a pipeline prunes its epoch log and batch records below a retained window.
+"""Bounded state: a pipeline prunes its epoch log and batch records below a retained window,
+and compacts the rest into a few objects.
 
 A real query (gtkafka -> barrier, file consumer, state on S3) runs many small epochs with
 ``state.epochsRetained`` small. The epoch log and the batch records stay within the window
@@ -12,6 +13,7 @@ consumer already has, and new records are delivered once.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from integration_tests.test_sink_pipeline import (
 )
 from state.layout import PipelineLayout
 from state.protocol.batch_records import batch_record_keys
-from state.protocol.epoch_floor import pruning_step, read_floor
+from state.protocol.epoch_floor import SEGMENT_EPOCHS, pruning_step, read_floor
 from state.stores import StoreConfig, open_store
 
 RETAINED = 4
@@ -106,3 +108,61 @@ def produce_numbered_from(kafka: Any, topic: str, first: int, n: int, partitions
         ((b"k%d" % i, b"%d" % i, None, i % partitions) for i in range(first, first + n)),
         batch_size=5000,
     )
+
+
+@pytest.mark.timeout(900)
+def test_a_compacted_log_is_a_few_objects_and_a_new_checkpoint_replays_it_exactly_once(
+    spark: Any, kafka: Any, s3: Any, tmp_path: Path
+) -> None:
+    """With the default window nothing is pruned in 80 epochs, but the delivered ones are
+    compacted: fewer objects than epochs, and a query on a new checkpoint replays every
+    epoch from the persisted start, reading the compacted ones from their segments, so the
+    barrier drops each and delivers only the records produced since."""
+    n, more, partitions, per_epoch = 1_600, 200, 2, 20
+    topic = kafka.create_topic(partitions=partitions)
+    produce_numbered(kafka, topic, n, partitions)
+    pipeline = "compact-" + topic[-40:].replace("_", "-")
+    state_uri = s3.uri(f"state-{pipeline}")
+    out = tmp_path / "out"
+    sink = {
+        "pipeline.id": pipeline,
+        "state.uri": state_uri,
+        "consumer": "file",
+        "consumer.path": str(out),
+        **s3.options(),
+    }
+
+    def read() -> Any:
+        return stateless(
+            source(
+                spark,
+                kafka,
+                topic,
+                pipeline,
+                state_uri,
+                maxOffsetsPerTrigger=str(per_epoch),
+                **s3.options(),
+            )
+        )
+
+    run_available_now(read(), sink, tmp_path / "cp1")
+    store = open_store(StoreConfig.from_options({"state.uri": state_uri, **s3.options()}))
+    layout = PipelineLayout(pipeline)
+    planned = n // per_epoch
+    deadline = time.monotonic() + 60
+    floor = read_floor(store, layout)
+    while (floor is None or floor.segments_end < planned - 2 * SEGMENT_EPOCHS) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)  # the last compaction runs in the background after the last batch
+        floor = read_floor(store, layout)
+    assert floor is not None and not floor.pruned, floor
+    assert floor.segments[0].first == 0 and floor.segments_end >= planned - 2 * SEGMENT_EPOCHS
+    objects = store.list(layout.epochs_prefix)
+    assert len(objects) < planned // 2, objects
+    assert len(batch_record_keys(store, layout)) == planned - floor.segments_end
+    check_exactly_once_in_gt_order(read_bundles(out), n, partitions)
+
+    produce_numbered_from(kafka, topic, n, more, partitions)
+    run_available_now(read(), sink, tmp_path / "cp2")
+    check_exactly_once_in_gt_order(read_bundles(out), n + more, partitions)

@@ -42,7 +42,8 @@ from state.records.checkpoint_marker import MARKER_FORMAT, CheckpointMarker
 from state.records.codec import FORMAT_FIELD, decode, dumps
 from state.records.driver import DriverOwner, DriverRecord
 from state.records.epoch import EPOCH_RECORD_FORMAT, EpochRecord
-from state.records.floor import FLOOR_RECORD_FORMAT, FloorRecord
+from state.records.epoch_segment import EPOCH_SEGMENT_FORMAT, EpochSegment
+from state.records.floor import FLOOR_RECORD_FORMAT, FloorRecord, SegmentRef
 from state.records.gt import GlobalTime
 from state.records.inflight_bundle import InflightBundle, StagedPart
 from state.records.manifest import MANIFEST_FORMAT, Manifest, ManifestEntry
@@ -95,6 +96,21 @@ REF = SnapshotRef(12, "orders/snapshots/000000000012/manifest.json", "ab" * 32, 
 OLDER_REF = SnapshotRef(11, "orders/snapshots/000000000011/manifest.json", "cd" * 32, 38, 38)
 FRONTIER = SourceOffset(42, {("orders", 0): 5200, ("orders", 1): 5187}).to_json()
 POINT = ResumePoint(0, 3, 41, 41, QUERY, FRONTIER, 1760000000.0, (REF, OLDER_REF))
+AFTER = SourceOffset(9, {("orders", 0): 1300, ("orders", 1): 1401})
+SEGMENT = EpochSegment(
+    epochs=(EpochRecord(7, START, END), EpochRecord(8, END, AFTER, {"orders": TOPIC_ID})),
+    batches=(BatchRecord(QUERY, 3, 7), BatchRecord(QUERY, 4, 8), BatchRecord(RUN, 0, 7)),
+)
+FLOOR_WITH_SEGMENTS = FloorRecord(
+    7,
+    START,
+    6,
+    2,
+    segments=(SegmentRef(0, 64, "4d1c0b9e7a3f2e61"), SegmentRef(64, 80, "0be2a19c44d7f3a5")),
+)
+FLOOR_NOTHING_PRUNED = FloorRecord(
+    0, SourceOffset(0, {("orders", 0): 0}), segments=(SegmentRef(0, 16, "9f86d081884c7d65"),)
+)
 MANIFEST = Manifest(
     "orders",
     12,
@@ -198,6 +214,9 @@ GOLDEN: list[Golden] = [
     Golden("manifest-format1", MANIFEST, Manifest.from_json),
     Golden("checkpoint-marker-format1", CheckpointMarker("orders", 1), CheckpointMarker.from_json),
     Golden("floor-format1", FloorRecord(7, START, 6, 2), FloorRecord.from_json),
+    Golden("floor-format2", FLOOR_WITH_SEGMENTS, FloorRecord.from_json),
+    Golden("floor-format2-nothing-pruned", FLOOR_NOTHING_PRUNED, FloorRecord.from_json),
+    Golden("epoch-segment-format1", SEGMENT, EpochSegment.from_json),
 ]
 BY_NAME = {g.name: g for g in GOLDEN}
 
@@ -209,6 +228,7 @@ FORMATS: dict[str, int] = {
     "manifest": MANIFEST_FORMAT,
     "checkpoint-marker": MARKER_FORMAT,
     "floor": FLOOR_RECORD_FORMAT,
+    "epoch-segment": EPOCH_SEGMENT_FORMAT,
 }
 RECORD_NAMES: dict[str, str] = {
     "epoch": "epoch record",
@@ -217,6 +237,7 @@ RECORD_NAMES: dict[str, str] = {
     "manifest": "snapshot manifest",
     "checkpoint-marker": "checkpoint generation marker",
     "floor": "floor record",
+    "epoch-segment": "epoch segment",
 }
 
 
