@@ -220,7 +220,7 @@ EPOCHS_RETAINED = IntegerOption(
     "and the batch records that read them are pruned by the driver after a batch's commit, "
     "a quarter of this at a time. A query on a new checkpoint then cannot replay from the "
     "start: see `state.startAtFloor`. Pipelines run by the snapshot coordinator are pruned "
-    "by it instead",
+    "by it instead. The epochs kept are compacted into a few dozen objects whatever this is",
 )
 START_AT_FLOOR = BooleanOption(
     name="state.startAtFloor",

@@ -28,7 +28,7 @@ from harness.kafka import KafkaHelper
 from harness.kafka_proxy import FETCH, HoldResponses, KafkaProxy
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch
+from state.protocol.epoch_log import epoch_of_batch
 from state.stores import StoreConfig, open_store
 
 SCHEMA = arrow_schema(source_schema(False))

@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from harness.process import wait_until
 from integration_tests.source_support import gtkafka_options, run_to_end
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch
+from state.protocol.epoch_log import epoch_of_batch
 from state.stores import StoreConfig, open_store
 
 

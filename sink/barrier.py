@@ -92,7 +92,7 @@ from state.errors import (
 from state.layout import PipelineLayout
 from state.profiling import StepTimer
 from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
-from state.protocol.batch_records import epoch_of_batch
+from state.protocol.epoch_log import epoch_of_batch
 from state.records.barrier import BarrierState, Owner
 from state.retry import Retry, cas_loop, delivery
 from state.stores import StateStore

@@ -33,7 +33,7 @@ from sink.write_task import RowChecks, stage_task
 from state import profiling
 from state.errors import GtBarrierError
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch
+from state.protocol.epoch_log import epoch_of_batch
 from state.spark_task import StreamingTask, local_property
 from state.stores import open_store
 

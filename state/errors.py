@@ -207,6 +207,12 @@ class EpochLogConflict(FatalError):
     """The epoch log disagrees with the offsets Spark asked about (a different input)."""
 
 
+class SegmentGone(StateError, RetriableError):
+    """An epoch segment that the floor record named when it was read is gone: a
+    compaction merged it, or a pruning deleted it, since. Reading the floor again names
+    where its epochs are now."""
+
+
 class EpochsPruned(FatalError):
     """The epochs a query asks for were pruned from the epoch log (below its floor): a
     checkpoint older than the retained window, or a new checkpoint that would replay from

@@ -55,6 +55,15 @@ class PipelineLayout:
         """Epoch ``k``: ``{"epoch": k, "start": {...}, "end": {...}}``, first writer wins."""
         return f"{self.epochs_prefix}{k:0{_PAD}d}.json"
 
+    @property
+    def epoch_segments_prefix(self) -> str:
+        return f"{self.epochs_prefix}segments/"
+
+    def epoch_segment(self, first: int, end: int, digest: str) -> str:
+        """Epochs ``[first, end)`` and their batch records compacted into one object,
+        named by the digest of its bytes as well."""
+        return f"{self.epoch_segments_prefix}{first:0{_PAD}d}-{end:0{_PAD}d}-{digest}.json"
+
     def batch(self, query_id: str, batch_id: int) -> str:
         """Which epoch Spark's batch ``batch_id`` of query ``query_id`` read."""
         return f"{self.root}/batches/{query_id}/{batch_id:0{_PAD}d}.json"

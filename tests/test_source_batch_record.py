@@ -8,7 +8,8 @@ import pytest
 
 from state.errors import EpochLogConflict
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch, write_batch_record
+from state.protocol.batch_records import write_batch_record
+from state.protocol.epoch_log import epoch_of_batch
 from state.stores import StoreConfig
 from state.stores.memory_store import MemoryStore
 

@@ -27,7 +27,8 @@ from datasource.schema import arrow_schema, source_schema
 from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch, write_batch_record
+from state.protocol.batch_records import write_batch_record
+from state.protocol.epoch_log import epoch_of_batch
 from state.spark_task import StreamingTask
 from state.stores import StateStore, StoreConfig, open_store
 from state.stores.memory_store import MemoryStore

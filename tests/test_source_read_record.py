@@ -19,7 +19,7 @@ from datasource.schema import source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import StoreUnavailable
 from state.layout import PipelineLayout
-from state.protocol.batch_records import epoch_of_batch
+from state.protocol.epoch_log import epoch_of_batch
 from state.spark_task import StreamingTask
 from state.stores import StoreConfig
 from state.stores.memory_store import MemoryStore

@@ -40,7 +40,7 @@ class EpochRange:
 
 
 def epoch_numbers(store: StateStore, layout: PipelineLayout) -> list[int]:
-    """The recorded epochs, ascending (one list request)."""
+    """The recorded epochs, ascending, compacted or not (one list request and a read)."""
     return EpochLog(store, layout).epoch_numbers()
 
 
@@ -48,13 +48,12 @@ def floor_epoch(store: StateStore, layout: PipelineLayout) -> int | None:
     """The epoch the pruned log begins at (:mod:`state.protocol.epoch_floor`); None if
     nothing was pruned. Records left below it by an interrupted pruning are not shown."""
     floor = EpochLog(store, layout).floor()
-    return None if floor is None else floor.epoch
+    return None if floor is None or not floor.pruned else floor.epoch
 
 
 def read_epochs(store: StateStore, layout: PipelineLayout, numbers: list[int]) -> list[EpochRecord]:
     """The records of the epochs ``numbers`` that are recorded."""
-    log = EpochLog(store, layout)
-    return [r for r in (log.read_epoch(n) for n in numbers) if r is not None]
+    return list(EpochLog(store, layout).read_epochs(numbers).values())
 
 
 def epoch_json(record: EpochRecord, gt_last: int) -> dict[str, Any]:

@@ -77,12 +77,10 @@ class StateReader:
         self._epochs = {n: facts for n, facts in self._epochs.items() if n >= lowest}
         self._batches = {k: e for k, e in self._batches.items() if e >= lowest}
         numbers = [n for n in epoch_log.epoch_numbers() if n >= lowest]
-        for n in numbers:
-            if n not in self._epochs:
-                record = epoch_log.read_epoch(n)
-                if record is not None:
-                    start, end = dict(record.start.offsets), dict(record.end.offsets)
-                    self._epochs[n] = (EpochFacts(n, Lag.between(start, end).total), end)
+        unread = epoch_log.read_epochs(n for n in numbers if n not in self._epochs)
+        for n, record in unread.items():
+            start, end = dict(record.start.offsets), dict(record.end.offsets)
+            self._epochs[n] = (EpochFacts(n, Lag.between(start, end).total), end)
         keys = batch_record_keys(self.store, self.layout)
         for key in keys:
             if key not in self._batches:
@@ -91,6 +89,11 @@ class StateReader:
                     self._batches[key] = batch.epoch
         present = set(keys)
         per_epoch = Counter(e for k, e in self._batches.items() if k in present)
+        if floor is not None and floor.segments:
+            for batch in epoch_log.compacted_batches(floor):
+                key = self.layout.batch(batch.query_id, batch.batch_id)
+                if key not in present and batch.epoch >= lowest:
+                    per_epoch[batch.epoch] += 1
         known = [n for n in numbers if n in self._epochs]
         planned: Frontier | None
         if known:

@@ -3,9 +3,10 @@
 ``<pipeline>/batches/<queryId>/<batchId>.json`` (:class:`~state.records.batch.BatchRecord`)
 is written once per batch, by the one read task of the batch that the source marks, before
 that task yields its first row (:func:`write_batch_record`). The sink's commit reads it
-(:func:`epoch_of_batch`) to learn the bundle's global time, which is how output that carries
-no ``gt`` column (aggregates) gets one. No record for a batch means Spark ran a *no-data*
-batch, whose output is not replay-stable.
+(:func:`~state.protocol.epoch_log.epoch_of_batch`, which finds it in an epoch segment
+too, once its epoch is compacted) to learn the bundle's global time, which is how output
+that carries no ``gt`` column (aggregates) gets one. No record for a batch means Spark
+ran a *no-data* batch, whose output is not replay-stable.
 
 A record never changes once written: a create that finds the same record is fine (another
 attempt of the task, or a second branch of the query reading the same source), a different
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from state.errors import EpochLogConflict, KeyExists, StateError
+from state.errors import EpochLogConflict, KeyExists
 from state.layout import PipelineLayout
 from state.process_cache import ProcessCache
 from state.records.batch import BatchRecord
@@ -63,24 +64,6 @@ def read_batch_record(
     key = layout.batch(query_id, batch_id)
     hit = store.get_or_none(key)
     return None if hit is None else decode(hit.data, BatchRecord.from_json, f"{store.uri}/{key}")
-
-
-def epoch_of_batch(
-    store: StateStore, layout: PipelineLayout, query_id: str, batch_id: int
-) -> int | None:
-    """The epoch batch ``batch_id`` of query ``query_id`` read; None for a no-data batch.
-
-    Raises :class:`~state.errors.StateError` if the record found names another batch.
-    """
-    record = read_batch_record(store, layout, query_id, batch_id)
-    if record is None:
-        return None
-    if (record.query_id, record.batch_id) != (query_id, batch_id):
-        raise StateError(
-            f"barrier: batch record {layout.batch(query_id, batch_id)} names another batch: "
-            f"{record.to_json()}"
-        )
-    return record.epoch
 
 
 def batch_record_keys(store: StateStore, layout: PipelineLayout) -> list[str]:

@@ -1,29 +1,40 @@
-"""The floor of the epoch log, and pruning below it (docs/PROTOCOL.md, "Pruning").
+"""The floor of the epoch log, its segments, and the pruning and compaction that move them
+(docs/PROTOCOL.md, "Pruning" and "Epoch segments").
 
 ``<pipeline>/source/floor.json`` (:class:`~state.records.floor.FloorRecord`) says that the
-epochs below ``F`` may be gone, with the batch records that read them. This module is its
-one writer, and the one place that deletes epochs and batch records:
+epochs below ``F`` may be gone, with the batch records that read them, and which epoch
+segments hold the epochs from ``F`` up to the segments' end; the later epochs are stored
+one object each. This module is the floor's one writer, and the one place that deletes
+epochs, batch records and segments:
 
-* **The target** (:func:`floor_target`, pure): the oldest epoch the barrier may still
-  need is its in-flight bundle's, else ``GT_last + 1``; the floor may rise to
-  ``retained`` epochs below it. With the snapshot coordinator
-  (:func:`snapshot_floor_target`), never above the oldest retained snapshot's epoch.
-* **Raising the floor** (:func:`prune_below`): the new floor is written first, by a
-  create or a compare-and-swap on the version read, and only then is anything deleted.
-  Its counts add what the records about to be deleted told the metrics (epochs that
-  read records; batches that replayed an epoch). A pruner that loses the swap deletes
-  nothing: the winner prunes. The floor never goes down.
-* **Deleting**: the batch records whose epoch is below the floor (per query in batch-id
-  order, since a query's batches never read an older epoch than its previous batch, so a
-  query's scan stops at its first record at or above the floor), then the epochs below
-  the floor. A pruner that stops between the swap and the deletes leaves records below
-  the floor; the next pruning deletes them without counting them again.
+* **Pruning** (:func:`prune_below`) raises the floor to a target
+  (:func:`floor_target`, pure: ``retained`` epochs below the oldest epoch the barrier may
+  still need, its in-flight bundle's, else ``GT_last + 1``; with the snapshot coordinator,
+  :func:`snapshot_floor_target`, never above the oldest retained snapshot's epoch). Its
+  counts add what the records about to be deleted told the metrics (epochs that read
+  records; batches that replayed an epoch).
+* **Compaction** (:func:`compact`) copies whole runs of :data:`SEGMENT_EPOCHS` epochs
+  below :func:`compaction_limit` (the newest delivered epochs stay one object each, for
+  the restarts that read them), with their batch records, into a segment, and merges
+  :data:`MERGE_FANIN` neighbouring segments of one size into one, up to
+  :data:`MAX_SEGMENT_EPOCHS` (:func:`merge_plan`, pure). However long a pipeline runs,
+  its log is a few dozen objects: at most :data:`SEGMENT_EPOCHS` plus the in-flight
+  epochs one each, and a handful of segments per size.
+* **Order.** New objects (segments) are written first; then the floor record is
+  replaced, by a create or a compare-and-swap on the version read; only then is anything
+  deleted. A writer that loses the swap deletes nothing: the winner did the work, and a
+  segment it wrote and no floor names is written again with the same bytes by the next
+  compaction, or deleted as a leftover (:func:`_delete_leftovers`). A writer that stops
+  between the swap and the deletes leaves objects the floor no longer counts on; the next
+  pruning or compaction deletes them without counting them again. The floor never goes
+  down.
 
-What the floor means to readers: an epoch below it may be missing, and one that is
-missing is not planned again (:meth:`EpochLog.recorded_end
-<state.protocol.epoch_log.EpochLog.recorded_end>` raises
-:class:`~state.errors.EpochsPruned`); a query on a new checkpoint cannot replay from the
-persisted start.
+What the floor means to readers (:class:`~state.protocol.epoch_log.EpochLog`): an epoch
+below it may be missing, and one that is missing is not planned again
+(:class:`~state.errors.EpochsPruned`); a query on a new checkpoint cannot replay from the
+persisted start. An epoch that a segment holds is read from the segment, even if an
+object of its own exists (a driver that had fallen behind may have written one after the
+compaction deleted it).
 """
 
 from __future__ import annotations
@@ -31,15 +42,24 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from state.errors import ConcurrentModification, EpochsPruned, KeyExists
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.protocol.batch_records import batch_record_keys, read_batch_record_at
+from state.protocol.epoch_segments import (
+    delete_segments,
+    read_segment,
+    stored_segments,
+    write_segment,
+)
+from state.records.batch import BatchRecord
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
-from state.records.floor import FloorRecord
+from state.records.epoch_segment import EpochSegment
+from state.records.floor import FloorRecord, SegmentRef
 from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
@@ -48,11 +68,24 @@ log = logging.getLogger(__name__)
 _EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
 _BATCH_KEY = re.compile(r"/batches/([^/]+)/(\d+)\.json$")
 
+#: Epochs per new segment, and the delivered epochs kept one object each above them.
+SEGMENT_EPOCHS = 16
+#: Neighbouring segments of one size merged into one.
+MERGE_FANIN = 4
+#: No merge makes a segment of more epochs (a lookup reads a whole segment).
+MAX_SEGMENT_EPOCHS = 256
+
 
 def pruning_step(retained: int) -> int:
     """How far the target must be above the floor before a pruning runs: a quarter of
     the window (at least 1), so that each pruning's requests serve many epochs."""
     return max(1, retained // 4)
+
+
+def _needed(gt_last: int, inflight_epoch: int | None) -> int:
+    """The oldest epoch the barrier may still need: its in-flight bundle's, else the one
+    after ``GT_last``."""
+    return gt_last + 1 if inflight_epoch is None else min(gt_last + 1, inflight_epoch)
 
 
 def floor_target(gt_last: int, inflight_epoch: int | None, retained: int) -> int:
@@ -61,8 +94,7 @@ def floor_target(gt_last: int, inflight_epoch: int | None, retained: int) -> int
     least."""
     if retained < 1:
         raise ValueError(f"retained must be >= 1, not {retained}")
-    needed = gt_last + 1 if inflight_epoch is None else min(gt_last + 1, inflight_epoch)
-    return max(0, needed - retained)
+    return max(0, _needed(gt_last, inflight_epoch) - retained)
 
 
 def snapshot_floor_target(
@@ -71,6 +103,36 @@ def snapshot_floor_target(
     """:func:`floor_target` for a pipeline the snapshot coordinator runs: never above the
     epoch of its oldest retained snapshot, where a restore of that snapshot starts."""
     return min(oldest_snapshot_epoch, floor_target(gt_last, inflight_epoch, retained))
+
+
+def compaction_limit(gt_last: int, inflight_epoch: int | None) -> int:
+    """The epochs below this may be compacted: all were delivered, and the
+    :data:`SEGMENT_EPOCHS` newest delivered ones stay one object each (a restart on the
+    query's checkpoint reads those)."""
+    return max(0, _needed(gt_last, inflight_epoch) - SEGMENT_EPOCHS)
+
+
+def merge_plan(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The segments' ``(first, end)`` ranges after merging: while :data:`MERGE_FANIN`
+    neighbours have one size and their merge stays within :data:`MAX_SEGMENT_EPOCHS`, the
+    oldest such run becomes one segment. Pure; ``ranges`` follow each other.
+
+    Applied after every append, so no mergeable run is ever left: every merge of a plan
+    holds the segment just appended (:func:`_delete_leftovers` relies on it).
+    """
+    plan = list(ranges)
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(plan) - MERGE_FANIN + 1):
+            run = plan[i : i + MERGE_FANIN]
+            size = run[0][1] - run[0][0]
+            fits = size * MERGE_FANIN <= MAX_SEGMENT_EPOCHS
+            if fits and all(end - first == size for first, end in run):
+                plan[i : i + MERGE_FANIN] = [(run[0][0], run[-1][1])]
+                merged = True
+                break
+    return tuple(plan)
 
 
 def new_checkpoint_start(
@@ -84,7 +146,7 @@ def new_checkpoint_start(
     """Where a query on a new checkpoint starts: the ``persisted`` start while nothing was
     pruned; once epochs were, the floor's start if ``start_at_floor``, else
     :class:`EpochsPruned` (a stateful query would build its state from the floor only)."""
-    if floor is None:
+    if floor is None or not floor.pruned:
         return persisted
     if not start_at_floor:
         raise EpochsPruned(
@@ -106,7 +168,7 @@ def new_checkpoint_start(
 
 
 def read_floor(store: StateStore, layout: PipelineLayout) -> FloorRecord | None:
-    """The pipeline's floor, or None if nothing was ever pruned."""
+    """The pipeline's floor, or None if nothing was ever pruned or compacted."""
     floor, _ = _load_floor(store, layout)
     return floor
 
@@ -119,6 +181,25 @@ def _load_floor(store: StateStore, layout: PipelineLayout) -> tuple[FloorRecord 
     return decode(hit.data, FloorRecord.from_json, f"{store.uri}/{key}"), hit.version
 
 
+def _swap_floor(
+    store: StateStore, layout: PipelineLayout, new: FloorRecord, version: str | None
+) -> bool:
+    """Replace the floor read at ``version`` (None: absent) by ``new``; False if another
+    writer replaced it first."""
+    try:
+        if version is None:
+            store.create_json(layout.source_floor, new.to_json())
+        else:
+            store.compare_and_swap_json(layout.source_floor, new.to_json(), version)
+    except (KeyExists, ConcurrentModification):
+        log.info("pipeline %s: another writer changed the epoch log's floor", layout.pipeline_id)
+        return False
+    return True
+
+
+# --- pruning ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class PruneResult:
     """What one :func:`prune_below` did: the floor after it, whether this call raised it,
@@ -128,6 +209,7 @@ class PruneResult:
     raised: bool
     epochs_deleted: int = 0
     batches_deleted: int = 0
+    segments_deleted: int = 0
 
 
 def prune_below(store: StateStore, layout: PipelineLayout, target: int) -> PruneResult:
@@ -135,51 +217,205 @@ def prune_below(store: StateStore, layout: PipelineLayout, target: int) -> Prune
 
     ``target`` must come from :func:`floor_target` (or lower): nothing at or above it is
     touched. The floor is not raised if epoch ``target`` is not recorded (its start is
-    the floor's), nor if another pruner raised it meanwhile.
+    the floor's), nor if another writer changed the floor meanwhile. A segment that holds
+    epochs on both sides of ``target`` is kept whole.
     """
     floor, version = _load_floor(store, layout)
     current = 0 if floor is None else floor.epoch
     if target <= current:
         return PruneResult(current, raised=False)
-    at_target = _read_epoch(store, layout, target)
+    segments = () if floor is None else floor.segments
+    # the segments that hold epochs from the floor to the target, the target included
+    held = _segment_contents(store, layout, [s for s in segments if s.first <= target])
+    at_target = _epoch_in(held, target) or _read_epoch(store, layout, target)
     if at_target is None:
         return PruneResult(current, raised=False)
     epochs = _epoch_keys(store, layout)
-
-    batches = _batches_below(store, layout, target)
+    loose_batches = _batches_below(store, layout, target)
     made = 0
-    for epoch in sorted(e for e in epochs if current <= e < target):
-        record = _read_epoch(store, layout, epoch)
+    for epoch in range(current, target):
+        record = _epoch_in(held, epoch)
+        if record is None and epoch in epochs:
+            record = _read_epoch(store, layout, epoch)
         if record is not None and Lag.between(record.start.offsets, record.end.offsets).total > 0:
             made += 1
-    reads = Counter(epoch for epoch in batches.values() if epoch >= current)
+    # A batch record may be in a segment and stored one each again (a replay wrote it).
+    read_by = {key: b.epoch for key, b in loose_batches.items()}
+    for segment in held:
+        for b in segment.batches:
+            read_by.setdefault(layout.batch(b.query_id, b.batch_id), b.epoch)
+    reads = Counter(e for e in read_by.values() if current <= e < target)
+    kept = tuple(s for s in segments if s.end > target)
     raised = FloorRecord(
         epoch=target,
         start=at_target.start,
         epochs_with_records=(0 if floor is None else floor.epochs_with_records) + made,
         replays_dropped=(0 if floor is None else floor.replays_dropped)
         + sum(n - 1 for n in reads.values()),
+        segments=kept,
     )
-    try:
-        if version is None:
-            store.create_json(layout.source_floor, raised.to_json())
-        else:
-            store.compare_and_swap_json(layout.source_floor, raised.to_json(), version)
-    except (KeyExists, ConcurrentModification):
-        log.info("pipeline %s: another pruner raised the floor first", layout.pipeline_id)
+    if not _swap_floor(store, layout, raised, version):
         return PruneResult(current, raised=False)
 
+    dropped = [s for s in segments if s.end <= target]
     doomed_epochs = [key for epoch, key in epochs.items() if epoch < target]
-    store.delete_many(list(batches))
+    store.delete_many(list(loose_batches))
     store.delete_many(doomed_epochs)
+    delete_segments(store, layout, dropped)
     log.info(
-        "pipeline %s: epoch log pruned below epoch %d (%d epoch(s), %d batch record(s) deleted)",
+        "pipeline %s: epoch log pruned below epoch %d (%d epoch(s), %d batch record(s), "
+        "%d segment(s) deleted)",
         layout.pipeline_id,
         target,
         len(doomed_epochs),
-        len(batches),
+        len(loose_batches),
+        len(dropped),
     )
-    return PruneResult(target, True, len(doomed_epochs), len(batches))
+    return PruneResult(target, True, len(doomed_epochs), len(loose_batches), len(dropped))
+
+
+# --- compaction ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What one :func:`compact` did: the segments the floor names after it (empty if it
+    changed nothing), and how many objects it deleted."""
+
+    segments: tuple[SegmentRef, ...] = ()
+    compacted: bool = False
+    epochs_deleted: int = 0
+    batches_deleted: int = 0
+    segments_deleted: int = 0
+
+
+def compact(store: StateStore, layout: PipelineLayout, limit: int) -> CompactResult:
+    """Compact the epochs below ``limit`` (from :func:`compaction_limit`, or lower) that
+    are still one object each, in whole segments of :data:`SEGMENT_EPOCHS`, then merge
+    segments (:func:`merge_plan`). Nothing at or above ``limit`` is touched; a run that
+    would hold an epoch not recorded stops before it."""
+    floor, version = _load_floor(store, layout)
+    begin = 0 if floor is None else floor.segments_end
+    existing = () if floor is None else floor.segments
+    new = _new_segments(store, layout, begin, limit)
+    if not new:
+        return CompactResult(existing)
+    contents: dict[tuple[int, int], EpochSegment | SegmentRef] = {
+        (r.first, r.end): r for r in existing
+    }
+    contents.update({(s.first, s.end): s for s in new})
+    refs: list[SegmentRef] = []
+    for first, end in merge_plan(list(contents)):
+        if (first, end) in contents:
+            held = contents[(first, end)]
+            written = held if isinstance(held, SegmentRef) else write_segment(store, layout, held)
+            refs.append(written)
+            continue
+        parts = [
+            part if isinstance(part, EpochSegment) else read_segment(store, layout, part)
+            for (a, b), part in contents.items()
+            if first <= a and b <= end
+        ]
+        refs.append(write_segment(store, layout, EpochSegment.merge(parts)))
+    start = new[0].epochs[0].start if floor is None else floor.start
+    compacted = FloorRecord(
+        epoch=0 if floor is None else floor.epoch,
+        start=start,
+        epochs_with_records=0 if floor is None else floor.epochs_with_records,
+        replays_dropped=0 if floor is None else floor.replays_dropped,
+        segments=tuple(refs),
+    )
+    if not _swap_floor(store, layout, compacted, version):
+        return CompactResult()
+
+    end = new[-1].end
+    doomed_epochs = [layout.epoch(k) for k in range(begin, end)]
+    doomed_batches = [layout.batch(b.query_id, b.batch_id) for s in new for b in s.batches]
+    store.delete_many(doomed_batches)
+    store.delete_many(doomed_epochs)
+    leftovers = _delete_leftovers(store, layout, compacted, existing)
+    log.info(
+        "pipeline %s: epochs %d to %d compacted (%d batch record(s)); the log keeps %d "
+        "segment(s), %d leftover segment(s) deleted",
+        layout.pipeline_id,
+        begin,
+        end - 1,
+        len(doomed_batches),
+        len(refs),
+        len(leftovers),
+    )
+    return CompactResult(
+        compacted.segments,
+        compacted=True,
+        epochs_deleted=len(doomed_epochs),
+        batches_deleted=len(doomed_batches),
+        segments_deleted=len(leftovers),
+    )
+
+
+def _new_segments(
+    store: StateStore, layout: PipelineLayout, begin: int, limit: int
+) -> list[EpochSegment]:
+    """Whole segments of the epochs ``begin`` to ``limit - 1`` that are one object each,
+    with the batch records that read them; none past an epoch not recorded."""
+    count = max(0, limit - begin) // SEGMENT_EPOCHS * SEGMENT_EPOCHS
+    if count == 0:
+        return []
+    records: list[EpochRecord] = []
+    for k in range(begin, begin + count):
+        record = _read_epoch(store, layout, k)
+        if record is None:
+            break
+        records.append(record)
+    count = len(records) // SEGMENT_EPOCHS * SEGMENT_EPOCHS
+    if count == 0:
+        return []
+    end = begin + count
+    batches: dict[int, list[BatchRecord]] = defaultdict(list)
+    for batch in _batches_below(store, layout, end).values():
+        if begin <= batch.epoch:
+            batches[(batch.epoch - begin) // SEGMENT_EPOCHS].append(batch)
+    return [
+        EpochSegment.of(records[i : i + SEGMENT_EPOCHS], batches[i // SEGMENT_EPOCHS])
+        for i in range(0, count, SEGMENT_EPOCHS)
+    ]
+
+
+def _delete_leftovers(
+    store: StateStore,
+    layout: PipelineLayout,
+    floor: FloorRecord,
+    previous: Iterable[SegmentRef],
+) -> list[SegmentRef]:
+    """Delete the segment objects within ``floor``'s segments that neither it nor the
+    ``previous`` floor names: the parts of the segments merged by the compaction before
+    (kept one compaction longer, for readers that read the floor before that merge), and
+    the objects of compactions that lost their swap. An object past ``floor``'s segments'
+    end is kept: a compaction that read this floor may be writing it (every merge holds the
+    segment it appends, :func:`merge_plan`)."""
+    named = {*floor.segments, *previous}
+    leftovers = [
+        r for r in stored_segments(store, layout) if r not in named and r.end <= floor.segments_end
+    ]
+    delete_segments(store, layout, leftovers)
+    return leftovers
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def _segment_contents(
+    store: StateStore, layout: PipelineLayout, segments: Iterable[SegmentRef]
+) -> list[EpochSegment]:
+    return [read_segment(store, layout, s) for s in segments]
+
+
+def _epoch_in(segments: Iterable[EpochSegment], epoch: int) -> EpochRecord | None:
+    for segment in segments:
+        record = segment.epoch(epoch)
+        if record is not None:
+            return record
+    return None
 
 
 def _epoch_keys(store: StateStore, layout: PipelineLayout) -> dict[int, str]:
@@ -193,15 +429,18 @@ def _read_epoch(store: StateStore, layout: PipelineLayout, epoch: int) -> EpochR
     return None if hit is None else decode(hit.data, EpochRecord.from_json, f"{store.uri}/{key}")
 
 
-def _batches_below(store: StateStore, layout: PipelineLayout, target: int) -> dict[str, int]:
-    """``{key: epoch}`` of the batch records whose epoch is below ``target``: each query's
-    records in batch-id order, up to its first one at or above ``target``."""
+def _batches_below(
+    store: StateStore, layout: PipelineLayout, target: int
+) -> dict[str, BatchRecord]:
+    """``{key: record}`` of the batch records stored one each whose epoch is below
+    ``target``: each query's records in batch-id order, up to its first one at or above
+    ``target``."""
     by_query: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for key in batch_record_keys(store, layout):
         m = _BATCH_KEY.search("/" + key)
         if m:
             by_query[m.group(1)].append((int(m.group(2)), key))
-    below: dict[str, int] = {}
+    below: dict[str, BatchRecord] = {}
     for records in by_query.values():
         for _, key in sorted(records):
             record = read_batch_record_at(store, key)
@@ -209,5 +448,5 @@ def _batches_below(store: StateStore, layout: PipelineLayout, target: int) -> di
                 continue
             if record.epoch >= target:
                 break
-            below[key] = record.epoch
+            below[key] = record
     return below

@@ -9,6 +9,12 @@
   record also keeps the topic ids under which its end was computed
   (:meth:`EpochLog.topic_ids_at`), so that a driver that starts again can tell a topic
   deleted and created again since from the one the frontier belongs to.
+* Delivered epochs are compacted into segments (:mod:`state.protocol.epoch_floor`): an
+  epoch that a segment named by the floor record holds is read from it, even if an
+  object of its own exists (one written after the compaction deleted it, by a driver that
+  had fallen behind); its batch records too (:func:`epoch_of_batch`). So an epoch read
+  from the store costs the floor's read as well; the driver's own next epochs are
+  answered from memory (below).
 
 The store retries its own requests (and resolves a create whose answer was lost), so a
 ``KeyExists`` here always means another writer won.
@@ -29,20 +35,32 @@ learnt, to spare the store a request per micro-batch (and one per poll while idl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from state.errors import EpochLogConflict, EpochsPruned, KeyExists, MalformedRecord
+from state.errors import (
+    EpochLogConflict,
+    EpochsPruned,
+    KeyExists,
+    MalformedRecord,
+    SegmentGone,
+    StateError,
+)
 from state.layout import PipelineLayout
+from state.protocol.batch_records import read_batch_record
 from state.protocol.epoch_floor import read_floor
+from state.protocol.epoch_segments import read_segment
+from state.records.batch import BatchRecord
 from state.records.codec import decode
 from state.records.epoch import EpochRecord
+from state.records.epoch_segment import EpochSegment
 from state.records.floor import FloorRecord
 from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 _EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
 
@@ -56,7 +74,6 @@ class EpochLog:
     _start: SourceOffset | None = field(default=None, init=False, repr=False)
     _recorded: dict[int, EpochRecord] = field(default_factory=dict, init=False, repr=False)
     _absent: int | None = field(default=None, init=False, repr=False)
-    _floor_read: tuple[FloorRecord | None] | None = field(default=None, init=False, repr=False)
 
     #: How many recorded epochs are remembered (Spark asks for the newest ones).
     REMEMBERED = 16
@@ -95,9 +112,8 @@ class EpochLog:
         if record is None:
             if self._absent == start.epoch:
                 return None
-            record = self._read(key, lambda raw: self._epoch_record(key, raw))
+            record = self.read_epoch(start.epoch, pruned_is_error=True)
             if record is None:
-                self._check_not_pruned(start.epoch)
                 self._absent = start.epoch
                 return None
             self._remember(start.epoch, record)
@@ -126,23 +142,6 @@ class EpochLog:
         if created:
             self._absent = end.epoch
         return self._check(key, winner, start)
-
-    def _check_not_pruned(self, epoch: int) -> None:
-        # Read once per log: an epoch below the floor is asked for by a driver whose
-        # checkpoint was already behind when it started; a driver's next epoch to plan
-        # lies above any floor its own progress allows.
-        if self._floor_read is None:
-            self._floor_read = (self.floor(),)
-        floor = self._floor_read[0]
-        if floor is not None and epoch < floor.epoch:
-            raise EpochsPruned(
-                f"{self.store.uri}/{self.layout.epoch(epoch)}: epoch {epoch} was pruned: the "
-                f"epoch log of pipeline '{self.layout.pipeline_id}' begins at epoch "
-                f"{floor.epoch} (state.epochsRetained keeps that many epochs below the "
-                "barrier's GT_last). This checkpoint is older than the epochs kept; restore "
-                "a newer snapshot, or start the query on a new checkpoint with "
-                "state.startAtFloor=true"
-            )
 
     def topic_ids_at(self, offset: SourceOffset) -> dict[str, str] | None:
         """The topic ids under which the frontier ``offset`` was computed: those recorded
@@ -193,15 +192,74 @@ class EpochLog:
     # --- looking at the log (operators) ---------------------------------------------------
 
     def epoch_numbers(self) -> list[int]:
-        """The recorded epochs, ascending (one list request)."""
+        """The recorded epochs, ascending: those the floor's segments hold from the floor
+        up, and those stored one each (below the floor too, if an interrupted pruning
+        left them); one list request and the floor's read."""
         keys = self.store.list(self.layout.epochs_prefix)
         found = (_EPOCH_KEY.search("/" + key) for key in keys)
-        return sorted(int(m.group(1)) for m in found if m)
+        floor = self.floor()
+        compacted = set() if floor is None else set(range(floor.epoch, floor.segments_end))
+        return sorted({int(m.group(1)) for m in found if m} | compacted)
 
-    def read_epoch(self, epoch: int) -> EpochRecord | None:
-        """Epoch ``epoch``'s record as stored, or None if it is not recorded."""
+    def read_epoch(self, epoch: int, *, pruned_is_error: bool = False) -> EpochRecord | None:
+        """Epoch ``epoch``'s record as stored (in a segment, or one object), or None if it
+        is not recorded. With ``pruned_is_error``, an epoch that is not recorded because
+        it lies below the floor raises :class:`EpochsPruned`: it was pruned, and planning
+        it again would give it other bounds than the ones its first batch read."""
         key = self.layout.epoch(epoch)
-        return self._read(key, lambda raw: self._epoch_record(key, raw))
+        loose = self._read(key, lambda raw: self._epoch_record(key, raw))
+        floor = self.floor()  # after the object: a compaction names its segment first
+        ref = None if floor is None else floor.segment_of(epoch)
+        if ref is not None:
+            try:
+                return read_segment(self.store, self.layout, ref).epoch(epoch)
+            except SegmentGone:
+                floor = self.floor()  # merged or pruned since: the floor says where
+                ref = None if floor is None else floor.segment_of(epoch)
+                if ref is not None:
+                    return read_segment(self.store, self.layout, ref).epoch(epoch)
+        if loose is None and pruned_is_error and floor is not None and epoch < floor.epoch:
+            raise EpochsPruned(
+                f"{self.store.uri}/{key}: epoch {epoch} was pruned: the epoch log of "
+                f"pipeline '{self.layout.pipeline_id}' begins at epoch {floor.epoch} "
+                "(state.epochsRetained keeps that many epochs below the barrier's "
+                "GT_last). This checkpoint is older than the epochs kept; restore a "
+                "newer snapshot, or start the query on a new checkpoint with "
+                "state.startAtFloor=true"
+            )
+        return loose
+
+    def read_epochs(self, numbers: Iterable[int]) -> dict[int, EpochRecord]:
+        """The records of the epochs ``numbers`` that are recorded, for a view of the log
+        (the metrics, the operator CLI): the floor is read once, so an epoch that a
+        compaction takes meanwhile is read by :meth:`read_epoch`."""
+        floor = self.floor()
+        found: dict[int, EpochRecord] = {}
+        for n in numbers:
+            ref = None if floor is None else floor.segment_of(n)
+            record = None
+            if ref is not None:
+                try:
+                    record = read_segment(self.store, self.layout, ref).epoch(n)
+                except SegmentGone:
+                    record = self.read_epoch(n)
+            else:
+                record = self.read_epoch(n)
+            if record is not None:
+                found[n] = record
+        return found
+
+    def compacted_batches(self, floor: FloorRecord) -> list[BatchRecord]:
+        """The batch records held by the segments that ``floor`` names."""
+
+        def batches(named: FloorRecord) -> list[BatchRecord]:
+            return [
+                b
+                for ref in named.segments
+                for b in read_segment(self.store, self.layout, ref).batches
+            ]
+
+        return with_floor_read_again(self.store, self.layout, floor, batches) or []
 
     # --- store access --------------------------------------------------------------------
 
@@ -219,3 +277,67 @@ class EpochLog:
             winner = self.store.get(key)  # another writer won: its record is the one
             return decode(winner.data, parse, f"{self.store.uri}/{key}"), False
         return parse(doc), True
+
+
+def segment_holding(
+    store: StateStore,
+    layout: PipelineLayout,
+    floor: FloorRecord,
+    holds: Callable[[EpochSegment], object],
+) -> EpochSegment | None:
+    """The newest segment named by ``floor`` for which ``holds`` gives a value, looked
+    for again in the floor read again if one is gone (:func:`with_floor_read_again`)."""
+
+    def first(named: FloorRecord) -> EpochSegment | None:
+        for ref in reversed(named.segments):
+            segment = read_segment(store, layout, ref)
+            if holds(segment) is not None:
+                return segment
+        return None
+
+    return with_floor_read_again(store, layout, floor, first)
+
+
+def with_floor_read_again(
+    store: StateStore,
+    layout: PipelineLayout,
+    floor: FloorRecord,
+    read: Callable[[FloorRecord], T],
+) -> T | None:
+    """``read(floor)``; if a segment it names is gone since ``floor`` was read (a
+    compaction merged it, or a pruning deleted it: :class:`~state.errors.SegmentGone`),
+    ``read`` of the floor read again (None if there is none). Gone again, the error is
+    raised: it is retriable, and compactions run one per 16 epochs at most.
+    """
+    try:
+        return read(floor)
+    except SegmentGone:
+        again = read_floor(store, layout)
+        return None if again is None else read(again)
+
+
+def epoch_of_batch(
+    store: StateStore, layout: PipelineLayout, query_id: str, batch_id: int
+) -> int | None:
+    """The epoch batch ``batch_id`` of query ``query_id`` read; None for a no-data batch.
+
+    Its record stored one each, else the one in a segment that the floor names (a batch
+    of a compacted epoch, replayed by a worker that remembers having written its record,
+    :func:`~state.protocol.batch_records.write_batch_record`). Raises
+    :class:`~state.errors.StateError` if the record found names another batch.
+    """
+    record = read_batch_record(store, layout, query_id, batch_id)
+    if record is None:
+        floor = read_floor(store, layout)
+        if floor is None or not floor.segments:
+            return None
+        segment = segment_holding(store, layout, floor, lambda s: s.batch(query_id, batch_id))
+        record = None if segment is None else segment.batch(query_id, batch_id)
+        if record is None:
+            return None
+    if (record.query_id, record.batch_id) != (query_id, batch_id):
+        raise StateError(
+            f"barrier: batch record {layout.batch(query_id, batch_id)} names another batch: "
+            f"{record.to_json()}"
+        )
+    return record.epoch

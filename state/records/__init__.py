@@ -12,7 +12,9 @@ Module                                    Records
 :mod:`state.records.codec`                canonical JSON (``dumps``), checked decoding (``Fields``)
 :mod:`state.records.gt`                   the ``gt`` struct (Spark and Arrow types), ``GlobalTime``
 :mod:`state.records.source_offset`        ``SourceOffset`` (Spark's offset; ``source/start.json``)
+:mod:`state.records.floor`                ``FloorRecord``, ``SegmentRef`` (``source/floor.json``)
 :mod:`state.records.epoch`                ``EpochRecord`` (``epochs/<k>.json``)
+:mod:`state.records.epoch_segment`        ``EpochSegment`` (``epochs/segments/``)
 :mod:`state.records.batch`                ``BatchRecord`` (``batches/<queryId>/<batchId>.json``)
 :mod:`state.records.barrier`              ``BarrierState``, ``Owner``, ``RunMarker`` (``barrier/``)
 :mod:`state.records.inflight_bundle`      ``InflightBundle``, ``StagedPart`` (the in-flight bundle)
