@@ -114,11 +114,11 @@ def produce_numbered_from(kafka: Any, topic: str, first: int, n: int, partitions
 def test_a_compacted_log_is_a_few_objects_and_a_new_checkpoint_replays_it_exactly_once(
     spark: Any, kafka: Any, s3: Any, tmp_path: Path
 ) -> None:
-    """With the default window nothing is pruned in 80 epochs, but the delivered ones are
+    """With the default window nothing is pruned in 50 epochs, but the delivered ones are
     compacted: fewer objects than epochs, and a query on a new checkpoint replays every
     epoch from the persisted start, reading the compacted ones from their segments, so the
     barrier drops each and delivers only the records produced since."""
-    n, more, partitions, per_epoch = 1_600, 200, 2, 20
+    n, more, partitions, per_epoch = 1_000, 200, 2, 20
     topic = kafka.create_topic(partitions=partitions)
     produce_numbered(kafka, topic, n, partitions)
     pipeline = "compact-" + topic[-40:].replace("_", "-")
