@@ -440,7 +440,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
         drivers.stop(timeout=120)
         reader.stop()
         reader.check()
-        records = [(r.partition, r.offset, r.value) for r in kafka.consume_all(topic)]
+        # The whole topic, read back from the broker: minutes, not seconds, after an hour.
+        print(f"reading the topic back ({produced:,} records) to check exactly-once", flush=True)
+        read_back = kafka.consume_all(topic, timeout=args.timeout)
+        records = [(r.partition, r.offset, r.value) for r in read_back]
         result = verify(read_file_consumer(consumer), expected_from_records(records))
         seen = [
             (at - t0_wall, 1000.0 * (at - book.produced_at[k])) for k, at in book.first_seen.items()
