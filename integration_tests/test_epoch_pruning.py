@@ -37,18 +37,14 @@ RETAINED = 4
 PER_EPOCH = 40  # maxOffsetsPerTrigger: 1,000 records make 25 epochs
 
 
-def epoch_numbers(keys: list[str]) -> list[int]:
-    return sorted(int(m.group(1)) for k in keys if (m := re.search(r"/(\d+)\.json$", k)))
-
-
-@pytest.mark.timeout(900)
-def test_a_long_pipeline_keeps_a_bounded_epoch_log_and_starts_a_new_checkpoint_only_at_the_floor(
-    spark: Any, kafka: Any, s3: Any, tmp_path: Path
-) -> None:
-    n, more, partitions = 1_000, 200, 2
+def file_pipeline(
+    kafka: Any, s3: Any, tmp_path: Path, prefix: str, *, n: int, partitions: int
+) -> tuple[str, str, str, Path, dict[str, str]]:
+    """A topic of ``n`` numbered records, and a pipeline with its state on S3 delivering
+    it to a file consumer: ``(topic, pipeline id, state uri, output dir, sink options)``."""
     topic = kafka.create_topic(partitions=partitions)
     produce_numbered(kafka, topic, n, partitions)
-    pipeline = "prune-" + topic[-40:].replace("_", "-")
+    pipeline = f"{prefix}-" + topic[-40:].replace("_", "-")
     state_uri = s3.uri(f"state-{pipeline}")
     out = tmp_path / "out"
     sink = {
@@ -58,6 +54,21 @@ def test_a_long_pipeline_keeps_a_bounded_epoch_log_and_starts_a_new_checkpoint_o
         "consumer.path": str(out),
         **s3.options(),
     }
+    return topic, pipeline, state_uri, out, sink
+
+
+def epoch_numbers(keys: list[str]) -> list[int]:
+    return sorted(int(m.group(1)) for k in keys if (m := re.search(r"/(\d+)\.json$", k)))
+
+
+@pytest.mark.timeout(900)
+def test_a_long_pipeline_keeps_a_bounded_epoch_log_and_starts_a_new_checkpoint_only_at_the_floor(
+    spark: Any, kafka: Any, s3: Any, tmp_path: Path
+) -> None:
+    n, more, partitions = 1_000, 200, 2
+    topic, pipeline, state_uri, out, sink = file_pipeline(
+        kafka, s3, tmp_path, "prune", n=n, partitions=partitions
+    )
 
     def read(checkpoint: str, **extra: str) -> Any:
         return stateless(
@@ -119,18 +130,9 @@ def test_a_compacted_log_is_a_few_objects_and_a_new_checkpoint_replays_it_exactl
     epoch from the persisted start, reading the compacted ones from their segments, so the
     barrier drops each and delivers only the records produced since."""
     n, more, partitions, per_epoch = 1_000, 200, 2, 20
-    topic = kafka.create_topic(partitions=partitions)
-    produce_numbered(kafka, topic, n, partitions)
-    pipeline = "compact-" + topic[-40:].replace("_", "-")
-    state_uri = s3.uri(f"state-{pipeline}")
-    out = tmp_path / "out"
-    sink = {
-        "pipeline.id": pipeline,
-        "state.uri": state_uri,
-        "consumer": "file",
-        "consumer.path": str(out),
-        **s3.options(),
-    }
+    topic, pipeline, state_uri, out, sink = file_pipeline(
+        kafka, s3, tmp_path, "compact", n=n, partitions=partitions
+    )
 
     def read() -> Any:
         return stateless(
