@@ -16,8 +16,11 @@ from tests.coordinator_fakes import add_batch, write_checkpoint
     [
         ("metadata", 5, True),
         ("offsets/5", 5, True),
+        ("offsets/4", 5, True),  # where batch 5 starts
+        ("offsets/3", 5, False),
         ("offsets/6", 5, False),
         ("commits/4", 5, True),
+        ("commits/3", 5, False),
         ("commits/6", 5, False),
         ("offsets/.5.crc", 5, False),
         ("offsets/.5.tmp", 5, False),
@@ -70,3 +73,29 @@ def test_missing_commit_means_incomplete(tmp_path: Path) -> None:
     (cp / "offsets" / "3").unlink()  # deleted by Spark's retention
     with pytest.raises(SnapshotIncomplete, match="offsets/3"):
         checkpoint_files(cp, 3)
+
+
+def test_an_hdfs_state_store_is_copied_from_its_newest_snapshot_on(tmp_path: Path) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 30)
+    part0, part1 = cp / "state/0/0", cp / "state/0/1"
+    (part0 / "20.snapshot").write_text("state after version 20")  # maintenance wrote it
+    (part0 / "12.snapshot").write_text("state after version 12")
+    (part0 / "40.snapshot").write_text("a later batch's")  # after the snapshot's batch
+
+    files = [f.path for f in checkpoint_files(cp, 30)]
+
+    # partition 0: the newest snapshot at or below version 31, and the deltas after it
+    assert [p for p in files if p.startswith("state/0/0/")] == sorted(
+        ["state/0/0/20.snapshot", *(f"state/0/0/{v}.delta" for v in range(21, 32))]
+    )
+    # partition 1 has no snapshot: every delta up to version 31
+    assert len([p for p in files if p.startswith("state/0/1/")]) == 31
+    assert part1.exists()
+    # the last two offsets and commits, Spark's operator metadata, the query's metadata
+    assert [p for p in files if p.startswith(("offsets/", "commits/"))] == [
+        "commits/29",
+        "commits/30",
+        "offsets/29",
+        "offsets/30",
+    ]
+    assert "state/0/_metadata/metadata" in files and "metadata" in files

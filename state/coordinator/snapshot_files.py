@@ -10,18 +10,20 @@ again, so a snapshot costs the files written since the previous one.
 Which files (Spark 4.3 checkpoint layout; see :func:`checkpoint_files`):
 
 * ``metadata`` (the query id) and ``sources/`` (each source's initial metadata);
-* ``offsets/<k>`` and ``commits/<k>`` for ``k <= N``: on restart Spark reads the last
-  two offset entries and the last commit, so every retained entry up to ``N`` is copied
-  (they are tiny and never change);
+* ``offsets/<k>`` and ``commits/<k>`` for ``k`` in ``N - 1, N``: on restart Spark reads
+  the last two offset entries (the batch to run next starts where batch ``N - 1``
+  ended) and the last commit. The earlier ones Spark keeps (``minBatchesToRetain``, 100)
+  are for Spark's own bookkeeping, which starts again from these;
 * ``state/<operator>/<partition>/``: store version ``v`` is the state *after* batch
   ``v - 1``, so the restart after batch ``N`` loads version ``N + 1``. The
   HDFS-backed store rebuilds it from the newest ``<v>.snapshot`` at or below it plus the
-  ``<v>.delta`` files after it; the RocksDB store from ``<v>.zip`` (or
-  ``<v>_<uuid>.zip``, checkpoint format 2), the ``SSTs/`` files it references and,
-  with changelog checkpointing, ``<v>.changelog`` files. Every such file with a version
-  ``<= N + 1`` is copied (all are immutable once written; later versions belong to
-  batches after ``N`` and are left out, so a restart rewrites them). ``SSTs/`` and
-  ``logs/`` files have unique names and are copied as present. Operator metadata and
+  ``<v>.delta`` files after it, so only those are copied (:func:`restart_reads`); the
+  RocksDB store from ``<v>.zip`` (or ``<v>_<uuid>.zip``, checkpoint format 2), the
+  ``SSTs/`` files it references and, with changelog checkpointing, ``<v>.changelog``
+  files, of which every one with a version ``<= N + 1`` is copied (all are immutable
+  once written; later versions belong to batches after ``N`` and are left out, so a
+  restart rewrites them). ``SSTs/`` and ``logs/`` files have unique names and are
+  copied as present. Operator metadata and
   state schema files keyed by batch id (``_metadata/v2/<k>``,
   ``_stateSchema/.../<k>_<uuid>``) are copied for ``k <= N``; unversioned ones
   (``_metadata/metadata``, ``_metadata/schema``) always.
@@ -64,6 +66,7 @@ __all__ = [
     "materialise",
     "prune",
     "replace_dir",
+    "restart_reads",
     "sha256_hex",
     "wanted",
 ]
@@ -85,14 +88,16 @@ class CheckpointFile:
 
 
 def wanted(relpath: str, batch_id: int) -> bool:
-    """Whether a restart after ``batch_id`` needs the checkpoint file ``relpath``."""
+    """Whether a restart after ``batch_id`` may need the checkpoint file ``relpath``, by
+    its name alone (:func:`restart_reads` then keeps, of an HDFS-backed state store's
+    files, those after its newest snapshot)."""
     parts = relpath.split("/")
     name = parts[-1]
     if any(p.startswith(".") for p in parts) or name.endswith((".tmp", ".crc")):
         return False
     top = parts[0]
     if top in ("offsets", "commits") and len(parts) == 2:
-        return not name.isdigit() or int(name) <= batch_id
+        return not name.isdigit() or batch_id - 1 <= int(name) <= batch_id
     if top == "state":
         m = _STATE_VERSIONED.match(name)
         if m and "SSTs" not in parts:
@@ -101,6 +106,29 @@ def wanted(relpath: str, batch_id: int) -> bool:
             k = _BATCH_KEYED.match(name)
             return k is None or int(k.group(1)) <= batch_id
     return True
+
+
+def restart_reads(files: Iterable[CheckpointFile]) -> list[CheckpointFile]:
+    """Of ``files`` (all :func:`wanted`), those a restart reads: in each directory of an
+    HDFS-backed state store that holds a ``<v>.snapshot``, the newest snapshot and the
+    ``<v>.delta`` files after it (the store rebuilds its version from those alone); every
+    other file as it is."""
+    newest: dict[str, int] = {}
+    for f in files:
+        where, _, name = f.path.rpartition("/")
+        m = _STATE_VERSIONED.match(name)
+        if f.path.startswith("state/") and m and m.group(2) == "snapshot":
+            newest[where] = max(newest.get(where, -1), int(m.group(1)))
+    kept = []
+    for f in files:
+        where, _, name = f.path.rpartition("/")
+        m = _STATE_VERSIONED.match(name)
+        if where in newest and m and m.group(2) in ("delta", "snapshot"):
+            version, snapshot = int(m.group(1)), newest[where]
+            if version < snapshot or (version == snapshot and m.group(2) == "delta"):
+                continue
+        kept.append(f)
+    return kept
 
 
 def checkpoint_files(checkpoint: Path, batch_id: int) -> list[CheckpointFile]:
@@ -129,7 +157,7 @@ def checkpoint_files(checkpoint: Path, batch_id: int) -> list[CheckpointFile]:
                 f"checkpoint {checkpoint} has no {needed}: batch {batch_id} is not committed "
                 "or its files were already removed"
             )
-    return sorted(found, key=lambda f: f.path)
+    return sorted(restart_reads(found), key=lambda f: f.path)
 
 
 # --- manifest (the record: state.records.manifest) -----------------------------------
