@@ -12,6 +12,8 @@ PY := $(VENV)/bin/python
 # What pytest runs, and extra arguments: `make pytest PYTEST_PATHS=tests PYTEST_ARGS="-x"`.
 PYTEST_PATHS ?= tests integration_tests
 PYTEST_ARGS ?=
+# `make test` runs pytest on this many workers (pytest-xdist); 0 runs it in one process.
+PYTEST_WORKERS ?= 2
 # Extra arguments of `make bench` / `make breakdown`, e.g. BENCH_ARGS=--small.
 BENCH_ARGS ?=
 
@@ -44,11 +46,13 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-# Every test under tests/ and integration_tests/, all markers; prints pytest's summary
-# and the wall time, and exits with pytest's exit code (5, "no tests ran", is a failure).
+# Every test under tests/ and integration_tests/, all markers, on PYTEST_WORKERS workers
+# (slow tests first: conftest.py); prints pytest's summary and the wall time, and exits
+# with pytest's exit code (5, "no tests ran", is a failure).
 pytest: setup
 	@start=$$(date +%s); \
-	$(PY) -m pytest $(PYTEST_PATHS) -m "not volume" --durations=60 $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest $(PYTEST_PATHS) -m "not volume" -n $(PYTEST_WORKERS) --dist load \
+		--durations=60 $(PYTEST_ARGS); rc=$$?; \
 	echo "[make test] pytest exit code $$rc, wall time $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 

@@ -5,6 +5,11 @@
 * ``integration_tests/test_notebooks.py``: ``notebook`` as well.
 
 ``slow`` and timeouts stay on the tests (or modules) they belong to.
+
+Slow tests run first. ``make test`` runs the suite on two workers (pytest-xdist's
+``--dist load``), which hand out tests in collection order to whichever worker is free:
+started first, the long tests overlap each other and the many short ones fill the gaps,
+instead of one long test running alone at the end.
 """
 
 from __future__ import annotations
@@ -38,3 +43,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in markers_for(item.path):
             item.add_marker(marker)
+    # A stable sort: within each group, the collection order is kept.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

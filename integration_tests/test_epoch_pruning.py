@@ -121,6 +121,7 @@ def produce_numbered_from(kafka: Any, topic: str, first: int, n: int, partitions
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_compacted_log_is_a_few_objects_and_a_new_checkpoint_replays_it_exactly_once(
     spark: Any, kafka: Any, s3: Any, tmp_path: Path

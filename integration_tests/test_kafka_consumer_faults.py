@@ -42,6 +42,7 @@ def upstream_headers(i: int, n: int) -> list[tuple[str, bytes]]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_items_with_gtb_headers_of_their_own_are_delivered_once_after_a_kill(
     driver: Any, kafka: Any, tmp_path: Path

@@ -77,6 +77,7 @@ def killed(proc: Any) -> None:
     assert code == -signal.SIGKILL, f"driver exited {code}, not killed:\n{proc.output()[-3000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_drivers_at_once_the_older_is_fenced(driver: Any, kafka: Any, tmp_path: Path) -> None:
     partitions = 2

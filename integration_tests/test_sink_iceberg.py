@@ -187,6 +187,7 @@ def test_sigkill_around_the_iceberg_commit_and_a_lost_checkpoint_is_exactly_once
     assert lake.orphans().orphans == ()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_concurrent_writer_appends_to_the_same_table(
     driver: Any, kafka: Any, tmp_path: Path
@@ -242,6 +243,7 @@ def test_a_concurrent_writer_appends_to_the_same_table(
     assert sorted(others) == sorted(b"other-%d" % i for i in appended)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_warehouse_on_s3(driver: Any, kafka: Any, s3: Any, tmp_path: Path) -> None:
     n, partitions = 3_000, 2

@@ -205,6 +205,7 @@ def test_stateless_pipeline_into_s3_consumer(
     assert not [k for k in keys if k.startswith("out/_staging/")]  # promoted and cleaned
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_stateless_pipeline_into_kafka_consumer(spark: Any, kafka: Any, tmp_path: Path) -> None:
     from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_INDEX

@@ -48,6 +48,7 @@ DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_job_runs_on_both_workers(spark_cluster: SparkCluster, driver: DriverRunner) -> None:
     proc = driver.run_code(DRIVER, json.dumps(spark_cluster.driver_conf()))
     assert proc.wait(180) == 0, proc.output()[-3000:]

@@ -254,6 +254,7 @@ def rows_of(capture: list[tuple[int, list[Any]]]) -> list[tuple[bytes, bytes, An
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_query_rows_are_identical_with_and_without_pooling_and_packing(
     spark: Any, kafka: KafkaHelper, tmp_path: Path

@@ -131,6 +131,7 @@ def test_register_all_through_connect(spark_remote: Any) -> None:
     assert spark_remote.conf.get("spark.sql.streaming.noDataMicroBatches.enabled") == "false"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_gtkafka_to_barrier_through_connect_exactly_once_across_restart(
     spark_remote: Any, kafka: Any, s3: Any, tmp_path: Path

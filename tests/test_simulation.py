@@ -61,6 +61,7 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
     assert first.delivered == replayed.delivered
 
 
+@pytest.mark.slow
 def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, with
     and without poison rows at errors.tolerance=all, then random walks over the default

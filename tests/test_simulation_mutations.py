@@ -165,6 +165,7 @@ def test_snapshot_accepted_into_another_generation_is_found(
 # --- 3. a zombie's cleanup deleting a newer run's parts ---------------------------------------
 
 
+@pytest.mark.slow
 def test_cleanup_without_the_generation_rule_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     superseded: Callable[[cleanup.StagingCleanup, str, cleanup.Authority], bool] = (
         cleanup.StagingCleanup._superseded
