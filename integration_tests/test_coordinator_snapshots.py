@@ -17,6 +17,7 @@ import pytest
 
 from gtbarrier import SnapshotCoordinator
 from harness.process import wait_until
+from state.coordinator.snapshot_files import sha256_hex
 from state.records.manifest import Manifest
 
 
@@ -165,9 +166,10 @@ def test_manifest_lists_checksums_of_what_spark_needs(
         assert not any(p in paths for p in (f"offsets/{n + 1}", f"commits/{n + 1}"))
         deltas = [p for p in paths if p.startswith("state/") and p.endswith(".delta")]
         assert deltas and max(int(Path(p).name.split(".")[0]) for p in deltas) == n + 1
+        assert manifest.packs and all(f.pack is not None for f in manifest.files)
         for f in manifest.files:
-            blob = store.get(f"rate-manifest/snapshot-blobs/{f.sha256}").data
-            assert len(blob) == f.size
+            pack = store.get(f"rate-manifest/snapshot-blobs/{f.blob}").data
+            assert sha256_hex(pack[f.offset : f.offset + f.size]) == f.sha256
     finally:
         coord.close()
     _ = time

@@ -46,7 +46,7 @@ from state.records.epoch_segment import EPOCH_SEGMENT_FORMAT, EpochSegment
 from state.records.floor import FLOOR_RECORD_FORMAT, FloorRecord, SegmentRef
 from state.records.gt import GlobalTime
 from state.records.inflight_bundle import InflightBundle, StagedPart
-from state.records.manifest import MANIFEST_FORMAT, Manifest, ManifestEntry
+from state.records.manifest import MANIFEST_FORMAT, Manifest, ManifestEntry, PackRef
 from state.records.resume_point import RESUME_POINT_FORMAT, ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 
@@ -130,6 +130,27 @@ MANIFEST = Manifest(
     uploaded_bytes=431,
     copy_seconds=0.412,
 )
+PACK, OLDER_PACK = PackRef("5a" * 32, 431), PackRef("7c" * 32, 4096)
+MANIFEST_PACKED = Manifest(
+    "orders",
+    13,
+    0,
+    3,
+    44,
+    44,
+    FRONTIER,
+    QUERY,
+    1760000030.0,
+    (
+        ManifestEntry("commits/44", 29, "cd" * 32, pack=PACK.sha256, offset=0),
+        ManifestEntry("metadata", 45, "ef" * 32, pack=OLDER_PACK.sha256, offset=1024),
+        ManifestEntry("offsets/44", 402, "01" * 32, pack=PACK.sha256, offset=29),
+    ),
+    uploaded_files=2,
+    uploaded_bytes=431,
+    copy_seconds=0.118,
+    packs=(PACK, OLDER_PACK),
+)
 
 
 @dataclass(frozen=True)
@@ -211,7 +232,9 @@ GOLDEN: list[Golden] = [
         written="963506f .. 931bbc3 (before the format field)",
         rewritten_as="resume-point-format1",
     ),
+    # written before packs, and still for a manifest without them
     Golden("manifest-format1", MANIFEST, Manifest.from_json),
+    Golden("manifest-format2", MANIFEST_PACKED, Manifest.from_json),
     Golden("checkpoint-marker-format1", CheckpointMarker("orders", 1), CheckpointMarker.from_json),
     Golden("floor-format1", FloorRecord(7, START, 6, 2), FloorRecord.from_json),
     Golden("floor-format2", FLOOR_WITH_SEGMENTS, FloorRecord.from_json),
@@ -325,9 +348,10 @@ def test_a_newer_in_flight_bundle_is_refused_with_its_barrier_state() -> None:
 
 
 def test_a_newer_manifest_is_a_snapshot_that_cannot_be_used() -> None:
-    raw = json.loads(fixture_bytes("manifest-format1"))
+    raw = json.loads(fixture_bytes(f"manifest-format{MANIFEST_FORMAT}"))
     raw[FORMAT_FIELD] = MANIFEST_FORMAT + 1
-    with pytest.raises(SnapshotCorrupted, match=r"manifest m is malformed: .*format 2 is not sup"):
+    newer = rf"manifest m is malformed: .*format {MANIFEST_FORMAT + 1} is not sup"
+    with pytest.raises(SnapshotCorrupted, match=newer):
         Manifest.from_bytes(dumps(raw), where="m")
     del raw[FORMAT_FIELD]  # it has always been written: required
     with pytest.raises(MalformedRecord, match=r"field 'format' is missing"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -352,7 +353,7 @@ def test_global_time_orders_as_the_gt_column() -> None:
             r"retained snapshot: field 'manifest' is missing",
         ),
         (ResumePoint.from_json, {"created_at": "now"}, r"'created_at' = \"now\" .*a number"),
-        (Manifest.from_json, {"format": 1}, r"snapshot manifest: field 'pipeline_id' is missing"),
+        (Manifest.from_json, {"format": 1}, r"snapshot manifest: field 'files' is missing"),
         (DriverRecord.from_json, {"token": 1.5}, r"driver record: field 'token' = 1.5"),
     ],
 )
@@ -424,3 +425,50 @@ def test_read_barrier_state_from_a_store() -> None:
     with pytest.raises(MalformedRecord) as info:
         read_barrier_state(store, layout)
     assert any("p1/barrier/state.json" in note for note in info.value.__notes__)
+
+
+def _packed_manifest(**changes: Any) -> dict[str, Any]:
+    raw = json.loads((Path(__file__).parent / "golden/records/manifest-format2.json").read_bytes())
+    raw.update(changes)
+    return dict(raw)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"packs": []}, r"field 'packs' = \[\] is invalid: expected a non-empty JSON array"),
+        ({"packs": [{"sha256": "5a" * 32, "size": 431}]}, r"pack 7c7c7c7c7c7c\.\.\. is not among"),
+        (
+            {"packs": [{"sha256": "5a" * 32, "size": 100}, {"sha256": "7c" * 32, "size": 4096}]},
+            r"offsets/44: bytes 29\.\.431 lie beyond the 100 bytes of pack 5a5a",
+        ),
+        (
+            {"packs": [{"sha256": "5A" * 32, "size": 431}]},
+            r"manifest pack entry: field 'sha256' = .* expected 64 lowercase hex digits",
+        ),
+        (
+            {"packs": [*_packed_manifest()["packs"], {"sha256": "99" * 32, "size": 1}]},
+            r"names only the packs that hold its files",
+        ),
+    ],
+)
+def test_a_packed_manifest_whose_files_lie_outside_its_packs_is_refused(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(MalformedRecord, match=message):
+        Manifest.from_json(_packed_manifest(**change))
+
+
+def test_a_packed_manifest_entry_names_its_pack_and_offset() -> None:
+    raw = _packed_manifest()
+    del raw["files"][0]["offset"]
+    with pytest.raises(MalformedRecord, match=r"manifest file entry: field 'offset' is missing"):
+        Manifest.from_json(raw)
+    raw = _packed_manifest()
+    raw["files"][0]["pack"] = "nope"
+    with pytest.raises(MalformedRecord, match=r"field 'pack' = \"nope\" is invalid"):
+        Manifest.from_json(raw)
+    # A format-1 manifest's entries never name a pack: the fields are not read.
+    raw = _packed_manifest(format=1)
+    del raw["packs"]
+    assert all(f.pack is None for f in Manifest.from_json(raw).files)

@@ -58,11 +58,12 @@ def test_incremental_upload_references_known_blobs(store: StateStore, tmp_path: 
     # Another writer (a restarted coordinator) learns the stored blobs from the store.
     third = _write(SnapshotWriter(store, LAYOUT), cp, 4)
     assert third.uploaded_bytes == 0 and third.snapshot_id == 3
-    # Every manifest entry names a blob holding exactly that file.
+    # Every manifest entry names a pack holding exactly that file at its offset.
     for entry in second.files:
-        blob = store.get(f"p1/snapshot-blobs/{entry.sha256}").data
-        assert blob == (cp / entry.path).read_bytes()
-        assert hashlib.sha256(blob).hexdigest() == entry.sha256
+        pack = store.get(f"p1/snapshot-blobs/{entry.blob}").data
+        piece = pack[entry.offset : entry.offset + entry.size]
+        assert piece == (cp / entry.path).read_bytes()
+        assert hashlib.sha256(piece).hexdigest() == entry.sha256
 
 
 def test_manifest_round_trip_and_checksum(store: StateStore, tmp_path: Path) -> None:
@@ -134,13 +135,16 @@ def test_materialise_rejects_corrupt_blob_and_keeps_target(
     cp = write_checkpoint(tmp_path / "cp", 2)
     m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
     victim = next(f for f in m.files if f.path == "offsets/2")
-    store.put(f"p1/snapshot-blobs/{victim.sha256}", b"bit rot")
+    store.put(f"p1/snapshot-blobs/{victim.blob}", b"bit rot")
     target = write_checkpoint(tmp_path / "old", 0, query_id="old")
     before = _tree(target)
-    with pytest.raises(SnapshotCorrupted, match="offsets/2"):
+    with pytest.raises(
+        SnapshotCorrupted,
+        match=r"does not hold commits/1, commits/2, metadata, offsets/1, offsets/2 and 8 more",
+    ):
         materialise(store, LAYOUT, m, target)
     assert _tree(target) == before
-    store.delete(f"p1/snapshot-blobs/{victim.sha256}")
+    store.delete(f"p1/snapshot-blobs/{victim.blob}")
     with pytest.raises(SnapshotCorrupted, match="missing"):
         materialise(store, LAYOUT, m, target)
 
@@ -165,6 +169,9 @@ def test_prune_keeps_retained_and_their_blobs(store: StateStore, tmp_path: Path)
     for k in (1, 2):
         (cp / "offsets" / str(k)).unlink()
         (cp / "commits" / str(k)).unlink()
+    for v in (1, 2, 3):
+        for part in (0, 1):
+            (cp / "state" / "0" / str(part) / f"{v}.delta").unlink()
     for k in (4, 5):
         add_batch(cp, k)
         manifests.append(_write(writer, cp, k))
@@ -173,7 +180,7 @@ def test_prune_keeps_retained_and_their_blobs(store: StateStore, tmp_path: Path)
     assert pruned.snapshots == 3
     left = {k.split("/")[2] for k in store.list("p1/snapshots/")}
     assert left == {f"{i:012d}" for i in keep}
-    referenced = {f.sha256 for m in manifests[-2:] for f in m.files}
+    referenced = {name for m in manifests[-2:] for name in m.blobs}
     blobs = {k.rsplit("/", 1)[1] for k in store.list("p1/snapshot-blobs/")}
     assert blobs == referenced
     assert deleted and not (deleted & referenced)
