@@ -99,7 +99,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         "retain",
         "int",
         3,
-        "Snapshots kept; older ones and their unshared blobs are deleted.",
+        "Snapshots kept; older ones and the packs no kept snapshot names are deleted.",
     ),
     Parameter(
         "drain_timeout",
