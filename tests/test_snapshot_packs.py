@@ -249,3 +249,15 @@ def test_plan_references_live_packs_and_groups_the_rest_in_path_order() -> None:
     assert plan_packs(files, stored, pack_bytes=1_000).groups == [
         [("4" * 64, "v"), ("3" * 64, "w"), ("2" * 64, "y")]
     ]
+
+
+def test_the_writer_remembers_only_the_files_of_its_last_listing(
+    store: StateStore, tmp_path: Path
+) -> None:
+    cp = write_checkpoint(tmp_path / "cp", 0)
+    writer = SnapshotWriter(store, LAYOUT)
+    for k in range(1, 40):
+        add_batch(cp, k)
+        _spark_maintenance(cp, k)
+        m = _write(writer, cp, k)
+    assert len(writer._hashes) == len(m.files)
