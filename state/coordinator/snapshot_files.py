@@ -384,6 +384,8 @@ class SnapshotWriter:
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             shas = list(pool.map(lambda f: self._hash_file(checkpoint, f), files))
             pairs = list(zip(files, shas, strict=True))
+            with self._lock:  # only files still listed can be asked again: the cache stays bounded
+                self._hashes = {(f.path, f.size, f.mtime_ns): sha for f, sha in pairs}
             plan = plan_packs(pairs, self.located(), pack_bytes=self.pack_bytes)
             uploads = list(pool.map(lambda g: self._upload_pack(checkpoint, g), plan.groups))
         size = {f.path: f.size for f in files}
