@@ -129,7 +129,7 @@ def test_killed_driver_restored_from_snapshot_on_a_new_host(
     windowed = before["e2e-windowed"]
     assert windowed is not None
     manifest = windowed["manifest"]
-    store.put(manifest, store.get(manifest).data.replace(b'"format":1', b'"format":1 '))
+    store.put(manifest, store.get(manifest).data.replace(b'"format":', b'"format": ', 1))
     produce(kafka, topic, first, total)
 
     b = driver.run(
