@@ -232,7 +232,7 @@ def plan_packs(
     for sha, f in first_path.items():
         if sha in referenced:
             continue
-        if not groups or (filled + f.size > pack_bytes and groups[-1]):
+        if not groups or filled + f.size > pack_bytes:
             groups.append([])
             filled = 0
         groups[-1].append((sha, f.path))
