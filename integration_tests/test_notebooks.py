@@ -64,7 +64,7 @@ def test_01_quickstart(monkeypatch: pytest.MonkeyPatch, kafka_broker: Any) -> No
     assert "rows in the consumer" in out
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)
 def test_02_exactly_once_under_failure(
     monkeypatch: pytest.MonkeyPatch, kafka_broker: Any, s3_server: Any, zk: Any
 ) -> None:
