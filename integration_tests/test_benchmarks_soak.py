@@ -81,6 +81,12 @@ def test_soak_benchmark_short_run(
         for group in ("jvm", "python", "workers"):
             assert any(s[measure][group] > 0 for s in samples), (measure, group)
     assert any(s["p99_ms"] > 0 for s in samples if s["delivered"])
+    # Where a micro-batch's time goes, and the broker's answer time, every minute.
+    assert all(s["broker_ms"] > 0 for s in samples)
+    assert any(s["add_batch_ms"] > 0 and s["latest_offset_ms"] >= 0 for s in samples)
+    explained = {r["measure"]: r for r in doc["ratios"] if r["target"] == "(explains)"}
+    assert "soak: the broker's ListOffsets, last sixth / minutes 5-15 of an hour" in explained
+    assert all(r["met"] is None and r["value"] > 0 for r in explained.values()), explained
     assert sum(s["delivered"] for s in samples) > 0
     assert all(s["objects"] for s in samples)
 

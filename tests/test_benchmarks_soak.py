@@ -3,6 +3,8 @@ targets' decisions, its options) and the latency pieces it shares with benchmark
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,11 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.latency import FileReader, Visibility
-from benchmarks.soak import decode_row, event_key, parse_args
+from benchmarks.soak import decode_row, event_key, median_duration, parse_args
 from benchmarks.soak_measures import (
     ProcessGroups,
     Sample,
     bound_of,
+    explanations,
     group_of,
     process_tree,
     reference_sample,
@@ -156,3 +159,29 @@ def test_the_defaults_are_the_hour_long_soak() -> None:
     assert (args.minutes, args.kill_every_minutes, args.snapshot_seconds) == (60, 15, 30)
     assert args.sample_seconds == 60
     assert parse_args(["--minutes", "3", "--kill-every-minutes", "1"]).sample_seconds == 30
+
+
+def test_the_explanations_compare_the_last_sixth_with_minutes_5_to_15() -> None:
+    def timed(minute: int, add: float, latest: float, broker: float) -> Sample:
+        s = sample(minute * 60.0, 1, 1, 1)
+        return dataclasses.replace(s, add_batch_ms=add, latest_offset_ms=latest, broker_ms=broker)
+
+    samples = [timed(m, 700.0, 20.0, 2.0) for m in range(5, 16)]
+    samples += [timed(m, 5000.0, 900.0, 90.0) for m in range(16, 51)]  # not compared
+    samples += [timed(m, 1000.0, 45.0, 10.0) for m in range(51, 61)]
+    samples.append(timed(61, float("nan"), float("nan"), 10.0))  # no batch in that minute
+    got = {r.measure.split(",")[0]: r for r in explanations(samples, 3600)}
+    assert {k: round(r.value or 0, 2) for k, r in got.items()} == {
+        "soak: addBatch": 1.43,
+        "soak: latestOffset": 2.25,
+        "soak: the broker's ListOffsets": 5.0,
+    }
+    assert all(r.met is None and r.target == "(explains)" for r in got.values())
+    assert explanations(samples[:3], 3600) == []  # no last sixth yet: nothing to explain
+
+
+def test_a_phase_missing_from_every_batch_has_no_median() -> None:
+    batches = [{"durations": {"addBatch": 900}}, {"durations": {"addBatch": 700, "x": 1}}]
+    assert median_duration(batches, "addBatch") in (700.0, 900.0)
+    assert math.isnan(median_duration(batches, "latestOffset"))
+    assert math.isnan(median_duration([], "addBatch"))
