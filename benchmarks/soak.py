@@ -377,6 +377,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
         print(f"driver 1 delivered its first bundle: minute 0 ({producer.sent:,} produced)")
         next_sample, next_kill = args.sample_seconds, args.kill_every_minutes * 60
         previous = t0_wall
+        probe = BrokerProbe(services.bootstrap, topic, PARTITIONS)
+        stack.callback(probe.close)
+        counted = len(drivers.track.events)
         while True:
             now = time.monotonic() - t0
             drivers.pump()
@@ -394,6 +397,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
             if now >= next_sample:
                 wall = time.time()
                 latencies = book.seen_between(previous, wall)
+                batches = [e for e in drivers.track.events[counted:] if e["event"] == "batch"]
+                counted = len(drivers.track.events)
                 sample = Sample(
                     t=now,
                     procs=sample_processes(
@@ -406,6 +411,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
                     objects=count_objects(store, layout),
                     driver=drivers.number,
                     snapshots=drivers.snapshots,
+                    add_batch_ms=median_duration(batches, "addBatch"),
+                    latest_offset_ms=median_duration(batches, "latestOffset"),
+                    broker_ms=probe.list_offsets_ms(),
                 )
                 previous = wall
                 samples.append(sample)
@@ -461,6 +469,35 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
         "pipeline": pipeline,
         "gt_last": max(drivers.track.gt_last.values(), default=-1),
     }
+
+
+class BrokerProbe:
+    """Times the broker's ListOffsets for the soak's topic, on a client of its own."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.client = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def list_offsets_ms(self, times: int = 3) -> float:
+        """The median of ``times`` ListOffsets requests for every partition, in ms."""
+        took = []
+        for _ in range(times):
+            started = time.perf_counter()
+            self.client.end_offsets(self.partitions)
+            took.append(1000.0 * (time.perf_counter() - started))
+        return percentile(took, 0.5)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def median_duration(batches: list[dict[str, Any]], phase: str) -> float:
+    """The median of Spark's ``durationMs[phase]`` over ``batches`` (NaN if none)."""
+    return percentile(
+        [float(b["durations"][phase]) for b in batches if phase in b["durations"]], 0.5
+    )
 
 
 def _started(drivers: Drivers) -> set[int]:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,6 +133,13 @@ class Sample:
     objects: dict[str, int]  # stored objects per prefix of the pipeline's state
     driver: int  # the number of the driver running (1 + kills so far)
     snapshots: int  # snapshots accepted so far (every driver)
+    # Where a micro-batch's time goes, and the broker's own answer time, so that a slower
+    # end of the run can be told apart from a slower broker: medians over the micro-batches
+    # completed since the previous sample (NaN if none) of Spark's addBatch and the
+    # source's latestOffset, and of three ListOffsets requests for the soak's topic.
+    add_batch_ms: float = float("nan")
+    latest_offset_ms: float = float("nan")
+    broker_ms: float = float("nan")
 
     @property
     def minute(self) -> float:
@@ -148,6 +156,8 @@ class Sample:
             f"[{self.minute:5.1f} min] driver {self.driver}: RSS MB {rss} "
             f"({p.processes['workers']} workers); fds {fds}; threads {threads}; "
             f"p50 {self.p50_ms:,.0f} ms p99 {self.p99_ms:,.0f} ms; {self.per_second:,.0f}/s; "
+            f"addBatch {self.add_batch_ms:,.0f} ms latestOffset {self.latest_offset_ms:,.0f} ms; "
+            f"broker ListOffsets {self.broker_ms:,.1f} ms; "
             f"{self.snapshots} snapshots; objects: {objects}"
         )
 
@@ -166,6 +176,9 @@ class Sample:
             "objects": self.objects,
             "driver": self.driver,
             "snapshots": self.snapshots,
+            "add_batch_ms": self.add_batch_ms,
+            "latest_offset_ms": self.latest_offset_ms,
+            "broker_ms": self.broker_ms,
         }
 
 
@@ -181,6 +194,9 @@ def table_rows(samples: Sequence[Sample]) -> tuple[list[str], list[list[str]]]:
         "p50 ms",
         "p99 ms",
         "records/s",
+        "addBatch ms",
+        "latestOffset ms",
+        "broker ms",
         "snapshots",
         *(p.rstrip("/") for p in prefixes),
     ]
@@ -194,6 +210,9 @@ def table_rows(samples: Sequence[Sample]) -> tuple[list[str], list[list[str]]]:
             f"{s.p50_ms:,.0f}",
             f"{s.p99_ms:,.0f}",
             f"{s.per_second:,.0f}",
+            f"{s.add_batch_ms:,.0f}",
+            f"{s.latest_offset_ms:,.0f}",
+            f"{s.broker_ms:,.1f}",
             str(s.snapshots),
             *(str(s.objects.get(p, 0)) for p in prefixes),
         ]
@@ -272,6 +291,7 @@ def targets(
                 f"{a:,.0f} vs {b:,.0f} ms ({len(last):,} and {len(steady):,} records)",
             )
         )
+    ratios += explanations(samples, seconds)
     half = [s for s in samples if s.t <= seconds / 2]
     if half and end is not None:
         for prefix in end.objects:
@@ -292,6 +312,32 @@ def targets(
     return ratios
 
 
+def explanations(samples: Sequence[Sample], seconds: float) -> list[Ratio]:
+    """Figures without a target beside the latency's: the medians, over the per-minute
+    samples of the last sixth and of minutes 5-15, of addBatch, latestOffset and the
+    broker's ListOffsets. A latency that grew with the broker's answer time measures the
+    broker (the harness's Tansu keeps every record batch in a list that its ListOffsets
+    and Fetch walk), not the pipeline."""
+    steady = [s for s in samples if seconds / 12 <= s.t <= seconds / 4]
+    last = [s for s in samples if s.t > 5 * seconds / 6]
+    out = []
+    for name, attr in (
+        ("addBatch", "add_batch_ms"),
+        ("latestOffset", "latest_offset_ms"),
+        ("the broker's ListOffsets", "broker_ms"),
+    ):
+        a = [v for v in (getattr(s, attr) for s in last) if math.isfinite(v)]
+        b = [v for v in (getattr(s, attr) for s in steady) if math.isfinite(v)]
+        if not a or not b:
+            continue
+        now, was = percentile(a, 0.5), percentile(b, 0.5)
+        note = f"{now:,.1f} vs {was:,.1f} ms (medians of the per-minute medians)"
+        measure = f"soak: {name}, last sixth / minutes 5-15 of an hour"
+        print(f"{measure} = {now / was:.2f} (no target); {note}", flush=True)
+        out.append(Ratio("soak", measure, now / was, "(explains)", None, note=note))
+    return out
+
+
 # --- the plot -----------------------------------------------------------------------------
 
 
@@ -304,8 +350,10 @@ def plot(
     """``path``: one panel per measure over minutes; ``kills`` (seconds) as red lines."""
     from matplotlib.figure import Figure  # no pyplot: no global backend
 
-    fig = Figure(figsize=(14, 10))
-    axes = fig.subplots(3, 2).flatten()
+    fig = Figure(figsize=(14, 13))
+    axes = fig.subplots(4, 2).flatten()
+    fig.delaxes(axes[7])
+    axes = axes[:7]
     minutes = [s.minute for s in samples]
 
     def lines(ax: Any, series: Mapping[str, Sequence[float]], ylabel: str) -> None:
@@ -335,6 +383,16 @@ def plot(
         {p.rstrip("/"): [float(s.objects.get(p, 0)) for s in samples] for p in prefixes},
         "stored objects per prefix",
     )
+    lines(
+        axes[6],
+        {
+            "addBatch": [s.add_batch_ms for s in samples],
+            "latestOffset": [s.latest_offset_ms for s in samples],
+            "broker ListOffsets": [s.broker_ms for s in samples],
+        },
+        "micro-batch and broker, ms (medians)",
+    )
+    axes[6].set_yscale("log")
     for ax in axes:
         for i, at in enumerate(kills):
             ax.axvline(at / 60, color="red", linestyle="--", linewidth=1, label=None)
