@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from state.coordinator.batches import CompletedBatch
+from state.coordinator.snapshot_files import SnapshotWriter
+from state.records.manifest import Manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,6 +45,20 @@ def add_batch(root: Path, k: int, *, partitions: int = 2) -> None:
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{k + 1}.delta").write_bytes(f"delta {k + 1} of partition {p} ".encode() * 20)
         (d / f".{k + 1}.delta.crc").write_bytes(b"crc")
+
+
+def write_snapshot(writer: SnapshotWriter, cp: Path, batch_id: int, **kw: Any) -> Manifest:
+    """A snapshot of ``cp`` after ``batch_id`` (epoch ``batch_id + 10``, as :func:`batch`)."""
+    return writer.write(
+        cp,
+        batch_id=batch_id,
+        epoch=batch_id + 10,
+        frontier={"epoch": batch_id + 11},
+        generation=0,
+        token=1,
+        query_id="q-1",
+        **kw,
+    )
 
 
 def batch(

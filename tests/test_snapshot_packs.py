@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,23 +26,10 @@ from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest, ManifestEntry, PackRef
 from state.stores import StateStore
-from tests.coordinator_fakes import add_batch, write_checkpoint
+from tests.coordinator_fakes import add_batch, write_checkpoint, write_snapshot
 
 LAYOUT = PipelineLayout("p1")
 BLOBS = LAYOUT.snapshot_blobs_prefix
-
-
-def _write(writer: SnapshotWriter, cp: Path, batch_id: int, **kw: Any) -> Manifest:
-    return writer.write(
-        cp,
-        batch_id=batch_id,
-        epoch=batch_id + 10,
-        frontier={"epoch": batch_id + 11},
-        generation=0,
-        token=1,
-        query_id="q-1",
-        **kw,
-    )
 
 
 def _stored(store: StateStore) -> set[str]:
@@ -81,11 +67,11 @@ def _spark_maintenance(cp: Path, k: int, *, every: int = 10, keep: int = 2) -> N
 def test_a_snapshot_stores_its_new_files_as_one_pack(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
     writer = SnapshotWriter(store, LAYOUT)
-    first = _write(writer, cp, 3)
+    first = write_snapshot(writer, cp, 3)
     assert [k.startswith("pack-") for k in _stored(store)] == [True]
     assert len(first.packs) == 1 and first.packs[0].name in _stored(store)
     add_batch(cp, 4)
-    second = _write(writer, cp, 4)
+    second = write_snapshot(writer, cp, 4)
     assert len(_stored(store)) == 2
     new_pack = next(p for p in second.packs if p not in first.packs)
     new_files = {"offsets/4", "state/0/0/5.delta", "state/0/1/5.delta"}  # commits/4 == commits/3
@@ -104,8 +90,8 @@ def test_a_snapshot_stores_its_new_files_as_one_pack(store: StateStore, tmp_path
 
 def test_a_restarted_writer_references_the_stored_packs(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
-    first = _write(SnapshotWriter(store, LAYOUT), cp, 3)
-    again = _write(SnapshotWriter(store, LAYOUT), cp, 3)
+    first = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 3)
+    again = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 3)
     assert again.uploaded_bytes == 0 and again.uploaded_files == 0
     assert again.packs == first.packs and again.files == first.files
 
@@ -117,11 +103,11 @@ def test_a_pack_the_snapshot_uses_less_than_half_of_is_copied_forward(
     big = cp / "state" / "0" / "0" / "2.snapshot"
     big.write_bytes(b"x" * 50_000)
     writer = SnapshotWriter(store, LAYOUT)
-    first = _write(writer, cp, 1)
+    first = write_snapshot(writer, cp, 1)
     [old] = first.packs
     big.unlink()  # Spark's maintenance removed it: the old pack is now mostly dead
     add_batch(cp, 2)
-    second = _write(writer, cp, 2)
+    second = write_snapshot(writer, cp, 2)
     assert old not in second.packs and len(second.packs) == 1
     assert second.uploaded_files == len({f.sha256 for f in second.files})
     pruned, deleted = prune(store, LAYOUT, [second.snapshot_id], writer.manifests)
@@ -129,7 +115,7 @@ def test_a_pack_the_snapshot_uses_less_than_half_of_is_copied_forward(
     writer.forget_blobs(deleted)
     assert deleted == {old.name} and _stored(store) == {second.packs[0].name}
     add_batch(cp, 3)
-    third = _write(writer, cp, 3)  # the moved files are referenced where they are now
+    third = write_snapshot(writer, cp, 3)  # the moved files are referenced where they are now
     assert set(third.packs) >= set(second.packs) and len(third.packs) == 2
     target = tmp_path / "restored"
     materialise(store, LAYOUT, third, target)
@@ -144,7 +130,7 @@ def test_a_pack_holds_at_most_pack_bytes_unless_one_file_is_larger(
     cp = write_checkpoint(tmp_path / "cp", 5)
     (cp / "state" / "0" / "0" / "6.snapshot").write_bytes(b"y" * 5_000)
     writer = SnapshotWriter(store, LAYOUT, pack_bytes=2_000)
-    m = _write(writer, cp, 5)
+    m = write_snapshot(writer, cp, 5)
     sizes = sorted(p.size for p in m.packs)
     assert len(m.packs) >= 3 and sizes[-1] == 5_000 and all(s <= 2_000 for s in sizes[:-1])
     for entry in m.files:
@@ -163,7 +149,7 @@ def test_objects_stay_a_handful_over_hundreds_of_snapshots(
         _spark_maintenance(cp, k)
         if k % 3:
             continue
-        m = _write(writer, cp, k)
+        m = write_snapshot(writer, cp, k)
         kept = [*kept, m.snapshot_id][-3:]
         _, deleted = prune(store, LAYOUT, kept, writer.manifests)
         writer.forget_blobs(deleted)
@@ -180,7 +166,7 @@ def test_bit_rot_inside_a_pack_names_the_file_and_keeps_the_target(
     store: StateStore, tmp_path: Path
 ) -> None:
     cp = write_checkpoint(tmp_path / "cp", 2)
-    m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
+    m = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 2)
     victim = next(f for f in m.files if f.path == "offsets/2")
     key = f"{BLOBS}{victim.blob}"
     data = bytearray(store.get(key).data)
@@ -217,7 +203,7 @@ def test_a_format1_snapshot_is_restored_and_its_blobs_kept(
     assert all((target / e.path).read_bytes() == (cp / e.path).read_bytes() for e in entries)
     # The next snapshot is packed; pruning keeps the old one's blobs while it is kept.
     writer = SnapshotWriter(store, LAYOUT)
-    new = _write(writer, cp, 2)
+    new = write_snapshot(writer, cp, 2)
     assert new.snapshot_id == 5 and new.packs
     _, deleted = prune(store, LAYOUT, [4, 5], writer.manifests)
     assert not deleted and {e.sha256 for e in entries} <= _stored(store)
@@ -259,5 +245,5 @@ def test_the_writer_remembers_only_the_files_of_its_last_listing(
     for k in range(1, 40):
         add_batch(cp, k)
         _spark_maintenance(cp, k)
-        m = _write(writer, cp, k)
+        m = write_snapshot(writer, cp, k)
     assert len(writer._hashes) == len(m.files)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,24 +16,10 @@ from state.coordinator.snapshot_files import (
 )
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
-from state.records.manifest import Manifest
 from state.stores import StateStore
-from tests.coordinator_fakes import add_batch, write_checkpoint
+from tests.coordinator_fakes import add_batch, write_checkpoint, write_snapshot
 
 LAYOUT = PipelineLayout("p1")
-
-
-def _write(writer: SnapshotWriter, cp: Path, batch_id: int, **kw: Any) -> Manifest:
-    return writer.write(
-        cp,
-        batch_id=batch_id,
-        epoch=batch_id + 10,
-        frontier={"epoch": batch_id + 11},
-        generation=0,
-        token=1,
-        query_id="q-1",
-        **kw,
-    )
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -44,19 +29,19 @@ def _tree(root: Path) -> dict[str, bytes]:
 def test_incremental_upload_references_known_blobs(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
     writer = SnapshotWriter(store, LAYOUT)
-    first = _write(writer, cp, 3)
+    first = write_snapshot(writer, cp, 3)
     assert first.snapshot_id == 1
     unique = {f.sha256: f.size for f in first.files}  # equal contents are stored once
     assert first.uploaded_bytes == sum(unique.values()) > 0
     assert first.uploaded_files == len(unique) < len(first.files)
     add_batch(cp, 4)
-    second = _write(writer, cp, 4)
+    second = write_snapshot(writer, cp, 4)
     assert second.snapshot_id == 2
     new_files = {"offsets/4", "state/0/0/5.delta", "state/0/1/5.delta"}  # commits/4 == commits/3
     assert second.uploaded_files == len(new_files)
     assert second.uploaded_bytes == sum((cp / p).stat().st_size for p in new_files)
     # Another writer (a restarted coordinator) learns the stored blobs from the store.
-    third = _write(SnapshotWriter(store, LAYOUT), cp, 4)
+    third = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 4)
     assert third.uploaded_bytes == 0 and third.snapshot_id == 3
     # Every manifest entry names a pack holding exactly that file at its offset.
     for entry in second.files:
@@ -69,7 +54,7 @@ def test_incremental_upload_references_known_blobs(store: StateStore, tmp_path: 
 def test_manifest_round_trip_and_checksum(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 2)
     writer = SnapshotWriter(store, LAYOUT)
-    m = _write(writer, cp, 2)
+    m = write_snapshot(writer, cp, 2)
     key = writer.manifest_key(m.snapshot_id)
     data = store.get(key).data
     assert data == m.to_bytes()
@@ -104,7 +89,7 @@ def test_file_vanishing_mid_copy_relists_then_gives_up(
         return real_read(path)
 
     monkeypatch.setattr(snapshot_mod, "_read", flaky_read)
-    m = _write(writer, cp, 3)  # the second listing no longer has the file
+    m = write_snapshot(writer, cp, 3)  # the second listing no longer has the file
     assert "state/0/0/1.delta" not in {f.path for f in m.files}
 
     def always_gone(path: Path) -> bytes:
@@ -113,13 +98,13 @@ def test_file_vanishing_mid_copy_relists_then_gives_up(
     monkeypatch.setattr(snapshot_mod, "_read", always_gone)
     add_batch(cp, 4)
     with pytest.raises(SnapshotIncomplete, match="vanished"):
-        _write(SnapshotWriter(store, LAYOUT), cp, 4)
+        write_snapshot(SnapshotWriter(store, LAYOUT), cp, 4)
 
 
 def test_materialise_restores_exact_files(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
     add_batch(cp, 4)
-    m = _write(SnapshotWriter(store, LAYOUT), cp, 3)
+    m = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 3)
     target = tmp_path / "new-host" / "cp"
     done = materialise(store, LAYOUT, m, target)
     restored = _tree(target)
@@ -133,7 +118,7 @@ def test_materialise_rejects_corrupt_blob_and_keeps_target(
     store: StateStore, tmp_path: Path
 ) -> None:
     cp = write_checkpoint(tmp_path / "cp", 2)
-    m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
+    m = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 2)
     victim = next(f for f in m.files if f.path == "offsets/2")
     store.put(f"p1/snapshot-blobs/{victim.blob}", b"bit rot")
     target = write_checkpoint(tmp_path / "old", 0, query_id="old")
@@ -151,7 +136,7 @@ def test_materialise_rejects_corrupt_blob_and_keeps_target(
 
 def test_materialise_cancelled_leaves_target(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 2)
-    m = _write(SnapshotWriter(store, LAYOUT), cp, 2)
+    m = write_snapshot(SnapshotWriter(store, LAYOUT), cp, 2)
     target = tmp_path / "t"
     with pytest.raises(SnapshotIncomplete, match="cancelled"):
         materialise(store, LAYOUT, m, target, cancelled=lambda: True)
@@ -161,10 +146,10 @@ def test_materialise_cancelled_leaves_target(store: StateStore, tmp_path: Path) 
 def test_prune_keeps_retained_and_their_blobs(store: StateStore, tmp_path: Path) -> None:
     cp = write_checkpoint(tmp_path / "cp", 1)
     writer = SnapshotWriter(store, LAYOUT)
-    manifests = [_write(writer, cp, 1)]
+    manifests = [write_snapshot(writer, cp, 1)]
     for k in (2, 3):
         add_batch(cp, k)
-        manifests.append(_write(writer, cp, k))
+        manifests.append(write_snapshot(writer, cp, k))
     # Spark dropped old files meanwhile: later snapshots no longer reference them.
     for k in (1, 2):
         (cp / "offsets" / str(k)).unlink()
@@ -174,7 +159,7 @@ def test_prune_keeps_retained_and_their_blobs(store: StateStore, tmp_path: Path)
             (cp / "state" / "0" / str(part) / f"{v}.delta").unlink()
     for k in (4, 5):
         add_batch(cp, k)
-        manifests.append(_write(writer, cp, k))
+        manifests.append(write_snapshot(writer, cp, k))
     keep = [manifests[-1].snapshot_id, manifests[-2].snapshot_id]
     pruned, deleted = prune(store, LAYOUT, keep)
     assert pruned.snapshots == 3
@@ -194,9 +179,9 @@ def test_prune_does_not_sweep_blobs_when_a_kept_manifest_is_unreadable(
 ) -> None:
     cp = write_checkpoint(tmp_path / "cp", 1)
     writer = SnapshotWriter(store, LAYOUT)
-    a = _write(writer, cp, 1)
+    a = write_snapshot(writer, cp, 1)
     add_batch(cp, 2)
-    b = _write(writer, cp, 2)
+    b = write_snapshot(writer, cp, 2)
     store.put(writer.manifest_key(b.snapshot_id), b"garbage")
     before = set(store.list("p1/snapshot-blobs/"))
     pruned, deleted = prune(store, LAYOUT, [b.snapshot_id])
@@ -226,4 +211,4 @@ def test_upload_is_verified_by_etag_or_read_back(store: StateStore, tmp_path: Pa
     cp = write_checkpoint(tmp_path / "cp", 1)
     lossy = Lossy(store.config)
     with pytest.raises(SnapshotCorrupted, match="read back"):
-        _write(SnapshotWriter(lossy, LAYOUT), cp, 1)
+        write_snapshot(SnapshotWriter(lossy, LAYOUT), cp, 1)
