@@ -52,7 +52,7 @@ typecheck: setup
 pytest: setup
 	@start=$$(date +%s); \
 	$(PY) -m pytest $(PYTEST_PATHS) -m "not volume" -n $(PYTEST_WORKERS) --dist load \
-		--durations=60 $(PYTEST_ARGS); rc=$$?; \
+		--maxschedchunk 1 --durations=60 $(PYTEST_ARGS); rc=$$?; \
 	echo "[make test] pytest exit code $$rc, wall time $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 

@@ -7,9 +7,11 @@
 ``slow`` and timeouts stay on the tests (or modules) they belong to.
 
 Slow tests run first. ``make test`` runs the suite on two workers (pytest-xdist's
-``--dist load``), which hand out tests in collection order to whichever worker is free:
-started first, the long tests overlap each other and the many short ones fill the gaps,
-instead of one long test running alone at the end.
+``--dist load --maxschedchunk 1``), which hand out tests one at a time, in collection
+order, to whichever worker is free: started first, the long tests overlap each other
+and the many short ones fill the gaps, instead of one long test running alone at the
+end. (Without ``--maxschedchunk 1``, pytest-xdist first sends each worker a quarter of
+its share in one consecutive chunk, and one worker would get every slow test.)
 """
 
 from __future__ import annotations
