@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from state.coordinator.snapshot_files import load_manifest, materialise
+from state.coordinator.snapshot_restore import load_manifest, materialise
 from state.errors import MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
