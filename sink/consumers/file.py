@@ -34,6 +34,7 @@ from sink.faults import FaultInjector
 from sink.parquet_concat import concat_parts_to_file
 from sink.staging import FileStaging, Staging
 from state.errors import DeliveryFailed, StateError
+from state.fsync import fsync_dir
 from state.option_table import StringOption
 from state.options import Options
 from state.records.codec import decode
@@ -74,14 +75,6 @@ def parse_directory(opts: Options) -> str:
 
 def bundle_file_name(epoch: int) -> str:
     return f"bundle-{epoch:012d}.parquet"
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_atomically(directory: str, name: str, data: bytes) -> None:

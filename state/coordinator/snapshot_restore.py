@@ -14,6 +14,7 @@ from pathlib import Path
 
 from state.coordinator.snapshot_files import sha256_hex
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
+from state.fsync import fsync_dir
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest, ManifestEntry
 from state.stores import StateStore
@@ -124,13 +125,5 @@ def replace_dir(new: Path, target: Path) -> None:
     if target.exists():
         os.rename(target, old)
     os.rename(new, target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

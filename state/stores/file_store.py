@@ -50,6 +50,7 @@ from state.errors import (
     StoreConfigError,
     StoreUnavailable,
 )
+from state.fsync import fsync_dir
 from state.retry import Retry
 from state.stores.state_store import StateStore, StoreConfig, Versioned, check_key, validate_uri
 
@@ -215,11 +216,7 @@ class FileStore(StateStore):
 
     def _fsync_dir(self, directory: Path, key: str) -> None:
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(directory)
         except OSError as err:
             raise self._os_error("fsync the directory of", key, err) from err
 
