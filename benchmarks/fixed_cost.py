@@ -10,14 +10,16 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
 * Spark's floor for Python data sources: :mod:`benchmarks.python_floor` -> itself, a
   Python source and sink that do no I/O; and, to split that floor into a Python source's
   share and a Python sink's, ``python_floor -> noop`` and ``rate-micro-batch ->
-  python_floor``;
+  python_floor``; and ``python_floor_driver -> noop``, the same source read on the driver
+  (PySpark's ``SimpleDataSourceStreamReader``: no Python worker for the read);
 * gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
   ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3).
 
-``--no-split`` leaves out the two runs that only split the floor (``python_floor -> noop``
-and ``rate-micro-batch -> python_floor``), for quick runs; both targets are still measured.
+``--no-split`` leaves out the three runs that only split the floor (``python_floor ->
+noop``, ``rate-micro-batch -> python_floor`` and ``python_floor_driver -> noop``), for
+quick runs; both targets are still measured.
 
-``--repeat N`` runs the five queries N times in turn and keeps each one's run with the
+``--repeat N`` runs the six queries N times in turn and keeps each one's run with the
 lowest median (``make bench`` passes 2): a session's first queries are slower whatever
 they run, and Spark alone used to run first.
 
@@ -60,6 +62,7 @@ ALONE = "rate-micro-batch -> noop"
 FLOOR_SOURCE = "python_floor -> noop (a Python source)"
 FLOOR_SINK = "rate-micro-batch -> python_floor (a Python sink)"
 FLOOR = "python_floor -> python_floor (no I/O)"
+DRIVER_SOURCE = "python_floor_driver -> noop (a Python source read on the driver)"
 OURS = "gtkafka (8 partitions, S3 state) -> barrier (file)"
 #: The runs without gtbarrier, in their order: (a Python source?, a Python sink?) -> name.
 SPARK_ONLY = {
@@ -69,8 +72,15 @@ SPARK_ONLY = {
     (True, True): FLOOR,
 }
 #: Every run's name, in their order, and its short name for the phases' columns.
-QUERIES = (*SPARK_ONLY.values(), OURS)
-SHORT = ("rate -> noop", "floor -> noop", "rate -> floor", "floor -> floor", "ours")
+QUERIES = (*SPARK_ONLY.values(), DRIVER_SOURCE, OURS)
+SHORT = (
+    "rate -> noop",
+    "floor -> noop",
+    "rate -> floor",
+    "floor -> floor",
+    "driver floor -> noop",
+    "ours",
+)
 #: The runs that only split the floor into a Python source's share and a Python sink's.
 SPLIT = {(True, False), (False, True)}
 
@@ -109,17 +119,24 @@ def measure(query: Any, name: str, batches: int, timeout: float) -> Run:
 
 
 def spark_only(
-    spark: Any, workdir: Path, batches: int, *, python_source: bool, python_sink: bool
+    spark: Any,
+    workdir: Path,
+    batches: int,
+    *,
+    python_source: bool,
+    python_sink: bool,
+    on_driver: bool = False,
 ) -> Run:
     """100 records per batch without gtbarrier: from ``rate-micro-batch`` or, with
-    ``python_source``, from :mod:`benchmarks.python_floor`'s source; into ``noop`` or, with
-    ``python_sink``, into its sink (a Python source and sink that do no I/O)."""
+    ``python_source``, from :mod:`benchmarks.python_floor`'s source (``on_driver``: its
+    driver-side reader); into ``noop`` or, with ``python_sink``, into its sink (a Python
+    source and sink that do no I/O)."""
     from benchmarks import python_floor as floor
 
     floor.register(spark)
     if python_source:
         df = (
-            spark.readStream.format(floor.NAME)
+            spark.readStream.format(floor.DRIVER_NAME if on_driver else floor.NAME)
             .option("rowsPerBatch", RECORDS)
             .option("maxBatches", batches + 1)  # then idle: stopped between batches
             .load()
@@ -132,7 +149,8 @@ def spark_only(
         .trigger(processingTime="0 seconds")
         .start()
     )
-    return measure(query, SPARK_ONLY[(python_source, python_sink)], batches, 600)
+    name = DRIVER_SOURCE if on_driver else SPARK_ONLY[(python_source, python_sink)]
+    return measure(query, name, batches, 600)
 
 
 def gtbarrier(
@@ -195,6 +213,7 @@ def report(runs: list[Run]) -> list[Ratio]:
     by_name = {r.query: r for r in runs}
     alone, floor, ours = by_name[ALONE], by_name[FLOOR], by_name[OURS]
     source, sink = by_name.get(FLOOR_SOURCE), by_name.get(FLOOR_SINK)
+    on_driver = by_name.get(DRIVER_SOURCE)
     phases = sorted({k for r in runs for k in r.phases})
     print_table(
         [
@@ -226,6 +245,13 @@ def report(runs: list[Run]) -> list[Ratio]:
             f"{sink.median / alone.median:.2f}x), both together "
             f"{floor.median - source.median - sink.median + alone.median:+,.0f} ms beyond "
             "the sum"
+        )
+    if source is not None and on_driver is not None:
+        print(
+            f"a Python source read on the driver (python_floor_driver -> noop) adds "
+            f"{on_driver.median - alone.median:,.0f} ms over rate -> noop "
+            f"({on_driver.median / alone.median:.2f}x), read in a Python worker "
+            f"{source.median - alone.median:,.0f} ms"
         )
     print()
     return [
@@ -260,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-split",
         action="store_true",
-        help="leave out python_floor -> noop and rate-micro-batch -> python_floor (quick runs)",
+        help="leave out python_floor -> noop, rate-micro-batch -> python_floor and "
+        "python_floor_driver -> noop (quick runs)",
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -284,6 +311,20 @@ def main(argv: list[str] | None = None) -> None:
                         )
                         for py_source, py_sink in SPARK_ONLY
                         if not (args.no_split and (py_source, py_sink) in SPLIT)
+                    ),
+                    *(
+                        []
+                        if args.no_split
+                        else [
+                            lambda _turn: spark_only(
+                                spark,
+                                Path(tmp),
+                                args.batches,
+                                python_source=True,
+                                python_sink=False,
+                                on_driver=True,
+                            )
+                        ]
                     ),
                     lambda _turn: gtbarrier(
                         spark,

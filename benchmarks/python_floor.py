@@ -10,6 +10,12 @@ Python worker. :mod:`benchmarks.fixed_cost` measures it next to ``rate-micro-bat
 noop`` and ``gtkafka -> barrier``, so the fixed cost splits into Spark's and ours, and
 its source alone (``python_floor -> noop``) and its sink alone (``rate-micro-batch ->
 python_floor``), so Spark's share splits into a Python source's and a Python sink's.
+
+``python_floor_driver`` makes the same rows with PySpark's
+:class:`~pyspark.sql.datasource.SimpleDataSourceStreamReader`: they are made on the driver
+inside ``latestOffset`` and reach the tasks through Spark's block manager, with no Python
+worker for the read. ``python_floor_driver -> noop`` is Spark's cost of a source read on
+the driver, the other way a Python source can read.
 """
 
 from __future__ import annotations
@@ -23,12 +29,20 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 NAME = "python_floor"
+DRIVER_NAME = "python_floor_driver"
 SCHEMA = "key binary, value binary"
+PAYLOAD = b"x" * 100
+
+
+def floor_keys(batch: int, rows: int) -> list[bytes]:
+    """The keys of batch ``batch``'s rows (each row's value is :data:`PAYLOAD`)."""
+    return [b"%d-%d" % (batch, i) for i in range(rows)]
 
 
 @dataclass(frozen=True)
@@ -87,10 +101,9 @@ class FloorReader(DataSourceStreamReader):
         import pyarrow as pa
 
         assert isinstance(partition, FloorPartition)
-        payload = b"x" * 100
-        keys = [b"%d-%d" % (partition.batch, i) for i in range(partition.rows)]
+        keys = floor_keys(partition.batch, partition.rows)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(keys, pa.binary()), pa.array([payload] * partition.rows, pa.binary())],
+            [pa.array(keys, pa.binary()), pa.array([PAYLOAD] * partition.rows, pa.binary())],
             names=["key", "value"],
         )
 
@@ -116,5 +129,55 @@ class FloorWriter(DataSourceStreamArrowWriter):
         pass
 
 
+class DriverFloorSource(DataSource):
+    """``python_floor_driver``: ``python_floor``'s rows and options, read on the driver."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DRIVER_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
+        batches = self.options.get("maxBatches")
+        return DriverFloorReader(
+            int(self.options.get("rowsPerBatch", "100")), int(batches) if batches else None
+        )
+
+
+class DriverFloorReader(SimpleDataSourceStreamReader):
+    """One batch more at every ``read``, up to ``max_batches`` (then no new data), its rows
+    made where ``read`` runs: on the driver."""
+
+    def __init__(self, rows: int, max_batches: int | None = None) -> None:
+        self.rows = rows
+        self.max_batches = max_batches
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"batch": 0}
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[bytes, bytes]], dict[str, Any]]:
+        batch = int(start["batch"])
+        if self.max_batches is not None and batch >= self.max_batches:
+            return iter(()), start  # no new data
+        return self.readBetweenOffsets(start, {"batch": batch + 1}), {"batch": batch + 1}
+
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return iter(
+            [
+                (key, PAYLOAD)
+                for b in range(int(start["batch"]), int(end["batch"]))
+                for key in floor_keys(b, self.rows)
+            ]
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+
 def register(spark: Any) -> None:
     spark.dataSource.register(FloorSource)
+    spark.dataSource.register(DriverFloorSource)
