@@ -35,6 +35,7 @@ import os
 import statistics
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -299,42 +300,38 @@ def main(argv: list[str] | None = None) -> None:
         topic = f"fixed-cost-{uuid.uuid4().hex[:8]}"
         fill(bootstrap, topic, PARTITIONS, RECORDS * (args.batches + 3), 1)
         with local_spark(args.cores) as spark:
+
+            def floor_run(
+                py_source: bool, py_sink: bool, *, on_driver: bool = False
+            ) -> Callable[[int], Run]:
+                return lambda _turn: spark_only(
+                    spark,
+                    Path(tmp),
+                    args.batches,
+                    python_source=py_source,
+                    python_sink=py_sink,
+                    on_driver=on_driver,
+                )
+
+            variants = [
+                floor_run(py_source, py_sink)
+                for py_source, py_sink in SPARK_ONLY
+                if not (args.no_split and (py_source, py_sink) in SPLIT)
+            ]
+            if not args.no_split:
+                variants.append(floor_run(True, False, on_driver=True))
+            variants.append(
+                lambda _turn: gtbarrier(
+                    spark,
+                    Path(tmp),
+                    args.batches,
+                    bootstrap=bootstrap,
+                    topic=topic,
+                    server=server,
+                )
+            )
             runs = best_in_turn(
-                [
-                    *(
-                        lambda _turn, py_source=py_source, py_sink=py_sink: spark_only(
-                            spark,
-                            Path(tmp),
-                            args.batches,
-                            python_source=py_source,
-                            python_sink=py_sink,
-                        )
-                        for py_source, py_sink in SPARK_ONLY
-                        if not (args.no_split and (py_source, py_sink) in SPLIT)
-                    ),
-                    *(
-                        []
-                        if args.no_split
-                        else [
-                            lambda _turn: spark_only(
-                                spark,
-                                Path(tmp),
-                                args.batches,
-                                python_source=True,
-                                python_sink=False,
-                                on_driver=True,
-                            )
-                        ]
-                    ),
-                    lambda _turn: gtbarrier(
-                        spark,
-                        Path(tmp),
-                        args.batches,
-                        bootstrap=bootstrap,
-                        topic=topic,
-                        server=server,
-                    ),
-                ],
+                variants,
                 args.repeat,
                 cost=lambda r: r.median,
                 describe=(lambda r: f"{r.query}: {r.median:,.0f} ms") if args.repeat > 1 else None,

@@ -40,6 +40,12 @@ SCHEMA = "key binary, value binary"
 PAYLOAD = b"x" * 100
 
 
+def floor_options(options: Any) -> tuple[int, int | None]:
+    """(``rowsPerBatch``, default 100; ``maxBatches``, default none) of either source."""
+    batches = options.get("maxBatches")
+    return int(options.get("rowsPerBatch", "100")), int(batches) if batches else None
+
+
 def floor_keys(batch: int, rows: int) -> list[bytes]:
     """The keys of batch ``batch``'s rows (each row's value is :data:`PAYLOAD`)."""
     return [b"%d-%d" % (batch, i) for i in range(rows)]
@@ -63,10 +69,7 @@ class FloorSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        batches = self.options.get("maxBatches")
-        return FloorReader(
-            int(self.options.get("rowsPerBatch", "100")), int(batches) if batches else None
-        )
+        return FloorReader(*floor_options(self.options))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
         return FloorWriter()
@@ -140,10 +143,7 @@ class DriverFloorSource(DataSource):
         return SCHEMA
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
-        batches = self.options.get("maxBatches")
-        return DriverFloorReader(
-            int(self.options.get("rowsPerBatch", "100")), int(batches) if batches else None
-        )
+        return DriverFloorReader(*floor_options(self.options))
 
 
 class DriverFloorReader(SimpleDataSourceStreamReader):
