@@ -5,8 +5,10 @@ forwarded to the broker; the proxy reads the request headers (``api_key``,
 ``api_version``, ``correlation_id``) going one way and matches each response, by its
 correlation id, coming back. Before a response is passed on:
 
-* a Metadata response (api key 3) is rewritten so that every broker it lists is the
-  proxy itself, so the client keeps talking through the proxy;
+* a Metadata response (api key 3) and a FindCoordinator response (api key 10, which
+  librdkafka's consumers ask for even when they never join their group) are rewritten so
+  that every broker they name is the proxy itself, so the client keeps talking through
+  the proxy;
 * ``on_response(api_key, api_version, payload)`` may return an :class:`Action`: hold the
   response for ``delay`` seconds (later responses of that connection wait behind it, as
   Kafka answers in order), or replace the payload. :class:`HoldResponses` is such a hook
@@ -36,7 +38,7 @@ from typing import Any
 
 from harness.ports import LOOPBACK
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR = 0, 1, 2, 3, 10
 _HEADER = struct.Struct(">hhi")  # request: api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
 
@@ -217,6 +219,8 @@ class KafkaProxy:
                 self.seen[api_key] += 1
                 if api_key == METADATA:
                     frame = self._advertise_self(frame, api_version)
+                elif api_key == FIND_COORDINATOR:
+                    frame = self._coordinator_self(frame, api_version)
                 action = self.on_response(api_key, api_version, frame) if self.on_response else None
                 if action is not None:
                     if action.delay > 0:
@@ -234,6 +238,16 @@ class KafkaProxy:
         for broker in response.brokers:
             broker.host, broker.port = LOOPBACK, self.port
         return encode_metadata(response)
+
+    def _coordinator_self(self, frame: bytes, version: int) -> bytes:
+        from kafka.protocol.metadata import FindCoordinatorResponse
+
+        response = FindCoordinatorResponse.decode(frame, version=version, header=True)
+        # v4 and later name one coordinator per key asked; earlier versions name one.
+        for node in getattr(response, "coordinators", None) or [response]:
+            if getattr(node, "host", None):
+                node.host, node.port = LOOPBACK, self.port
+        return bytes(response.encode(header=True))
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
