@@ -59,7 +59,16 @@ SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
         "fixed_cost": ["--batches", "10", "--repeat", "2"],
-        "scaling": ["--records", "200000", "--partitions", "1,16,64", "--repeat", "2"],
+        "scaling": [
+            "--records",
+            "200000",
+            "--partitions",
+            "1,16,64",
+            "--repeat",
+            "2",
+            "--clients",
+            "kafka-python,confluent",
+        ],
         "source": ["--records", "2000000"],
         "demo": ["--events", "40000", "--per-batch", "10000", "--split", "--repeat", "2"],
         "sink": ["--records", "200000", "--per-batch", "40000"],
@@ -70,7 +79,16 @@ SIZES: dict[str, dict[str, list[str]]] = {
     },
     "small": {
         "fixed_cost": ["--batches", "5"],
-        "scaling": ["--records", "40000", "--partitions", "1,64", "--cores", "2"],
+        "scaling": [
+            "--records",
+            "40000",
+            "--partitions",
+            "1,64",
+            "--cores",
+            "2",
+            "--clients",
+            "kafka-python,confluent",
+        ],
         "source": ["--records", "200000"],
         "demo": ["--events", "10000", "--per-batch", "2500"],
         "sink": ["--records", "60000", "--per-batch", "15000"],
@@ -376,17 +394,26 @@ def parse_snapshot(text: str) -> tuple[list[Ratio], dict[str, Any]]:
 def parse_scaling(json_path: Path) -> tuple[list[Ratio], dict[str, Any]]:
     points = json.loads(json_path.read_text())
     ratios = []
-    for axis in ("partitions", "cores"):
-        chosen = sorted((p for p in points if p["axis"] == axis), key=lambda p: p[axis])
+    clients = list(dict.fromkeys(p.get("client", "kafka-python") for p in points))
+    for axis, client in [("partitions", c) for c in clients] + [("cores", None)]:
+        chosen = sorted(
+            (
+                p
+                for p in points
+                if p["axis"] == axis and client in (None, p.get("client", "kafka-python"))
+            ),
+            key=lambda p: p[axis],
+        )
         if len(chosen) < 2:
             continue
         base = chosen[0]["records"] / chosen[0]["triggers_s"]
+        by = "" if client in (None, "kafka-python") else f", {client}"
         for p in chosen[1:]:
             rate = p["records"] / p["triggers_s"]
             ratios.append(
                 Ratio(
                     "scaling",
-                    f"{p[axis]} {axis} / {chosen[0][axis]} {axis}",
+                    f"{p[axis]} {axis} / {chosen[0][axis]} {axis}{by}",
                     rate / base,
                     "-",
                     None,
@@ -619,15 +646,31 @@ def plot_results(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
             (axes[0], "partitions", "Kafka partitions"),
             (axes[1], "cores", "Spark cores (local[N])"),
         ):
-            chosen = sorted((p for p in points if p["axis"] == axis), key=lambda p: p[axis])
-            xs = [p[axis] for p in chosen]
-            ax.plot(
-                xs,
-                [p["records"] / p["triggers_s"] for p in chosen],
-                marker="o",
-                label="inside triggers",
-            )
-            ax.plot(xs, [p["records"] / p["wall_s"] for p in chosen], marker="s", label="wall time")
+            clients = list(dict.fromkeys(p.get("client", "kafka-python") for p in points))
+            for client in clients if axis == "partitions" else clients[:1]:
+                chosen = sorted(
+                    (
+                        p
+                        for p in points
+                        if p["axis"] == axis and p.get("client", "kafka-python") == client
+                    ),
+                    key=lambda p: p[axis],
+                )
+                xs = [p[axis] for p in chosen]
+                by = f" ({client})" if len(clients) > 1 else ""
+                ax.plot(
+                    xs,
+                    [p["records"] / p["triggers_s"] for p in chosen],
+                    marker="o",
+                    label="inside triggers" + by,
+                )
+                ax.plot(
+                    xs,
+                    [p["records"] / p["wall_s"] for p in chosen],
+                    marker="s",
+                    linestyle="--",
+                    label="wall time" + by,
+                )
             if axis == "partitions":
                 ax.set_xscale("log", base=2)
             ax.set_xticks(xs, [str(x) for x in xs])

@@ -3,6 +3,7 @@
     python -m benchmarks.scaling                          # 200,000 records per point
     python -m benchmarks.scaling --records 50000 --json out.json
     python -m benchmarks.scaling --sink barrier           # through the barrier instead
+    python -m benchmarks.scaling --clients kafka-python,confluent   # both read clients
 
 Each point fills a topic with the same number of ~100-byte records (spread over the
 topic's partitions) and runs ``gtkafka -> noop`` (or, ``--sink barrier``, the stateless
@@ -18,13 +19,18 @@ the number of batches per point and ``--no-warmup`` leaves the warm-up query out
 each session's first point pays its cold start): for quick runs, whose numbers are
 shapes only.
 
-* partitions: 1, 4, 16, 64 on ``local[<all cores>]``;
-* cores: ``local[1]``, ``local[2]``, ... up to the machine's cores, on 8 partitions.
+* partitions: 1, 4, 16, 64 on ``local[<all cores>]``, with each read client of
+  ``--clients`` (``kafkaConsumer.client``; the points of every client in turn, each on a
+  topic of its own);
+* cores: ``local[1]``, ``local[2]``, ... up to the machine's cores, on 8 partitions, with
+  the first client.
 
 ``--repeat N`` runs each session's points N times in turn and keeps each point's fastest
 run (``make bench`` passes 2), as ``benchmarks.demo_bench --repeat`` does.
 
-Target: records/s inside triggers with the most partitions / with one >= 0.8.
+Target: records/s inside triggers with the most partitions / with one >= 0.8, for each
+client; and, with two clients, each one's rate with the most partitions is printed against
+the first's.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class Point:
     #: without the pool's warm-up (each Python worker creates a consumer per partition).
     steady_records: int = 0
     steady_s: float = 0.0
+    client: str = "kafka-python"
 
     @property
     def rate(self) -> float:
@@ -107,8 +114,10 @@ def run_pipeline(
     *,
     sink: str = "noop",
     batches: int = BATCHES,
+    client: str = "kafka-python",
 ) -> Run:
-    """gtkafka -> ``sink`` over the whole topic, in about ``batches`` batches."""
+    """gtkafka -> ``sink`` over the whole topic, in about ``batches`` batches, read with
+    the executor read client ``client`` (``kafkaConsumer.client``)."""
     run = uuid.uuid4().hex[:8]
     ids = {"pipeline.id": f"scale-{run}", "state.uri": f"file://{workdir}/state-{run}"}
     df = (
@@ -118,6 +127,7 @@ def run_pipeline(
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max(1, records // batches)))
+        .option("kafkaConsumer.client", client)
         .load()
     )
     began = time.perf_counter()
@@ -168,6 +178,7 @@ def measure(
     repeat: int = 1,
     batches: int = BATCHES,
     warmup: bool = True,
+    clients: Sequence[str] = ("kafka-python",),
 ) -> list[Point]:
     """Every point of both axes (topics filled once per partition count), each point's
     query in about ``batches`` batches, after a warm-up query in each session unless not
@@ -181,22 +192,30 @@ def measure(
     first runs are slower whatever they run."""
     all_cores = os.cpu_count() or 1
     cores = list(cores or range(1, all_cores + 1))
-    topics: dict[tuple[int, int], str] = {}
+    topics: dict[tuple[int, int, str], str] = {}
 
-    def topic_with(n: int, turn: int) -> str:
-        # A topic per turn: a repeated run must not find the Python workers' pooled
-        # consumers of the previous one (their creation is part of what is measured).
-        if (n, turn) not in topics:
+    def topic_with(n: int, turn: int, client: str) -> str:
+        # A topic per turn and client: a run must not find the Python workers' pooled
+        # consumers of an earlier one (their creation is part of what is measured).
+        if (n, turn, client) not in topics:
             name = f"scale-{n}p-{uuid.uuid4().hex[:6]}"
             fill(bootstrap, name, n, records - records % n, min(n, all_cores))
-            topics[(n, turn)] = name
-        return topics[(n, turn)]
+            topics[(n, turn, client)] = name
+        return topics[(n, turn, client)]
 
-    def point_of(spark: Any, c: int, axis: str, p: int, turn: int) -> Point:
-        """Run one point on its turn's topic; print it."""
+    def point_of(spark: Any, c: int, where: tuple[str, int, str], turn: int) -> Point:
+        """Run one point (axis, partitions, client) on its turn's topic; print it."""
+        axis, p, client = where
         n = records - records % p
         run = run_pipeline(
-            spark, bootstrap, topic_with(p, turn), n, workdir, sink=sink, batches=batches
+            spark,
+            bootstrap,
+            topic_with(p, turn, client),
+            n,
+            workdir,
+            sink=sink,
+            batches=batches,
+            client=client,
         )
         point = Point(
             axis,
@@ -209,9 +228,10 @@ def measure(
             load_average(),
             run.steady_records,
             run.steady_s,
+            client,
         )
         print(
-            f"  {axis:10} partitions={p:<3} local[{c}]"
+            f"  {axis:10} partitions={p:<3} local[{c}] {client:12}"
             + (f" (run {turn + 1}/{repeat})" if repeat > 1 else "")
             + f": {n:,} records in {run.wall_s:.1f}s ({point.rate:,.0f}/s; "
             f"{point.trigger_rate:,.0f}/s inside triggers)",
@@ -226,14 +246,17 @@ def measure(
     for c in sorted(set(cores) | {all_cores}):
         with local_spark(c) as spark:
             if warmup:
-                run_pipeline(spark, bootstrap, warm_topic, 10_000, workdir, sink=sink)
-            axes: list[tuple[str, int]] = []
+                for client in clients:
+                    run_pipeline(
+                        spark, bootstrap, warm_topic, 10_000, workdir, sink=sink, client=client
+                    )
+            axes: list[tuple[str, int, str]] = []
             if c in cores:
-                axes.append(("cores", 8))
+                axes.append(("cores", 8, clients[0]))
             if c == all_cores:
-                axes += [("partitions", p) for p in partitions]
+                axes += [("partitions", p, client) for client in clients for p in partitions]
             points += best_in_turn(
-                [functools.partial(point_of, spark, c, axis, p) for axis, p in axes],
+                [functools.partial(point_of, spark, c, where) for where in axes],
                 repeat,
                 cost=lambda point: -point.trigger_rate,
             )
@@ -241,64 +264,97 @@ def measure(
 
 
 def report(points: Sequence[Point]) -> list[Any]:
+    clients = list(dict.fromkeys(p.client for p in points if p.axis == "partitions"))
     for axis, label in (("partitions", "Kafka partitions"), ("cores", "Spark cores")):
+        for client in clients if axis == "partitions" else [None]:
+            chosen = sorted(
+                (p for p in points if p.axis == axis and client in (None, p.client)),
+                key=lambda p: (p.partitions, p.cores),
+            )
+            if not chosen:
+                continue
+            if client is not None and len(clients) > 1:
+                print(f"read client {client}:")
+            _table(axis, label, chosen)
+    ratios = []
+    most: dict[str, Point] = {}
+    for client in clients:
         chosen = sorted(
-            (p for p in points if p.axis == axis), key=lambda p: (p.partitions, p.cores)
+            (p for p in points if p.axis == "partitions" and p.client == client),
+            key=lambda p: p.partitions,
         )
-        if not chosen:
+        if len(chosen) < 2 or chosen[0].partitions != 1:
             continue
-        base = chosen[0]
-        print_table(
-            [
-                label,
-                "local[N]",
-                "records",
-                "wall s",
-                "records/s",
-                "in triggers /s",
-                f"vs {chosen[0].partitions if axis == 'partitions' else chosen[0].cores}",
-                f"after {WARM_BATCHES} batches /s",
-                "vs",
-            ],
-            [
-                [
-                    str(p.partitions if axis == "partitions" else p.cores),
-                    str(p.cores),
-                    f"{p.records:,}",
-                    f"{p.wall_s:.1f}",
-                    f"{p.rate:,.0f}",
-                    f"{p.trigger_rate:,.0f}",
-                    f"{p.trigger_rate / base.trigger_rate:.2f}",
-                    f"{p.steady_rate:,.0f}",
-                    f"{p.steady_rate / base.steady_rate:.2f}" if base.steady_rate else "-",
-                ]
-                for p in chosen
-            ],
+        one, most[client] = chosen[0], chosen[-1]
+        top = most[client]
+        ratios.append(
+            target_ratio(
+                "partition scaling",
+                f"partition scaling: records/s inside triggers, {top.partitions} partitions / "
+                "1 partition" + ("" if client == "kafka-python" else f", {client}"),
+                top.trigger_rate / one.trigger_rate,
+                TARGET,
+                f"{top.trigger_rate:,.0f} vs {one.trigger_rate:,.0f} records/s "
+                f"(wall {top.rate / one.rate:.2f}x; after the first {WARM_BATCHES} batches "
+                f"{top.steady_rate / one.steady_rate if one.steady_rate else 0:.2f}x); "
+                f"load {top.load}",
+            )
         )
-        print()
-    chosen = sorted((p for p in points if p.axis == "partitions"), key=lambda p: p.partitions)
-    if len(chosen) < 2 or chosen[0].partitions != 1:
-        return []
-    one, most = chosen[0], chosen[-1]
-    return [
-        target_ratio(
-            "partition scaling",
-            f"partition scaling: records/s inside triggers, {most.partitions} partitions / "
-            "1 partition",
-            most.trigger_rate / one.trigger_rate,
-            TARGET,
-            f"{most.trigger_rate:,.0f} vs {one.trigger_rate:,.0f} records/s "
-            f"(wall {most.rate / one.rate:.2f}x; after the first {WARM_BATCHES} batches "
-            f"{most.steady_rate / one.steady_rate if one.steady_rate else 0:.2f}x); "
-            f"load {most.load}",
-        )
-    ]
+    if len(most) > 1:
+        first, *others = most.values()
+        for other in others:
+            print(
+                f"{other.client} / {first.client} with {other.partitions} partitions: "
+                f"{other.trigger_rate / first.trigger_rate:.2f}x inside triggers "
+                f"({other.trigger_rate:,.0f} vs {first.trigger_rate:,.0f} records/s), "
+                f"{other.rate / first.rate:.2f}x wall",
+                flush=True,
+            )
+    return ratios
+
+
+def _table(axis: str, label: str, chosen: Sequence[Point]) -> None:
+    base = chosen[0]
+    print_table(
+        [
+            label,
+            "local[N]",
+            "records",
+            "wall s",
+            "records/s",
+            "in triggers /s",
+            f"vs {base.partitions if axis == 'partitions' else base.cores}",
+            f"after {WARM_BATCHES} batches /s",
+            "vs",
+        ],
+        [
+            [
+                str(p.partitions if axis == "partitions" else p.cores),
+                str(p.cores),
+                f"{p.records:,}",
+                f"{p.wall_s:.1f}",
+                f"{p.rate:,.0f}",
+                f"{p.trigger_rate:,.0f}",
+                f"{p.trigger_rate / base.trigger_rate:.2f}",
+                f"{p.steady_rate:,.0f}",
+                f"{p.steady_rate / base.steady_rate:.2f}" if base.steady_rate else "-",
+            ]
+            for p in chosen
+        ],
+    )
+    print()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
     parser.add_argument("--records", type=int, default=200_000, help="records per point")
     parser.add_argument("--sink", choices=("noop", "barrier"), default="noop")
+    parser.add_argument(
+        "--clients",
+        default="kafka-python",
+        help="comma list of the executors' read clients (kafkaConsumer.client): "
+        "kafka-python, confluent",
+    )
     parser.add_argument("--partitions", default=",".join(map(str, PARTITIONS)))
     parser.add_argument("--cores", default=None, help="comma list (default 1..all cores)")
     parser.add_argument(
@@ -318,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--batches: expected at least 1, got {args.batches}")
     partitions = [int(p) for p in args.partitions.split(",")]
     cores = [int(c) for c in args.cores.split(",")] if args.cores else None
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if not clients or set(clients) - {"kafka-python", "confluent"}:
+        parser.error(f"--clients: expected kafka-python and/or confluent, got {args.clients!r}")
     with (
         kafka_bootstrap(args.bootstrap) as bootstrap,
         tempfile.TemporaryDirectory(prefix="gtb-scaling-") as workdir,
@@ -332,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
             repeat=args.repeat,
             batches=args.batches,
             warmup=not args.no_warmup,
+            clients=clients,
         )
     ratios = report(points)
     write_results(args.results, ratios, {"points": [asdict(p) for p in points]})

@@ -19,6 +19,9 @@ keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` 
 * bounded: at most ``capacity`` consumers (idle plus lent); the least recently used idle
   ones are closed first. A pool never blocks: when every consumer is lent it may exceed
   its capacity for a while, as Spark's does;
+* a consumer that can stop fetching while it is idle (one with a ``park()`` method: the
+  librdkafka consumer, :mod:`datasource.librdkafka_consumer`) is parked when it comes
+  back, and fetches again when it is next read;
 * an idle consumer is closed after ``idle_timeout`` seconds (checked on every use and by
   a daemon thread of the module's pool);
 * a consumer lent to a task that fails (any exception, including the ``GeneratorExit``
@@ -61,16 +64,17 @@ MAX_ADVANCE_RECORDS = 4_096
 @dataclass(frozen=True)
 class PoolKey:
     """Which consumers are interchangeable: same cluster, configuration, header decoding
-    (:func:`datasource.record_rows.install`) and partition."""
+    (:func:`datasource.record_rows.install`), partition and client (``kafkaConsumer.client``)."""
 
     servers: str
     config: tuple[tuple[str, str], ...]
     topic: str
     partition: int
     headers: bool = False
+    client: str = "kafka-python"
 
     @classmethod
-    def of(
+    def of(  # noqa: PLR0913 - the key's fields, the last two keyword-only
         cls,
         servers: str,
         config: Mapping[str, Any],
@@ -78,9 +82,10 @@ class PoolKey:
         partition: int,
         *,
         headers: bool = False,
+        client: str = "kafka-python",
     ) -> PoolKey:
         fingerprint = tuple(sorted((k, repr(v)) for k, v in config.items()))
-        return cls(servers, fingerprint, topic, partition, headers)
+        return cls(servers, fingerprint, topic, partition, headers, client)
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}@{self.servers}"
@@ -276,6 +281,9 @@ class ConsumerPool:
             log.info("gtkafka: dropping the pooled consumer of %s after an error", lease.key)
             _close(lease.consumer, "invalidated")
             return
+        park = getattr(lease.consumer, "park", None)
+        if park is not None:
+            park()
         self._idle.give_back((lease.key, next(self._returned)), lease)
         self._evict_over_capacity()
         self._start_evictor()

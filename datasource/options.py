@@ -46,6 +46,7 @@ from state.options import Options
 from state.stores.state_store import S3_OPTIONS, StoreConfig
 
 TimestampStrategy = Literal["error", "latest"]
+ReadClient = Literal["kafka-python", "confluent"]
 
 # --- the option table ------------------------------------------------------------------
 
@@ -158,6 +159,16 @@ POLL_TIMEOUT_MS = IntegerOption(
     doc="an executor read that makes no progress for this long fails; bounds every "
     "driver-side call to the broker too",
 )
+CLIENT = ChoiceOption[ReadClient](
+    name="kafkaConsumer.client",
+    choices=("kafka-python", "confluent"),
+    default="kafka-python",
+    doc="the executors' read client: `confluent` reads with librdkafka (the confluent-kafka "
+    "package, `pip install 'gtbarrier[fast]'`), which creates a consumer in a twentieth of "
+    "the time; `kafka.*` settings without a librdkafka equivalent, and `includeHeaders`, are "
+    "refused with it; see docs/source.md for its limits. "
+    "The driver reads offsets and commits to groups with kafka-python either way",
+)
 POOL_ENABLED = BooleanOption(
     name="kafkaConsumer.pool.enabled",
     default=True,
@@ -258,6 +269,7 @@ SOURCE_OPTIONS = OptionTable(
         FAIL_ON_DATA_LOSS,
         INCLUDE_HEADERS,
         POLL_TIMEOUT_MS,
+        CLIENT,
         POOL_ENABLED,
         POOL_CAPACITY,
         POOL_IDLE_TIMEOUT,
@@ -295,6 +307,7 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    client: ReadClient = "kafka-python"
     pool_enabled: bool = True
     pool_capacity: int = 64
     pool_idle_timeout_s: float = 300.0
@@ -337,6 +350,14 @@ class KafkaSourceOptions:
             present = [o for o in S3_OPTIONS.names() if o in opts]
             raise opts.error(STATE_URI.name, f"a store URI, because {', '.join(present)} is set")
 
+        client = CLIENT.read(opts)
+        kafka = consumer_settings(opts)
+        if client == "confluent":
+            from datasource.librdkafka_consumer import check_settings
+
+            check_settings(
+                kafka, headers=INCLUDE_HEADERS.read(opts), where=WHERE, option=CLIENT.name
+            )
         group = COMMIT_OFFSETS_TO_GROUP.read(opts)
         strategy = STARTING_BY_TIMESTAMP_STRATEGY.read(opts)
         parsed = cls(
@@ -354,6 +375,7 @@ class KafkaSourceOptions:
             fail_on_data_loss=FAIL_ON_DATA_LOSS.read(opts),
             include_headers=INCLUDE_HEADERS.read(opts),
             poll_timeout_ms=POLL_TIMEOUT_MS.read(opts),
+            client=client,
             pool_enabled=POOL_ENABLED.read(opts),
             pool_capacity=POOL_CAPACITY.read(opts),
             pool_idle_timeout_s=POOL_IDLE_TIMEOUT.read(opts),
@@ -365,7 +387,7 @@ class KafkaSourceOptions:
             store=store,
             epochs_retained=EPOCHS_RETAINED.read(opts),
             start_at_floor=START_AT_FLOOR.read(opts),
-            kafka=consumer_settings(opts),
+            kafka=kafka,
         )
         parsed._check_spec_topics()
         return parsed

@@ -38,13 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.datasource import InputPartition
 
 from datasource import record_rows
 from datasource.arrow_builder import ArrowBuilder
 from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
+from datasource.librdkafka_consumer import CLIENT as LIBRDKAFKA
+from datasource.librdkafka_consumer import LibrdkafkaConsumer
 from datasource.offsets import OffsetRange, ranges_between, task_ranges
 from datasource.options import KafkaSourceOptions
 from state import profiling
@@ -232,6 +234,18 @@ def _read_ranges(
             consumers.close()
 
 
+def client_factory(options: KafkaSourceOptions) -> Callable[..., Any]:
+    """What makes an executor's consumer from kafka-python arguments
+    (:meth:`~datasource.options.KafkaSourceOptions.consumer_config`), as
+    ``kafkaConsumer.client`` chooses: kafka-python's ``KafkaConsumer``, or
+    :class:`~datasource.librdkafka_consumer.LibrdkafkaConsumer`."""
+    if options.client == LIBRDKAFKA:
+        return LibrdkafkaConsumer
+    from kafka import KafkaConsumer
+
+    return cast("Callable[..., Any]", KafkaConsumer)
+
+
 class RangeReader:
     """Reads ``[from, until)`` of one topic-partition (of the topic with id ``topic_id``,
     where the plan knows it)."""
@@ -254,11 +268,9 @@ class RangeReader:
         self._clock = clock
 
     def _create(self, config: dict[str, Any]) -> Any:
-        factory = self._factory
-        if factory is None:
-            from kafka import KafkaConsumer
-
-            factory = KafkaConsumer
+        """A consumer of the reader's factory, or of the client ``kafkaConsumer.client``
+        names (:func:`client_factory`), whose polls return rows where the client allows."""
+        factory = self._factory or client_factory(self.options)
         consumer = kafka_call(
             self.options.bootstrap_servers,
             f"connecting to read {self.range}",
@@ -298,6 +310,7 @@ class RangeReader:
             r.topic,
             r.partition,
             headers=self.options.include_headers,
+            client=self.options.client,
         )
         with profiling.span(
             "read.client", partition=task, ranges=1, range=r, records=r.size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -16,6 +17,18 @@ from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.records.source_offset import SourceOffset
 
 QUERY_TIMEOUT = 240.0
+
+
+def recreate_after_reads(kafka: Any, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again, once the Fetch requests that the last reads
+    left in flight are answered (``fetch.max.wait.ms`` is at most 500 ms).
+
+    The documented limit of ``kafkaConsumer.client=confluent``: librdkafka cannot survive
+    a topic deleted under a Fetch of it (``LibrdkafkaConsumer.park``); kafka-python can.
+    Both clients' tests recreate topics this way, so that they test the same thing.
+    """
+    time.sleep(1.0)
+    kafka.recreate_topic(topic, partitions=partitions)
 
 
 def gtkafka_options(bootstrap: str, topic: str, state_uri: str, **extra: str) -> dict[str, str]:

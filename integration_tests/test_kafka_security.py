@@ -119,7 +119,7 @@ def test_the_driver_side_reader_reads_metadata_and_ends(
 
 
 def test_the_executors_pooled_consumers_read_the_partitions(
-    gateway: KafkaGateway, kafka: KafkaHelper
+    gateway: KafkaGateway, kafka: KafkaHelper, read_client: str
 ) -> None:
     topic = kafka.create_topic(partitions=2)
     numbered(kafka, topic, 40, 2)
@@ -129,7 +129,11 @@ def test_the_executors_pooled_consumers_read_the_partitions(
     try:
         end = planner.reader.latestOffset(planner.offset, planner.reader.getDefaultReadLimit())
         parts = planner.reader.partitions(planner.offset, end)
-        options = source_options(gateway, topic, **{"pipeline.id": "sec-executor"})
+        options = source_options(
+            gateway,
+            topic,
+            **{"pipeline.id": "sec-executor", "kafkaConsumer.client": read_client},
+        )
         schema = arrow_schema(source_schema(False))
         values: list[bytes] = []
         for part in parts:

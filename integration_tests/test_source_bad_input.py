@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from harness.ports import free_port
-from integration_tests.source_support import gtkafka_options, query_error, run_to_end
+from integration_tests.source_support import (
+    gtkafka_options,
+    query_error,
+    recreate_after_reads,
+    run_to_end,
+)
 
 
 def load_error(spark: Any, streaming: bool, options: dict[str, str]) -> str:
@@ -84,20 +89,27 @@ def test_unreachable_broker_fails_within_the_poll_timeout(spark: Any, tmp_path: 
 
 
 @pytest.mark.timeout(300)
-def test_recreated_topic_is_data_loss_or_skipped(spark: Any, kafka: Any, tmp_path: Path) -> None:
+def test_recreated_topic_is_data_loss_or_skipped(
+    spark: Any, kafka: Any, tmp_path: Path, read_client: str
+) -> None:
     """The real "offsets out of range": Tansu has no DeleteRecords, so the topic is deleted
     and created again with fewer records; the query's offsets are then past its end. The
     restarted query knows the topic id its frontier was computed under from the epoch
     log, and Tansu gives the new topic another."""
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [(None, b"old%d" % i, None, i % 2) for i in range(100)], batch_size=50)
-    opts = gtkafka_options(kafka.bootstrap, topic, f"file://{tmp_path / 'state'}")
+    opts = gtkafka_options(
+        kafka.bootstrap,
+        topic,
+        f"file://{tmp_path / 'state'}",
+        **{"kafkaConsumer.client": read_client},
+    )
     checkpoint = tmp_path / "checkpoint"
     rows: list[Any] = []
     run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.select("value").collect()))
     assert len(rows) == 100
 
-    kafka.recreate_topic(topic, partitions=2)
+    recreate_after_reads(kafka, topic, partitions=2)
     kafka.produce(topic, [(None, b"new%d" % i, None, i % 2) for i in range(30)], batch_size=50)
 
     text = query_error(spark, opts, checkpoint)
@@ -153,7 +165,7 @@ class RawHeaderKey(str):
 
 @pytest.mark.timeout(300)
 def test_header_keys_that_are_not_utf8_are_replaced_or_never_decoded(
-    spark: Any, kafka: Any, tmp_path: Path
+    spark: Any, kafka: Any, tmp_path: Path, read_client: str
 ) -> None:
     """Every third record has a header whose key is the bytes ff fe 68: with
     includeHeaders=true the key reads with replacement characters, as Spark's Kafka
@@ -176,9 +188,25 @@ def test_header_keys_that_are_not_utf8_are_replaced_or_never_decoded(
         [("\ufffd\ufffdh", b"x%d" % i)] * (i % 3 == 0) + [("i", b"%d" % i)] for i in range(30)
     ]
 
-    for include in ("false", "true"):
+    if read_client == "confluent":
+        refused = gtkafka_options(
+            kafka.bootstrap,
+            topic,
+            state,
+            includeHeaders="true",
+            **{"kafkaConsumer.client": "confluent"},
+        )
+        text = load_error(spark, True, refused)
+        assert "includeHeaders" in text and "kafkaConsumer.client=kafka-python" in text, text
+    # librdkafka: without headers only (above)
+    includes = ("false", "true") if read_client == "kafka-python" else ("false",)
+    for include in includes:
         opts = gtkafka_options(
-            kafka.bootstrap, topic, state, includeHeaders=include, **{"pipeline.id": include}
+            kafka.bootstrap,
+            topic,
+            state,
+            includeHeaders=include,
+            **{"pipeline.id": include, "kafkaConsumer.client": read_client},
         )
         rows = streamed_rows(spark, opts, tmp_path / f"checkpoint-{include}")
         assert [r.value for r in rows] == [b"v%d" % i for i in range(30)], include
@@ -187,11 +215,14 @@ def test_header_keys_that_are_not_utf8_are_replaced_or_never_decoded(
         else:
             assert "headers" not in rows[0]
 
+    if read_client == "confluent":
+        return
     batch = (
         spark.read.format("gtkafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap)
         .option("subscribe", topic)
         .option("includeHeaders", "true")
+        .option("kafkaConsumer.client", read_client)
         .load()
         .select("offset", "headers")
         .collect()

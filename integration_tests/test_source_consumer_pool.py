@@ -17,12 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaConsumer
 
 from datasource.consumer_pool import MAX_ADVANCE_RECORDS, ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import RangeReader
+from datasource.partition_reader import RangeReader, client_factory
 from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
 from harness.kafka_proxy import FETCH, HoldResponses, KafkaProxy
@@ -41,7 +40,8 @@ class TaskKilled(Exception):
 class FlakyConsumers:
     """Creates real consumers whose ``poll`` raises once armed, after ``after`` more polls."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: Any) -> None:
+        self.client = client
         self.created = 0
         self.after: int | None = None
 
@@ -50,7 +50,7 @@ class FlakyConsumers:
 
     def __call__(self, **config: Any) -> Any:
         self.created += 1
-        return _Flaky(KafkaConsumer(**config), self)
+        return _Flaky(self.client(**config), self)
 
 
 class _Flaky:
@@ -108,25 +108,28 @@ def read_exactly(
     assert {g["epoch"] for g in table.column("gt").to_pylist()} == {3}
 
 
-def pool_options(kafka: KafkaHelper, topic: str) -> KafkaSourceOptions:
+def pool_options(kafka: KafkaHelper, topic: str, client: str) -> KafkaSourceOptions:
     return KafkaSourceOptions.parse(
         {
             "kafka.bootstrap.servers": kafka.bootstrap,
             "subscribe": topic,
             "kafka.max.poll.records": "50",  # several polls per range
             "kafkaConsumer.pollTimeoutMs": "60000",
+            "kafkaConsumer.client": client,
         }
     )
 
 
 @pytest.mark.timeout(300)
-def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaHelper) -> None:
+def test_pooled_consumers_never_read_from_a_wrong_position(
+    kafka_durable: KafkaHelper, read_client: str
+) -> None:
     kafka = kafka_durable
     topic = kafka.create_topic(partitions=3)
     expected = produce(kafka, topic, 3, 600, "a")
-    opts = pool_options(kafka, topic)
+    opts = pool_options(kafka, topic, read_client)
     pool = ConsumerPool()
-    consumers = FlakyConsumers()
+    consumers = FlakyConsumers(client_factory(opts))
 
     def read(partition: int, begin: int, end: int) -> None:
         read_exactly(pool, consumers, opts, expected, OffsetRange(topic, partition, begin, end))
@@ -164,28 +167,45 @@ def test_pooled_consumers_never_read_from_a_wrong_position(kafka_durable: KafkaH
     read(1, 100, 200)  # far behind: sought
     read(1, 200, 900)
     created, reused, seeks, invalidated = counts()
-    assert invalidated == 2 and created == 5 == consumers.created
-    # reused without a seek: every read that continued where its consumer stood
-    assert (reused, seeks) == (10, 7)
-    assert reused - (seeks - created) == 8
+    assert created == consumers.created
+    assert created - invalidated == 3  # each dropped consumer was replaced once
+    if read_client == "kafka-python":
+        assert invalidated == 2 and created == 5
+        # reused without a seek: every read that continued where its consumer stood
+        assert (reused, seeks) == (10, 7)
+        assert reused - (seeks - created) == 8
+    else:
+        # librdkafka reconnects with a backoff that grew while the broker was down, so a
+        # reused consumer's first poll after the restart may come back empty at the high
+        # watermark it last saw; it is then exchanged for a new one (renewed) or not,
+        # depending on that timing. The two failed tasks' consumers are dropped either way.
+        assert invalidated >= 2
     pool.close()
 
 
 @pytest.mark.timeout(300)
 def test_a_consumer_behind_its_range_moves_through_what_it_fetched(
-    kafka_durable: KafkaHelper,
+    kafka_durable: KafkaHelper, read_client: str
 ) -> None:
     """A pooled consumer standing before the range's start (another worker read the
     ranges in between) moves forward through the records it has fetched already, without
-    a seek; a range before it, or past what it fetched, is sought. Every read is exact."""
+    a seek; a range before it, or past what it fetched, is sought. Every read is exact.
+
+    librdkafka's consumers drop what they fetched ahead when the pool parks them (see
+    ``LibrdkafkaConsumer.park``): they are sought instead, except where they stand."""
     kafka = kafka_durable
     topic = kafka.create_topic(partitions=1)
     expected = produce(kafka, topic, 1, 1200, "a")
-    opts = pool_options(kafka, topic)
+    opts = pool_options(kafka, topic, read_client)
     pool = ConsumerPool()
+    # (created, reused, seeks, advanced) after each step below, per client
+    steps = {
+        "kafka-python": [(1, 1, 1, 1), (1, 2, 2, 1), (1, 4, 2, 3), (1, 6, 3, 3)],
+        "confluent": [(1, 1, 2, 0), (1, 2, 3, 0), (1, 4, 5, 0), (1, 6, 6, 0)],
+    }[read_client]
 
     def read(begin: int, end: int) -> None:
-        read_exactly(pool, KafkaConsumer, opts, expected, OffsetRange(topic, 0, begin, end))
+        read_exactly(pool, None, opts, expected, OffsetRange(topic, 0, begin, end))
 
     def counts() -> tuple[int, int, int, int]:
         s = pool.stats()
@@ -193,23 +213,23 @@ def test_a_consumer_behind_its_range_moves_through_what_it_fetched(
 
     read(0, 50)  # its first fetch holds the whole partition (1 MB of fetch size)
     read(100, 200)
-    assert counts() == (1, 1, 1, 1)
+    assert counts() == steps[0]
     read(150, 250)  # behind the start: sought back, never moved forward
-    assert counts() == (1, 2, 2, 1)
+    assert counts() == steps[1]
     read(300, 310)
     read(1190, 1200)
-    assert counts() == (1, 4, 2, 3)
+    assert counts() == steps[2]
     expected.update(produce(kafka, topic, 1, 6000, "b"))
     read(1200, 1210)  # where it stands: reused as it is
     read(1211 + MAX_ADVANCE_RECORDS, 1221 + MAX_ADVANCE_RECORDS)  # too far: sought
-    assert counts() == (1, 6, 3, 3)
+    assert counts() == steps[3]
     pool.close()
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_a_pooled_consumers_old_high_watermark_is_not_data_loss(
-    kafka: KafkaHelper, fail_on_data_loss: str
+    kafka: KafkaHelper, fail_on_data_loss: str, read_client: str
 ) -> None:
     """A pooled consumer remembers the high watermark of its last Fetch answer, which may
     be long gone: the partition has grown since. A poll that returns nothing (the broker is
@@ -227,17 +247,20 @@ def test_a_pooled_consumers_old_high_watermark_is_not_data_loss(
                 "subscribe": topic,
                 "failOnDataLoss": fail_on_data_loss,
                 "kafkaConsumer.pollTimeoutMs": "30000",
+                "kafkaConsumer.client": read_client,
             }
         )
         pool = ConsumerPool()
 
         def read(begin: int, end: int) -> None:
-            read_exactly(pool, KafkaConsumer, opts, expected, OffsetRange(topic, 0, begin, end))
+            read_exactly(pool, None, opts, expected, OffsetRange(topic, 0, begin, end))
 
         read(0, 100)  # the consumer's last Fetch answer: high watermark 100
         time.sleep(1.0)  # the Fetch it sent ahead is answered (nothing new) meanwhile
-        expected.update(produce(kafka, topic, 1, 100, "b"))
+        # Held from before the produce: librdkafka keeps fetching while its consumer is
+        # idle in the pool, and would have the new records before the next read otherwise.
         slow.arm(2)
+        expected.update(produce(kafka, topic, 1, 100, "b"))
         read(100, 200)  # reused where it stands; its first poll comes back empty
         assert slow.delayed >= 1, "no Fetch answer was held back: the test proved nothing"
         stats = pool.stats()
@@ -257,7 +280,7 @@ def rows_of(capture: list[tuple[int, list[Any]]]) -> list[tuple[bytes, bytes, An
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_query_rows_are_identical_with_and_without_pooling_and_packing(
-    spark: Any, kafka: KafkaHelper, tmp_path: Path
+    spark: Any, kafka: KafkaHelper, tmp_path: Path, read_client: str
 ) -> None:
     topic = kafka.create_topic(partitions=8)
     kafka.produce(
@@ -282,7 +305,13 @@ def test_query_rows_are_identical_with_and_without_pooling_and_packing(
     lock = threading.Lock()
     for i, (name, extra) in enumerate(variants.items()):
         state = f"file://{tmp_path / f'state-{i}'}"
-        opts = gtkafka_options(kafka.bootstrap, topic, state, maxOffsetsPerTrigger="1000")
+        opts = gtkafka_options(
+            kafka.bootstrap,
+            topic,
+            state,
+            maxOffsetsPerTrigger="1000",
+            **{"kafkaConsumer.client": read_client},
+        )
         opts.update(extra, **{"pipeline.id": f"pool-{i}-{topic[-8:]}"})
         capture: list[tuple[int, list[Any]]] = []
 

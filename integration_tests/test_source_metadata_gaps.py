@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.kafka_proxy import METADATA, Action, KafkaProxy, hide_partition
-from integration_tests.source_support import Driver
+from integration_tests.source_support import Driver, recreate_after_reads
 from state.errors import DataLossError
 
 pytestmark = pytest.mark.timeout(180)
@@ -64,14 +64,19 @@ def twice(read: Counter[tuple[int, int]]) -> dict[tuple[int, int], int]:
 
 @pytest.mark.parametrize("fail_on_data_loss", ["false", "true"])
 def test_partition_hidden_from_one_metadata_answer_keeps_its_offset(
-    kafka: Any, fail_on_data_loss: str, caplog: pytest.LogCaptureFixture
+    kafka: Any, fail_on_data_loss: str, caplog: pytest.LogCaptureFixture, read_client: str
 ) -> None:
     topic = kafka.create_topic(partitions=2)
     hide = HidePartition(topic, 1)
     for p in (0, 1):
         produce(kafka, topic, p, 100, "a")
     with KafkaProxy(kafka.bootstrap, hide) as proxy:
-        driver = Driver(proxy.bootstrap, topic, failOnDataLoss=fail_on_data_loss)
+        driver = Driver(
+            proxy.bootstrap,
+            topic,
+            failOnDataLoss=fail_on_data_loss,
+            **{"kafkaConsumer.client": read_client},
+        )
         try:
             driver.step()
             assert driver.frontier() == {(topic, 0): 100, (topic, 1): 100}
@@ -100,15 +105,17 @@ def test_partition_hidden_from_one_metadata_answer_keeps_its_offset(
 
 
 @pytest.mark.parametrize("new_records", [30, 150])
-def test_recreated_topic_fails_the_query_by_default(kafka: Any, new_records: int) -> None:
+def test_recreated_topic_fails_the_query_by_default(
+    kafka: Any, new_records: int, read_client: str
+) -> None:
     """Deleted and created again with fewer, or more, records than were read: data loss."""
     topic = kafka.create_topic(partitions=1)
     produce(kafka, topic, 0, 100, "old")
-    driver = Driver(kafka.bootstrap, topic)
+    driver = Driver(kafka.bootstrap, topic, **{"kafkaConsumer.client": read_client})
     try:
         driver.step()
         assert driver.frontier() == {(topic, 0): 100}
-        kafka.recreate_topic(topic)
+        recreate_after_reads(kafka, topic)
         produce(kafka, topic, 0, new_records, "new")
         with pytest.raises(DataLossError) as info:
             driver.step()
@@ -119,16 +126,18 @@ def test_recreated_topic_fails_the_query_by_default(kafka: Any, new_records: int
 
 @pytest.mark.parametrize("new_records", [30, 150])
 def test_recreated_topic_restarts_from_its_new_log_start(
-    kafka: Any, new_records: int, caplog: pytest.LogCaptureFixture
+    kafka: Any, new_records: int, caplog: pytest.LogCaptureFixture, read_client: str
 ) -> None:
     """With failOnDataLoss=false: a warning, then every record of the new topic is read
     once, from its log start, and no record of the old one again."""
     topic = kafka.create_topic(partitions=1)
     produce(kafka, topic, 0, 100, "old")
-    driver = Driver(kafka.bootstrap, topic, failOnDataLoss="false")
+    driver = Driver(
+        kafka.bootstrap, topic, failOnDataLoss="false", **{"kafkaConsumer.client": read_client}
+    )
     try:
         driver.step()
-        kafka.recreate_topic(topic)
+        recreate_after_reads(kafka, topic)
         produce(kafka, topic, 0, new_records, "new")
         with caplog.at_level(logging.WARNING, logger="datasource"):
             for _ in range(3):

@@ -30,6 +30,7 @@ from integration_tests.source_support import (
     Driver,
     gtkafka_options,
     query_error,
+    recreate_after_reads,
     run_to_end,
     topic_id_of,
 )
@@ -41,7 +42,7 @@ def tagged(tag: str, partition: int, n: int, start: int = 0) -> list[bytes]:
 
 @pytest.mark.timeout(420)
 def test_topic_recreated_while_the_query_is_down_is_data_loss_or_read_from_its_log_start(
-    spark: Any, kafka: Any, tmp_path: Path
+    spark: Any, kafka: Any, tmp_path: Path, read_client: str
 ) -> None:
     """The restarted query's first Metadata answer is all it has: the new topic (300
     records) lies beyond the old frontier (50 per partition), so offsets alone do not
@@ -49,13 +50,18 @@ def test_topic_recreated_while_the_query_is_down_is_data_loss_or_read_from_its_l
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [(None, v, None, i % 2) for i, v in enumerate(_values("old", 100))])
     old_id = topic_id_of(kafka, topic)
-    opts = gtkafka_options(kafka.bootstrap, topic, f"file://{tmp_path / 'state'}")
+    opts = gtkafka_options(
+        kafka.bootstrap,
+        topic,
+        f"file://{tmp_path / 'state'}",
+        **{"kafkaConsumer.client": read_client},
+    )
     checkpoint = tmp_path / "checkpoint"
     rows: list[Any] = []
     run_to_end(spark, opts, checkpoint, lambda df, _: rows.extend(df.select("value").collect()))
     assert len(rows) == 100
 
-    kafka.recreate_topic(topic, partitions=2)
+    recreate_after_reads(kafka, topic, partitions=2)
     new_id = topic_id_of(kafka, topic)
     assert new_id != old_id
     kafka.produce(topic, [(None, v, None, i % 2) for i, v in enumerate(_values("new", 300))])
@@ -85,7 +91,9 @@ def _values(tag: str, n: int) -> list[bytes]:
 
 
 @pytest.mark.timeout(240)
-def test_a_pooled_consumer_of_the_old_topic_is_not_lent_to_read_the_new_one(kafka: Any) -> None:
+def test_a_pooled_consumer_of_the_old_topic_is_not_lent_to_read_the_new_one(
+    kafka: Any, read_client: str
+) -> None:
     """Two Python workers, each with its pool. Worker A reads the first half of the old
     topic's only record batch and keeps its consumer, which fetched the whole batch.
     After the recreation worker B reads the new topic's first half; the second half goes
@@ -93,13 +101,19 @@ def test_a_pooled_consumer_of_the_old_topic_is_not_lent_to_read_the_new_one(kafk
     topic = kafka.create_topic(partitions=1)
     kafka.produce_values(topic, tagged("old", 0, 200), partition=0, batch_size=500)
     worker_a, worker_b = ConsumerPool(), ConsumerPool()
-    driver = Driver(kafka.bootstrap, topic, failOnDataLoss="false", maxOffsetsPerTrigger="100")
+    driver = Driver(
+        kafka.bootstrap,
+        topic,
+        failOnDataLoss="false",
+        maxOffsetsPerTrigger="100",
+        **{"kafkaConsumer.client": read_client},
+    )
     try:
         driver.step(worker_a)
         assert driver.values == tagged("old", 0, 100)
         assert worker_a.stats().idle == 1
 
-        kafka.recreate_topic(topic)
+        recreate_after_reads(kafka, topic)
         kafka.produce_values(topic, tagged("new", 0, 200), partition=0, batch_size=500)
         driver.step(worker_b)  # the recreation: the next epoch starts at the new log start
         assert driver.frontier() == {(topic, 0): 0}
@@ -180,7 +194,7 @@ class LaggingLeader:
 
 @pytest.mark.timeout(240)
 def test_an_end_below_the_frontier_for_a_moment_after_a_restart_is_not_data_loss(
-    kafka: Any,
+    kafka: Any, read_client: str
 ) -> None:
     """A restarted driver (a fresh reader on the same epoch log) gets two answers in a
     row that put the partition's end at 40, below its frontier of 100, each confirmed by
@@ -193,6 +207,7 @@ def test_an_end_below_the_frontier_for_a_moment_after_a_restart_is_not_data_loss
         "pipeline.id": "p-" + uuid.uuid4().hex[:8],
         "state.uri": f"memory://{uuid.uuid4().hex}",
         "kafkaConsumer.pollTimeoutMs": "8000",  # a probe that gets no records waits 2 s
+        "kafkaConsumer.client": read_client,
     }
     with KafkaProxy(kafka.bootstrap, lagging) as proxy:
         first = Driver(proxy.bootstrap, topic, **shared)

@@ -136,3 +136,29 @@ def test_summary_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert [p.name for p in written] == ["ratios.png", "scaling.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written)
     assert Ratio("x", "y", None, "-", None).cells()[2] == "-"
+
+
+def test_scaling_points_of_two_read_clients_make_a_curve_and_a_target_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import asdict
+
+    from benchmarks.scaling import Point, report
+
+    points = [
+        Point("partitions", p, 2, 4000, 2.0, t, 4, client=client)
+        for client, times in (("kafka-python", (1.0, 2.0)), ("confluent", (1.0, 1.25)))
+        for p, t in zip((1, 64), times, strict=True)
+    ]
+    ratios = report(points)
+    assert [(r.measure.endswith("confluent"), round(r.value or 0, 2)) for r in ratios] == [
+        (False, 0.5),
+        (True, 0.8),
+    ]
+    assert "confluent / kafka-python with 64 partitions: 1.60x" in capsys.readouterr().out
+    (tmp_path / "scaling.json").write_text(json.dumps([asdict(p) for p in points]))
+    curve, _ = parse_scaling(tmp_path / "scaling.json")
+    assert [(r.measure, round(r.value or 0, 2)) for r in curve] == [
+        ("64 partitions / 1 partitions", 0.5),
+        ("64 partitions / 1 partitions, confluent", 0.8),
+    ]
