@@ -14,6 +14,8 @@ this one process, several times, alternating:
   loop), consuming the Arrow RecordBatches it yields;
 * ``gtkafka task, ConsumerRecords``: the same without :mod:`datasource.record_rows`
   (kafka-python's own records, as before it), for a before/after in one run;
+* ``gtkafka task, librdkafka``: the same task read with ``kafkaConsumer.client=confluent``
+  (when confluent-kafka is installed);
 * ``kafka-python parse only``/``record_rows parse only`` (``--synthetic``, no broker):
   the record decoding alone over batches built in memory.
 
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import kafka_bootstrap, load_average, print_table
+from benchmarks.consumer_reuse import librdkafka_installed
 from benchmarks.source_bench import consumer_config, fill
 
 
@@ -84,7 +87,9 @@ def without_record_rows() -> Iterator[None]:
         record_rows.install = install
 
 
-def gtkafka_task(bootstrap: str, topic: str, partitions: int, records: int) -> int:
+def gtkafka_task(
+    bootstrap: str, topic: str, partitions: int, records: int, client: str = "kafka-python"
+) -> int:
     from datasource.offsets import OffsetRange
     from datasource.options import KafkaSourceOptions
     from datasource.partition_reader import KafkaInputPartition, read_partition
@@ -95,6 +100,7 @@ def gtkafka_task(bootstrap: str, topic: str, partitions: int, records: int) -> i
             "kafka.bootstrap.servers": bootstrap,
             "subscribe": topic,
             "kafkaConsumer.pool.enabled": "false",
+            "kafkaConsumer.client": client,
         }
     )
     per = records // partitions
@@ -169,6 +175,17 @@ def main(argv: list[str] | None = None) -> None:
                     return gtkafka_task(bootstrap, topic, args.partitions, records)
 
             modes.append(("gtkafka task, ConsumerRecords", before))
+            if librdkafka_installed():
+                modes.append(
+                    (
+                        "gtkafka task, librdkafka",
+                        lambda: gtkafka_task(
+                            bootstrap, topic, args.partitions, records, client="confluent"
+                        ),
+                    )
+                )
+            else:
+                print("confluent-kafka is not installed: librdkafka is not measured")
             for _ in range(args.repeat):
                 for mode, body in modes:
                     run = timed(mode, body)

@@ -20,8 +20,11 @@ keeps consumers from one task to the next, as Spark's own ``KafkaDataConsumer`` 
   ones are closed first. A pool never blocks: when every consumer is lent it may exceed
   its capacity for a while, as Spark's does;
 * a consumer that can stop fetching while it is idle (one with a ``park()`` method: the
-  librdkafka consumer, :mod:`datasource.librdkafka_consumer`) is parked when it comes
-  back, and fetches again when it is next read;
+  librdkafka consumer, :mod:`datasource.librdkafka_consumer`) is parked once it has been
+  idle for :data:`PARK_AFTER_S` (by the evictor thread, or :meth:`ConsumerPool.park_idle`),
+  and fetches again from its position as soon as it is lent. Not at once: parking drops
+  what it fetched ahead, which the next batch's range of its partition would read without
+  a round trip;
 * an idle consumer is closed after ``idle_timeout`` seconds (checked on every use and by
   a daemon thread of the module's pool);
 * a consumer lent to a task that fails (any exception, including the ``GeneratorExit``
@@ -56,6 +59,10 @@ DEFAULT_CAPACITY = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 #: The longest pause of the module pool's evictor thread (Spark's evictor runs every 1m).
 EVICTOR_INTERVAL_S = 60.0
+#: How long a consumer that can be parked stays idle before it is (see the module doc),
+#: and how often the module pool's evictor thread looks for such consumers.
+PARK_AFTER_S = 1.0
+PARK_INTERVAL_S = 0.5
 #: The most records a pooled consumer is moved forward through (decoded and dropped)
 #: instead of a seek: about the CPU of one fetch round trip on a local broker.
 MAX_ADVANCE_RECORDS = 4_096
@@ -181,6 +188,7 @@ class ConsumerPool:
         self.capacity = capacity
         self._evictor = evictor
         self._evictor_thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self._lock = threading.Lock()  # the counters and the evictor thread
         self._in_use = 0
         self._counts = PoolStats()
@@ -281,9 +289,6 @@ class ConsumerPool:
             log.info("gtkafka: dropping the pooled consumer of %s after an error", lease.key)
             _close(lease.consumer, "invalidated")
             return
-        park = getattr(lease.consumer, "park", None)
-        if park is not None:
-            park()
         self._idle.give_back((lease.key, next(self._returned)), lease)
         self._evict_over_capacity()
         self._start_evictor()
@@ -303,8 +308,18 @@ class ConsumerPool:
         """Close the consumers idle for ``idle_timeout`` or longer; how many were closed."""
         return self._idle.evict_idle()
 
+    def park_idle(self, idle_for: float = PARK_AFTER_S) -> int:
+        """Park the consumers that can be parked and have been idle for ``idle_for`` s or
+        longer (see the module doc); how many were looked at."""
+        return self._idle.visit_idle(idle_for, _park)
+
     def close(self) -> None:
-        """Close every idle consumer (lent ones are closed or kept when released)."""
+        """Close every idle consumer (lent ones are closed or kept when released), and end
+        the evictor thread (the next release starts another)."""
+        with self._lock:
+            thread, self._evictor_thread = self._evictor_thread, None
+        if thread is not None:
+            self._stop.set()
         while (taken := self._idle.take_newest(lambda _: True)) is not None:
             _close(taken[1].consumer, "pool closed")
 
@@ -362,6 +377,7 @@ class ConsumerPool:
                 self._count(invalidated=1)
             _close(consumer, "invalidated")
             return False
+        _unpark(lease)  # lent: it fetches from the range's start at once
         lease.position = None  # unknown until the task says where it stopped
         lease.created, lease.sought, lease.advanced = False, bool(seeks), advanced
         with self._lock:
@@ -391,19 +407,44 @@ class ConsumerPool:
         with self._lock:
             if self._evictor_thread is not None:
                 return
+            self._stop = threading.Event()
             thread = threading.Thread(
-                target=self._evict_forever, name="gtkafka-consumer-evictor", daemon=True
+                target=self._evict_forever,
+                args=(self._stop,),
+                name="gtkafka-consumer-evictor",
+                daemon=True,
             )
             self._evictor_thread = thread
         thread.start()
 
-    def _evict_forever(self) -> None:
-        while True:
-            time.sleep(max(1.0, min(EVICTOR_INTERVAL_S, self.idle_timeout / 2)))
+    def _evict_forever(self, stop: threading.Event) -> None:
+        """Park idle consumers every :data:`PARK_INTERVAL_S`, evict idle ones every
+        ``idle_timeout / 2`` (1 s to :data:`EVICTOR_INTERVAL_S`), until ``stop``."""
+        last_eviction = time.monotonic()
+        while not stop.wait(PARK_INTERVAL_S):
             try:
-                self.evict_idle()
+                self.park_idle()
+                interval = max(1.0, min(EVICTOR_INTERVAL_S, self.idle_timeout / 2))
+                if time.monotonic() - last_eviction >= interval:
+                    last_eviction = time.monotonic()
+                    self.evict_idle()
             except Exception:
                 log.warning("gtkafka: evicting idle Kafka consumers failed", exc_info=True)
+
+
+def _park(lease: Lease) -> None:
+    """Park the idle consumer of ``lease`` if it can be parked (it then fetches nothing
+    until it is next read)."""
+    park = getattr(lease.consumer, "park", None)
+    if park is not None:
+        park()
+
+
+def _unpark(lease: Lease) -> None:
+    """Let the consumer of ``lease`` fetch again if it was parked."""
+    unpark = getattr(lease.consumer, "unpark", None)
+    if unpark is not None:
+        unpark()
 
 
 def advance_in_buffer(consumer: Any, tp: Any, start: int) -> int:

@@ -264,14 +264,15 @@ class LibrdkafkaConsumer:
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, offset)])
         self._position = offset
         self._pending = None
-        if self._parked:
-            self._unpark()
+        self._parked = False
 
     def position(self, tp: Any) -> int | None:
         """The offset of the next record to be returned."""
         from confluent_kafka import TopicPartition
 
         self._check_partition(tp)
+        if self._parked:
+            return self._position
         (got,) = self._consumer.position([TopicPartition(tp.topic, tp.partition)])
         if got.offset >= 0 and (self._position is None or got.offset > self._position):
             self._position = int(got.offset)
@@ -294,7 +295,7 @@ class LibrdkafkaConsumer:
         if self._tp is None or self._position is None:
             raise _kafka_errors().IllegalStateError("poll() before assign() and seek()")
         if self._parked:
-            self._unpark()
+            self.unpark()
             if timeout_ms <= 0:
                 return {}  # nothing is fetched yet: parking dropped what was
         wanted = max(1, max_records or 500)
@@ -341,20 +342,24 @@ class LibrdkafkaConsumer:
         return set(found.partitions)
 
     def park(self) -> None:
-        """Stop fetching until the next :meth:`poll` or :meth:`seek` (which fetches again
-        from the position; what was fetched ahead is dropped).
+        """Stop fetching until the next :meth:`poll` or :meth:`seek`, which fetch again from
+        the position (what was fetched ahead is dropped).
 
-        The pool parks a consumer while it is idle. librdkafka (2.16) cannot survive a
-        topic that is deleted and created again under a consumer that still fetches it or
-        refreshes its metadata: its metadata cache is corrupted and the process crashes
-        (upstream: topic re-creation under a live client is not supported yet). A parked
-        consumer does neither, and the pool closes it, unused, once a task's plan names
-        the topic under its new id.
+        The pool parks a consumer once it has been idle for a second
+        (:data:`datasource.consumer_pool.PARK_AFTER_S`: not at once, as what it fetched
+        ahead serves the next batch's range of its partition). librdkafka (2.16) cannot
+        survive a topic that is deleted and created again under a consumer that still
+        fetches it or refreshes its metadata: its metadata cache is corrupted and the
+        process crashes (upstream: re-creating a topic under a live client is not
+        supported yet). A parked consumer does neither, and the pool closes it, unused,
+        once a task's plan names the topic under its new id.
+
+        Parking unassigns the partition, and unparking assigns it again at the position:
+        a round trip of about 2 ms. (librdkafka's ``pause``/``resume`` would keep the
+        assignment, but a resumed partition waits about 300 ms for its next Fetch.)
         """
-        from confluent_kafka import TopicPartition
-
         if self._tp is not None and self._consumer is not None and not self._parked:
-            self._consumer.pause([TopicPartition(self._tp.topic, self._tp.partition)])
+            self._consumer.unassign()
             self._parked = True
 
     def close(self) -> None:
@@ -365,10 +370,16 @@ class LibrdkafkaConsumer:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _unpark(self) -> None:
+    def unpark(self) -> None:
+        """Fetch again from the position if parked (:meth:`park`; the next poll does it too)."""
         from confluent_kafka import TopicPartition
 
-        self._consumer.resume([TopicPartition(self._tp.topic, self._tp.partition)])
+        if not self._parked:
+            return
+        tp, position = self._tp, self._position
+        if position is None:
+            raise _kafka_errors().IllegalStateError("unpark() before seek()")
+        self._consumer.assign([TopicPartition(tp.topic, tp.partition, position)])
         self._parked = False
 
     def _rows(self, messages: list[Any]) -> list[Row]:

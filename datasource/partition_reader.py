@@ -44,7 +44,14 @@ from pyspark.sql.datasource import InputPartition
 
 from datasource import record_rows
 from datasource.arrow_builder import ArrowBuilder
-from datasource.consumer_pool import POOL, ConsumerSource, Lease, PoolKey, SingleConsumer
+from datasource.consumer_pool import (
+    POOL,
+    ConsumerPool,
+    ConsumerSource,
+    Lease,
+    PoolKey,
+    SingleConsumer,
+)
 from datasource.librdkafka_consumer import CLIENT as LIBRDKAFKA
 from datasource.librdkafka_consumer import LibrdkafkaConsumer
 from datasource.offsets import OffsetRange, ranges_between, task_ranges
@@ -217,12 +224,22 @@ def _read_ranges(
     consumers = consumer_source(options) if source is None else source
     builder = ArrowBuilder(arrow_schema, partition.epoch)
     ids = dict(partition.topic_ids)
+    readers = [
+        RangeReader(options, r, consumer_factory=consumer_factory, topic_id=ids.get(r.topic))
+        for r in ranges
+    ]
+    # Leases taken before their range is read: with librdkafka, every range's pooled
+    # consumer at once, so that those the pool parked fetch side by side (a parked
+    # consumer fetches nothing until it is lent; one by one, each range would wait a
+    # round trip). kafka-python's consumers fetch only inside a poll: one at a time.
+    ahead: list[Lease | None] = [None] * len(readers)
     try:
-        for r in ranges:
-            reader = RangeReader(
-                options, r, consumer_factory=consumer_factory, topic_id=ids.get(r.topic)
-            )
-            yield from reader.read_into(builder, consumers, task=task)
+        if options.client == LIBRDKAFKA and isinstance(consumers, ConsumerPool):
+            for i, reader in enumerate(readers):
+                ahead[i] = reader.acquire(consumers, task=task)
+        for i, reader in enumerate(readers):
+            lease, ahead[i] = ahead[i], None
+            yield from reader.read_into(builder, consumers, task=task, lease=lease)
         if builder.rows:
             with profiling.span(
                 "read.arrow", partition=task, ranges=len(ranges), records=builder.rows
@@ -230,6 +247,9 @@ def _read_ranges(
                 batch = builder.flush()
             yield batch
     finally:
+        for lease in ahead:
+            if lease is not None:  # never read: still sound, where its range starts
+                consumers.release(lease, ok=True)
         if isinstance(consumers, SingleConsumer) and source is None:
             consumers.close()
 
@@ -294,17 +314,9 @@ class RangeReader:
         if builder.rows:
             yield builder.flush()
 
-    def read_into(
-        self, builder: ArrowBuilder, source: ConsumerSource, *, task: int = 0
-    ) -> Iterator[Any]:
-        """Add the range's records to ``builder``, yielding every full RecordBatch.
-
-        The consumer comes from ``source`` and goes back to it; if anything fails while
-        it is in use (or the caller stops reading), it is released as failed.
-        """
+    def _key(self, config: Mapping[str, Any]) -> PoolKey:
         r = self.range
-        config = self.options.consumer_config()
-        key = PoolKey.of(
+        return PoolKey.of(
             self.options.bootstrap_servers,
             config,
             r.topic,
@@ -312,13 +324,43 @@ class RangeReader:
             headers=self.options.include_headers,
             client=self.options.client,
         )
+
+    def acquire(self, source: ConsumerSource, *, task: int = 0) -> Lease:
+        """A consumer from ``source``, positioned at the range's start (the span
+        ``read.client``)."""
+        r = self.range
+        config = self.options.consumer_config()
         with profiling.span(
             "read.client", partition=task, ranges=1, range=r, records=r.size
         ) as client:
             lease = source.acquire(
-                key, r.from_offset, lambda: self._create(config), topic_id=self.topic_id
+                self._key(config),
+                r.from_offset,
+                lambda: self._create(config),
+                topic_id=self.topic_id,
             )
             client.update(created=lease.created, sought=lease.sought, advanced=lease.advanced)
+        return lease
+
+    def read_into(
+        self,
+        builder: ArrowBuilder,
+        source: ConsumerSource,
+        *,
+        task: int = 0,
+        lease: Lease | None = None,
+    ) -> Iterator[Any]:
+        """Add the range's records to ``builder``, yielding every full RecordBatch.
+
+        The consumer is ``lease`` (taken from ``source`` by :meth:`acquire`) or comes from
+        ``source`` now, and goes back to it; if anything fails while it is in use (or the
+        caller stops reading), it is released as failed.
+        """
+        r = self.range
+        config = self.options.consumer_config()
+        key = self._key(config)
+        if lease is None:
+            lease = self.acquire(source, task=task)
         held: list[Lease] = [lease]  # the lease in use; empty while it is being renewed
 
         def renew(stale: Lease, offset: int) -> Lease:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from datasource.consumer_pool import ConsumerSource
+from datasource.consumer_pool import PARK_AFTER_S, PARK_INTERVAL_S, ConsumerSource
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, read_partition
 from datasource.schema import arrow_schema, source_schema
@@ -20,14 +20,16 @@ QUERY_TIMEOUT = 240.0
 
 
 def recreate_after_reads(kafka: Any, topic: str, partitions: int = 1) -> None:
-    """Delete ``topic`` and create it again, once the Fetch requests that the last reads
-    left in flight are answered (``fetch.max.wait.ms`` is at most 500 ms).
+    """Delete ``topic`` and create it again once the pools have parked the consumers that
+    read it (idle for ``PARK_AFTER_S``, looked for every ``PARK_INTERVAL_S``) and the Fetch
+    each had in flight is answered (``fetch.max.wait.ms``, at most 500 ms).
 
     The documented limit of ``kafkaConsumer.client=confluent``: librdkafka cannot survive
-    a topic deleted under a Fetch of it (``LibrdkafkaConsumer.park``); kafka-python can.
-    Both clients' tests recreate topics this way, so that they test the same thing.
+    a topic deleted under a consumer that still fetches it (``LibrdkafkaConsumer.park``);
+    kafka-python can. Both clients' tests recreate topics this way, so that they test the
+    same thing.
     """
-    time.sleep(1.0)
+    time.sleep(PARK_AFTER_S + PARK_INTERVAL_S + 0.5 + 0.5)
     kafka.recreate_topic(topic, partitions=partitions)
 
 

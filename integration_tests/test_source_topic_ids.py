@@ -100,7 +100,8 @@ def test_a_pooled_consumer_of_the_old_topic_is_not_lent_to_read_the_new_one(
     to worker A, whose pooled consumer stands exactly at its start."""
     topic = kafka.create_topic(partitions=1)
     kafka.produce_values(topic, tagged("old", 0, 200), partition=0, batch_size=500)
-    worker_a, worker_b = ConsumerPool(), ConsumerPool()
+    # pools of Python workers: their evictor threads park idle consumers
+    worker_a, worker_b = ConsumerPool(evictor=True), ConsumerPool(evictor=True)
     driver = Driver(
         kafka.bootstrap,
         topic,

@@ -142,6 +142,18 @@ class ProcessCache(Generic[K, V]):
         self._close_all(dropped)
         return taken
 
+    def visit_idle(self, idle_for: float, visit: Callable[[V], None]) -> int:
+        """Call ``visit(value)`` for every value unused for ``idle_for`` seconds or longer,
+        under the lock (no value is taken meanwhile: ``visit`` must be quick and must not
+        use the cache); how many were visited. The values stay, as idle as they were."""
+        with self._lock:
+            self._housekeep_fork()
+            now = self._clock()
+            idle = [v for v, used in self._entries.values() if now - used >= idle_for]
+            for value in idle:
+                visit(value)
+        return len(idle)
+
     # --- the whole cache -------------------------------------------------------------------
 
     def evict_oldest(self, count: int) -> int:
