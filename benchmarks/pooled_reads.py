@@ -18,7 +18,8 @@ For each read client of ``kafkaConsumer.client``, in turn, two shapes:
   the batch's records are produced and read (a query with a trigger interval): every
   consumer must fetch its range anew.
 
-Printed per client and shape: the first batch (it creates the consumers) and the median
+Each run has a Tansu broker of its own (unless ``--bootstrap``). Printed per client and
+shape: the first batch (it creates the consumers) and the median
 of the others, in ms, and librdkafka against kafka-python.
 """
 
@@ -88,20 +89,10 @@ def read_batches(
     return times
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pooled_reads", description=__doc__)
-    parser.add_argument("--partitions", type=int, default=64)
-    parser.add_argument("--per-range", type=int, default=312, help="records per range")
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--pause", type=float, default=2.5, help="seconds before a live batch")
-    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
-    args = parser.parse_args(argv)
-    if args.batches < 2:
-        parser.error(f"--batches: expected at least 2, got {args.batches}")
-    clients = CLIENTS if librdkafka_installed() else CLIENTS[:1]
-    if len(clients) == 1:
-        print("confluent-kafka is not installed: librdkafka is not measured")
-    results: dict[tuple[str, str], list[float]] = {}
+def run_on_its_broker(args: argparse.Namespace, client: str, *, live: bool) -> list[float]:
+    """:func:`read_batches` on a broker of its own (a Tansu started for the run, unless
+    ``--bootstrap``): Tansu's answers slow down as it holds more topics and record
+    batches, which would favour whichever run came first."""
     with kafka_bootstrap(args.bootstrap) as bootstrap:
         from harness.kafka import KafkaBroker, KafkaHelper
 
@@ -119,27 +110,44 @@ def main(argv: list[str] | None = None) -> None:
             helper.produce(topic, records, batch_size=args.per_range)
 
         try:
-            for shape in ("backlog", "live"):
-                for client in clients:
-                    times = read_batches(
-                        bootstrap,
-                        client,
-                        partitions=args.partitions,
-                        per_range=args.per_range,
-                        batches=args.batches,
-                        live=shape == "live",
-                        pause_s=args.pause,
-                        new_topic=new_topic,
-                        produce=produce,
-                    )
-                    results[(shape, client)] = times
-                    print(
-                        f"  {shape:8} {client:12}: first {times[0]:.0f} ms, then median "
-                        f"{statistics.median(times[1:]):.1f} ms a batch",
-                        flush=True,
-                    )
+            return read_batches(
+                bootstrap,
+                client,
+                partitions=args.partitions,
+                per_range=args.per_range,
+                batches=args.batches,
+                live=live,
+                pause_s=args.pause,
+                new_topic=new_topic,
+                produce=produce,
+            )
         finally:
             helper.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pooled_reads", description=__doc__)
+    parser.add_argument("--partitions", type=int, default=64)
+    parser.add_argument("--per-range", type=int, default=312, help="records per range")
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--pause", type=float, default=2.5, help="seconds before a live batch")
+    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    args = parser.parse_args(argv)
+    if args.batches < 2:
+        parser.error(f"--batches: expected at least 2, got {args.batches}")
+    clients = CLIENTS if librdkafka_installed() else CLIENTS[:1]
+    if len(clients) == 1:
+        print("confluent-kafka is not installed: librdkafka is not measured")
+    results: dict[tuple[str, str], list[float]] = {}
+    for shape in ("backlog", "live"):
+        for client in clients:
+            times = run_on_its_broker(args, client, live=shape == "live")
+            results[(shape, client)] = times
+            print(
+                f"  {shape:8} {client:12}: first {times[0]:.0f} ms, then median "
+                f"{statistics.median(times[1:]):.1f} ms a batch",
+                flush=True,
+            )
     rows = []
     for (shape, client), times in results.items():
         base = results[(shape, CLIENTS[0])]

@@ -128,6 +128,9 @@ def run_pipeline(
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max(1, records // batches)))
         .option("kafkaConsumer.client", client)
+        # Each run has its own broker: the pooled consumers of the runs before read
+        # brokers that are gone (librdkafka's would keep reconnecting for the default 5m).
+        .option("kafkaConsumer.pool.idleTimeout", "10s")
         .load()
     )
     began = time.perf_counter()
@@ -168,7 +171,7 @@ def run_pipeline(
 
 
 def measure(
-    bootstrap: str,
+    bootstrap: str | None,
     records: int,
     *,
     partitions: Sequence[int] = PARTITIONS,
@@ -189,17 +192,22 @@ def measure(
     no pooled consumer, like the first), and each point keeps its run with the highest
     in-trigger rate: the 1-partition reference moves by a third from run to run (its
     batches are one task each, and which Python worker runs it varies), and a session's
-    first runs are slower whatever they run."""
+    first runs are slower whatever they run.
+
+    With ``bootstrap`` None every run has a Tansu broker of its own, started for it and
+    filled with its topic only: Tansu's answers slow down as it holds more topics and
+    record batches (a consumer's creation took 35 times longer on a broker that had served
+    two earlier runs, ``benchmarks.pooled_reads``), which would favour the earlier runs."""
     all_cores = os.cpu_count() or 1
     cores = list(cores or range(1, all_cores + 1))
     topics: dict[tuple[int, int, str], str] = {}
 
-    def topic_with(n: int, turn: int, client: str) -> str:
+    def topic_with(at: str, n: int, turn: int, client: str) -> str:
         # A topic per turn and client: a run must not find the Python workers' pooled
         # consumers of an earlier one (their creation is part of what is measured).
         if (n, turn, client) not in topics:
             name = f"scale-{n}p-{uuid.uuid4().hex[:6]}"
-            fill(bootstrap, name, n, records - records % n, min(n, all_cores))
+            fill(at, name, n, records - records % n, min(n, all_cores))
             topics[(n, turn, client)] = name
         return topics[(n, turn, client)]
 
@@ -207,16 +215,19 @@ def measure(
         """Run one point (axis, partitions, client) on its turn's topic; print it."""
         axis, p, client = where
         n = records - records % p
-        run = run_pipeline(
-            spark,
-            bootstrap,
-            topic_with(p, turn, client),
-            n,
-            workdir,
-            sink=sink,
-            batches=batches,
-            client=client,
-        )
+        with kafka_bootstrap(bootstrap) as at:
+            if bootstrap is None:
+                topics.clear()  # a new broker: nothing is filled on it yet
+            run = run_pipeline(
+                spark,
+                at,
+                topic_with(at, p, turn, client),
+                n,
+                workdir,
+                sink=sink,
+                batches=batches,
+                client=client,
+            )
         point = Point(
             axis,
             p,
@@ -239,17 +250,17 @@ def measure(
         )
         return point
 
-    warm_topic = f"scale-warmup-{uuid.uuid4().hex[:6]}"
-    if warmup:
-        fill(bootstrap, warm_topic, 2, 10_000, 1)
     points: list[Point] = []
     for c in sorted(set(cores) | {all_cores}):
         with local_spark(c) as spark:
             if warmup:
-                for client in clients:
-                    run_pipeline(
-                        spark, bootstrap, warm_topic, 10_000, workdir, sink=sink, client=client
-                    )
+                with kafka_bootstrap(bootstrap) as at:
+                    warm_topic = f"scale-warmup-{uuid.uuid4().hex[:6]}"
+                    fill(at, warm_topic, 2, 10_000, 1)
+                    for client in clients:
+                        run_pipeline(
+                            spark, at, warm_topic, 10_000, workdir, sink=sink, client=client
+                        )
             axes: list[tuple[str, int, str]] = []
             if c in cores:
                 axes.append(("cores", 8, clients[0]))
@@ -363,7 +374,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-warmup", action="store_true", help="no warm-up query per session (quick runs)"
     )
-    parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("GTB_KAFKA_BOOTSTRAP"),
+        help="a broker for every run (default: a Tansu broker started for each run)",
+    )
+    parser.add_argument(
+        "--broker-per-run",
+        action="store_true",
+        help="a Tansu broker of its own for each run even if --bootstrap (or "
+        "GTB_KAFKA_BOOTSTRAP, as make bench sets) names one",
+    )
     add_repeat_option(
         parser, "run a session's points this many times in turn; each keeps its fastest run"
     )
@@ -377,12 +398,9 @@ def main(argv: list[str] | None = None) -> None:
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if not clients or set(clients) - {"kafka-python", "confluent"}:
         parser.error(f"--clients: expected kafka-python and/or confluent, got {args.clients!r}")
-    with (
-        kafka_bootstrap(args.bootstrap) as bootstrap,
-        tempfile.TemporaryDirectory(prefix="gtb-scaling-") as workdir,
-    ):
+    with tempfile.TemporaryDirectory(prefix="gtb-scaling-") as workdir:
         points = measure(
-            bootstrap,
+            None if args.broker_per_run else args.bootstrap,
             args.records,
             partitions=partitions,
             cores=cores,
