@@ -205,3 +205,19 @@ def test_the_product_keeps_clients_in_process_caches_not_functools_caches() -> N
             extra = _functools_caches(path) - PURE_MEMOIZED.get(where, set())
             wrong += [f"{where}: {name}" for name in sorted(extra)]
     assert not wrong, "functools caches outside a ProcessCache:\n" + "\n".join(wrong)
+
+
+def test_visit_idle_sees_the_values_idle_long_enough_and_keeps_them() -> None:
+    clock = Clock()
+    cache, closed = closing_cache(clock=clock)
+    cache.give_back("old", "O")
+    clock.now = 5.0
+    cache.give_back("new", "N")
+    clock.now = 6.0
+    seen: list[str] = []
+    assert cache.visit_idle(3.0, seen.append) == 1
+    assert seen == ["O"]  # "new" has been idle 1 s only
+    assert cache.visit_idle(0.0, seen.append) == 2
+    assert seen == ["O", "O", "N"]
+    assert cache.take("old") == "O" and cache.take("new") == "N"  # still there, not closed
+    assert closed == []

@@ -392,3 +392,50 @@ def test_without_the_pool_a_fresh_lease_closes_the_old_consumer(broker: FakeBrok
     assert single.created == 2
     single.close()
     assert fresh.consumer.closed
+
+
+class Parkable:
+    """A consumer stand-in that can be parked (as the librdkafka consumer can)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def park(self) -> None:
+        self.events.append("park")
+
+    def unpark(self) -> None:
+        self.events.append("unpark")
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.events.append("assign")
+
+    def seek(self, tp: Any, offset: int) -> None:
+        self.events.append(f"seek {offset}")
+
+    def position(self, tp: Any) -> int:
+        return 10
+
+    def close(self) -> None:
+        self.events.append("close")
+
+
+def test_idle_consumers_are_parked_only_once_idle_long_enough_and_unparked_when_lent() -> None:
+    clock = Clock()
+    pool = ConsumerPool(clock=clock)
+    consumer = Parkable()
+    lease = pool.acquire(key(), 0, lambda: consumer)
+    assert pool.park_idle(0.0) == 0  # lent: never parked
+    lease.position = 10
+    pool.release(lease, ok=True)
+    clock.now += consumer_pool.PARK_AFTER_S / 2
+    pool.park_idle()
+    assert "park" not in consumer.events  # back-to-back batches keep what it fetched
+    clock.now += consumer_pool.PARK_AFTER_S
+    pool.park_idle()
+    assert consumer.events[-1] == "park"
+    again = pool.acquire(key(), 10, Parkable)
+    assert again.consumer is consumer and consumer.events[-1] == "unpark"  # lent: fetches
+    assert not again.sought
+    pool.release(again, ok=True)
+    pool.close()
+    assert consumer.events[-1] == "close"
