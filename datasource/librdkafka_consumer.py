@@ -39,8 +39,9 @@ What differs from kafka-python, and how it is kept out of the read path's way:
   this client (:func:`check_settings`); kafka-python reads such keys with replacement
   characters, as Spark's Kafka source does.
 * **Topics deleted and created again**: see :meth:`LibrdkafkaConsumer.park`.
-* **Closing** can wait for a fetch in flight (up to ``fetch.wait.max.ms``): :meth:`close`
-  hands the consumer to a closing thread of the process, never making a task wait.
+* **Closing** can wait for a fetch in flight (up to ``fetch.wait.max.ms``; 1,001 ms was
+  seen): :meth:`close` hands the consumer to a closing thread of the process, never
+  making a task wait.
 
 Settings: gtkafka's ``kafka.*`` options are kafka-python arguments
 (:mod:`datasource.kafka_settings`); :func:`librdkafka_config` translates them.
@@ -124,8 +125,13 @@ _UNUSED = frozenset(
 )
 # What gtkafka fixes (kafka-python's spelling), translated below, never taken from users.
 _FIXED = frozenset(
-    {"bootstrap_servers", "group_id", "enable_auto_commit", "auto_offset_reset"}
-    | {"allow_auto_create_topics"}
+    {
+        "bootstrap_servers",
+        "group_id",
+        "enable_auto_commit",
+        "auto_offset_reset",
+        "allow_auto_create_topics",
+    }
 )
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 #: A group id is required by librdkafka's consumer; the reader never joins nor commits.
