@@ -29,7 +29,8 @@ def recreate_after_reads(kafka: Any, topic: str, partitions: int = 1) -> None:
     kafka-python can. Both clients' tests recreate topics this way, so that they test the
     same thing.
     """
-    time.sleep(PARK_AFTER_S + PARK_INTERVAL_S + 0.5 + 0.5)
+    # 0.5 s for the Fetch in flight, and as much again for a loaded machine's scheduling
+    time.sleep(2 * (PARK_AFTER_S + PARK_INTERVAL_S + 0.5))
     kafka.recreate_topic(topic, partitions=partitions)
 
 

@@ -249,7 +249,7 @@ def test_a_parked_librdkafka_consumer_fetches_nothing_and_reads_on_exactly(
         read(0, 50)
         time.sleep(1.0)  # caught up: the consumer long-polls for more
         assert pool.park_idle(0) == 1
-        time.sleep(0.6)  # the Fetch it had in flight is answered (fetch.max.wait.ms)
+        time.sleep(1.5)  # the Fetch it had in flight is answered (fetch.max.wait.ms 500)
         fetches = proxy.seen[FETCH]
         time.sleep(2.0)
         assert proxy.seen[FETCH] == fetches, "a parked consumer kept fetching"
