@@ -325,11 +325,17 @@ class RangeReader:
             client=self.options.client,
         )
 
-    def acquire(self, source: ConsumerSource, *, task: int = 0) -> Lease:
+    def acquire(
+        self,
+        source: ConsumerSource,
+        *,
+        task: int = 0,
+        config: dict[str, Any] | None = None,
+    ) -> Lease:
         """A consumer from ``source``, positioned at the range's start (the span
-        ``read.client``)."""
+        ``read.client``); ``config``: the consumer settings, if the caller has them."""
         r = self.range
-        config = self.options.consumer_config()
+        config = self.options.consumer_config() if config is None else config
         with profiling.span(
             "read.client", partition=task, ranges=1, range=r, records=r.size
         ) as client:
@@ -358,9 +364,8 @@ class RangeReader:
         """
         r = self.range
         config = self.options.consumer_config()
-        key = self._key(config)
         if lease is None:
-            lease = self.acquire(source, task=task)
+            lease = self.acquire(source, task=task, config=config)
         held: list[Lease] = [lease]  # the lease in use; empty while it is being renewed
 
         def renew(stale: Lease, offset: int) -> Lease:
@@ -373,7 +378,11 @@ class RangeReader:
             held.clear()
             source.release(stale, ok=False)
             lease = source.acquire(
-                key, offset, lambda: self._create(config), topic_id=self.topic_id, fresh=True
+                self._key(config),
+                offset,
+                lambda: self._create(config),
+                topic_id=self.topic_id,
+                fresh=True,
             )
             held.append(lease)
             return lease
