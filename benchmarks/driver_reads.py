@@ -136,9 +136,13 @@ class KafkaDriverReader(SimpleDataSourceStreamReader):
 
         consumer = self._client()
         position = {p: int(o) for p, o in start.items()}
+        # Every partition gets a position (else a poll asks for a reset policy) and only
+        # those with records to read are fetched.
+        wanted = {p for p, o in position.items() if o < int(end[p])}
+        consumer.pause(*(TopicPartition(self.topic, int(p)) for p in position if p not in wanted))
+        consumer.resume(*(TopicPartition(self.topic, int(p)) for p in wanted))
         for p, o in position.items():
-            if o < int(end[p]):
-                consumer.seek(TopicPartition(self.topic, int(p)), o)
+            consumer.seek(TopicPartition(self.topic, int(p)), o)
         rows: list[tuple[Any, ...]] = []
         while any(position[p] < int(end[p]) for p in position):
             for tp, records in consumer.poll(timeout_ms=1_000).items():
