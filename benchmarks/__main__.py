@@ -9,10 +9,10 @@ also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ``benchmarks.fixed_cost``       median triggerExecution of a 100-record batch, gtkafka (8   <= 2.0x
                                 partitions, S3 state) -> barrier vs rate-micro-batch -> noop
                                 and vs python_floor -> python_floor (<= 1.10x)
-``benchmarks.scaling``          records/s, 64 partitions vs 1 (gtkafka -> noop, ~10          >= 0.8
+``benchmarks.scaling``          records/s, 64 partitions vs 1 (gtkafka -> noop, ~10          >= 0.85
                                 batches); also the curve against partitions and cores
 ``benchmarks.source_bench``     gtkafka -> noop (AvailableNow) vs plain kafka-python, wall   >= 0.9
-``benchmarks.demo_bench``       the demo's query over gtkafka -> barrier vs over the json    >= 0.7
+``benchmarks.demo_bench``       the demo's query over gtkafka -> barrier vs over the json    >= 0.8
                                 file source -> noop, records/s
 ``benchmarks.sink_bench``       barrier exactly-once / at-least-once, file and s3 consumers  >= 0.95
 ``benchmarks.recovery``         SIGKILL -> first new bundle vs cold start -> first bundle    <= 1.3x

@@ -24,12 +24,18 @@ one scan.
 Measured: records/s over each query's wall time (start to end); with ``--repeat N``
 (``make bench`` passes 2) the queries run N times in turn and each one's fastest run
 counts, so that none is favoured by its place in the session. Target: gtbarrier /
-Spark alone >= 0.7. With ``--split`` (``make bench`` passes it) two more runs split the
+Spark alone >= 0.8. With ``--split`` (``make bench`` passes it) two more runs split the
 gap: ``gtkafka -> the query -> noop`` (gtkafka's share: a Python source instead of json) and
 ``json files -> the query -> python_floor`` (a Python sink that does no I/O,
 :mod:`benchmarks.python_floor`: Spark's share for any Python sink); the rest is the
 barrier's own work. (``json -> barrier`` cannot run: the barrier refuses a batch that no
 gtkafka source with its pipeline recorded.)
+
+With ``--driver`` two more runs measure driver-side reads (docs/performance.md, "Driver-side
+reads, measured"): ``kafka_driver -> the query -> noop``, the same topic read on the driver
+by :class:`benchmarks.driver_reads.KafkaDriverSource` (PySpark's
+``SimpleDataSourceStreamReader``: the tasks read the batch from Spark's block manager, no
+Python worker), against ``gtkafka -> the query -> noop``.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from benchmarks.common import (
 )
 from benchmarks.sink_bench import s3_endpoint
 
-TARGET = ">= 0.7"
+TARGET = ">= 0.8"
 PARTITIONS = 8
 FILE_SCHEMA_EXTRA = ", src_partition INT, src_offset BIGINT"
 #: The columns of the json files the demo's query reads (all but quantity and method).
@@ -74,6 +80,11 @@ FILE_COLUMNS = (
     "src_offset",
 )
 SINKS = {"barrier": "barrier (file)", "noop": "noop", "python": "python_floor (no I/O)"}
+OURS = f"gtkafka -> demo query -> {SINKS['barrier']}"
+ALONE = f"json files -> demo query -> {SINKS['noop']}"
+SOURCE_ONLY = f"gtkafka -> demo query -> {SINKS['noop']}"
+SINK_ONLY = f"json files -> demo query -> {SINKS['python']}"
+DRIVER = f"kafka_driver -> demo query -> {SINKS['noop']}"
 
 
 @dataclass(frozen=True)
@@ -138,8 +149,11 @@ def _sink(out: Any) -> Any:
     return out.coalesce(partitions) if partitions else out
 
 
-def _start(out: Any, sink: str, ids: dict[str, str], workdir: Path, run: str) -> Any:
-    """Start the demo query ``out`` into ``barrier`` (file consumer) or ``noop``."""
+def _start(
+    out: Any, sink: str, ids: dict[str, str], workdir: Path, run: str, *, available_now: bool = True
+) -> Any:
+    """Start the demo query ``out`` into ``barrier`` (file consumer) or ``noop``, with
+    ``Trigger.AvailableNow`` or else batches back to back."""
     writer = _sink(out).writeStream
     if sink == "barrier":
         writer = (
@@ -158,7 +172,7 @@ def _start(out: Any, sink: str, ids: dict[str, str], workdir: Path, run: str) ->
     return (
         writer.option("checkpointLocation", str(workdir / f"cp-{run}"))
         .outputMode("append")
-        .trigger(availableNow=True)
+        .trigger(**({"availableNow": True} if available_now else {"processingTime": "0 seconds"}))
         .start()
     )
 
@@ -195,24 +209,70 @@ def through_gtbarrier(
     server: Any,
     workdir: Path,
     sink: str = "barrier",
+    on_driver: bool = False,
 ) -> Run:
+    """The demo's query over the topic; ``on_driver``: read by ``kafka_driver`` instead of
+    gtkafka (into ``noop`` only: the barrier needs a gtkafka source's epochs)."""
     from demo.pipeline import parse_events, reference_tables, shop_outputs
 
     run, ids = _ids(server)
-    raw = (
-        spark.readStream.format("gtkafka")
-        .options(**ids)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", inputs.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(per_batch))
-        .load()
-    )
+    if on_driver:
+        from benchmarks.driver_reads import NAME, KafkaDriverSource
+
+        spark.dataSource.register(KafkaDriverSource)
+        raw = (
+            spark.readStream.format(NAME)
+            .option("bootstrap", bootstrap)
+            .option("topic", inputs.topic)
+            .option("maxRecordsPerRead", str(per_batch))
+            .load()
+        )
+    else:
+        raw = (
+            spark.readStream.format("gtkafka")
+            .options(**ids)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", inputs.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(per_batch))
+            .load()
+        )
     categories, rates = reference_tables(spark)
     out = shop_outputs(parse_events(raw, "5 minutes"), categories, rates, "1 minute")
     began = time.perf_counter()
+    if on_driver:
+        # A simple stream reader gets no read limit from Spark: under AvailableNow its
+        # first read's end is the target, and the query stops after one batch.
+        query = _start(out, sink, ids, workdir, run, available_now=False)
+        return _run_until_read(query, DRIVER, inputs.events, began)
     query = _start(out, sink, ids, workdir, run)
     return _run(query, f"gtkafka -> demo query -> {SINKS[sink]}", inputs.events, began)
+
+
+def _run_until_read(query: Any, name: str, records: int, began: float) -> Run:
+    """Let ``query`` (a ``kafka_driver`` source, batches back to back) run until a batch
+    that ends at ``records`` records read has completed, then stop it; the wall time
+    counts from ``began`` to that batch's progress."""
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if query.exception() is not None:
+                raise RuntimeError(f"{name} failed: {query.exception()}")
+            progress = query.recentProgress
+            read = [
+                sum(map(int, json.loads(p["sources"][0]["endOffset"]).values())) for p in progress
+            ]
+            if read and read[-1] >= records:
+                seconds = time.perf_counter() - began
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: {read[-1] if read else 0} of {records} read")
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    done = [p for p in progress if int(p["numInputRows"]) > 0]
+    input_rows = sum(int(p["numInputRows"]) for p in done)
+    return Run(name, records, seconds, len(done), load_average(), input_rows)
 
 
 def through_files(spark: Any, inputs: Inputs, workdir: Path, *, sink: str = "noop") -> Run:
@@ -257,9 +317,10 @@ def report(runs: list[Run], per_batch: int) -> list[Ratio]:
         ],
     )
     print()
-    ours, alone, *split = runs
-    if len(split) == 2:
-        source_only, sink_only = split
+    by = {r.query: r for r in runs}
+    ours, alone = by[OURS], by[ALONE]
+    if SOURCE_ONLY in by and SINK_ONLY in by:
+        source_only, sink_only = by[SOURCE_ONLY], by[SINK_ONLY]
         gap = 1 / ours.rate - 1 / alone.rate
         source_s = 1 / source_only.rate - 1 / alone.rate
         sink_s = 1 / sink_only.rate - 1 / alone.rate
@@ -269,6 +330,14 @@ def report(runs: list[Run], per_batch: int) -> list[Ratio]:
             f"{1e6 * source_s:,.1f} ms; a Python sink instead of noop (json -> python_floor) "
             f"{1e6 * sink_s:,.1f} ms; the rest (the barrier's own work) "
             f"{1e6 * (gap - source_s - sink_s):,.1f} ms"
+        )
+        print()
+    if DRIVER in by and SOURCE_ONLY in by:
+        driver, worker = by[DRIVER], by[SOURCE_ONLY]
+        print(
+            "driver-side reads: kafka_driver -> noop / gtkafka -> noop = "
+            f"{driver.rate / worker.rate:.2f} ({driver.rate:,.0f} vs {worker.rate:,.0f} "
+            f"records/s); kafka_driver -> noop / json -> noop = {driver.rate / alone.rate:.2f}"
         )
         print()
     return [
@@ -298,6 +367,11 @@ def main(argv: list[str] | None = None) -> None:
         "--split",
         action="store_true",
         help="also gtkafka -> noop and json -> python_floor (the source's, a Python sink's share)",
+    )
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="also kafka_driver -> noop (the topic read on the driver) and gtkafka -> noop",
     )
     add_repeat_option(parser, "run the queries this many times in turn and keep each one's fastest")
     args = parser.parse_args(argv)
@@ -332,8 +406,8 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 lambda _turn: through_files(spark, inputs, workdir),
             ]
-            if args.split:
-                variants += [
+            if args.split or args.driver:
+                variants.append(
                     lambda _turn: through_gtbarrier(
                         spark,
                         inputs,
@@ -342,9 +416,23 @@ def main(argv: list[str] | None = None) -> None:
                         server=server,
                         workdir=workdir,
                         sink="noop",
-                    ),
-                    lambda _turn: through_files(spark, inputs, workdir, sink="python"),
-                ]
+                    )
+                )
+            if args.split:
+                variants.append(lambda _turn: through_files(spark, inputs, workdir, sink="python"))
+            if args.driver:
+                variants.append(
+                    lambda _turn: through_gtbarrier(
+                        spark,
+                        inputs,
+                        args.per_batch,
+                        bootstrap=bootstrap,
+                        server=server,
+                        workdir=workdir,
+                        sink="noop",
+                        on_driver=True,
+                    )
+                )
             runs = best_in_turn(
                 variants,
                 args.repeat,

@@ -50,6 +50,15 @@ once (a second sighting is counted as a duplicate, a record never seen as missin
    interval, its records are not all visible within the drain timeout, or the producer
    could not reach 95% of the rate. The highest sustained rate is reported per consumer.
 
+3. *Driver-side reads* (``--driver``; docs/performance.md, "Driver-side reads,
+   measured"): the same topic read by ``gtkafka`` and by ``kafka_driver``
+   (:class:`benchmarks.driver_reads.KafkaDriverSource`, read on the driver: PySpark's
+   ``SimpleDataSourceStreamReader``), each -> ``value`` -> Spark's own ``parquet`` file
+   sink (the barrier takes a gtkafka source only), at ``--comparison-rate``, trigger 0
+   and 1 s, in turn ``--repeat`` times. Its reader (``spark-parquet``) reads the sink's
+   ``_spark_metadata`` log, which names the files of a batch once it is committed, and
+   then those files. Printed: each source's p50 and p99 and the ratio.
+
 The source runs at its defaults unless ``--refresh-ms`` sets ``fetchOffset.refreshIntervalMs``
 (1,000 ms): gtkafka caches Kafka's end offsets on the driver that long, so a batch may
 be planned with ends up to a second old, and a record can wait for the next refresh as
@@ -103,6 +112,11 @@ SEARCH_BOUND = 2.0  # a sustained step's p99 stays under this many trigger inter
 PRODUCER_SHARE = 0.95  # of the rate asked, for a step to count as produced at that rate
 QUANTILES = (0.5, 0.95, 0.99)
 COMPARISON = ("file exactly-once", "file at-least-once", "file exactly-once, snapshots")
+SPARK_PARQUET = "spark-parquet"  # Spark's own file sink: the driver-side reads' comparison
+SOURCES = ("gtkafka", "kafka_driver")
+#: kafka_driver's read per batch: more than a step produces, so that, as gtkafka without
+#: maxOffsetsPerTrigger, it reads everything there is.
+DRIVER_MAX_READ = 1_000_000
 
 
 # --- the pure parts: values, bookkeeping, percentiles, the search's decision ---------------
@@ -305,6 +319,50 @@ class FileReader(Reader):
         return values, at
 
 
+class SparkFileReader(Reader):
+    """Reads the ``value`` column of the files Spark's file sink committed: its
+    ``_spark_metadata`` log names a batch's files once the batch is committed (written
+    by an atomic rename); a file is read when a log entry first names it, with the
+    entry's batch id as its bundle."""
+
+    def __init__(self, book: Visibility, interval: float, path: Path) -> None:
+        super().__init__(book, interval)
+        self.path = path
+        self.logs: set[str] = set()
+        self.files: set[str] = set()
+
+    def poll(self) -> tuple[list[tuple[Any, int | None]], float]:
+        import json
+        from urllib.parse import unquote, urlparse
+
+        import pyarrow.parquet as pq
+
+        at = time.time()
+        try:
+            # log files are named <batch> or <batch>.compact; the others are temporary
+            names = [
+                e.name
+                for e in os.scandir(self.path / "_spark_metadata")
+                if e.name.split(".")[0].isdigit() and e.name.count(".") <= 1
+            ]
+        except FileNotFoundError:
+            return [], at
+        values: list[tuple[Any, int | None]] = []
+        for name in sorted(names, key=lambda n: int(n.split(".")[0])):
+            if name in self.logs:
+                continue
+            self.logs.add(name)
+            batch = int(name.split(".")[0])
+            for line in (self.path / "_spark_metadata" / name).read_text().splitlines()[1:]:
+                entry = json.loads(line)
+                if entry.get("action") != "add" or entry["path"] in self.files:
+                    continue
+                self.files.add(entry["path"])
+                table = pq.read_table(unquote(urlparse(entry["path"]).path), columns=["value"])
+                values += [(v, batch) for v in table.column("value").to_pylist()]
+        return values, at
+
+
 class PostgresReader(Reader):
     def __init__(self, book: Visibility, interval: float, dsn: str, table: str) -> None:
         super().__init__(book, interval)
@@ -381,6 +439,7 @@ class RunSpec:
     seconds: float
     snapshots: bool = False
     search: bool = False  # stop at the first step that is not sustained
+    source: str = "gtkafka"  # or kafka_driver (into spark-parquet only)
 
 
 @dataclass
@@ -507,6 +566,9 @@ def sink_options(
 ) -> tuple[dict[str, str], Callable[[Visibility], Reader]]:
     """The consumer's options of one run, and how to make its reader."""
     interval = ctx.args.poll_ms / 1000.0
+    if spec.consumer == SPARK_PARQUET:
+        out = ctx.workdir / f"out-{run}"
+        return {"path": str(out)}, lambda b: SparkFileReader(b, interval, out)
     if spec.consumer == "file":
         out = ctx.workdir / f"out-{run}"
         return {"consumer": "file", "consumer.path": str(out)}, lambda b: FileReader(
@@ -527,6 +589,60 @@ def sink_options(
         "consumer.kafka.bootstrap.servers": ctx.bootstrap,
         "consumer.topic": topic,
     }, lambda b: KafkaReader(b, interval, ctx.bootstrap, topic)
+
+
+def start_query(
+    ctx: Context,
+    spec: RunSpec,
+    *,
+    topic: str,
+    pipeline: str,
+    state: str,
+    checkpoint: Path,
+    options: dict[str, str],
+    source: dict[str, str],
+) -> Any:
+    """Start the run's query: its source (``gtkafka`` with ``source`` options, or
+    ``kafka_driver``) into the barrier with the consumer's ``options``, or into Spark's
+    parquet sink."""
+    spark = ctx.spark
+    if spec.source == "kafka_driver":
+        from benchmarks.driver_reads import NAME, KafkaDriverSource
+
+        spark.dataSource.register(KafkaDriverSource)
+        df = (
+            spark.readStream.format(NAME)
+            .option("bootstrap", ctx.bootstrap)
+            .option("topic", topic)
+            .option("maxRecordsPerRead", str(DRIVER_MAX_READ))
+            .load()
+        )
+    else:
+        df = (
+            spark.readStream.format("gtkafka")
+            .option("kafka.bootstrap.servers", ctx.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("pipeline.id", pipeline)
+            .option("state.uri", state)
+            .options(**source)
+            .load()
+        )
+    if spec.consumer == SPARK_PARQUET:
+        writer = df.select("value").writeStream.format("parquet").options(**options)
+    else:
+        writer = (
+            df.select("key", "value", "gt")
+            .writeStream.format("barrier")
+            .options(**{"pipeline.id": pipeline, "state.uri": state, "delivery": spec.delivery})
+            .options(**options)
+        )
+    query = (
+        writer.option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=f"{spec.trigger_s:g} seconds")
+        .start()
+    )
+    return query
 
 
 def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one scripted run
@@ -558,24 +674,15 @@ def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one 
         )
         coord.recover()
         options["fencing.token"] = str(coord.fencing_token)
-    df = (
-        spark.readStream.format("gtkafka")
-        .option("kafka.bootstrap.servers", ctx.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("pipeline.id", pipeline)
-        .option("state.uri", state)
-        .options(**source)
-        .load()
-        .select("key", "value", "gt")
-    )
-    query = (
-        df.writeStream.format("barrier")
-        .option("checkpointLocation", str(checkpoint))
-        .options(**{"pipeline.id": pipeline, "state.uri": state, "delivery": spec.delivery})
-        .options(**options)
-        .trigger(processingTime=f"{spec.trigger_s:g} seconds")
-        .start()
+    query = start_query(
+        ctx,
+        spec,
+        topic=topic,
+        pipeline=pipeline,
+        state=state,
+        checkpoint=checkpoint,
+        options=options,
+        source=source,
     )
     steps: list[Step] = []
     reader.start()
@@ -651,6 +758,53 @@ def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one 
 
 
 # --- the plan -------------------------------------------------------------------------
+
+
+def driver_turns(args: argparse.Namespace) -> list[list[RunSpec]]:
+    """The driver-side reads' turns: each source into Spark's parquet sink, trigger 0 and
+    1 s, the order reversed every other turn."""
+    rate = (args.comparison_rate,)
+    variants = [
+        RunSpec(
+            f"{source} -> parquet, trigger {trigger:g} s",
+            SPARK_PARQUET,
+            EO,
+            trigger,
+            rate,
+            args.comparison_seconds,
+            source=source,
+        )
+        for trigger in (0.0, SEARCH_TRIGGER_S)
+        for source in SOURCES
+    ]
+    return [variants if i % 2 == 0 else variants[::-1] for i in range(args.repeat)]
+
+
+def driver_report(results: Sequence[RunResult]) -> None:
+    """Each source's pooled p50 / p99 into Spark's parquet sink, per trigger, and the
+    ratio kafka_driver / gtkafka."""
+    for trigger in (0.0, SEARCH_TRIGGER_S):
+        by = {
+            source: quantiles(pooled(results, f"{source} -> parquet, trigger {trigger:g} s")[0])
+            for source in SOURCES
+        }
+        batches = {
+            source: percentile(
+                pooled(results, f"{source} -> parquet, trigger {trigger:g} s")[1], 0.5
+            )
+            for source in SOURCES
+        }
+        g, d = by["gtkafka"], by["kafka_driver"]
+        if not g["p99"] or not d["p99"]:
+            continue
+        print(
+            f"driver-side reads, trigger {trigger:g} s: kafka_driver p50 {d['p50']:,.0f} / "
+            f"p99 {d['p99']:,.0f} ms (median batch {batches['kafka_driver']:,.0f} ms), "
+            f"gtkafka p50 {g['p50']:,.0f} / p99 {g['p99']:,.0f} ms (median batch "
+            f"{batches['gtkafka']:,.0f} ms); p99 kafka_driver / gtkafka = "
+            f"{d['p99'] / g['p99']:.2f}",
+            flush=True,
+        )
 
 
 def plan(args: argparse.Namespace) -> tuple[list[list[RunSpec]], list[RunSpec]]:
@@ -818,6 +972,7 @@ def to_json(results: Sequence[RunResult]) -> dict[str, Any]:
         "runs": [
             {
                 "label": r.spec.label,
+                "source": r.spec.source,
                 "consumer": r.spec.consumer,
                 "delivery": r.spec.delivery,
                 "snapshots": r.spec.snapshots,
@@ -964,6 +1119,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=CONSUMERS,
     )
     parser.add_argument("--skip-comparison", action="store_true")
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="also gtkafka and kafka_driver (read on the driver) into Spark's parquet sink",
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--zk-hosts", default=os.environ.get("GTB_ZK_HOSTS"))
     parser.add_argument("--json", type=Path, default=None)
@@ -1002,7 +1162,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  comparison turn {i + 1}/{len(turns)} done", flush=True)
         for spec in per_consumer:
             ctx.results.append(run_query(ctx, spec))
+        for i, turn in enumerate(driver_turns(args) if args.driver else []):
+            for spec in turn:
+                ctx.results.append(run_query(ctx, spec))
+            print(f"  driver-side reads turn {i + 1}/{args.repeat} done", flush=True)
     report(ctx.results)
+    driver_report(ctx.results)
     checks = [
         r
         for r in ctx.results

@@ -99,3 +99,52 @@ def test_latency_benchmark_sees_every_record_once(
         assert any(m.startswith(f"latency: {consumer}: highest rate") for m in measures)
     assert all(r["benchmark"] == "latency" for r in doc["ratios"])
     assert (tmp_path / "latency.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(600)
+def test_driver_side_reads_are_measured_into_sparks_file_sink(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """``--driver``: gtkafka and kafka_driver into Spark's parquet sink, each record seen
+    once, both triggers, and the comparison printed."""
+    results = tmp_path / "latency.json"
+    env = repo_env({"GTB_KAFKA_BOOTSTRAP": kafka.bootstrap})
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.latency",
+        "--skip-comparison",
+        "--consumers",
+        "",
+        "--driver",
+        "--comparison-rate",
+        "200",
+        "--comparison-seconds",
+        "2",
+        "--repeat",
+        "1",
+        "--json",
+        str(results),
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=540, check=False
+    )
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    runs = json.loads(results.read_text())["data"]["runs"]
+    driver_runs = [r for r in runs if r["consumer"] == "spark-parquet"]
+    assert {(r["source"], r["trigger_s"]) for r in driver_runs} == {
+        ("gtkafka", 0.0),
+        ("kafka_driver", 0.0),
+        ("gtkafka", 1.0),
+        ("kafka_driver", 1.0),
+    }
+    for run in driver_runs:
+        assert run["produced"] > 0 and run["seen"] == run["produced"], run["label"]
+        assert run["missing"] == 0 and run["duplicates"] == 0 and run["unexpected"] == 0
+        assert run["steps"][0]["p99_ms"] >= run["steps"][0]["p50_ms"] > 0
+        assert run["steps"][0]["wait_p99_ms"] >= 0, run["label"]
+    assert "p99 kafka_driver / gtkafka = " in done.stdout

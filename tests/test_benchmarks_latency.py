@@ -1,14 +1,19 @@
 """benchmarks.latency: the pure parts (values, the visibility bookkeeping, percentiles, the
-rate search's decision)."""
+rate search's decision) and the reader of Spark's file sink, over files made here."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.latency import (
     PRODUCER_SHARE,
+    SparkFileReader,
     Visibility,
     decode_value,
     encode_value,
@@ -85,3 +90,35 @@ def test_the_highest_sustained_rate_is_the_last_before_the_first_failure() -> No
     assert highest_sustained([(1000, False)]) is None
     assert highest_sustained([(1000, True), (2000, True)]) == 2000
     assert highest_sustained([]) is None
+
+
+def _committed(out: Path, log: str, files: dict[str, list[bytes]]) -> None:
+    """Write ``files`` (name -> values) and a ``_spark_metadata`` log entry naming them."""
+    meta = out / "_spark_metadata"
+    meta.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, values in files.items():
+        pq.write_table(pa.table({"value": pa.array(values, pa.binary())}), out / name)
+        entries.append(json.dumps({"path": (out / name).as_uri(), "action": "add"}))
+    (meta / log).write_text("\n".join(["v1", *entries]))
+
+
+def test_the_spark_file_reader_sees_only_committed_files_once_with_their_batch(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    book = Visibility()
+    reader = SparkFileReader(book, 0.05, out)
+    assert reader.poll()[0] == []  # no output directory yet
+    _committed(out, "0", {"part-a.parquet": [encode_value(0, 1.0)]})
+    # a file that no log names yet, and a log being written (temporary name): not visible
+    pq.write_table(pa.table({"value": pa.array([encode_value(9, 1.0)])}), out / "part-x.parquet")
+    (out / "_spark_metadata" / ".1.1234.tmp").write_text("v1\n")
+    values, _ = reader.poll()
+    assert values == [(encode_value(0, 1.0), 0)]
+    # batch 1, then a compact log repeating batch 0's file: each file is read once
+    _committed(out, "1", {"part-b.parquet": [encode_value(1, 1.0), encode_value(2, 1.0)]})
+    _committed(out, "2.compact", {"part-a.parquet": [encode_value(0, 1.0)]})
+    values, _ = reader.poll()
+    assert values == [(encode_value(1, 1.0), 1), (encode_value(2, 1.0), 1)]
+    assert reader.poll()[0] == []
