@@ -395,44 +395,26 @@ def main(argv: list[str] | None = None) -> None:
                     spark, warm, warm_n, bootstrap=bootstrap, server=server, workdir=workdir
                 )
                 through_files(spark, warm, workdir)
-            variants: list[Callable[[int], Run]] = [
-                lambda _turn: through_gtbarrier(
+
+            def over_kafka(sink: str = "barrier", on_driver: bool = False) -> Callable[[int], Run]:
+                return lambda _turn: through_gtbarrier(
                     spark,
                     inputs,
                     args.per_batch,
                     bootstrap=bootstrap,
                     server=server,
                     workdir=workdir,
-                ),
-                lambda _turn: through_files(spark, inputs, workdir),
-            ]
-            if args.split or args.driver:
-                variants.append(
-                    lambda _turn: through_gtbarrier(
-                        spark,
-                        inputs,
-                        args.per_batch,
-                        bootstrap=bootstrap,
-                        server=server,
-                        workdir=workdir,
-                        sink="noop",
-                    )
+                    sink=sink,
+                    on_driver=on_driver,
                 )
+
+            variants = [over_kafka(), lambda _turn: through_files(spark, inputs, workdir)]
+            if args.split or args.driver:
+                variants.append(over_kafka("noop"))
             if args.split:
                 variants.append(lambda _turn: through_files(spark, inputs, workdir, sink="python"))
             if args.driver:
-                variants.append(
-                    lambda _turn: through_gtbarrier(
-                        spark,
-                        inputs,
-                        args.per_batch,
-                        bootstrap=bootstrap,
-                        server=server,
-                        workdir=workdir,
-                        sink="noop",
-                        on_driver=True,
-                    )
-                )
+                variants.append(over_kafka("noop", on_driver=True))
             runs = best_in_turn(
                 variants,
                 args.repeat,

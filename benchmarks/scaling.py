@@ -58,6 +58,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.source_bench import fill
+from datasource.consumer_pool import PARK_INTERVAL_S
 
 PARTITIONS = (1, 4, 16, 64)
 TARGET = ">= 0.85"
@@ -65,6 +66,10 @@ BATCHES = 10
 #: Batches left out of the steady-state rate (the first reads of every partition in each
 #: Python worker create its pooled consumers).
 WARM_BATCHES = 2
+#: The Python workers' pool closes a run's consumers this long after its last batch. With
+#: a broker per run, librdkafka's would otherwise keep reconnecting to a broker that is
+#: gone, and log every failed attempt, until the pool's default 5 minutes.
+POOL_IDLE_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -128,9 +133,7 @@ def run_pipeline(
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max(1, records // batches)))
         .option("kafkaConsumer.client", client)
-        # Each run has its own broker: the pooled consumers of the runs before read
-        # brokers that are gone (librdkafka's would keep reconnecting for the default 5m).
-        .option("kafkaConsumer.pool.idleTimeout", "10s")
+        .option("kafkaConsumer.pool.idleTimeout", f"{POOL_IDLE_TIMEOUT_S:g}s")
         .load()
     )
     began = time.perf_counter()
@@ -202,6 +205,12 @@ def measure(
     cores = list(cores or range(1, all_cores + 1))
     topics: dict[tuple[int, int, str], str] = {}
 
+    def before_the_broker_stops(clients_run: Sequence[str]) -> None:
+        # A run's own broker stops when it ends: first let the pool close the consumers
+        # librdkafka keeps connected (kafka-python's hold no connection while idle).
+        if bootstrap is None and "confluent" in clients_run:
+            time.sleep(POOL_IDLE_TIMEOUT_S + 2 * PARK_INTERVAL_S)
+
     def topic_with(at: str, n: int, turn: int, client: str) -> str:
         # A topic per turn and client: a run must not find the Python workers' pooled
         # consumers of an earlier one (their creation is part of what is measured).
@@ -228,6 +237,7 @@ def measure(
                 batches=batches,
                 client=client,
             )
+            before_the_broker_stops([client])
         point = Point(
             axis,
             p,
@@ -261,6 +271,7 @@ def measure(
                         run_pipeline(
                             spark, at, warm_topic, 10_000, workdir, sink=sink, client=client
                         )
+                    before_the_broker_stops(clients)
             axes: list[tuple[str, int, str]] = []
             if c in cores:
                 axes.append(("cores", 8, clients[0]))
