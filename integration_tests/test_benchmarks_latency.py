@@ -99,6 +99,7 @@ def test_latency_benchmark_sees_every_record_once(
         assert any(m.startswith(f"latency: {consumer}: highest rate") for m in measures)
     assert all(r["benchmark"] == "latency" for r in doc["ratios"])
     assert (tmp_path / "latency.png").stat().st_size > 0
+    assert "driver-side reads" not in done.stdout  # only with --driver
 
 
 @pytest.mark.timeout(600)

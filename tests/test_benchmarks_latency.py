@@ -12,10 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.latency import (
+    EO,
     PRODUCER_SHARE,
+    SPARK_PARQUET,
+    RunResult,
+    RunSpec,
     SparkFileReader,
+    Step,
     Visibility,
     decode_value,
+    driver_label,
+    driver_report,
     encode_value,
     highest_sustained,
     quantiles,
@@ -122,3 +129,24 @@ def test_the_spark_file_reader_sees_only_committed_files_once_with_their_batch(
     values, _ = reader.poll()
     assert values == [(encode_value(1, 1.0), 1), (encode_value(2, 1.0), 1)]
     assert reader.poll()[0] == []
+
+
+def _result(label: str, latencies: list[float], batches: list[float]) -> RunResult:
+    spec = RunSpec(label, SPARK_PARQUET, EO, 0.0, (100,), 1.0)
+    step = Step(100, range(len(latencies)), 1.0, True, latencies, batches)
+    return RunResult(spec, [step], len(latencies), len(latencies), 0, 0, 0, min(latencies))
+
+
+def test_the_driver_side_comparison_is_printed_only_with_both_sources(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gtkafka = _result(driver_label("gtkafka", 0.0), [100.0, 400.0], [300.0])
+    driver = _result(driver_label("kafka_driver", 0.0), [50.0, 100.0], [200.0])
+    driver_report([gtkafka])  # no kafka_driver run: nothing to compare
+    assert capsys.readouterr().out == ""
+    driver_report([gtkafka, driver])
+    out = capsys.readouterr().out
+    assert "trigger 0 s: kafka_driver p50 50 / p99 100 ms (median batch 200 ms)" in out
+    assert "gtkafka p50 100 / p99 400 ms (median batch 300 ms)" in out
+    assert "p99 kafka_driver / gtkafka = 0.25" in out
+    assert "trigger 1 s" not in out
