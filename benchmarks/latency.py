@@ -760,13 +760,18 @@ def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one 
 # --- the plan -------------------------------------------------------------------------
 
 
+def driver_label(source: str, trigger_s: float) -> str:
+    """The label of a driver-side reads run: ``source`` into Spark's parquet sink."""
+    return f"{source} -> parquet, trigger {trigger_s:g} s"
+
+
 def driver_turns(args: argparse.Namespace) -> list[list[RunSpec]]:
     """The driver-side reads' turns: each source into Spark's parquet sink, trigger 0 and
     1 s, the order reversed every other turn."""
     rate = (args.comparison_rate,)
     variants = [
         RunSpec(
-            f"{source} -> parquet, trigger {trigger:g} s",
+            driver_label(source, trigger),
             SPARK_PARQUET,
             EO,
             trigger,
@@ -782,27 +787,19 @@ def driver_turns(args: argparse.Namespace) -> list[list[RunSpec]]:
 
 def driver_report(results: Sequence[RunResult]) -> None:
     """Each source's pooled p50 / p99 into Spark's parquet sink, per trigger, and the
-    ratio kafka_driver / gtkafka."""
+    ratio kafka_driver / gtkafka; nothing for a trigger without both sources' runs."""
     for trigger in (0.0, SEARCH_TRIGGER_S):
-        by = {
-            source: quantiles(pooled(results, f"{source} -> parquet, trigger {trigger:g} s")[0])
-            for source in SOURCES
-        }
-        batches = {
-            source: percentile(
-                pooled(results, f"{source} -> parquet, trigger {trigger:g} s")[1], 0.5
-            )
-            for source in SOURCES
-        }
-        g, d = by["gtkafka"], by["kafka_driver"]
-        if not g["p99"] or not d["p99"]:
+        runs = {source: pooled(results, driver_label(source, trigger)) for source in SOURCES}
+        if not all(latencies for latencies, _ in runs.values()):
             continue
+        q = {source: quantiles(latencies) for source, (latencies, _) in runs.items()}
+        batch = {source: percentile(batches, 0.5) for source, (_, batches) in runs.items()}
+        g, d = q["gtkafka"], q["kafka_driver"]
         print(
             f"driver-side reads, trigger {trigger:g} s: kafka_driver p50 {d['p50']:,.0f} / "
-            f"p99 {d['p99']:,.0f} ms (median batch {batches['kafka_driver']:,.0f} ms), "
+            f"p99 {d['p99']:,.0f} ms (median batch {batch['kafka_driver']:,.0f} ms), "
             f"gtkafka p50 {g['p50']:,.0f} / p99 {g['p99']:,.0f} ms (median batch "
-            f"{batches['gtkafka']:,.0f} ms); p99 kafka_driver / gtkafka = "
-            f"{d['p99'] / g['p99']:.2f}",
+            f"{batch['gtkafka']:,.0f} ms); p99 kafka_driver / gtkafka = {d['p99'] / g['p99']:.2f}",
             flush=True,
         )
 
