@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,37 @@ from harness.zookeeper import ZooKeeperServer
 pytestmark = pytest.mark.slow
 
 
+def run_latency(
+    tmp_path: Path, servers: dict[str, str], args: list[str], timeout: float
+) -> tuple[str, dict[str, Any]]:
+    """``python -m benchmarks.latency <args>`` against ``servers`` (``GTB_*`` variables):
+    its stdout and its results file, after asserting that it succeeded."""
+    results = tmp_path / "latency.json"
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.latency",
+        *args,
+        "--json",
+        str(results),
+        "--out",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=repo_env(servers),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, done.stderr[-4000:]
+    doc: dict[str, Any] = json.loads(results.read_text())
+    return done.stdout, doc
+
+
 @pytest.mark.timeout(900)
 def test_latency_benchmark_sees_every_record_once(
     kafka: KafkaHelper,
@@ -27,42 +59,14 @@ def test_latency_benchmark_sees_every_record_once(
     zk_server: ZooKeeperServer,
     tmp_path: Path,
 ) -> None:
-    results = tmp_path / "latency.json"
-    env = repo_env(
-        {
-            "GTB_KAFKA_BOOTSTRAP": kafka.bootstrap,
-            "GTB_POSTGRES_DSN": postgres_server.dsn,
-            "GTB_ZK_HOSTS": zk_server.hosts,
-        }
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.latency",
-        "--comparison-rate",
-        "200",
-        "--comparison-seconds",
-        "2",
-        "--repeat",
-        "1",
-        "--fixed-rates",
-        "100,400",
-        "--search-rates",
-        "100,400",
-        "--step-seconds",
-        "1.5",
-        "--json",
-        str(results),
-        "--out",
-        str(tmp_path),
-    ]
-    done = subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=840, check=False
-    )
-    print(done.stdout[-6000:])
-    assert done.returncode == 0, done.stderr[-4000:]
-
-    doc = json.loads(results.read_text())
+    servers = {
+        "GTB_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GTB_POSTGRES_DSN": postgres_server.dsn,
+        "GTB_ZK_HOSTS": zk_server.hosts,
+    }
+    args = ["--comparison-rate", "200", "--comparison-seconds", "2", "--repeat", "1"]
+    args += ["--fixed-rates", "100,400", "--search-rates", "100,400", "--step-seconds", "1.5"]
+    stdout, doc = run_latency(tmp_path, servers, args, timeout=840)
     runs = doc["data"]["runs"]
     labels = {r["label"] for r in runs}
     assert {
@@ -99,7 +103,7 @@ def test_latency_benchmark_sees_every_record_once(
         assert any(m.startswith(f"latency: {consumer}: highest rate") for m in measures)
     assert all(r["benchmark"] == "latency" for r in doc["ratios"])
     assert (tmp_path / "latency.png").stat().st_size > 0
-    assert "driver-side reads" not in done.stdout  # only with --driver
+    assert "driver-side reads" not in stdout  # only with --driver
 
 
 @pytest.mark.timeout(600)
@@ -108,34 +112,10 @@ def test_driver_side_reads_are_measured_into_sparks_file_sink(
 ) -> None:
     """``--driver``: gtkafka and kafka_driver into Spark's parquet sink, each record seen
     once, both triggers, and the comparison printed."""
-    results = tmp_path / "latency.json"
-    env = repo_env({"GTB_KAFKA_BOOTSTRAP": kafka.bootstrap})
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.latency",
-        "--skip-comparison",
-        "--consumers",
-        "",
-        "--driver",
-        "--comparison-rate",
-        "200",
-        "--comparison-seconds",
-        "2",
-        "--repeat",
-        "1",
-        "--json",
-        str(results),
-        "--out",
-        str(tmp_path),
-    ]
-    done = subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=540, check=False
-    )
-    print(done.stdout[-6000:])
-    assert done.returncode == 0, done.stderr[-4000:]
-
-    runs = json.loads(results.read_text())["data"]["runs"]
+    args = ["--skip-comparison", "--consumers", "", "--driver"]
+    args += ["--comparison-rate", "200", "--comparison-seconds", "2", "--repeat", "1"]
+    stdout, doc = run_latency(tmp_path, {"GTB_KAFKA_BOOTSTRAP": kafka.bootstrap}, args, timeout=540)
+    runs = doc["data"]["runs"]
     driver_runs = [r for r in runs if r["consumer"] == "spark-parquet"]
     assert {(r["source"], r["trigger_s"]) for r in driver_runs} == {
         ("gtkafka", 0.0),
@@ -148,4 +128,4 @@ def test_driver_side_reads_are_measured_into_sparks_file_sink(
         assert run["missing"] == 0 and run["duplicates"] == 0 and run["unexpected"] == 0
         assert run["steps"][0]["p99_ms"] >= run["steps"][0]["p50_ms"] > 0
         assert run["steps"][0]["wait_p99_ms"] >= 0, run["label"]
-    assert "p99 kafka_driver / gtkafka = " in done.stdout
+    assert "p99 kafka_driver / gtkafka = " in stdout
