@@ -55,10 +55,15 @@ def run_to_end(
     *,
     trigger: dict[str, Any] | None = None,
     timeout: float = QUERY_TIMEOUT,
+    schema: str | None = None,
 ) -> Any:
     """Run a gtkafka query with ``foreachBatch(on_batch)`` until it ends (AvailableNow by
-    default); re-raise the query's failure; return the finished query."""
-    df = spark.readStream.format("gtkafka").options(**options).load()
+    default), with the user-specified ``schema`` if one is given; re-raise the query's
+    failure; return the finished query."""
+    reader = spark.readStream.format("gtkafka")
+    if schema is not None:
+        reader = reader.schema(schema)
+    df = reader.options(**options).load()
     query = (
         df.writeStream.foreachBatch(on_batch)
         .option("checkpointLocation", str(checkpoint))

@@ -214,3 +214,39 @@ def test_batch_read_between_offsets(spark: Any, kafka: Any, read_client: str) ->
         .load()
     )
     assert df.count() == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_user_schema_reads_only_its_columns(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, keyed(400, 2), batch_size=200)
+
+    def read(schema: str | None) -> Any:
+        reader = spark.read.format("gtkafka")
+        if schema is not None:
+            reader = reader.schema(schema)
+        return (
+            reader.option("kafka.bootstrap.servers", kafka.bootstrap)
+            .option("subscribe", topic)
+            .load()
+        )
+
+    narrow = read("offset long, value binary, partition int")
+    assert narrow.columns == ["offset", "value", "partition"]
+    got = sorted(tuple(r) for r in narrow.collect())
+    assert got == sorted(tuple(r) for r in read(None).select(*narrow.columns).collect())
+    assert len(got) == 400
+    with pytest.raises(Exception, match="'vlaue'"):
+        read("vlaue binary").collect()
+    # A streaming query gets the narrow columns too (the epoch log works the same).
+    opts = gtkafka_options(kafka.bootstrap, topic, f"file://{tmp_path / 'state'}")
+    capture = Capture("value", "offset")
+    run_to_end(
+        spark,
+        opts,
+        tmp_path / "checkpoint",
+        capture,
+        trigger={"availableNow": True},
+        schema="value binary, offset long",
+    )
+    assert sorted(r.value for r in capture.rows()) == sorted(b"v%d" % i for i in range(400))

@@ -235,6 +235,22 @@ def test_install_only_without_deserializers() -> None:
     assert not record_rows.install(object())
 
 
+def test_arrow_builder_builds_only_the_schema_s_columns_in_its_order() -> None:
+    from pyspark.sql.types import StructType
+
+    full = source_schema(False)
+    rows: list[Any] = [(i, 1000 + i, 0, b"k", b"v%d" % i, record_rows.NO_HEADERS) for i in range(3)]
+    everything = ArrowBuilder(arrow_schema(full), 4)
+    everything.add("a", 1, list(rows))
+    expected = everything.flush().to_pylist()
+    for names in (["gt", "value"], ["partition"], ["timestamp", "key", "topic", "offset"]):
+        narrow = ArrowBuilder(arrow_schema(StructType([full[n] for n in names])), 4)
+        narrow.add("a", 1, list(rows))
+        batch = narrow.flush()
+        assert batch.schema.names == names
+        assert batch.to_pylist() == [{n: row[n] for n in names} for row in expected]
+
+
 def test_arrow_builder_cuts_runs_across_partitions() -> None:
     schema = arrow_schema(source_schema(True))
     builder = ArrowBuilder(schema, 9)
