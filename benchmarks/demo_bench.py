@@ -213,7 +213,7 @@ def through_gtbarrier(
 ) -> Run:
     """The demo's query over the topic; ``on_driver``: read by ``kafka_driver`` instead of
     gtkafka (into ``noop`` only: the barrier needs a gtkafka source's epochs)."""
-    from demo.pipeline import parse_events, reference_tables, shop_outputs
+    from demo.pipeline import parse_events, read_source, reference_tables, shop_outputs
 
     run, ids = _ids(server)
     if on_driver:
@@ -228,14 +228,15 @@ def through_gtbarrier(
             .load()
         )
     else:
-        raw = (
-            spark.readStream.format("gtkafka")
-            .options(**ids)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", inputs.topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(per_batch))
-            .load()
+        raw = read_source(
+            spark,
+            {
+                **ids,
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": inputs.topic,
+                "startingOffsets": "earliest",
+                "maxOffsetsPerTrigger": str(per_batch),
+            },
         )
     categories, rates = reference_tables(spark)
     out = shop_outputs(parse_events(raw, "5 minutes"), categories, rates, "1 minute")

@@ -5,15 +5,21 @@ topic-partition run; nothing is done per row in Python: :meth:`ArrowBuilder.flus
 the first rows off the runs (list slices), takes each field out in one C loop
 (``map(itemgetter(i), rows)``) and builds each column with one ``pyarrow`` call.
 ``topic``, ``partition`` and ``gt``'s epoch are repeated per run, ``gt`` is a struct of
-the columns already built.
+the columns already built. Only the schema's columns are built (a user-specified schema
+may name a few of them, in any order).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from datasource.record_rows import Row
+from state.records.gt import GT_COLUMN
 from state.records.gt import arrow_array as gt_array
 
 
@@ -23,7 +29,6 @@ class ArrowBuilder:
     def __init__(self, arrow_schema: Any, epoch: int) -> None:
         self.schema = arrow_schema
         self.epoch = epoch
-        self.with_headers = "headers" in arrow_schema.names
         self._runs: list[tuple[str, int, list[Row]]] = []  # (topic, partition, rows)
         self.rows = 0
 
@@ -35,36 +40,12 @@ class ArrowBuilder:
 
     def flush(self, limit: int | None = None) -> Any:
         """A RecordBatch of the first ``limit`` rows collected (all by default)."""
-        import pyarrow as pa
-
         n = self.rows if limit is None else min(limit, self.rows)
         runs = self._take(n)
-        schema = self.schema
         rows: list[Row] = runs[0][2] if len(runs) == 1 else [r for run in runs for r in run[2]]
-        # One C loop per column (zip(*rows) would allocate an iterator per row).
-        offsets_, timestamps_, types_, keys, values = (
-            list(map(itemgetter(i), rows)) for i in range(5)
-        )
-        offsets = pa.array(offsets_, pa.int64())
-        topic = _repeated([(t, len(rs)) for t, _, rs in runs], pa.string())
-        partition = _repeated([(p, len(rs)) for _, p, rs in runs], pa.int32())
-        millis = pa.array(timestamps_, pa.int64())
-        timestamps = _micros(millis).cast(schema.field("timestamp").type)
-        gt = gt_array(pa.repeat(pa.scalar(self.epoch, pa.int64()), n), topic, partition, offsets)
-        arrays = [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            topic,
-            partition,
-            offsets,
-            timestamps,
-            pa.array(types_, pa.int32()),
-        ]
-        if self.with_headers:
-            headers = list(map(itemgetter(5), rows))
-            arrays.append(pa.array(headers, schema.field("headers").type))
-        arrays.append(gt)
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        columns = _Columns(self.schema, self.epoch, runs, rows)
+        arrays = [columns.get(name) for name in self.schema.names]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _take(self, n: int) -> list[tuple[str, int, list[Row]]]:
         """Take the runs of the first ``n`` rows out (the last one cut if need be)."""
@@ -83,19 +64,78 @@ class ArrowBuilder:
         return taken
 
 
-def _repeated(values: list[tuple[Any, int]], dtype: Any) -> Any:
-    """An array of each ``value`` repeated ``count`` times, in order."""
-    import pyarrow as pa
+class _Columns:
+    """The columns of one flush, each built on first use: a schema that names few columns
+    (a user-specified one) costs only those, and ``gt`` reuses ``topic``, ``partition``
+    and ``offset`` when they are built anyway."""
 
+    def __init__(
+        self, schema: pa.Schema, epoch: int, runs: list[tuple[str, int, list[Row]]], rows: list[Row]
+    ) -> None:
+        self.schema = schema
+        self.epoch = epoch
+        self.runs = runs
+        self.rows = rows
+        self._built: dict[str, pa.Array] = {}
+
+    def get(self, name: str) -> pa.Array:
+        if name not in self._built:
+            self._built[name] = _BUILDERS[name](self)
+        return self._built[name]
+
+    def _field(self, index: int) -> list[Any]:
+        # One C loop per field (zip(*rows) would allocate an iterator per row). Row:
+        # (offset, timestamp, timestamp type, key, value, headers).
+        return list(map(itemgetter(index), self.rows))
+
+    def key(self) -> pa.Array:
+        return pa.array(self._field(3), pa.binary())
+
+    def value(self) -> pa.Array:
+        return pa.array(self._field(4), pa.binary())
+
+    def topic(self) -> pa.Array:
+        return _repeated([(t, len(rs)) for t, _, rs in self.runs], pa.string())
+
+    def partition(self) -> pa.Array:
+        return _repeated([(p, len(rs)) for _, p, rs in self.runs], pa.int32())
+
+    def offset(self) -> pa.Array:
+        return pa.array(self._field(0), pa.int64())
+
+    def timestamp(self) -> pa.Array:
+        micros = pc.multiply(pa.array(self._field(1), pa.int64()), 1000)
+        return micros.cast(self.schema.field("timestamp").type)
+
+    def timestamp_type(self) -> pa.Array:
+        return pa.array(self._field(2), pa.int32())
+
+    def headers(self) -> pa.Array:
+        return pa.array(self._field(5), self.schema.field("headers").type)
+
+    def gt(self) -> pa.Array:
+        epochs = pa.repeat(pa.scalar(self.epoch, pa.int64()), len(self.rows))
+        return gt_array(epochs, self.get("topic"), self.get("partition"), self.get("offset"))
+
+
+_BUILDERS: dict[str, Callable[[_Columns], pa.Array]] = {
+    "key": _Columns.key,
+    "value": _Columns.value,
+    "topic": _Columns.topic,
+    "partition": _Columns.partition,
+    "offset": _Columns.offset,
+    "timestamp": _Columns.timestamp,
+    "timestampType": _Columns.timestamp_type,
+    "headers": _Columns.headers,
+    GT_COLUMN: _Columns.gt,
+}
+
+
+def _repeated(values: list[tuple[Any, int]], dtype: pa.DataType) -> pa.Array:
+    """An array of each ``value`` repeated ``count`` times, in order."""
     chunks = [pa.repeat(pa.scalar(v, dtype), c) for v, c in values]
     if len(chunks) == 1:
         return chunks[0]
     if not chunks:
         return pa.array([], dtype)
     return pa.concat_arrays(chunks)
-
-
-def _micros(millis: Any) -> Any:
-    import pyarrow.compute as pc
-
-    return pc.multiply(millis, 1000)

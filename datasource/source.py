@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
-from state.errors import ConfigError
-
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
@@ -43,16 +41,9 @@ class GlobalTimeKafkaSource(DataSource):
         return source_schema(self.parsed.include_headers)
 
     def _check_schema(self, schema: StructType) -> None:
-        from datasource.subscription import WHERE
+        from datasource.schema import check_user_schema
 
-        expected = self.schema()
-        if schema != expected:
-            raise ConfigError(
-                "schema",
-                schema.simpleString(),
-                f"no user-specified schema, or exactly {expected.simpleString()}",
-                where=WHERE,
-            )
+        check_user_schema(schema, self.schema())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from datasource.stream_reader import GlobalTimeKafkaStreamReader

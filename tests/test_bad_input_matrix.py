@@ -185,14 +185,26 @@ def test_checkpoint_of_another_source_names_the_checkpoint(broker: FakeBroker, o
     assert store.list() == []
 
 
-def test_user_specified_schema_is_refused_naming_the_expected_one() -> None:
+def test_user_specified_schema_that_is_not_some_of_the_columns_is_refused_naming_them() -> None:
     src = GlobalTimeKafkaSource({"kafka.bootstrap.servers": BOOTSTRAP, "subscribe": "t"})
-    schema = StructType([StructField("value", StringType())])
-    for make in (src.streamReader, src.reader):
-        with pytest.raises(ConfigError) as info:
-            make(schema)
-        assert info.value.option == "schema" and "struct<value:string>" in str(info.value)
-        assert "gt:struct<epoch:bigint" in str(info.value)
+
+    def refused(*fields: tuple[str, Any]) -> str:
+        schema = StructType([StructField(name, dtype) for name, dtype in fields])
+        texts = set()
+        for make in (src.streamReader, src.reader):
+            with pytest.raises(ConfigError) as info:
+                make(schema)
+            assert info.value.option == "schema"
+            texts.add(str(info.value))
+        (text,) = texts
+        assert "value binary" in text and "gt struct<epoch:bigint" in text
+        return text
+
+    assert "'value' as value binary" in refused(("value", StringType()))
+    assert "'vlaue' is not a column" in refused(("offset", LongType()), ("vlaue", BinaryType()))
+    assert "'offset' named twice" in refused(("offset", LongType()), ("offset", LongType()))
+    assert "at least one column" in refused()
+    assert "includeHeaders=true" in refused(("headers", ArrayType(IntegerType())))
 
 
 # --- every component names a state.uri it cannot use -------------------------------------
