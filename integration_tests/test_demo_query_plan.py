@@ -5,8 +5,9 @@ over one ``gtkafka`` source. Spark plans each branch's copy of the source separa
 unless the branches share one exchange over the source (Spark's ReuseExchange), every
 micro-batch runs the Python source three times. Checked on a real broker, on what Spark
 executed: the plan of the last micro-batch (``query.explain()``) holds one scan of the
-Python source, which outputs only the columns the query declares, and every batch's ``numInputRows`` (Spark's count over the scans it ran)
-equals the Kafka records the batch read.
+Python source, which outputs only the columns the query declares, and every batch's
+``numInputRows`` (Spark's count over the scans it ran) equals the Kafka records the
+batch read.
 """
 
 from __future__ import annotations
