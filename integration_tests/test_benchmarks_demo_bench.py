@@ -53,3 +53,7 @@ def test_the_demo_query_over_driver_side_reads_reads_every_event(
         assert run["input_rows"] == run["records"] == 3000, run
         assert run["batches"] >= 3, run
     assert "driver-side reads: kafka_driver -> noop / gtkafka -> noop = " in done.stdout
+    ratios = {r["measure"].split(" (")[0]: r for r in json.loads(results.read_text())["ratios"]}
+    steady = ratios["the demo query after its first batch"]
+    assert steady["value"] > 0 and steady["met"] is None, steady
+    assert runs["gtkafka -> demo query -> barrier (file)"]["steady_rows"] == 2000
