@@ -9,7 +9,8 @@ customer over 8 partitions) go to a Kafka topic and, the same events, to JSON-li
 SparkSession (``local[<cores>]``, 4 shuffle partitions, as the demo's driver), each after
 a small warm-up run of its own, with ``Trigger.AvailableNow``:
 
-* gtbarrier: ``gtkafka`` (``maxOffsetsPerTrigger``, state on S3) -> the demo's query
+* gtbarrier: ``gtkafka`` (``maxOffsetsPerTrigger``, state on S3: one bucket, a prefix per
+  run; the columns the query reads, :data:`demo.pipeline.SOURCE_SCHEMA`) -> the demo's query
   (:func:`demo.pipeline.shop_outputs`: enrichment, a windowed aggregation and
   ``applyInPandasWithState``, unioned) -> ``barrier`` (``consumer=file``, exactly-once);
 * Spark alone: the ``json`` file source (``maxFilesPerTrigger=1``, the same batches) ->
@@ -24,8 +25,11 @@ one scan.
 Measured: records/s over each query's wall time (start to end); with ``--repeat N``
 (``make bench`` passes 2) the queries run N times in turn and each one's fastest run
 counts, so that none is favoured by its place in the session. Target: gtbarrier /
-Spark alone >= 0.8. With ``--split`` (``make bench`` passes it) two more runs split the
-gap: ``gtkafka -> the query -> noop`` (gtkafka's share: a Python source instead of json) and
+Spark alone >= 0.8. Printed next to it, without a target: the same ratio of records/s
+inside the triggers of the batches after each query's first (the query running, without
+its start: about 0.9 s for any Python source, docs/performance.md). With ``--split``
+(``make bench`` passes it) two more runs split the gap: ``gtkafka -> the query -> noop``
+(gtkafka's share: a Python source instead of json) and
 ``json files -> the query -> python_floor`` (a Python sink that does no I/O,
 :mod:`benchmarks.python_floor`: Spark's share for any Python sink); the rest is the
 barrier's own work. (``json -> barrier`` cannot run: the barrier refuses a batch that no
