@@ -25,8 +25,11 @@ from benchmarks.latency import (
     driver_report,
     encode_value,
     highest_sustained,
+    parse_args,
+    plan,
     quantiles,
     step_verdict,
+    warm_ups,
 )
 
 
@@ -150,3 +153,15 @@ def test_the_driver_side_comparison_is_printed_only_with_both_sources(
     assert "gtkafka p50 100 / p99 400 ms (median batch 300 ms)" in out
     assert "p99 kafka_driver / gtkafka = 0.25" in out
     assert "trigger 1 s" not in out
+
+
+def test_each_variant_of_the_comparison_gets_a_short_unmeasured_run_first() -> None:
+    turns, _ = plan(parse_args([]))
+    warm = warm_ups(turns)
+    assert [w.label for w in warm] == [f"warm-up: {v.label}" for v in turns[0]]
+    assert [(w.delivery, w.snapshots) for w in warm] == [
+        (v.delivery, v.snapshots) for v in turns[0]
+    ]
+    assert {(w.rates, w.seconds) for w in warm} == {((1000,), 2.0)}
+    (alone,) = warm_ups([])
+    assert alone.rates == (1000,) and not alone.snapshots
