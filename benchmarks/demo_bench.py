@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -62,6 +63,7 @@ from benchmarks.common import (
     load_average,
     local_spark,
     print_table,
+    progress_durations,
     target_ratio,
     write_results,
 )
@@ -233,8 +235,8 @@ def _steady(progress: list[Any]) -> tuple[int, float]:
     """numInputRows and seconds in the triggers of the batches after the first that read
     records."""
     later = [p for p in progress if int(p["numInputRows"]) > 0][1:]
-    rows = sum(int(p["numInputRows"]) for p in later)
-    return rows, sum(p["durationMs"].get("triggerExecution", 0) for p in later) / 1000.0
+    seconds = sum(progress_durations(later, "triggerExecution")) / 1000.0
+    return sum(int(p["numInputRows"]) for p in later), seconds
 
 
 def through_gtbarrier(
@@ -358,7 +360,7 @@ def report(runs: list[Run], per_batch: int) -> list[Ratio]:
                 f"{r.scans:.1f}",
                 f"{r.seconds:.1f}",
                 f"{r.rate:,.0f}",
-                f"{r.steady_rate:,.0f}",
+                "-" if math.isnan(r.steady_rate) else f"{r.steady_rate:,.0f}",
                 r.load,
             ]
             for r in runs

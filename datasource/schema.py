@@ -14,7 +14,7 @@ the Arrow conversion of nine (a Python data source gets no column pruning from S
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql.types import (
     ArrayType,
@@ -61,7 +61,7 @@ def check_user_schema(schema: StructType, full: StructType) -> None:
     """Raise :class:`ConfigError` unless ``schema`` names at least one column of ``full``
     (the source's schema for its options), each once and with its type and nullability."""
 
-    def refuse(problem: str) -> None:
+    def refuse(problem: str) -> NoReturn:
         raise ConfigError(
             "schema",
             _ddl(schema),
