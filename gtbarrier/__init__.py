@@ -4,6 +4,7 @@ What users import::
 
     from gtbarrier import register_all, SnapshotCoordinator, resolve_lost_inflight
     from gtbarrier.errors import PipelineFenced       # or: from gtbarrier import errors
+from gtbarrier._version import __version__
 
     register_all(spark)          # the gtkafka source, the barrier sink, the session setting
     coord = SnapshotCoordinator(spark, pipeline_id=..., state_uri=..., checkpoint_location=...)
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import datasource
 import sink
 from gtbarrier import errors
+from gtbarrier._version import __version__
 from gtbarrier.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -46,6 +48,7 @@ __all__ = [
     "PipelineFenced",
     "RetriableError",
     "SnapshotCoordinator",
+    "__version__",
     "errors",
     "register_all",
     "resolve_lost_inflight",

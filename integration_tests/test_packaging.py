@@ -159,6 +159,17 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
     assert "delivered to file consumer" in proc.stderr  # the sink's decision log
 
     cli = venv / "bin" / "gtbarrier"
+    version = subprocess.run(
+        [str(cli), "--version"],
+        env=clean_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"gtbarrier {wheel.name.split('-')[1]}"
+
     status = subprocess.run(
         [str(cli), "status", "--pipeline", PIPELINE, "--state-uri", f"file://{state}", "--json"],
         cwd=run_dir,

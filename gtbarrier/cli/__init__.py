@@ -21,6 +21,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from gtbarrier._version import __version__
 from gtbarrier.cli import deadletters, epochs, exporter, receiver, status, sweep
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result, render
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operate gtbarrier pipelines: status, epoch log, leftovers, dead letters, "
         "receiver, metrics exporter.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
     for module in (status, epochs, sweep, deadletters, receiver, exporter):
         module.add_parser(commands)
