@@ -37,6 +37,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable
@@ -62,7 +63,9 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from state import retry
 from state.coordinator.config import ZooKeeperAuth
+from state.coordinator.zookeeper_start import StartEvent, StartOutcome, decide_start
 from state.errors import (
     ConcurrentModification,
     CoordinationError,
@@ -102,6 +105,60 @@ KAZOO_LOG = logging.getLogger("kazoo.client.gtbarrier")
 KAZOO_LOG.addFilter(_HideCredentials())
 
 _SHARED_PARENT_ACL = OPEN_ACL_UNSAFE  # what ZooKeeper gives a node created without an ACL
+
+
+# How long a start waits for the connection at a time before it looks at what the client
+# saw again (a refusal may have come meanwhile).
+_START_SLICE_S = 0.25
+
+
+class _StartPending(Exception):
+    """A start that has not decided yet: connected with no answer to the credentials, or
+    connecting again (:func:`decide_start` said ``WAIT``); retried until its deadline."""
+
+
+class _StartWatch:
+    """What a starting client saw, in order, for :func:`decide_start`: a kazoo listener
+    (called on kazoo's connection thread, right after the client's state changed, so the
+    state it reads is the one of that change) and the answers of :meth:`probe`."""
+
+    def __init__(self, client: KazooClient) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._events: list[StartEvent] = []
+
+    def __call__(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self.add(StartEvent.CONNECTED)
+        elif state == KazooState.LOST and self.client.client_state == KeeperState.AUTH_FAILED:
+            self.add(StartEvent.AUTH_REFUSED)
+        else:
+            self.add(StartEvent.CONNECTION_LOST)
+
+    def add(self, event: StartEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    @property
+    def events(self) -> tuple[StartEvent, ...]:
+        with self._lock:
+            return tuple(self._events)
+
+    def probe(self, timeout: float) -> None:
+        """One request on the connection: kazoo reports the session connected before the
+        server has answered the credentials, and a request waits for that answer. A lost
+        connection is recorded by the listener (the start waits for the next one)."""
+        if self.client.client_state == KeeperState.AUTH_FAILED:
+            self.add(StartEvent.AUTH_REFUSED)
+            return
+        try:
+            self.client.exists_async("/").get(timeout=timeout)
+        except AuthFailedError:
+            self.add(StartEvent.AUTH_REFUSED)
+        except (*_UNAVAILABLE, KazooException):
+            return  # no answer on this connection: the next attempt asks again
+        else:
+            self.add(StartEvent.AUTHENTICATED)
 
 
 def split_hosts(hosts: str) -> tuple[str, str]:
@@ -168,28 +225,49 @@ class ZooKeeperSession:
 
     def start(self, timeout: float) -> None:
         """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the
-        servers; a server that refuses the credentials is a fatal :class:`CoordinationError`."""
+        servers; a server that refuses the credentials is a fatal :class:`CoordinationError`,
+        whether the refusal or a connection loss comes first (:func:`decide_start`)."""
         if self._client is not None:
             return
         client = KazooClient(**self.client_arguments())
+        watch = _StartWatch(client)
+        client.add_listener(watch)
         with warnings.catch_warnings():
             # kazoo warns if the chroot does not exist yet; it is created just below.
             warnings.simplefilter("ignore")
-            client.start_async().wait(timeout=timeout)
-        refused = client.client_state == KeeperState.AUTH_FAILED
-        if client.connected and self.auth is not None:
-            # kazoo reports the session connected before the server has answered the
-            # credentials; a first request on the connection waits for that answer.
-            try:
-                client.exists_async("/").get(timeout=self.call_timeout)
-            except AuthFailedError:
-                refused = True
-            except (*_UNAVAILABLE, KazooException):
-                pass  # unreachable now: the calls that follow say so, with their deadline
-        if refused or not client.connected:
+            live = client.start_async()
+        authenticating = self.auth is not None
+        deadline = time.monotonic() + timeout
+
+        def attempt() -> StartOutcome:
+            outcome = decide_start(
+                watch.events, authenticating=authenticating, deadline_passed=False
+            )
+            remaining = deadline - time.monotonic()
+            if outcome is StartOutcome.WAIT and remaining > 0:
+                # short waits: a refusal recorded meanwhile is reported at once
+                if live.wait(timeout=min(remaining, _START_SLICE_S)) and authenticating:
+                    watch.probe(min(self.call_timeout, max(remaining, _START_SLICE_S)))
+                outcome = decide_start(
+                    watch.events, authenticating=authenticating, deadline_passed=False
+                )
+            if outcome is StartOutcome.WAIT:
+                raise _StartPending
+            return outcome
+
+        try:
+            outcome = retry.poll_until(
+                timeout, is_retriable=lambda err: isinstance(err, _StartPending)
+            )(attempt)
+        except _StartPending:
+            outcome = decide_start(
+                watch.events, authenticating=authenticating, deadline_passed=True
+            )
+        client.remove_listener(watch)
+        if outcome is not StartOutcome.READY:
             client.stop()
             client.close()
-            if refused:
+            if outcome is StartOutcome.REFUSED:
                 raise CoordinationError(
                     f"ZooKeeper at {self.servers} refused the authentication of {self.identity}: "
                     "the server has no authProvider for that scheme, or the credentials are "
