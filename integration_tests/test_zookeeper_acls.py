@@ -257,7 +257,8 @@ def test_a_node_with_any_acl_but_this_identitys_is_refused_naming_it(
     admin = zk_auth.admin()
     other = client(zk_auth, ("digest", f"other:{OTHER_PASSWORD}"))
     if node == LAYOUT.zookeeper_root:
-        other.create(node, b"", acl=acl, makepath=True)
+        other.ensure_path("/gtbarrier")  # the shared parent as ZooKeeper makes it: open
+        other.create(node, b"", acl=acl)
     else:
         admin.create(LAYOUT.zookeeper_root, b"", acl=gtb_acl(), makepath=True)
         admin.create(node, b"", acl=acl)
@@ -280,6 +281,24 @@ def test_a_node_with_any_acl_but_this_identitys_is_refused_naming_it(
     assert not admin.get_children(node) or node == LAYOUT.zookeeper_root
     if node != LAYOUT.zookeeper_resume:
         assert admin.exists(LAYOUT.zookeeper_resume) is None
+
+
+def test_a_shared_parent_that_lets_anybody_delete_or_re_acl_is_refused_naming_it(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator]
+) -> None:
+    """Whoever may delete under ``/gtbarrier`` may delete a pipeline's empty root and make
+    it again with an ACL of their own; a parent that lets anybody do so (other than the
+    open ACL a pipeline without credentials leaves, which is restricted) is refused."""
+    anybody = [ACL(Permissions.ALL, Id("ip", "0.0.0.0/0"))]
+    client(zk_auth, ("digest", f"other:{OTHER_PASSWORD}")).create("/gtbarrier", b"", acl=anybody)
+    with pytest.raises(CoordinationError) as info:
+        coordinators(zookeeper_auth=AUTH).recover(mode="replay")
+    message = str(info.value)
+    assert "/gtbarrier" in message and "ip:0.0.0.0/0:cdrwa" in message, message
+    assert not info.value.retriable
+    admin = zk_auth.admin()
+    assert admin.get_acls("/gtbarrier")[0] == anybody
+    assert admin.exists(LAYOUT.zookeeper_root) is None
 
 
 def test_an_open_shared_parent_is_restricted_and_anonymous_pipelines_still_work(
