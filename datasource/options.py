@@ -286,7 +286,7 @@ SOURCE_OPTIONS = OptionTable(
     ),
 )
 
-_BOOTSTRAP = re.compile(r"^\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*$")
+_BOOTSTRAP = re.compile(r"\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*")
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ class KafkaSourceOptions:
         SOURCE_OPTIONS.check_known(opts)
 
         bootstrap = BOOTSTRAP_SERVERS.read_required(opts)
-        if not _BOOTSTRAP.match(bootstrap):
+        if not _BOOTSTRAP.fullmatch(bootstrap):
             raise opts.error(BOOTSTRAP_SERVERS.name, "a comma-separated list of host:port")
 
         min_rows = MIN_OFFSETS_PER_TRIGGER.read(opts)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from kazoo.security import ACL, Id, Permissions
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl_credential
 
 from gtbarrier import SnapshotCoordinator
 from gtbarrier.cli import main as gtbarrier
@@ -35,6 +35,9 @@ AUTH = f"digest:gtb:${{env:{ENV}}}"
 PIPELINE = "acl-p1"
 LAYOUT = PipelineLayout(PIPELINE)
 NODES = (LAYOUT.zookeeper_root, LAYOUT.zookeeper_driver_lock, LAYOUT.zookeeper_resume)
+OTHER_PASSWORD = "other-" + secrets.token_hex(8)
+OTHER_DIGEST = make_digest_acl_credential("other", OTHER_PASSWORD)
+SHARED_PARENT_ACL = [ACL(Permissions.CREATE, Id("world", "anyone"))]
 # The test's own kazoo clients log here: their Auth packets (some carry the password, to
 # show that another user with it is refused) are not the product's.
 TEST_CLIENTS_LOG = logging.getLogger("tests.kazoo")
@@ -64,9 +67,9 @@ def coordinators(zk_auth: ZkHelper, tmp_path: Path) -> Iterator[Callable[..., Sn
     made: list[SnapshotCoordinator] = []
 
     def make(**kwargs: Any) -> SnapshotCoordinator:
+        kwargs.setdefault("pipeline_id", PIPELINE)
         coord = SnapshotCoordinator(
             None,
-            pipeline_id=PIPELINE,
             state_uri=f"file://{tmp_path}/state",
             checkpoint_location=tmp_path / f"cp{len(made)}",
             zookeeper_hosts=zk_auth.hosts,
@@ -84,8 +87,6 @@ def coordinators(zk_auth: ZkHelper, tmp_path: Path) -> Iterator[Callable[..., Sn
 def gtb_acl() -> list[ACL]:
     """What the server records for ZooKeeper's ``auth`` id of a client authenticated as
     ``gtb`` with the password: that digest, every permission."""
-    from kazoo.security import make_digest_acl_credential
-
     return [ACL(Permissions.ALL, Id("digest", make_digest_acl_credential("gtb", PASSWORD)))]
 
 
@@ -126,8 +127,14 @@ def test_the_pipelines_znodes_belong_to_the_identity_alone(
     assert admin.get_acls(f"{LAYOUT.zookeeper_driver_lock}/{holders[0]}")[0] == gtb_acl()
     data, _ = admin.get(LAYOUT.zookeeper_resume)
     assert json.loads(data)["generation"] == 1
-    # the shared parent stays as ZooKeeper makes it: other pipelines, other identities
-    assert admin.get_acls("/gtbarrier")[0][0].id == Id("world", "anyone")
+    # the shared parent: anybody may create a pipeline's root under it, nobody may list,
+    # delete or re-ACL what is there (not even this identity: the parent is no one's)
+    assert admin.get_acls("/gtbarrier")[0] == SHARED_PARENT_ACL
+    anonymous = client(zk_auth)
+    with pytest.raises(NoAuthError):
+        anonymous.get_children("/gtbarrier")
+    with pytest.raises(NoAuthError):
+        anonymous.set_acls("/gtbarrier", OPEN_ACL_UNSAFE)
 
     assert_refused(client(zk_auth))
     assert_refused(client(zk_auth, ("digest", "gtb:not-the-password")))
@@ -225,3 +232,91 @@ def test_turning_auth_on_restricts_the_nodes_of_an_open_pipeline(
         assert admin.get_acls(node)[0] == gtb_acl(), node
     assert_refused(client(zk_auth))
     assert any("open ACL" in r.getMessage() for r in caplog.records)
+
+
+def foreign_acls() -> dict[str, list[ACL]]:
+    """ACLs another tenant may give a node it creates first: every one lets this driver in,
+    none is this identity's alone."""
+    ours = gtb_acl()
+    return {
+        "ip-everyone": [ACL(Permissions.ALL, Id("ip", "0.0.0.0/0"))],
+        "ours-and-another-identity": [*ours, ACL(Permissions.ALL, Id("digest", OTHER_DIGEST))],
+        "ours-and-world-read": [*ours, ACL(Permissions.READ, Id("world", "anyone"))],
+        "ours-without-admin": [ACL(Permissions.ALL & ~Permissions.ADMIN, ours[0].id)],
+    }
+
+
+@pytest.mark.parametrize("foreign", sorted(foreign_acls()))
+@pytest.mark.parametrize("node", NODES, ids=["root", "driver", "resume"])
+def test_a_node_with_any_acl_but_this_identitys_is_refused_naming_it(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator], node: str, foreign: str
+) -> None:
+    """Another tenant created the node first (or changed its ACL): the driver refuses it,
+    naming the node and its ACL (a digest's hash never shown), and changes nothing."""
+    acl = foreign_acls()[foreign]
+    admin = zk_auth.admin()
+    other = client(zk_auth, ("digest", f"other:{OTHER_PASSWORD}"))
+    if node == LAYOUT.zookeeper_root:
+        other.ensure_path("/gtbarrier")  # the shared parent as ZooKeeper makes it: open
+        other.create(node, b"", acl=acl)
+    else:
+        admin.create(LAYOUT.zookeeper_root, b"", acl=gtb_acl(), makepath=True)
+        admin.create(node, b"", acl=acl)
+    before = {n: admin.get_acls(n)[0] for n in NODES if admin.exists(n)}
+
+    with pytest.raises(CoordinationError) as info:
+        coordinators(zookeeper_auth=AUTH).recover(mode="replay")
+    message = str(info.value)
+    assert node in message and not info.value.retriable, message
+    assert "ACL" in message, message
+    if foreign == "ip-everyone":
+        assert "ip:0.0.0.0/0" in message, message
+    if foreign == "ours-and-another-identity":
+        assert "digest:other:" in message, message
+    hashes = (OTHER_DIGEST.partition(":")[2], gtb_acl()[0].id.id.partition(":")[2])
+    assert not [h for h in hashes if h in message], message
+    assert PASSWORD not in message and OTHER_PASSWORD not in message
+    # nothing was tightened, taken or written
+    assert {n: admin.get_acls(n)[0] for n in NODES if admin.exists(n)} == before
+    assert not admin.get_children(node) or node == LAYOUT.zookeeper_root
+    if node != LAYOUT.zookeeper_resume:
+        assert admin.exists(LAYOUT.zookeeper_resume) is None
+
+
+def test_a_shared_parent_that_lets_anybody_delete_or_re_acl_is_refused_naming_it(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator]
+) -> None:
+    """Whoever may delete under ``/gtbarrier`` may delete a pipeline's empty root and make
+    it again with an ACL of their own; a parent that lets anybody do so (other than the
+    open ACL a pipeline without credentials leaves, which is restricted) is refused."""
+    anybody = [ACL(Permissions.ALL, Id("ip", "0.0.0.0/0"))]
+    client(zk_auth, ("digest", f"other:{OTHER_PASSWORD}")).create("/gtbarrier", b"", acl=anybody)
+    with pytest.raises(CoordinationError) as info:
+        coordinators(zookeeper_auth=AUTH).recover(mode="replay")
+    message = str(info.value)
+    assert "/gtbarrier" in message and "ip:0.0.0.0/0:cdrwa" in message, message
+    assert not info.value.retriable
+    admin = zk_auth.admin()
+    assert admin.get_acls("/gtbarrier")[0] == anybody
+    assert admin.exists(LAYOUT.zookeeper_root) is None
+
+
+def test_an_open_shared_parent_is_restricted_and_anonymous_pipelines_still_work(
+    zk_auth: ZkHelper, coordinators: Callable[..., SnapshotCoordinator]
+) -> None:
+    """A deployment without credentials gets ZooKeeper's open ACL everywhere, as before; a
+    pipeline with credentials makes the shared parent create-only for everybody, and the
+    pipelines without credentials keep working under it."""
+    anonymous = coordinators(pipeline_id="open-p0")
+    anonymous.recover(mode="replay")
+    anonymous.close()
+    admin = zk_auth.admin()
+    assert admin.get_acls("/gtbarrier")[0] == OPEN_ACL_UNSAFE
+    coordinators(zookeeper_auth=AUTH).recover(mode="replay")
+    assert admin.get_acls("/gtbarrier")[0] == SHARED_PARENT_ACL
+    for pipeline in ("open-p0", "open-p1"):
+        again = coordinators(pipeline_id=pipeline)
+        again.recover(mode="replay")
+        root = PipelineLayout(pipeline).zookeeper_root
+        assert admin.get_acls(root)[0] == OPEN_ACL_UNSAFE
+        again.close()

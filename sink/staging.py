@@ -33,7 +33,7 @@ HIDDEN_STAGING = "_staging"
 UNKNOWN_RUN = "unknown"
 """The run id in the names of parts staged by a task that saw no run id."""
 DEAD_LETTER_PART_PREFIX = "dl-"
-_PART = re.compile(r"p(\d+)-t(\d+)-r([A-Za-z0-9-]+)\.parquet$")
+_PART = re.compile(r"p(\d+)-t(\d+)-r([A-Za-z0-9-]+)\.parquet\Z")
 
 
 def part_name(partition: int, task_attempt: int, run_id: str | None) -> str:

@@ -59,7 +59,7 @@ _JAAS_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
 }
-_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+required\s*(?P<pairs>.*?)\s*;?\s*$", re.DOTALL)
+_JAAS = re.compile(r"\s*(?P<module>[\w.$]+)\s+required\s*(?P<pairs>.*?)\s*;?\s*", re.DOTALL)
 _JAAS_PAIR = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 # A key for fingerprints that lives as long as the process: a fingerprint tells two
 # secrets apart within a process (pool keys) and says nothing outside it.
@@ -94,8 +94,6 @@ ALIASES = {
 # bytes (parser). Every other logger of the kafka package present when a secret is
 # resolved gets the filter too.
 _WIRE_LOGGERS = ("kafka.net.connection", "kafka.protocol.parser")
-# The newest secrets redacted: a process resolves a few (one per credential it uses).
-_MAX_REDACTED = 64
 
 # Arguments whose kafka-python default does not say their type: None, or the producer's
 # retries=inf (a float) where a count of retries is an int.
@@ -255,7 +253,7 @@ def _from_jaas(text: str, config: Mapping[str, Any], where: str, prefix: str) ->
     Kafka source takes them. The value is a secret: errors show its fingerprint only."""
     option = prefix + JAAS_SETTING
     shown = Secret(text)
-    found = _JAAS.match(text)
+    found = _JAAS.fullmatch(text)
     modules = " or ".join(_JAAS_MODULES)
     if found is None or found.group("module") not in _JAAS_MODULES:
         raise ConfigError(
@@ -334,7 +332,10 @@ class RedactSecrets(logging.Filter):
         text = str.__str__(secret)
         with self._lock:
             if text not in self._secrets:
-                kept = (*self._secrets, text)[-_MAX_REDACTED:]
+                # every secret given, never forgotten: a client made with one may log it
+                # for as long as it lives (the reasons in state.secrets, "no secret is
+                # ever forgotten")
+                kept = (*self._secrets, text)
                 self._secrets = kept
                 self._forms = tuple(
                     (form, repr(Secret(s)))

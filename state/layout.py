@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from state.errors import ConfigError
 
-_PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_PIPELINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _PAD = 12
-_CLAIM_NAME = re.compile(rf"^(\d{{{_PAD}}})-(.+)\.json$")
+_CLAIM_NAME = re.compile(rf"(\d{{{_PAD}}})-(.+)\.json")
 
 
 def validate_pipeline_id(pipeline_id: str | None, *, where: str = "") -> str:
-    if pipeline_id is None or not _PIPELINE_ID.match(pipeline_id):
+    if pipeline_id is None or not _PIPELINE_ID.fullmatch(pipeline_id):
         raise ConfigError(
             "pipeline.id",
             pipeline_id,
@@ -96,7 +96,7 @@ class PipelineLayout:
     def claim_of(self, key: str) -> tuple[int, str] | None:
         """``(generation, run_id)`` of a key :meth:`barrier_claim` made; None for any other."""
         name = key.removeprefix(self.barrier_claims_prefix)
-        match = _CLAIM_NAME.match(name)
+        match = _CLAIM_NAME.fullmatch(name)
         if name == key or match is None:
             return None
         return int(match.group(1)), match.group(2)

@@ -15,7 +15,7 @@ from typing import TypeVar, overload
 
 from state.errors import ConfigError, UnknownOptionError
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", re.IGNORECASE)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -189,7 +189,7 @@ def parse_duration(value: str | float | int, *, option: str, where: str = "") ->
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        m = _DURATION.match(value)
+        m = _DURATION.fullmatch(value)
         if not m:
             raise ConfigError(option, value, "a duration such as '500ms', '30s', '5m'", where=where)
         seconds = float(m.group(1)) * _UNIT_SECONDS[(m.group(2) or "s").lower()]

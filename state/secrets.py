@@ -160,15 +160,20 @@ def parse_properties(text: str) -> dict[str, str]:
 # Shorter secrets are not taken out of log records: masking every occurrence of two or three
 # characters would garble the records and hide next to nothing.
 MIN_HIDDEN = 4
-# A process uses a few credentials; the newest are kept (one per client and credential).
-_MAX_HIDDEN = 64
+# No secret is ever forgotten: a process cannot know when one is out of use (a cached
+# client, a library's connection or an error raised later may still show it), and
+# forgetting one that is in use is the leak this guards against. The set grows only with
+# the distinct secrets the process is given (one per credential, and one per rotation),
+# each with at most six forms: a long-lived worker of many pipelines keeps hundreds, not
+# millions, and a record's redaction costs one substring search per form.
 MASK = "***"
 
 
 class _Hidden:
     """The secrets of this process that no log record may show, and the forms each may take
-    in a record's text. Replaced whole under a lock, read without one (the log record
-    factory runs on every thread that logs)."""
+    in a record's text: every secret it was given, for its whole life (none is forgotten).
+    Replaced whole under a lock, read without one (the log record factory runs on every
+    thread that logs)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -180,9 +185,9 @@ class _Hidden:
         with self.lock:
             if secret in self.secrets:
                 return
-            self.secrets = (*self.secrets, secret)[-_MAX_HIDDEN:]
+            self.secrets = (*self.secrets, secret)
             # a longer form first: a secret that holds another is masked whole
-            forms = {form for s in self.secrets for form in _forms(s)}
+            forms = set(self.forms).union(_forms(secret))
             self.forms = tuple(sorted(forms, key=len, reverse=True))
             if not self.installed:
                 _install_record_factory()

@@ -16,6 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from state.errors import ConfigError, SecretReferenceError, UnknownOptionError
 from state.kafka_settings import (
+    RedactSecrets,
     Secret,
     check_security,
     is_secret,
@@ -260,3 +261,16 @@ def test_kafka_pythons_debug_records_never_show_a_secret_a_client_was_given(
         assert secret not in message and "<secret " in message, message
         assert repr(secret.encode())[2:-1] not in message
     assert "SaslAuthenticateRequest(auth_bytes=" in messages[0]  # the rest stays readable
+
+
+def test_the_kafka_filter_forgets_no_secret_after_many_others() -> None:
+    """A worker that made clients with more than a hundred secrets (rotations, many
+    pipelines) still redacts the first one."""
+    redact = RedactSecrets()
+    first = "first-kafka-secret-in-use-91ab"
+    redact.add(first)
+    for n in range(150):
+        redact.add(f"rotated-kafka-secret-{n:03d}-5f0e")
+    shown = redact.redact(f"password {first} and rotated-kafka-secret-000-5f0e")
+    assert first not in shown and "rotated-kafka-secret-000-5f0e" not in shown
+    assert shown.count("<secret ") == 2, shown

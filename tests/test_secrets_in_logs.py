@@ -252,3 +252,21 @@ def test_an_option_that_does_not_apply_is_named_without_its_value(given: dict[st
         )
     assert "leak-misplaced" not in texts(info.value)
     assert info.value.option in str(info.value)
+
+
+def test_no_secret_in_use_is_forgotten_after_many_others(
+    every_record: pytest.LogCaptureFixture,
+) -> None:
+    """A long-lived worker sees rotations and many pipelines: the first secret it was given
+    is still masked after more than a hundred others."""
+    first = "first-secret-still-in-use-7c1d"
+    hide_in_logs(first)
+    others = [f"rotated-secret-{n:03d}-e4b2" for n in range(150)]
+    for other in others:
+        hide_in_logs(other)
+    log = logging.getLogger("some.library.nobody.configured")
+    log.info("authenticating with %s", first)
+    log.info("and with %s", others[0])
+    assert "authenticating with ***" in every_record.text
+    assert first not in every_record.text and others[0] not in every_record.text
+    assert redact(f"{first} {others[-1]}") == "*** ***"

@@ -32,7 +32,7 @@ ADDED_COLUMNS = (BUNDLE_COLUMN, REASON_COLUMN, COLUMN_COLUMN)
 
 PIPELINE_KEY = b"gtbarrier.pipeline"
 BUNDLE_KEY = b"gtbarrier.bundle"
-_FILE = re.compile(r"^bundle-(\d{12})\.parquet$")
+_FILE = re.compile(r"bundle-(\d{12})\.parquet")
 
 
 def dead_letter_name(bundle_id: int) -> str:
@@ -42,7 +42,7 @@ def dead_letter_name(bundle_id: int) -> str:
 
 def bundle_of_name(name: str) -> int | None:
     """The bundle id in a dead-letter file's name (None if it is not one)."""
-    m = _FILE.match(name)
+    m = _FILE.fullmatch(name)
     return int(m.group(1)) if m else None
 
 

@@ -30,7 +30,7 @@ from state.stores import StoreConfig
 
 WHERE = "SnapshotCoordinator"
 
-_HOSTS = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d+(,[A-Za-z0-9.\-\[\]:]+:\d+)*(/[A-Za-z0-9._\-/]*)?$")
+_HOSTS = re.compile(r"[A-Za-z0-9.\-\[\]:]+:\d+(,[A-Za-z0-9.\-\[\]:]+:\d+)*(/[A-Za-z0-9._\-/]*)?")
 
 
 class Required:
@@ -169,7 +169,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     ),
 )
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9._-]*")
 _REFERENCE_FORMS = "${env:NAME}, ${file:/path} or ${file:/path:key}"
 _HIDDEN = "<credentials hidden>"
 
@@ -202,7 +202,7 @@ class ZooKeeperAuth:
         if not isinstance(value, str):
             raise ConfigError(option, f"<a {type(value).__name__}>", expected, where=where)
         scheme, sep, credentials = value.strip().partition(":")
-        if not sep or not _SCHEME.match(scheme) or not credentials:
+        if not sep or not _SCHEME.fullmatch(scheme) or not credentials:
             raise ConfigError(option, _masked(value), expected, where=where)
         auth = cls(scheme, credentials)
         auth._check(auth._resolve(option, where), option, where)
@@ -243,7 +243,7 @@ class ZooKeeperAuth:
 def _masked(value: str) -> str:
     """What an error may show of a malformed ``zookeeper_auth``: a plausible scheme only."""
     scheme = value.strip().partition(":")[0]
-    return f"{scheme}:{_HIDDEN}" if _SCHEME.match(scheme) else _HIDDEN
+    return f"{scheme}:{_HIDDEN}" if _SCHEME.fullmatch(scheme) else _HIDDEN
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ class CoordinatorConfig:
         if zookeeper_hosts is not None:
             if (
                 not isinstance(zookeeper_hosts, str)
-                or not _HOSTS.match(zookeeper_hosts.strip())
+                or not _HOSTS.fullmatch(zookeeper_hosts.strip())
                 or {".", ".."} & set(zookeeper_hosts.strip().partition("/")[2].split("/"))
             ):
                 raise ConfigError(

@@ -44,8 +44,8 @@ from state.errors import SnapshotIncomplete
 
 __all__ = ["CheckpointFile", "checkpoint_files", "restart_reads", "sha256_hex", "wanted"]
 
-_STATE_VERSIONED = re.compile(r"^(\d+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
-_BATCH_KEYED = re.compile(r"^(\d+)(?:_.*)?$")
+_STATE_VERSIONED = re.compile(r"(\d+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)")
+_BATCH_KEYED = re.compile(r"(\d+)(?:_.*)?")
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,11 @@ def wanted(relpath: str, batch_id: int) -> bool:
     if top in ("offsets", "commits") and len(parts) == 2:
         return not name.isdigit() or batch_id - 1 <= int(name) <= batch_id
     if top == "state":
-        m = _STATE_VERSIONED.match(name)
+        m = _STATE_VERSIONED.fullmatch(name)
         if m and "SSTs" not in parts:
             return int(m.group(1)) <= batch_id + 1
         if any(p in ("v2", "_stateSchema") for p in parts[:-1]):
-            k = _BATCH_KEYED.match(name)
+            k = _BATCH_KEYED.fullmatch(name)
             return k is None or int(k.group(1)) <= batch_id
     return True
 
@@ -84,13 +84,13 @@ def restart_reads(files: Iterable[CheckpointFile]) -> list[CheckpointFile]:
     newest: dict[str, int] = {}
     for f in files:
         where, _, name = f.path.rpartition("/")
-        m = _STATE_VERSIONED.match(name)
+        m = _STATE_VERSIONED.fullmatch(name)
         if f.path.startswith("state/") and m and m.group(2) == "snapshot":
             newest[where] = max(newest.get(where, -1), int(m.group(1)))
     kept = []
     for f in files:
         where, _, name = f.path.rpartition("/")
-        m = _STATE_VERSIONED.match(name)
+        m = _STATE_VERSIONED.fullmatch(name)
         if where in newest and m and m.group(2) in ("delta", "snapshot"):
             version, snapshot = int(m.group(1)), newest[where]
             if version < snapshot or (version == snapshot and m.group(2) == "delta"):

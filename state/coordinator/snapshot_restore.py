@@ -16,10 +16,10 @@ from state.coordinator.snapshot_files import sha256_hex
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.fsync import fsync_dir
 from state.layout import PipelineLayout
-from state.records.manifest import Manifest, ManifestEntry
+from state.records.manifest import RELATIVE_PATH, Manifest, ManifestEntry, is_relative_path
 from state.stores import StateStore
 
-__all__ = ["Materialised", "load_manifest", "materialise", "replace_dir"]
+__all__ = ["Materialised", "destination", "load_manifest", "materialise", "replace_dir"]
 
 
 def load_manifest(store: StateStore, key: str, expected_sha256: str | None) -> Manifest:
@@ -33,6 +33,24 @@ def load_manifest(store: StateStore, key: str, expected_sha256: str | None) -> M
             f"{expected_sha256[:12]}... (corrupted or overwritten)"
         )
     return Manifest.from_bytes(hit.data, where=f"{store.uri}/{key}")
+
+
+def destination(staging: Path, path: str) -> Path:
+    """Where the manifest's file ``path`` is written: under ``staging``, resolved (symbolic
+    links followed). :class:`SnapshotCorrupted` naming ``path`` if it is not a relative
+    path (:func:`~state.records.manifest.is_relative_path`) or resolves outside
+    ``staging``: a manifest is read from the bucket, and write access to the bucket must
+    not become writing files anywhere the driver can."""
+    root = staging.resolve()
+    if is_relative_path(path):
+        dest = (root / path).resolve()
+        if dest != root and dest.is_relative_to(root):
+            return dest
+    raise SnapshotCorrupted(
+        f"snapshot manifest names the file {path!r}, which leaves the checkpoint directory "
+        f"(expected {RELATIVE_PATH}, not through a symbolic link out of it); nothing was "
+        "restored"
+    )
 
 
 @dataclass(frozen=True)
@@ -61,6 +79,15 @@ def materialise(  # noqa: PLR0913 - a keyword-only cancel hook and progress opti
     """
     started = time.monotonic()
     target = target.absolute()
+    # Every path is checked before anything is created: a manifest that names a file
+    # outside the checkpoint writes nothing, not even the staging directory.
+    for entry in manifest.files:
+        if not is_relative_path(entry.path):
+            raise SnapshotCorrupted(
+                f"snapshot {manifest.snapshot_id}: the manifest names the file "
+                f"{entry.path!r}, which leaves the checkpoint directory (expected "
+                f"{RELATIVE_PATH}); nothing was restored"
+            )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.gtbarrier-restore-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
@@ -95,8 +122,11 @@ def materialise(  # noqa: PLR0913 - a keyword-only cancel hook and progress opti
                     f"{_paths(bad)} as recorded (size/SHA-256)"
                 )
             for e, piece in pieces:
-                dest = staging / e.path
+                # resolved before and after its parents are made: nothing under the
+                # staging directory may lead out of it (a symbolic link)
+                dest = destination(staging, e.path)
                 dest.parent.mkdir(parents=True, exist_ok=True)
+                dest = destination(staging, e.path)
                 with open(dest, "wb") as fh:
                     fh.write(piece)
                     fh.flush()

@@ -20,13 +20,20 @@ every znode it creates gets ``CREATOR_ALL_ACL``: ZooKeeper's ``auth`` id, which 
 records as the identity the client authenticated as, with every permission; other
 clients get none, so they can neither read nor change the pipeline's znodes (not even
 list the lock's holders, or queue up for the lock). :meth:`ZooKeeperSession.prepare_pipeline`
-creates the pipeline's root that way before anything else, and restricts the znodes of a
-pipeline that ran without credentials before. The shared parent ``/gtbarrier`` (and a
-chroot) keep the ACL ZooKeeper gives by default: pipelines with other identities create
-their roots under it. Without credentials nothing changes: ZooKeeper's open ACL. A refusal
-(``NoAuth``) is a fatal :class:`CoordinationError` that names the node and says whether
-this client authenticated; the credentials never appear in a message or a log (kazoo logs
-the ``Auth`` packet it sends at DEBUG: :class:`_HideCredentials` blanks it).
+creates the pipeline's root that way before anything else and requires the root, the lock
+node and the resume point to carry exactly this identity's ACL: another ACL (another
+tenant created the node first, or changed it) is refused naming the node and its ACL, a
+digest's hash hidden (:func:`shown_acl`); ZooKeeper's open ACL (a pipeline that ran
+without credentials) is restricted, with a warning. The shared parent ``/gtbarrier`` is
+created create-only for everybody (:data:`SHARED_PARENT_ACL`), so that nobody may delete a
+pipeline's root under it; a chroot keeps ZooKeeper's default ACL. Without credentials
+nothing changes: ZooKeeper's open ACL, nothing checked. A refusal (``NoAuth``) is a fatal
+:class:`CoordinationError` that names the node and says whether this client
+authenticated; a server that refuses the credentials is reported as such, never as
+unreachable, whichever of the refusal and the connection loss comes first
+(:func:`~state.coordinator.zookeeper_start.decide_start`). The credentials never appear in
+a message or a log (kazoo logs the ``Auth`` packet it sends at DEBUG:
+:class:`_HideCredentials` blanks it).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable
@@ -60,9 +68,18 @@ from kazoo.protocol.serialization import Auth
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
-from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+from kazoo.security import (
+    ACL,
+    CREATOR_ALL_ACL,
+    OPEN_ACL_UNSAFE,
+    Id,
+    Permissions,
+    make_digest_acl_credential,
+)
 
+from state import retry
 from state.coordinator.config import ZooKeeperAuth
+from state.coordinator.zookeeper_start import StartEvent, StartOutcome, decide_start
 from state.errors import (
     ConcurrentModification,
     CoordinationError,
@@ -101,7 +118,59 @@ class _HideCredentials(logging.Filter):
 KAZOO_LOG = logging.getLogger("kazoo.client.gtbarrier")
 KAZOO_LOG.addFilter(_HideCredentials())
 
-_SHARED_PARENT_ACL = OPEN_ACL_UNSAFE  # what ZooKeeper gives a node created without an ACL
+
+# How long a start waits for the connection at a time before it looks at what the client
+# saw again (a refusal may have come meanwhile).
+_START_SLICE_S = 0.25
+
+
+class _StartPending(Exception):
+    """A start that has not decided yet: connected with no answer to the credentials, or
+    connecting again (:func:`decide_start` said ``WAIT``); retried until its deadline."""
+
+
+class _StartWatch:
+    """What a starting client saw, in order, for :func:`decide_start`: a kazoo listener
+    (called on kazoo's connection thread, right after the client's state changed, so the
+    state it reads is the one of that change) and the answers of :meth:`probe`."""
+
+    def __init__(self, client: KazooClient) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._events: list[StartEvent] = []
+
+    def __call__(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self.add(StartEvent.CONNECTED)
+        elif state == KazooState.LOST and self.client.client_state == KeeperState.AUTH_FAILED:
+            self.add(StartEvent.AUTH_REFUSED)
+        else:
+            self.add(StartEvent.CONNECTION_LOST)
+
+    def add(self, event: StartEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    @property
+    def events(self) -> tuple[StartEvent, ...]:
+        with self._lock:
+            return tuple(self._events)
+
+    def probe(self, timeout: float) -> None:
+        """One request on the connection: kazoo reports the session connected before the
+        server has answered the credentials, and a request waits for that answer. A lost
+        connection is recorded by the listener (the start waits for the next one)."""
+        if self.client.client_state == KeeperState.AUTH_FAILED:
+            self.add(StartEvent.AUTH_REFUSED)
+            return
+        try:
+            self.client.exists_async("/").get(timeout=timeout)
+        except AuthFailedError:
+            self.add(StartEvent.AUTH_REFUSED)
+        except (*_UNAVAILABLE, KazooException):
+            return  # no answer on this connection: the next attempt asks again
+        else:
+            self.add(StartEvent.AUTHENTICATED)
 
 
 def split_hosts(hosts: str) -> tuple[str, str]:
@@ -168,28 +237,49 @@ class ZooKeeperSession:
 
     def start(self, timeout: float) -> None:
         """Connect within ``timeout`` s, else :class:`ZooKeeperUnavailable` naming the
-        servers; a server that refuses the credentials is a fatal :class:`CoordinationError`."""
+        servers; a server that refuses the credentials is a fatal :class:`CoordinationError`,
+        whether the refusal or a connection loss comes first (:func:`decide_start`)."""
         if self._client is not None:
             return
         client = KazooClient(**self.client_arguments())
+        watch = _StartWatch(client)
+        client.add_listener(watch)
         with warnings.catch_warnings():
             # kazoo warns if the chroot does not exist yet; it is created just below.
             warnings.simplefilter("ignore")
-            client.start_async().wait(timeout=timeout)
-        refused = client.client_state == KeeperState.AUTH_FAILED
-        if client.connected and self.auth is not None:
-            # kazoo reports the session connected before the server has answered the
-            # credentials; a first request on the connection waits for that answer.
-            try:
-                client.exists_async("/").get(timeout=self.call_timeout)
-            except AuthFailedError:
-                refused = True
-            except (*_UNAVAILABLE, KazooException):
-                pass  # unreachable now: the calls that follow say so, with their deadline
-        if refused or not client.connected:
+            live = client.start_async()
+        authenticating = self.auth is not None
+        deadline = time.monotonic() + timeout
+
+        def attempt() -> StartOutcome:
+            outcome = decide_start(
+                watch.events, authenticating=authenticating, deadline_passed=False
+            )
+            remaining = deadline - time.monotonic()
+            if outcome is StartOutcome.WAIT and remaining > 0:
+                # short waits: a refusal recorded meanwhile is reported at once
+                if live.wait(timeout=min(remaining, _START_SLICE_S)) and authenticating:
+                    watch.probe(min(self.call_timeout, max(remaining, _START_SLICE_S)))
+                outcome = decide_start(
+                    watch.events, authenticating=authenticating, deadline_passed=False
+                )
+            if outcome is StartOutcome.WAIT:
+                raise _StartPending
+            return outcome
+
+        try:
+            outcome = retry.poll_until(
+                timeout, is_retriable=lambda err: isinstance(err, _StartPending)
+            )(attempt)
+        except _StartPending:
+            outcome = decide_start(
+                watch.events, authenticating=authenticating, deadline_passed=True
+            )
+        client.remove_listener(watch)
+        if outcome is not StartOutcome.READY:
             client.stop()
             client.close()
-            if refused:
+            if outcome is StartOutcome.REFUSED:
                 raise CoordinationError(
                     f"ZooKeeper at {self.servers} refused the authentication of {self.identity}: "
                     "the server has no authProvider for that scheme, or the credentials are "
@@ -332,46 +422,150 @@ class ZooKeeperSession:
             return []
 
     def prepare_pipeline(self, root: str, nodes: tuple[str, ...] = ()) -> None:
-        """With ``auth``: make sure the pipeline's ``root`` exists with this identity's ACL
-        before anything is created under it, its parent (shared by pipelines) with
-        ZooKeeper's default ACL; restrict ``root`` and ``nodes`` where they still carry an
-        open ACL (a pipeline that ran without credentials), with a warning. Without
-        ``auth``: nothing (znodes are created as before)."""
+        """With ``auth``: before anything is created under the pipeline's ``root``, make
+        sure that its shared parent lets nobody delete or re-ACL what is under it
+        (:data:`SHARED_PARENT_ACL` when this session creates it, or restricts ZooKeeper's
+        open ACL), that ``root`` exists, and that ``root`` and each of ``nodes`` that
+        exists carries this identity's ACL exactly (:func:`acl_is_own`). A node with
+        ZooKeeper's open ACL (a pipeline that ran without credentials) is restricted to
+        this identity, with a warning; any other ACL is refused with a fatal
+        :class:`CoordinationError` naming the node and its ACL, and nothing is changed.
+        Without ``auth``: nothing (znodes get ZooKeeper's open ACL, as they always did)."""
         if self.auth is None:
             return
         parent = root.rsplit("/", 1)[0]
-        if parent and not self.exists(parent):
+        if parent:
+            self._prepare_shared_parent(parent)
+        if not self.exists(root):
+            with contextlib.suppress(NodeExistsError):
+                self._wait("creating", root, self.client.create_async(root, b""))
+        own = own_acl(self.auth)
+        for node in (root, *nodes):
+            self._require_own(node, own)
+
+    def _prepare_shared_parent(self, parent: str) -> None:
+        if not self.exists(parent):
             with contextlib.suppress(NodeExistsError):
                 self._wait(
                     "creating",
                     parent,
-                    self.client.create_async(parent, b"", acl=_SHARED_PARENT_ACL, makepath=True),
+                    self.client.create_async(parent, b"", acl=SHARED_PARENT_ACL, makepath=True),
                 )
-        if not self.exists(root):
-            with contextlib.suppress(NodeExistsError):
-                self._wait("creating", root, self.client.create_async(root, b""))
-        for node in (root, *nodes):
-            self._restrict(node)
+        try:
+            acl, stat = self._wait("reading the ACL of", parent, self.client.get_acls_async(parent))
+        except NoNodeError:
+            return
+        except CoordinationError as err:
+            if isinstance(err.__cause__, NoAuthError):
+                return  # nobody without a right on it may read it, so nobody may change it
+            raise
+        if list(acl) == OPEN_ACL_UNSAFE:
+            self._set_acl(parent, SHARED_PARENT_ACL, stat.aversion, "created without credentials")
+            return
+        if shared_parent_admits_anybody(acl):
+            raise CoordinationError(
+                f"ZooKeeper at {self.hosts}: the shared parent {parent} has the ACL "
+                f"{shown_acl(acl)}, which lets any client delete a pipeline's root under it "
+                "and make it again with an ACL of its own, or change the parent's ACL. "
+                f"Refused; as ZooKeeper's superuser, set its ACL to {shown_acl(SHARED_PARENT_ACL)} "
+                "(anybody may create under it, nobody list, delete or re-ACL), or give this "
+                "pipeline a chroot of its own in zookeeper_hosts"
+            )
 
-    def _restrict(self, path: str) -> None:
+    def _require_own(self, path: str, own: list[ACL] | None) -> None:
         try:
             acl, stat = self._wait("reading the ACL of", path, self.client.get_acls_async(path))
         except NoNodeError:
             return
-        if not any(a.id.scheme == "world" for a in acl):
-            return  # already restricted (to us, or to another identity: its reads will say)
-        self._wait(
-            "restricting the ACL of",
-            path,
-            self.client.set_acls_async(path, CREATOR_ALL_ACL, version=stat.aversion),
+        if acl_is_own(acl, own, self.auth):
+            return
+        if list(acl) == OPEN_ACL_UNSAFE:
+            self._set_acl(path, CREATOR_ALL_ACL, stat.aversion, "created without zookeeper_auth")
+            return
+        expected = (
+            shown_acl(own)
+            if own is not None
+            else f"one '{self.auth.scheme if self.auth else ''}' identity with every permission"
         )
+        raise CoordinationError(
+            f"ZooKeeper at {self.hosts}: node {path} has the ACL {shown_acl(acl)}, not this "
+            f"identity's alone ({expected}): another client created it or changed its ACL, "
+            "and keeps what that ACL gives it. Refused, nothing changed: as ZooKeeper's "
+            "superuser, delete the node or set its ACL to this identity's, or use another "
+            "pipeline id or a chroot of your own"
+        )
+
+    def _set_acl(self, path: str, acl: list[ACL], version: int, why: str) -> None:
+        self._wait("restricting the ACL of", path, self.client.set_acls_async(path, acl, version))
         log.warning(
-            "ZooKeeper %s: node %s had an open ACL (created without zookeeper_auth); "
-            "it is now restricted to this client's %s identity",
+            "ZooKeeper %s: node %s had an open ACL (%s); it is now %s",
             self.hosts,
             path,
-            self.auth.scheme if self.auth else "",
+            why,
+            shown_acl(acl) if acl is SHARED_PARENT_ACL else "restricted to this client's identity",
         )
+
+
+#: The ACL of the shared parent ``/gtbarrier`` that a session with credentials creates, or
+#: makes of ZooKeeper's open ACL: anybody may create a pipeline's root under it (pipelines
+#: of other identities, and without credentials, share it); nobody may list, delete or
+#: re-ACL what is there (deleting a child needs DELETE on the parent, whatever the child's
+#: own ACL), not even this identity: the parent is nobody's.
+SHARED_PARENT_ACL: list[ACL] = [ACL(Permissions.CREATE, Id("world", "anyone"))]
+
+# Ids that admit clients without credentials: anybody (world) or any address (ip).
+_ANYBODY_SCHEMES = ("world", "ip")
+_PERMISSION_LETTERS = (
+    (Permissions.CREATE, "c"),
+    (Permissions.DELETE, "d"),
+    (Permissions.READ, "r"),
+    (Permissions.WRITE, "w"),
+    (Permissions.ADMIN, "a"),
+)
+
+
+def own_acl(auth: ZooKeeperAuth) -> list[ACL] | None:
+    """The ACL ZooKeeper records for a node this identity creates with ``CREATOR_ALL_ACL``:
+    for ``digest``, ``digest:<user>:<base64 sha1 of user:password>`` with every
+    permission; None for another scheme, whose id only the server's provider knows."""
+    if auth.scheme != "digest":
+        return None
+    user, _, password = auth.credentials().partition(":")
+    return [ACL(Permissions.ALL, Id("digest", make_digest_acl_credential(user, password)))]
+
+
+def acl_is_own(acl: list[ACL], own: list[ACL] | None, auth: ZooKeeperAuth | None) -> bool:
+    """Whether ``acl`` is this identity's alone: exactly ``own`` (``digest``), or, for a
+    scheme whose id cannot be known here, one entry of that scheme with every permission."""
+    if own is not None:
+        return list(acl) == own
+    return (
+        auth is not None
+        and len(acl) == 1
+        and acl[0].perms == Permissions.ALL
+        and acl[0].id.scheme == auth.scheme
+    )
+
+
+def shared_parent_admits_anybody(acl: list[ACL]) -> bool:
+    """Whether the shared parent lets a client without credentials (``world``, ``ip``)
+    delete, write or re-ACL under it; creating and reading are shared by design."""
+    harmful = Permissions.DELETE | Permissions.WRITE | Permissions.ADMIN
+    return any(a.id.scheme in _ANYBODY_SCHEMES and a.perms & harmful for a in acl)
+
+
+def shown_acl(acl: list[ACL]) -> str:
+    """``acl`` as ZooKeeper's CLI shows it (``scheme:id:cdrwa``), a digest's hash hidden:
+    ``digest:user:<hash hidden>`` (the hash of the password can be attacked offline)."""
+    shown = []
+    for entry in acl:
+        if entry.id.scheme == "digest":
+            ident = f"digest:{entry.id.id.partition(':')[0]}:<hash hidden>"
+        else:
+            ident = f"{entry.id.scheme}:{entry.id.id}"
+        letters = "".join(c for bit, c in _PERMISSION_LETTERS if entry.perms & bit)
+        shown.append(f"{ident}:{letters or '-'}")
+    return "[" + ", ".join(shown) + "]"
 
 
 def driver_identifier() -> str:

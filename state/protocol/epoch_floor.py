@@ -65,8 +65,8 @@ from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 
-_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
-_BATCH_KEY = re.compile(r"/batches/([^/]+)/(\d+)\.json$")
+_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json\Z")
+_BATCH_KEY = re.compile(r"/batches/([^/]+)/(\d+)\.json\Z")
 
 #: Epochs per new segment, and the delivered epochs kept one object each above them.
 SEGMENT_EPOCHS = 16

@@ -62,7 +62,7 @@ from state.stores import StateStore
 R = TypeVar("R")
 T = TypeVar("T")
 
-_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json$")
+_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json\Z")
 
 
 @dataclass

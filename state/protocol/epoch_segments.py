@@ -27,7 +27,7 @@ from state.records.epoch_segment import EpochSegment
 from state.records.floor import SegmentRef
 from state.stores import StateStore
 
-_SEGMENT_KEY = re.compile(r"/epochs/segments/(\d+)-(\d+)-([0-9a-f]{16})\.json$")
+_SEGMENT_KEY = re.compile(r"/epochs/segments/(\d+)-(\d+)-([0-9a-f]{16})\.json\Z")
 
 #: Segments this process read or wrote, by store configuration and key.
 _READ: ProcessCache[Hashable, EpochSegment] = ProcessCache("epoch segments", capacity=64)

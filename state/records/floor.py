@@ -34,7 +34,7 @@ FLOOR_WITHOUT_SEGMENTS_FORMAT = 1
 
 SEGMENTS_FIELD = "segments"
 
-_DIGEST = re.compile(r"^[0-9a-f]{16}$")
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True, order=True)
@@ -50,7 +50,7 @@ class SegmentRef:
     def __post_init__(self) -> None:
         if not 0 <= self.first < self.end:
             raise ValueError(f"a segment holds epochs [first, end) with 0 <= first < end: {self}")
-        if not _DIGEST.match(self.digest):
+        if not _DIGEST.fullmatch(self.digest):
             raise ValueError(f"a segment's digest is 16 lowercase hex digits: {self.digest!r}")
 
     def __contains__(self, epoch: object) -> bool:

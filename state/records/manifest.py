@@ -38,7 +38,22 @@ MANIFEST_WITHOUT_PACKS_FORMAT = 1
 #: A pack's name under ``snapshot-blobs/`` is this prefix and the SHA-256 of its bytes.
 PACK_NAME_PREFIX = "pack-"
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+#: What a file's path may be: relative to the checkpoint, ``/``-separated, no part empty,
+#: ``.`` or ``..``; a restore writes each file at this path under the checkpoint only.
+RELATIVE_PATH = "a relative path inside the checkpoint (no leading '/', no '.', '..' or empty part)"
+
+
+def is_relative_path(path: str) -> bool:
+    """Whether ``path`` names a file below a directory, never the directory itself or
+    anything outside it (before symbolic links, which the restore checks)."""
+    return (
+        bool(path)
+        and not path.startswith("/")
+        and "\0" not in path
+        and all(part not in ("", ".", "..") for part in path.split("/"))
+    )
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,7 @@ class PackRef:
     def from_json(cls, raw: object) -> PackRef:
         f = Fields(raw, "manifest pack entry")
         sha = f.string("sha256")
-        if not _SHA256.match(sha):
+        if not _SHA256.fullmatch(sha):
             raise f.invalid("sha256", "64 lowercase hex digits")
         return cls(sha, f.integer("size", minimum=0))
 
@@ -93,10 +108,12 @@ class ManifestEntry:
     def from_json(cls, raw: object, *, packed: bool = False) -> ManifestEntry:
         f = Fields(raw, "manifest file entry")
         path, size, sha = f.string("path"), f.integer("size", minimum=0), f.string("sha256")
+        if not is_relative_path(path):
+            raise f.invalid("path", RELATIVE_PATH)
         if not packed:
             return cls(path, size, sha)
         pack = f.string("pack")
-        if not _SHA256.match(pack):
+        if not _SHA256.fullmatch(pack):
             raise f.invalid("pack", "the SHA-256 of a pack: 64 lowercase hex digits")
         return cls(path, size, sha, pack=pack, offset=f.integer("offset", minimum=0))
 

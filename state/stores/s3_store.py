@@ -95,7 +95,7 @@ DEFAULT_RETRY_DEADLINE = 30.0
 DEFAULT_MAX_ATTEMPTS = 10
 TOKEN_METADATA = "gtb-write"
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 class S3Store(StateStore):
@@ -112,7 +112,7 @@ class S3Store(StateStore):
         if parsed.scheme != "s3":
             raise StoreConfigError("state.uri", config.uri, "an s3://bucket[/prefix] URI")
         self.bucket = parsed.netloc
-        if not _BUCKET.match(self.bucket) or ".." in self.bucket:
+        if not _BUCKET.fullmatch(self.bucket) or ".." in self.bucket:
             raise StoreConfigError(
                 "state.uri",
                 config.uri,

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 Mode = Literal["append", "upsert"]
 
 # One identifier as written in the option: used verbatim (quoted) in SQL, so its case counts.
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 DSN = StringOption(
     name="consumer.postgres.dsn",
@@ -237,7 +237,7 @@ def parse_settings(opts: Options) -> PostgresSettings:
     for name in names:
         if (too_long := identifier_too_long(name)) is not None:
             raise opts.error(TABLE.name, too_long)
-    if len(names) > 2 or not all(_IDENTIFIER.match(n) for n in names):
+    if len(names) > 2 or not all(_IDENTIFIER.fullmatch(n) for n in names):
         raise opts.error(
             TABLE.name, "'schema.table' or 'table', each a letter or _ then letters, digits, _, $"
         )
@@ -250,7 +250,7 @@ def parse_settings(opts: Options) -> PostgresSettings:
         for key in keys:
             if (too_long := identifier_too_long(key)) is not None:
                 raise opts.error(KEY_COLUMNS.name, too_long)
-        if not all(_IDENTIFIER.match(k) for k in keys) or len(set(keys)) != len(keys):
+        if not all(_IDENTIFIER.fullmatch(k) for k in keys) or len(set(keys)) != len(keys):
             raise opts.error(KEY_COLUMNS.name, "distinct column names separated by commas")
     if mode == "upsert" and not keys:
         raise opts.error(KEY_COLUMNS.name, "the key columns of consumer.postgres.mode=upsert")
