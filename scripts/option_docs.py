@@ -45,9 +45,45 @@ TABLES: dict[str, Table] = {
     ),
 }
 
+#: The README's short tables: the options most pipelines set (the full tables are in docs/).
+KEY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "gtkafka": (
+        "kafka.bootstrap.servers",
+        "subscribe",
+        "startingOffsets",
+        "maxOffsetsPerTrigger",
+        "failOnDataLoss",
+        "pipeline.id",
+        "state.uri",
+    ),
+    "barrier": (
+        "pipeline.id",
+        "state.uri",
+        "consumer",
+        "consumer.path",
+        "delivery",
+        "errors.tolerance",
+        "errors.deadLetter.path",
+        "fencing.token",
+    ),
+}
+
+
+def key_table(name: str) -> Table:
+    """The rows of table ``name`` that :data:`KEY_OPTIONS` names, in its order."""
+    table = TABLES[name]
+    rows = {row.doc_row().name.strip("`"): row for row in table.rows}
+    missing = [option for option in KEY_OPTIONS[name] if option not in rows]
+    if missing:
+        raise ValueError(f"KEY_OPTIONS[{name!r}] names options {name} does not have: {missing}")
+    return Table([rows[o] for o in KEY_OPTIONS[name]], table.origin, table.headers)
+
+
+TABLES |= {f"key-{name}": key_table(name) for name in KEY_OPTIONS}
+
 # Each document (relative to the repository root) and the tables it holds.
 DOCS: dict[str, tuple[str, ...]] = {
-    "README.md": ("gtkafka", "barrier", "coordinator"),
+    "README.md": ("key-gtkafka", "key-barrier"),
     "docs/source.md": ("gtkafka",),
     "docs/sink.md": ("barrier",),
     "docs/state-stores.md": ("state",),

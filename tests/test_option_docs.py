@@ -61,7 +61,7 @@ def test_drift_is_found_and_rewritten(tmp_path: Path) -> None:
     assert option_docs.stale(root) == []
     readme = root / "README.md"
     text = readme.read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| `ack.timeoutMs` |"))
+    row = next(line for line in text.splitlines() if line.startswith("| `delivery` |"))
     readme.write_text(text.replace(row + "\n", ""))  # an option missing from the docs
     sink = root / "docs/sink.md"
     sink.write_text(sink.read_text().replace("| `30000` |", "| `60000` |"))  # a wrong default
