@@ -1,0 +1,120 @@
+"""How far the driver's pruner may raise the floor: never past what its own query still
+needs, up to where epochs are committed even when their bundles are empty, and on every
+pipeline the snapshot coordinator does not run (docs/PROTOCOL.md, "Pruning").
+
+Each test drives the real source (``GlobalTimeKafkaStreamReader`` over a fake broker: its
+``latestOffset``, and ``commit`` with the pruner it starts) and the real barrier
+(``Barrier.commit`` of the write tasks' messages) on one memory store, as Spark runs them
+for a micro-batch: plan the epoch, the marked read task writes the batch record, the sink
+commits, then the source's ``commit(end)``. The pruner's thread is waited for after each
+commit, so that every pruning it starts has ended before the next batch is planned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from state.protocol.batch_records import write_batch_record
+from state.protocol.epoch_floor import pruning_step, read_floor
+from state.protocol.epoch_log import EpochLog, epoch_of_batch
+from state.records.source_offset import SourceOffset
+from tests.sink_helpers import Pipeline, gt_batch, sink_options
+from tests.source_fakes import FakeBroker
+from tests.test_source_stream_reader import Harness
+
+pytestmark = pytest.mark.unit
+
+
+class Query:
+    """One streaming query of pipeline ``p``: a source on its own checkpoint (a new
+    reader, a new query id) and the barrier sink, sharing the memory store at ``uri``."""
+
+    def __init__(self, broker: FakeBroker, uri: str | None, retained: int, run_id: str) -> None:
+        extra = {"state.epochsRetained": str(retained)}
+        self.source = Harness(broker, uri=uri, maxOffsetsPerTrigger="1", **extra)
+        self.uri = self.source.uri
+        self.sink = Pipeline(sink_options(**{"pipeline.id": "p", "state.uri": self.uri}), run_id)
+        self.start: dict[str, Any] = self.source.reader.initialOffset()
+        self.batch_id = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the query's next batch reads."""
+        return SourceOffset.from_json(self.start).epoch
+
+    def run_batch(self, *, output: bool, source_commit: bool = True) -> None:
+        """One micro-batch of one record; ``output``: the query's output has a row.
+        Without ``source_commit`` the source's ``commit`` is not called, as in a release
+        before pruning and compaction, whose ``commit`` did neither."""
+        end = self.source.latest(self.start, ReadMaxRows(1))
+        assert end != self.start, "no record left to read"
+        epoch, batch_id = self.epoch, self.batch_id
+        write_batch_record(
+            self.sink.store, self.sink.layout, self.sink.query_id, batch_id, epoch
+        )  # the marked read task
+        offset = dict(SourceOffset.from_json(self.start).offsets)[("t", 0)]
+        rows = gt_batch(epoch, 0, [offset] if output else [])
+        message = self.sink.write(batch_id, [rows])
+        # the sink learns the bundle's epoch from the batch record (none: a no-data batch)
+        assert epoch_of_batch(self.sink.store, self.sink.layout, self.sink.query_id, batch_id) == (
+            epoch
+        )
+        self.sink.barrier().commit([message], batch_id)
+        if source_commit:
+            self.source.reader.commit(end)
+            self.source.reader.pruner.close()  # the background pruning, if one started
+        self.start, self.batch_id = end, batch_id + 1
+
+    def stored_epochs(self) -> list[int]:
+        """The epochs the log holds: from the floor up, in segments or one object each."""
+        floor = read_floor(self.sink.store, self.sink.layout)
+        first = 0 if floor is None else floor.epoch
+        numbers = EpochLog(self.sink.store, self.sink.layout).epoch_numbers()
+        return [k for k in numbers if k >= first]
+
+
+@pytest.fixture
+def broker() -> FakeBroker:
+    b = FakeBroker()
+    b.create("t", 1)
+    return b
+
+
+@pytest.mark.parametrize(
+    ("n", "before"),
+    [
+        (300, "a release before pruning"),  # every epoch one object, no floor
+        (600, "a larger window"),  # compacted into segments; the window lowered since
+    ],
+)
+def test_a_new_checkpoint_replays_up_to_gt_last_while_its_own_pruner_runs(
+    broker: FakeBroker, n: int, before: str
+) -> None:
+    """``n`` epochs with nothing pruned (written by a release before pruning, or under a
+    window of 10,000), then a query on a new checkpoint at ``state.epochsRetained=100``
+    replays them from the persisted start: its pruner must not delete the epochs (and
+    batch records) ahead of it, before it reaches ``GT_last``."""
+    retained = 100
+    broker.produce("t", 0, n)
+    first = Query(broker, None, 10_000, "run-a")
+    for _ in range(n):
+        first.run_batch(output=True, source_commit=before != "a release before pruning")
+    assert first.sink.state().gt_last == n - 1
+    floor = read_floor(first.sink.store, first.sink.layout)
+    assert floor is None or not floor.pruned  # compacted, maybe; nothing pruned
+
+    replay = Query(broker, first.uri, retained, "run-b")
+    assert replay.epoch == 0  # nothing pruned: the persisted start
+    while replay.epoch < n:
+        replay.run_batch(output=True)  # each bundle is at or below GT_last: dropped
+
+    assert replay.sink.state().gt_last == n - 1
+    assert [b for b, _, _ in replay.sink.consumer.delivered] == []
+    floor = read_floor(replay.sink.store, replay.sink.layout)
+    # it pruned behind itself: the window and a pruning step below the query at most
+    assert floor is not None and n - retained - pruning_step(retained) <= floor.epoch
+    assert floor.epoch <= n - retained
+    assert len(replay.stored_epochs()) <= retained + pruning_step(retained)
