@@ -5,6 +5,8 @@ memory alone whether work may be due:
 
 * **pruning**: the floor may have fallen ``state.epochsRetained`` plus a pruning step
   (:func:`~state.protocol.epoch_floor.pruning_step`) behind the epoch just committed;
+  the target is never above ``state.epochsRetained`` below the epoch the query reads
+  next, however far the barrier is ahead (a query replaying on a new checkpoint);
 * **compaction**: two segments' worth of epochs
   (:data:`~state.protocol.epoch_floor.SEGMENT_EPOCHS`) may be stored one object each
   above the segments.
@@ -77,7 +79,10 @@ class EpochLogPruner:
         if not (prune_due or compact_due):
             return
         self._thread = threading.Thread(
-            target=self._prune, name=f"gtbarrier-prune-{self.layout.pipeline_id}", daemon=True
+            target=self._prune,
+            args=(end_epoch,),
+            name=f"gtbarrier-prune-{self.layout.pipeline_id}",
+            daemon=True,
         )
         self._thread.start()
 
@@ -86,7 +91,7 @@ class EpochLogPruner:
         if self._thread is not None:
             self._thread.join(CLOSE_TIMEOUT_S)
 
-    def _prune(self) -> None:
+    def _prune(self, end_epoch: int) -> None:
         try:
             if not self._coordinated and self.store.get_or_none(self.layout.driver) is not None:
                 self._coordinated = True
@@ -97,7 +102,8 @@ class EpochLogPruner:
             state = read_barrier_state(self.store, self.layout)
             inflight = None if state.inflight is None else state.inflight.bundle_id
             if not self._coordinated:
-                target = floor_target(state.gt_last, inflight, self.retained)
+                # never past the epoch this query reads next (a replay on a new checkpoint)
+                target = floor_target(state.gt_last, inflight, self.retained, query_next=end_epoch)
                 if target - self._floor >= self.step:
                     self._floor = prune_below(self.store, self.layout, target).floor
                     self._segments_end = max(self._segments_end, self._floor)

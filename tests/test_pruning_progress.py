@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from state.protocol.batch_records import write_batch_record
-from state.protocol.epoch_floor import pruning_step, read_floor
+from state.protocol.epoch_floor import floor_target, pruning_step, read_floor
 from state.protocol.epoch_log import EpochLog, epoch_of_batch
 from state.records.source_offset import SourceOffset
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
@@ -81,6 +81,14 @@ def broker() -> FakeBroker:
     b = FakeBroker()
     b.create("t", 1)
     return b
+
+
+def test_the_target_stays_the_window_below_both_the_barrier_and_the_query() -> None:
+    assert floor_target(299, None, 100) == 200
+    assert floor_target(299, None, 100, query_next=1) == 0  # a replay just started
+    assert floor_target(299, None, 100, query_next=250) == 150
+    assert floor_target(299, None, 100, query_next=300) == 200  # the query at the barrier
+    assert floor_target(299, 280, 100, query_next=290) == 180  # a bundle in flight
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ epochs, batch records and segments:
 
 * **Pruning** (:func:`prune_below`) raises the floor to a target
   (:func:`floor_target`, pure: ``retained`` epochs below the oldest epoch the barrier may
-  still need, its in-flight bundle's, else ``GT_last + 1``; with the snapshot coordinator,
+  still need, its in-flight bundle's, else ``GT_last + 1``, and below the epoch the
+  pruning query reads next; with the snapshot coordinator,
   :func:`snapshot_floor_target`, never above the oldest retained snapshot's epoch). Its
   counts add what the records about to be deleted told the metrics (epochs that read
   records; batches that replayed an epoch).
@@ -88,13 +89,25 @@ def _needed(gt_last: int, inflight_epoch: int | None) -> int:
     return gt_last + 1 if inflight_epoch is None else min(gt_last + 1, inflight_epoch)
 
 
-def floor_target(gt_last: int, inflight_epoch: int | None, retained: int) -> int:
+def floor_target(
+    gt_last: int, inflight_epoch: int | None, retained: int, *, query_next: int | None = None
+) -> int:
     """The highest floor the barrier's progress allows: ``retained`` epochs below the
     oldest epoch it may still need (the in-flight bundle's, else ``GT_last + 1``); 0 at
-    least."""
+    least.
+
+    ``query_next``: the epoch the pruning query's next batch reads (the end of the batch
+    it just committed). A query that replays on a new checkpoint, from the persisted
+    start because nothing was pruned yet, is below the barrier's progress: the floor
+    stays ``retained`` epochs below it too, so that the epochs and batch records it has
+    still to read are never deleted ahead of it.
+    """
     if retained < 1:
         raise ValueError(f"retained must be >= 1, not {retained}")
-    return max(0, _needed(gt_last, inflight_epoch) - retained)
+    needed = _needed(gt_last, inflight_epoch)
+    if query_next is not None:
+        needed = min(needed, query_next)
+    return max(0, needed - retained)
 
 
 def snapshot_floor_target(
