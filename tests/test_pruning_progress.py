@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from state.protocol.batch_records import write_batch_record
-from state.protocol.epoch_floor import floor_target, pruning_step, read_floor
+from state.protocol.batch_records import batch_record_keys, write_batch_record
+from state.protocol.epoch_floor import SEGMENT_EPOCHS, floor_target, pruning_step, read_floor
 from state.protocol.epoch_log import EpochLog, epoch_of_batch
 from state.records.source_offset import SourceOffset
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
@@ -126,3 +126,28 @@ def test_a_new_checkpoint_replays_up_to_gt_last_while_its_own_pruner_runs(
     assert floor is not None and n - retained - pruning_step(retained) <= floor.epoch
     assert floor.epoch <= n - retained
     assert len(replay.stored_epochs()) <= retained + pruning_step(retained)
+
+
+def test_a_query_whose_output_is_empty_keeps_a_bounded_epoch_log(broker: FakeBroker) -> None:
+    """5,000 batches whose bundles are all empty (a filter that lets nothing through):
+    GT_last never moves, yet the epochs are committed, so the log is pruned to the
+    window (``1.25 R + 1`` epochs, and the few by which the barrier records the committed
+    epochs late) and compacted."""
+    n, retained = 5_000, 100
+    broker.produce("t", 0, n)
+    query = Query(broker, None, retained, "run-a")
+    for _ in range(n):
+        query.run_batch(output=False)
+
+    assert query.sink.state().gt_last == -1  # nothing was delivered
+    assert query.sink.consumer.delivered == []
+    stored = query.stored_epochs()
+    assert stored[-1] == n - 1
+    assert len(stored) <= retained + pruning_step(retained) + 1 + SEGMENT_EPOCHS, (
+        len(stored),
+        stored[:3],
+    )
+    store, layout = query.sink.store, query.sink.layout
+    loose = [k for k in store.list(layout.epochs_prefix) if "/segments/" not in k]
+    assert len(loose) <= 4 * SEGMENT_EPOCHS, len(loose)
+    assert len(batch_record_keys(store, layout)) <= 4 * SEGMENT_EPOCHS
