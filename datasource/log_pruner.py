@@ -103,11 +103,11 @@ class EpochLogPruner:
             inflight = None if state.inflight is None else state.inflight.bundle_id
             if not self._coordinated:
                 # never past the epoch this query reads next (a replay on a new checkpoint)
-                target = floor_target(state.gt_last, inflight, self.retained, query_next=end_epoch)
+                target = floor_target(state.progress, inflight, self.retained, query_next=end_epoch)
                 if target - self._floor >= self.step:
                     self._floor = prune_below(self.store, self.layout, target).floor
                     self._segments_end = max(self._segments_end, self._floor)
-            limit = compaction_limit(state.gt_last, inflight)
+            limit = compaction_limit(state.progress, inflight)
             if limit - self._segments_end >= SEGMENT_EPOCHS:
                 result = compact(self.store, self.layout, limit)
                 if result.segments:

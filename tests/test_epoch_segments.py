@@ -104,7 +104,7 @@ def test_compacted_epochs_and_batch_records_read_as_they_were_stored(store: Stat
     run_pipeline(store, range(100), replays=5)
     log = EpochLog(store, LAYOUT)
     before = {k: log.read_epoch(k) for k in range(100)}
-    limit = compaction_limit(gt_last=99, inflight_epoch=None)
+    limit = compaction_limit(progress=99, inflight_epoch=None)
     assert limit == 100 - SEGMENT_EPOCHS
 
     result = compact(store, LAYOUT, limit)

@@ -12,17 +12,26 @@ commit, so that every pruning it starts has ended before the next batch is plann
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from state.protocol.barrier_state import COMMITTED_STEP, decide_committed
 from state.protocol.batch_records import batch_record_keys, write_batch_record
-from state.protocol.epoch_floor import SEGMENT_EPOCHS, floor_target, pruning_step, read_floor
+from state.protocol.epoch_floor import (
+    SEGMENT_EPOCHS,
+    floor_target,
+    pruning_step,
+    read_floor,
+)
 from state.protocol.epoch_log import EpochLog, epoch_of_batch
+from state.records.barrier import BarrierState
 from state.records.source_offset import SourceOffset
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
 from tests.source_fakes import FakeBroker
+from tests.test_record_formats import BUNDLE
 from tests.test_source_stream_reader import Harness
 
 pytestmark = pytest.mark.unit
@@ -151,3 +160,30 @@ def test_a_query_whose_output_is_empty_keeps_a_bounded_epoch_log(broker: FakeBro
     loose = [k for k in store.list(layout.epochs_prefix) if "/segments/" not in k]
     assert len(loose) <= 4 * SEGMENT_EPOCHS, len(loose)
     assert len(batch_record_keys(store, layout)) <= 4 * SEGMENT_EPOCHS
+
+
+def test_the_barrier_records_empty_bundles_committed_once_every_step() -> None:
+    state = BarrierState(gt_last=4)
+    assert state.progress == 4
+    assert decide_committed(state, 5) is None  # not worth a swap yet
+    assert decide_committed(state, 4 + COMMITTED_STEP) == replace(
+        state, committed=4 + COMMITTED_STEP
+    )
+    later = BarrierState(gt_last=4, committed=40)
+    assert later.progress == 40
+    assert decide_committed(later, 40 + COMMITTED_STEP - 1) is None
+    assert decide_committed(BarrierState(4, BUNDLE), 100) is None  # in flight: resolved first
+
+    p = Pipeline()
+    for epoch in range(41):
+        p.record_batch(epoch, epoch)
+        assert p.barrier().commit([p.write(epoch, [gt_batch(epoch, 0, [])])], epoch).action == (
+            "empty"
+        )
+    assert (p.state().gt_last, p.state().committed) == (-1, 2 * COMMITTED_STEP - 1)
+    p.record_batch(41, 41)
+    assert p.barrier().commit([p.write(41, [gt_batch(41, 0, [7])])], 41).action == "delivered"
+    assert (p.state().gt_last, p.state().committed, p.state().progress) == (41, 31, 41)
+    p.record_batch(42, 42)
+    p.barrier().commit([p.write(42, [gt_batch(42, 0, [])])], 42)
+    assert p.state().progress == 41  # one empty bundle past a delivery: no swap

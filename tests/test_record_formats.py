@@ -92,6 +92,7 @@ SKIPPED = SkippedBundle(
     since=1760000050.0,
 )
 BARRIER_CLAIMED = BarrierState(6, None, DRIVER_CLAIM, (SKIPPED,))
+BARRIER_COMMITTED = BarrierState(6, None, OWNER, committed=38)
 REF = SnapshotRef(12, "orders/snapshots/000000000012/manifest.json", "ab" * 32, 41, 41)
 OLDER_REF = SnapshotRef(11, "orders/snapshots/000000000011/manifest.json", "cd" * 32, 38, 38)
 FRONTIER = SourceOffset(42, {("orders", 0): 5200, ("orders", 1): 5187}).to_json()
@@ -192,6 +193,8 @@ GOLDEN: list[Golden] = [
     Golden("barrier-state-format1", BARRIER, BarrierState.from_json),
     Golden("barrier-state-format1-empty", BarrierState(), BarrierState.from_json),
     Golden("barrier-state-format1-driver-claim-skipped", BARRIER_CLAIMED, BarrierState.from_json),
+    # epochs committed past GT_last with empty bundles; a record without it reads as -1
+    Golden("barrier-state-format1-committed", BARRIER_COMMITTED, BarrierState.from_json),
     Golden(
         "barrier-state-format1-no-format-field",
         BARRIER,
