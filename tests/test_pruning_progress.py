@@ -12,23 +12,35 @@ commit, so that every pruning it starts has ended before the next batch is plann
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from state.coordinator.metric_families import (
+    BUNDLES_DELIVERED,
+    REPLAYED_DROPPED,
+    PipelineReading,
+    metric_families,
+)
+from state.coordinator.metrics_server import StateReader
+from state.layout import PipelineLayout
 from state.protocol.barrier_state import COMMITTED_STEP, decide_committed
 from state.protocol.batch_records import batch_record_keys, write_batch_record
 from state.protocol.epoch_floor import (
     SEGMENT_EPOCHS,
     floor_target,
+    prune_below,
     pruning_step,
     read_floor,
 )
 from state.protocol.epoch_log import EpochLog, epoch_of_batch
 from state.records.barrier import BarrierState
 from state.records.source_offset import SourceOffset
+from state.stores import StoreConfig
+from state.stores.memory_store import MemoryStore
 from tests.sink_helpers import Pipeline, gt_batch, sink_options
 from tests.source_fakes import FakeBroker
 from tests.test_record_formats import BUNDLE
@@ -187,3 +199,35 @@ def test_the_barrier_records_empty_bundles_committed_once_every_step() -> None:
     p.record_batch(42, 42)
     p.barrier().commit([p.write(42, [gt_batch(42, 0, [])])], 42)
     assert p.state().progress == 41  # one empty bundle past a delivery: no swap
+
+
+def test_the_metrics_do_not_jump_when_the_epochs_of_empty_bundles_are_pruned() -> None:
+    """Epochs 3 to 9 were committed with empty bundles (GT_last 2): the counters count
+    them before they are pruned as the floor's counts do after."""
+    store = MemoryStore(StoreConfig(f"memory://metrics-{uuid.uuid4().hex}"))
+    layout = PipelineLayout("p")
+    log = EpochLog(store, layout)
+    for k in range(10):
+        log.record(
+            SourceOffset(k, {("t", 0): 10 * k}), SourceOffset(k + 1, {("t", 0): 10 * k + 10})
+        )
+        write_batch_record(store, layout, "q1", k, k)
+    for b in range(3):
+        write_batch_record(store, layout, "q2", b, b + 4)  # a replay of epochs 4 to 6
+    store.put_json(layout.barrier_state, BarrierState(gt_last=2, committed=9).to_json())
+    reader = StateReader(store, layout)
+
+    def counters() -> dict[str, float]:
+        facts = reader.read()
+        reading = PipelineReading(
+            "p", facts.barrier, facts.epochs, facts.batches_per_epoch, facts.floor
+        )
+        names = (BUNDLES_DELIVERED, REPLAYED_DROPPED)
+        return {
+            f.name: f.samples[0].value for f in metric_families(reading, 0.0) if f.name in names
+        }
+
+    before = counters()
+    assert before == {BUNDLES_DELIVERED: 10, REPLAYED_DROPPED: 3}
+    assert prune_below(store, layout, 6).raised
+    assert counters() == before
