@@ -194,7 +194,7 @@ def test_the_metrics_count_what_the_pruned_records_told_them(store: StateStore) 
         facts = reader.read()
         return (
             bundles_delivered(barrier, facts.epochs, facts.floor),
-            replays_dropped(barrier.gt_last, facts.batches_per_epoch, facts.floor),
+            replays_dropped(barrier.progress, facts.batches_per_epoch, facts.floor),
         )
 
     before = counts()

@@ -212,7 +212,7 @@ def test_pruning_a_compacted_log_counts_what_pruning_it_uncompacted_counts() -> 
         barrier = BarrierState(119, None, None)
         return (
             bundles_delivered(barrier, facts.epochs, facts.floor),
-            replays_dropped(barrier.gt_last, facts.batches_per_epoch, facts.floor),
+            replays_dropped(barrier.progress, facts.batches_per_epoch, facts.floor),
         )
 
     assert counts(compacted) == counts(plain)
