@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from gtbarrier.cli import main
 from state.coordinator.metric_families import (
     BUNDLES_DELIVERED,
     REPLAYED_DROPPED,
@@ -88,6 +89,12 @@ class Query:
             self.source.reader.commit(end)
             self.source.reader.pruner.close()  # the background pruning, if one started
         self.start, self.batch_id = end, batch_id + 1
+
+    def restart(self, run_id: str) -> None:
+        """The driver starts again on the query's checkpoint: a new source reader (and
+        pruner), a new run of the sink; the next batch starts where the last one ended."""
+        self.source.reader = self.source.new_reader()
+        self.sink.run_id = run_id
 
     def stored_epochs(self) -> list[int]:
         """The epochs the log holds: from the floor up, in segments or one object each."""
@@ -231,3 +238,30 @@ def test_the_metrics_do_not_jump_when_the_epochs_of_empty_bundles_are_pruned() -
     assert before == {BUNDLES_DELIVERED: 10, REPLAYED_DROPPED: 3}
     assert prune_below(store, layout, 6).raised
     assert counters() == before
+
+
+def test_a_sweep_leaves_a_pipeline_without_the_coordinator_to_its_drivers_pruner(
+    broker: FakeBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gtbarrier sweep --delete --force`` takes a fencing token (the driver record is
+    created) on a pipeline that no snapshot coordinator runs: its driver still prunes."""
+    retained = 8
+    broker.produce("t", 0, 80)
+    query = Query(broker, None, retained, "run-a")
+    for _ in range(40):
+        query.run_batch(output=True)
+    store, layout = query.sink.store, query.sink.layout
+    before = read_floor(store, layout)
+    assert before is not None and before.pruned
+
+    http = ["--option", "consumer=http", "--option", "consumer.url=http://127.0.0.1:9/b"]
+    argv = ["sweep", "--pipeline", "p", "--state-uri", query.uri, *http, "--delete", "--force"]
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    assert store.get_or_none(layout.driver) is not None  # the sweep's fencing token
+
+    query.restart("run-b")  # the sweep fenced the running driver: it starts again
+    for _ in range(40):
+        query.run_batch(output=True)
+    after = read_floor(store, layout)
+    assert after is not None and after.epoch > before.epoch
+    assert len(query.stored_epochs()) <= retained + pruning_step(retained) + 1
