@@ -18,9 +18,11 @@ Only then does a background thread read the barrier state and do it
 :func:`~state.protocol.epoch_floor.compaction_limit`); one at a time, and none while one
 runs. The batch never waits for it.
 
-A pipeline that the snapshot coordinator runs (its driver record exists) is not pruned
-here: the coordinator prunes it, keeping the epochs of its retained snapshots. Its log is
-compacted here all the same: a compaction keeps every epoch.
+A pipeline that the snapshot coordinator runs (its driver record says a coordinator took a
+fencing token: :func:`~state.protocol.fencing.coordinated`; a token the operator's sweep
+took does not count) is not pruned here: the coordinator prunes it, keeping the
+epochs of its retained snapshots. Its log is compacted here all the same: a compaction
+keeps every epoch.
 
 Work that fails on the store (unreachable, a request refused) is logged as a warning and
 tried again after a later batch: the records it would have deleted wait, nothing else
@@ -44,6 +46,7 @@ from state.protocol.epoch_floor import (
     pruning_step,
     read_floor,
 )
+from state.protocol.fencing import read_coordinated
 from state.stores import StateStore
 
 log = logging.getLogger(__name__)
@@ -93,7 +96,7 @@ class EpochLogPruner:
 
     def _prune(self, end_epoch: int) -> None:
         try:
-            if not self._coordinated and self.store.get_or_none(self.layout.driver) is not None:
+            if not self._coordinated and read_coordinated(self.store, self.layout):
                 self._coordinated = True
             if self._floor is None or self._segments_end is None:
                 floor = read_floor(self.store, self.layout)

@@ -38,7 +38,15 @@ from state.protocol.epoch_floor import (
     read_floor,
 )
 from state.protocol.epoch_log import EpochLog, epoch_of_batch
+from state.protocol.fencing import (
+    SWEEP_IDENTITY,
+    coordinated,
+    read_coordinated,
+    read_driver_record,
+    take_token,
+)
 from state.records.barrier import BarrierState
+from state.records.driver import DriverOwner, DriverRecord
 from state.records.source_offset import SourceOffset
 from state.stores import StoreConfig
 from state.stores.memory_store import MemoryStore
@@ -265,3 +273,26 @@ def test_a_sweep_leaves_a_pipeline_without_the_coordinator_to_its_drivers_pruner
     after = read_floor(store, layout)
     assert after is not None and after.epoch > before.epoch
     assert len(query.stored_epochs()) <= retained + pruning_step(retained) + 1
+
+
+def test_the_driver_record_says_whether_a_coordinator_ever_took_a_token() -> None:
+    store = MemoryStore(StoreConfig(f"memory://driver-{uuid.uuid4().hex}"))
+    layout = PipelineLayout("p")
+    assert not read_coordinated(store, layout)  # nobody took a token
+    take_token(store, layout, identifier=f"{SWEEP_IDENTITY}:h:1", coordinator=False)
+    assert not read_coordinated(store, layout)
+    take_token(store, layout, identifier="h:2:c")  # a coordinator's driver
+    assert read_coordinated(store, layout)
+    take_token(store, layout, identifier=f"{SWEEP_IDENTITY}:h:3", coordinator=False)
+    assert read_coordinated(store, layout)  # a sweep leaves it as it was
+    record = read_driver_record(store, layout)
+    assert record is not None and (record.token, record.coordinated) == (3, True)
+
+    # records written before the field: only a first token, taken by a sweep, says no
+    sweep = DriverOwner("h", 1, f"{SWEEP_IDENTITY}:h:1", 1.0)
+    driver = DriverOwner("h", 2, "h:2:c", 1.0)
+    assert not coordinated(DriverRecord.from_json(DriverRecord(1, sweep).to_json()))
+    assert coordinated(DriverRecord(2, sweep))  # token 1 may have been a coordinator's
+    assert coordinated(DriverRecord(1, driver))
+    assert coordinated(DriverRecord(4))  # no owner recorded
+    assert not coordinated(DriverRecord(2, driver, coordinated=False))

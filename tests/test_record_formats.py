@@ -215,10 +215,18 @@ GOLDEN: list[Golden] = [
         current=False,
         written="c98f5cb .. aa54d6d (before run markers carried their generation)",
     ),
-    # the coordinator's records
+    # the coordinator's records; a driver record without "coordinated" was written before
+    # the field existed (state.protocol.fencing.coordinated reads it from its owner)
     Golden(
         "driver-format1",
         DriverRecord(3, DriverOwner("host-a", 4242, "host-a:4242:5f1c", 1760000000.25)),
+        DriverRecord.from_json,
+    ),
+    Golden(
+        "driver-format1-coordinated",
+        DriverRecord(
+            3, DriverOwner("host-a", 4242, "host-a:4242:5f1c", 1760000000.25), coordinated=True
+        ),
         DriverRecord.from_json,
     ),
     Golden("resume-point-format1", POINT, ResumePoint.from_json),
