@@ -12,6 +12,7 @@ commit, so that every pruning it starts has ended before the next batch is plann
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -214,6 +215,19 @@ def test_the_barrier_records_empty_bundles_committed_once_every_step() -> None:
     p.record_batch(42, 42)
     p.barrier().commit([p.write(42, [gt_batch(42, 0, [])])], 42)
     assert p.state().progress == 41  # one empty bundle past a delivery: no swap
+
+
+def test_status_shows_how_far_epochs_are_committed(capsys: pytest.CaptureFixture[str]) -> None:
+    p = Pipeline()
+    for epoch in range(COMMITTED_STEP):
+        p.record_batch(epoch, epoch)
+        p.barrier().commit([p.write(epoch, [gt_batch(epoch, 0, [])])], epoch)
+    argv = ["status", "--pipeline", p.options.pipeline_id, "--state-uri", p.options.store.uri]
+    assert main([*argv, "--json"]) == 0
+    barrier = json.loads(capsys.readouterr().out)["barrier"]
+    assert (barrier["gt_last"], barrier["progress"]) == (-1, COMMITTED_STEP - 1)
+    assert main(argv) == 0
+    assert f"to {COMMITTED_STEP - 1} (empty bundles included)" in capsys.readouterr().out
 
 
 def test_the_metrics_do_not_jump_when_the_epochs_of_empty_bundles_are_pruned() -> None:
