@@ -5,6 +5,8 @@ memory alone whether work may be due:
 
 * **pruning**: the floor may have fallen ``state.epochsRetained`` plus a pruning step
   (:func:`~state.protocol.epoch_floor.pruning_step`) behind the epoch just committed;
+  the target is never above ``state.epochsRetained`` below the epoch the query reads
+  next, however far the barrier is ahead (a query replaying on a new checkpoint);
 * **compaction**: two segments' worth of epochs
   (:data:`~state.protocol.epoch_floor.SEGMENT_EPOCHS`) may be stored one object each
   above the segments.
@@ -16,9 +18,11 @@ Only then does a background thread read the barrier state and do it
 :func:`~state.protocol.epoch_floor.compaction_limit`); one at a time, and none while one
 runs. The batch never waits for it.
 
-A pipeline that the snapshot coordinator runs (its driver record exists) is not pruned
-here: the coordinator prunes it, keeping the epochs of its retained snapshots. Its log is
-compacted here all the same: a compaction keeps every epoch.
+A pipeline that the snapshot coordinator runs (its driver record says a coordinator took a
+fencing token: :func:`~state.protocol.fencing.coordinated`; a token the operator's sweep
+took does not count) is not pruned here: the coordinator prunes it, keeping the
+epochs of its retained snapshots. Its log is compacted here all the same: a compaction
+keeps every epoch.
 
 Work that fails on the store (unreachable, a request refused) is logged as a warning and
 tried again after a later batch: the records it would have deleted wait, nothing else
@@ -42,6 +46,7 @@ from state.protocol.epoch_floor import (
     pruning_step,
     read_floor,
 )
+from state.protocol.fencing import read_coordinated
 from state.stores import StateStore
 
 log = logging.getLogger(__name__)
@@ -77,7 +82,10 @@ class EpochLogPruner:
         if not (prune_due or compact_due):
             return
         self._thread = threading.Thread(
-            target=self._prune, name=f"gtbarrier-prune-{self.layout.pipeline_id}", daemon=True
+            target=self._prune,
+            args=(end_epoch,),
+            name=f"gtbarrier-prune-{self.layout.pipeline_id}",
+            daemon=True,
         )
         self._thread.start()
 
@@ -86,9 +94,9 @@ class EpochLogPruner:
         if self._thread is not None:
             self._thread.join(CLOSE_TIMEOUT_S)
 
-    def _prune(self) -> None:
+    def _prune(self, end_epoch: int) -> None:
         try:
-            if not self._coordinated and self.store.get_or_none(self.layout.driver) is not None:
+            if not self._coordinated and read_coordinated(self.store, self.layout):
                 self._coordinated = True
             if self._floor is None or self._segments_end is None:
                 floor = read_floor(self.store, self.layout)
@@ -97,11 +105,12 @@ class EpochLogPruner:
             state = read_barrier_state(self.store, self.layout)
             inflight = None if state.inflight is None else state.inflight.bundle_id
             if not self._coordinated:
-                target = floor_target(state.gt_last, inflight, self.retained)
+                # never past the epoch this query reads next (a replay on a new checkpoint)
+                target = floor_target(state.progress, inflight, self.retained, query_next=end_epoch)
                 if target - self._floor >= self.step:
                     self._floor = prune_below(self.store, self.layout, target).floor
                     self._segments_end = max(self._segments_end, self._floor)
-            limit = compaction_limit(state.gt_last, inflight)
+            limit = compaction_limit(state.progress, inflight)
             if limit - self._segments_end >= SEGMENT_EPOCHS:
                 result = compact(self.store, self.layout, limit)
                 if result.segments:

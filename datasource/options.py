@@ -227,7 +227,8 @@ EPOCHS_RETAINED = IntegerOption(
     name="state.epochsRetained",
     default=1_000,
     minimum=1,
-    doc="epochs kept below the barrier's `GT_last` (and its in-flight bundle); older epochs "
+    doc="epochs kept below the barrier's progress (`GT_last`, or a later epoch whose bundle "
+    "was empty), its in-flight bundle and the epoch the query reads next; older epochs "
     "and the batch records that read them are pruned by the driver after a batch's commit, "
     "a quarter of this at a time. A query on a new checkpoint then cannot replay from the "
     "start: see `state.startAtFloor`. Pipelines run by the snapshot coordinator are pruned "

@@ -7,7 +7,9 @@ and its pruning step however many epochs ran, the floor record says where the lo
 and every record is delivered once. A query on a new checkpoint, which would replay from
 the persisted start, is refused with an error that names the floor and the way out;
 told to (``state.startAtFloor``), it starts at the floor, the barrier drops what the
-consumer already has, and new records are delivered once.
+consumer already has, and new records are delivered once. A query on a new checkpoint
+while nothing is pruned yet, with the window lowered, replays up to ``GT_last``: its own
+pruner stays behind it.
 """
 
 from __future__ import annotations
@@ -169,3 +171,46 @@ def test_a_compacted_log_is_a_few_objects_and_a_new_checkpoint_replays_it_exactl
     produce_numbered_from(kafka, topic, n, more, partitions)
     run_available_now(read(), sink, tmp_path / "cp2")
     check_exactly_once_in_gt_order(read_bundles(out), n + more, partitions)
+
+
+@pytest.mark.timeout(900)
+def test_a_new_checkpoint_with_a_lowered_window_replays_up_to_gt_last(
+    spark: Any, kafka: Any, s3: Any, tmp_path: Path
+) -> None:
+    """25 epochs under a window of 10,000 (nothing pruned), then a query on a new
+    checkpoint with ``state.epochsRetained`` lowered to 4: it replays from the persisted
+    start, and its own pruner must not delete the epochs (and batch records) ahead of it,
+    so it reaches ``GT_last``; the barrier drops every bundle, and it prunes behind itself."""
+    n, partitions = 1_000, 2
+    topic, pipeline, state_uri, out, sink = file_pipeline(
+        kafka, s3, tmp_path, "lowered", n=n, partitions=partitions
+    )
+
+    def read(retained: int) -> Any:
+        return stateless(
+            source(
+                spark,
+                kafka,
+                topic,
+                pipeline,
+                state_uri,
+                maxOffsetsPerTrigger=str(PER_EPOCH),
+                **{"state.epochsRetained": str(retained), **s3.options()},
+            )
+        )
+
+    run_available_now(read(10_000), sink, tmp_path / "cp1")
+    store = open_store(StoreConfig.from_options({"state.uri": state_uri, **s3.options()}))
+    layout = PipelineLayout(pipeline)
+    planned = n // PER_EPOCH
+    floor = read_floor(store, layout)
+    assert floor is None or not floor.pruned, floor
+    check_exactly_once_in_gt_order(read_bundles(out), n, partitions)
+    files_before = sorted(p.name for p in out.glob("bundle-*.parquet"))
+
+    query = run_available_now(read(RETAINED), sink, tmp_path / "cp2")
+    assert query.lastProgress is not None
+    assert sorted(p.name for p in out.glob("bundle-*.parquet")) == files_before
+    check_exactly_once_in_gt_order(read_bundles(out), n, partitions)
+    floor = read_floor(store, layout)
+    assert floor is not None and 0 < floor.epoch <= planned - RETAINED, floor

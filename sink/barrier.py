@@ -275,6 +275,8 @@ class Barrier:
                 _, written = self._settle_dead_letters(
                     self._bundle(batch, epoch), batch, held, remembered=False
                 )
+                # how far epochs are done, for pruning and compaction
+                held = Held(*self.states.record_committed(held.state, held.version, epoch))
             self._clean_up(batch)
             self._remember(held)
             action = "dropped" if epoch <= held.state.gt_last else "empty"

@@ -213,8 +213,10 @@ def test_sweep_delete_takes_the_pipeline_and_refuses_a_newer_driver(
     assert owner.driver.startswith("gtbarrier-sweep:")
 
     # a driver that takes a newer token and claims between the sweep's token and its claim
-    def then_a_driver_starts(store: Any, layout: Any, *, identifier: str = "") -> int:
-        token = take_token(store, layout, identifier=identifier)
+    def then_a_driver_starts(
+        store: Any, layout: Any, *, identifier: str = "", coordinator: bool = True
+    ) -> int:
+        token = take_token(store, layout, identifier=identifier, coordinator=coordinator)
         newer = take_token(store, layout)
         BarrierStateStore(store, layout).claim_driver(newer, driver="host:1:d")
         return token

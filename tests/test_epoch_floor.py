@@ -74,14 +74,14 @@ def batch_epochs(store: StateStore) -> list[tuple[str, int]]:
 
 
 def test_the_target_keeps_the_window_below_what_the_barrier_may_still_need() -> None:
-    assert floor_target(gt_last=99, inflight_epoch=None, retained=10) == 90
-    assert floor_target(gt_last=99, inflight_epoch=100, retained=10) == 90
+    assert floor_target(progress=99, inflight_epoch=None, retained=10) == 90
+    assert floor_target(progress=99, inflight_epoch=100, retained=10) == 90
     # a bundle in flight below GT_last + 1 cannot be: the smaller one counts anyway
-    assert floor_target(gt_last=99, inflight_epoch=95, retained=10) == 85
-    assert floor_target(gt_last=-1, inflight_epoch=None, retained=10) == 0
-    assert floor_target(gt_last=5, inflight_epoch=None, retained=10) == 0
+    assert floor_target(progress=99, inflight_epoch=95, retained=10) == 85
+    assert floor_target(progress=-1, inflight_epoch=None, retained=10) == 0
+    assert floor_target(progress=5, inflight_epoch=None, retained=10) == 0
     with pytest.raises(ValueError, match="retained"):
-        floor_target(gt_last=5, inflight_epoch=None, retained=0)
+        floor_target(progress=5, inflight_epoch=None, retained=0)
     assert [pruning_step(r) for r in (1, 3, 4, 1000)] == [1, 1, 1, 250]
 
 
@@ -194,7 +194,7 @@ def test_the_metrics_count_what_the_pruned_records_told_them(store: StateStore) 
         facts = reader.read()
         return (
             bundles_delivered(barrier, facts.epochs, facts.floor),
-            replays_dropped(barrier.gt_last, facts.batches_per_epoch, facts.floor),
+            replays_dropped(barrier.progress, facts.batches_per_epoch, facts.floor),
         )
 
     before = counts()

@@ -104,7 +104,7 @@ def test_compacted_epochs_and_batch_records_read_as_they_were_stored(store: Stat
     run_pipeline(store, range(100), replays=5)
     log = EpochLog(store, LAYOUT)
     before = {k: log.read_epoch(k) for k in range(100)}
-    limit = compaction_limit(gt_last=99, inflight_epoch=None)
+    limit = compaction_limit(progress=99, inflight_epoch=None)
     assert limit == 100 - SEGMENT_EPOCHS
 
     result = compact(store, LAYOUT, limit)
@@ -212,7 +212,7 @@ def test_pruning_a_compacted_log_counts_what_pruning_it_uncompacted_counts() -> 
         barrier = BarrierState(119, None, None)
         return (
             bundles_delivered(barrier, facts.epochs, facts.floor),
-            replays_dropped(barrier.gt_last, facts.batches_per_epoch, facts.floor),
+            replays_dropped(barrier.progress, facts.batches_per_epoch, facts.floor),
         )
 
     assert counts(compacted) == counts(plain)

@@ -92,6 +92,7 @@ SKIPPED = SkippedBundle(
     since=1760000050.0,
 )
 BARRIER_CLAIMED = BarrierState(6, None, DRIVER_CLAIM, (SKIPPED,))
+BARRIER_COMMITTED = BarrierState(6, None, OWNER, committed=38)
 REF = SnapshotRef(12, "orders/snapshots/000000000012/manifest.json", "ab" * 32, 41, 41)
 OLDER_REF = SnapshotRef(11, "orders/snapshots/000000000011/manifest.json", "cd" * 32, 38, 38)
 FRONTIER = SourceOffset(42, {("orders", 0): 5200, ("orders", 1): 5187}).to_json()
@@ -192,6 +193,8 @@ GOLDEN: list[Golden] = [
     Golden("barrier-state-format1", BARRIER, BarrierState.from_json),
     Golden("barrier-state-format1-empty", BarrierState(), BarrierState.from_json),
     Golden("barrier-state-format1-driver-claim-skipped", BARRIER_CLAIMED, BarrierState.from_json),
+    # epochs committed past GT_last with empty bundles; a record without it reads as -1
+    Golden("barrier-state-format1-committed", BARRIER_COMMITTED, BarrierState.from_json),
     Golden(
         "barrier-state-format1-no-format-field",
         BARRIER,
@@ -212,10 +215,18 @@ GOLDEN: list[Golden] = [
         current=False,
         written="c98f5cb .. aa54d6d (before run markers carried their generation)",
     ),
-    # the coordinator's records
+    # the coordinator's records; a driver record without "coordinated" was written before
+    # the field existed (state.protocol.fencing.coordinated reads it from its owner)
     Golden(
         "driver-format1",
         DriverRecord(3, DriverOwner("host-a", 4242, "host-a:4242:5f1c", 1760000000.25)),
+        DriverRecord.from_json,
+    ),
+    Golden(
+        "driver-format1-coordinated",
+        DriverRecord(
+            3, DriverOwner("host-a", 4242, "host-a:4242:5f1c", 1760000000.25), coordinated=True
+        ),
         DriverRecord.from_json,
     ),
     Golden("resume-point-format1", POINT, ResumePoint.from_json),

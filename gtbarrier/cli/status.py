@@ -192,6 +192,8 @@ def _barrier_json(state: BarrierState, written: bool) -> dict[str, Any]:
     return {
         "written": written,
         "gt_last": state.gt_last,
+        # how far epochs are done, empty bundles included: what pruning goes by
+        "progress": state.progress,
         "inflight": None
         if inflight is None
         else {
@@ -256,6 +258,12 @@ def _tables(data: dict[str, Any]) -> tuple[Table, ...]:
         ("pipeline", data["pipeline"]),
         ("state.uri", data["state_uri"]),
         ("GT_last", barrier["gt_last"] if barrier["gt_last"] >= 0 else "none (-1)"),
+        (
+            "epochs committed",
+            f"to {barrier['progress']} (empty bundles included)"
+            if barrier["progress"] > barrier["gt_last"]
+            else "to GT_last",
+        ),
         (
             "in-flight bundle",
             None

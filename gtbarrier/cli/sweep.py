@@ -13,11 +13,12 @@ checks that the pipeline's driver lock is free, without it ``--force`` says you 
 Neither check can see a driver that runs without the coordinator, so the sweep also takes
 the pipeline before it deletes: it takes the next fencing token and claims the barrier
 with it (:meth:`~state.protocol.barrier_state.BarrierStateStore.claim_driver`), as a new
-driver does. A driver still running is then fenced at its next commit, before it records
-anything in flight, so nothing it staged can become a bundle; the next driver replays its
-batch. A driver that took a newer token meanwhile makes the sweep refuse. The barrier state
-is read again after the claim (:mod:`sink.cleanup`), so a bundle recorded in flight before
-it is kept.
+driver does (the driver record keeps saying whether a snapshot coordinator runs the
+pipeline: without one, the driver's source still prunes the epoch log). A driver still
+running is then fenced at its next commit, before it records anything in flight, so
+nothing it staged can become a bundle; the next driver replays its batch. A driver that
+took a newer token meanwhile makes the sweep refuse. The barrier state is read again after
+the claim (:mod:`sink.cleanup`), so a bundle recorded in flight before it is kept.
 
 Give the sink's consumer options (``--option consumer=file --option
 consumer.path=/data/billing``): file, s3 and iceberg consumers stage under their own path.
@@ -48,7 +49,7 @@ from sink.staging import Staging, part_run_id
 from state.errors import PipelineFenced
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import BarrierStateStore
-from state.protocol.fencing import take_token
+from state.protocol.fencing import SWEEP_IDENTITY, take_token
 from state.stores import StateStore
 
 ZOOKEEPER_TIMEOUT = 5.0
@@ -178,8 +179,9 @@ def _take_pipeline(store: StateStore, layout: PipelineLayout) -> None:
     """Take the next fencing token and claim the barrier with it, so that a driver still
     running is fenced before it can record a batch in flight; :class:`UsageError` if a
     driver with a newer token holds the pipeline."""
-    identity = f"gtbarrier-sweep:{socket.gethostname()}:{os.getpid()}"
-    token = take_token(store, layout, identifier=identity)
+    identity = f"{SWEEP_IDENTITY}:{socket.gethostname()}:{os.getpid()}"
+    # not a coordinator: a pipeline without one is still pruned by its driver's source
+    token = take_token(store, layout, identifier=identity, coordinator=False)
     try:
         BarrierStateStore(store, layout).claim_driver(token, driver=identity)
     except PipelineFenced as err:

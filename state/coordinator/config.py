@@ -162,7 +162,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         "epochs_retained",
         "int",
         1000,
-        "Epochs kept below the barrier's `GT_last`; after each accepted snapshot, older "
+        "Epochs kept below the barrier's progress (`GT_last`, or a later epoch whose bundle "
+        "was empty); after each accepted snapshot, older "
         "epochs and their batch records are pruned, never those of a retained snapshot. A "
         'query on a new checkpoint (`recover(mode="replay")`) cannot replay pruned epochs '
         "(docs/PROTOCOL.md, Pruning).",

@@ -116,7 +116,7 @@ class DriverOwnership:
             except GenerationSuperseded:
                 self.release()
                 raise
-            token = take_token(self.store, self.layout, identifier=self.identity)
+            token = take_token(self.store, self.layout, identifier=self.identity, coordinator=True)
             BarrierStateStore(self.store, self.layout).claim_driver(token, driver=self.identity)
             self._token = token
             try:

@@ -152,7 +152,8 @@ class PipelineReading:
     """What one scrape read of pipeline ``pipeline`` (None: not read, or not there).
 
     ``barrier``: the barrier state (None: never written). ``epochs``: the recorded
-    epochs at or below ``GT_last``. ``batches_per_epoch``: per epoch, how many batch
+    epochs at or below the barrier's progress (``GT_last``, or a later epoch committed
+    with an empty bundle). ``batches_per_epoch``: per epoch, how many batch
     records read it. ``floor``: where the pruned epoch log begins; ``epochs`` and
     ``batches_per_epoch`` then cover only what lies at or above it, and the floor's
     counts what lay below. ``resume``: the resume point. ``behind``: offsets behind Kafka's end per
@@ -175,23 +176,28 @@ class PipelineReading:
 def bundles_delivered(
     barrier: BarrierState, epochs: Iterable[EpochFacts], floor: FloorRecord | None = None
 ) -> int:
-    """Bundles the consumer acknowledged: the epochs at or below ``GT_last`` that read
-    records (an epoch that read nothing makes no bundle; the pruned ones are counted by
-    the ``floor``), less those an operator skipped as lost."""
-    made = sum(1 for e in epochs if e.epoch <= barrier.gt_last and e.records > 0)
+    """Bundles the consumer acknowledged: the epochs at or below the barrier's progress
+    (``GT_last``, or a later epoch committed with an empty bundle:
+    :attr:`~state.records.barrier.BarrierState.progress`) that read records (an epoch
+    that read nothing makes no bundle; the pruned ones are counted by the ``floor``, which
+    may be above ``GT_last``), less those an operator skipped as lost."""
+    made = sum(1 for e in epochs if e.epoch <= barrier.progress and e.records > 0)
     pruned = 0 if floor is None else floor.epochs_with_records
     skipped = sum(1 for s in barrier.skipped if s.bundle_id <= barrier.gt_last)
     return max(0, pruned + made - skipped)
 
 
 def replays_dropped(
-    gt_last: int, batches_per_epoch: Mapping[int, int], floor: FloorRecord | None = None
+    progress: int, batches_per_epoch: Mapping[int, int], floor: FloorRecord | None = None
 ) -> int:
-    """Batches that read an epoch at or below ``GT_last`` which an earlier batch had read:
-    the barrier dropped their bundles (the first batch of each epoch delivered it); those
-    of pruned epochs are counted by the ``floor``."""
+    """Batches that read an epoch at or below the barrier's ``progress`` (as for
+    :func:`bundles_delivered`) which an earlier batch had read: the barrier dropped their
+    bundles (the first batch of each epoch committed it); those of pruned epochs are
+    counted by the ``floor``."""
     pruned = 0 if floor is None else floor.replays_dropped
-    return pruned + sum(max(0, n - 1) for epoch, n in batches_per_epoch.items() if epoch <= gt_last)
+    return pruned + sum(
+        max(0, n - 1) for epoch, n in batches_per_epoch.items() if epoch <= progress
+    )
 
 
 def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
@@ -220,9 +226,9 @@ def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
         if reading.epochs is not None:
             delivered = CounterMetricFamily(
                 BUNDLES_DELIVERED,
-                "Bundles the consumer acknowledged: epochs at or below GT_last that read "
-                "records, less bundles skipped as lost; from the barrier state and the "
-                "epoch log",
+                "Bundles the consumer acknowledged: epochs at or below GT_last (or a later "
+                "epoch committed with an empty bundle) that read records, less bundles "
+                "skipped as lost; from the barrier state and the epoch log",
                 labels=["pipeline"],
             )
             delivered.add_metric(label, bundles_delivered(barrier, reading.epochs, reading.floor))
@@ -231,11 +237,12 @@ def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
             dropped = CounterMetricFamily(
                 REPLAYED_DROPPED,
                 "Replayed batches whose bundle the barrier dropped: batches that read an "
-                "epoch at or below GT_last another batch had read; from the batch records",
+                "epoch at or below GT_last (or a later epoch committed with an empty "
+                "bundle) another batch had read; from the batch records",
                 labels=["pipeline"],
             )
             dropped.add_metric(
-                label, replays_dropped(barrier.gt_last, reading.batches_per_epoch, reading.floor)
+                label, replays_dropped(barrier.progress, reading.batches_per_epoch, reading.floor)
             )
             out.append(dropped)
     if reading.dead_letter_rows is not None:

@@ -103,7 +103,7 @@ class StateReader:
             planned = None if origin is None else dict(origin.offsets)
         return StoreFacts(
             barrier=None if version is None else state,
-            epochs=tuple(self._epochs[n][0] for n in known if n <= state.gt_last),
+            epochs=tuple(self._epochs[n][0] for n in known if n <= state.progress),
             batches_per_epoch=dict(per_epoch),
             planned=planned,
             floor=floor,

@@ -217,7 +217,9 @@ class SnapshotPipeline:
         try:
             state = read_barrier_state(self.store, self.layout)
             inflight = None if state.inflight is None else state.inflight.bundle_id
-            target = snapshot_floor_target(state.gt_last, inflight, retained, oldest_snapshot_epoch)
+            target = snapshot_floor_target(
+                state.progress, inflight, retained, oldest_snapshot_epoch
+            )
             floor = read_floor(self.store, self.layout)
             if target - (0 if floor is None else floor.epoch) >= pruning_step(retained):
                 prune_below(self.store, self.layout, target)

@@ -36,6 +36,9 @@ here and nowhere else (docs/PROTOCOL.md, "Barrier state"):
   through the in-flight record, resolves it.
 * **the skip** (:meth:`BarrierStateStore.skip`) of an in-flight bundle whose staged parts
   are lost, acknowledged by an operator.
+* **the committed epoch** (:meth:`BarrierStateStore.record_committed`) of a batch with
+  nothing to deliver, every :data:`COMMITTED_STEP` epochs (:func:`decide_committed`,
+  pure), so that pruning and compaction follow a query whose output is empty or sparse.
 
 Readers that only look (the write tasks, the coordinator, the CLI, tests) use
 :func:`read_barrier_state`; a writer reads with :func:`load_barrier_state`, which also
@@ -155,6 +158,32 @@ def decide_claim(
     if why is not None:
         return ClaimDecision("fenced", why=why)
     return ClaimDecision("claims", generation + 1)
+
+
+#: How far an empty bundle's epoch must be past the barrier's recorded progress before the
+#: barrier records it as committed (:func:`decide_committed`): one swap per this many empty
+#: bundles, not one each. The compaction's unit (``epoch_floor.SEGMENT_EPOCHS``): the
+#: recorded progress trails the committed epochs by fewer epochs than a segment holds.
+COMMITTED_STEP = 16
+
+
+def decide_committed(state: BarrierState, epoch: int) -> BarrierState | None:
+    """The state that records ``epoch`` as committed, after its batch committed with
+    nothing to deliver (an empty bundle, or one whose rows were all refused), or None if
+    the swap is not worth making yet.
+
+    Pruning and compaction go only as far as the barrier's progress
+    (:attr:`~state.records.barrier.BarrierState.progress`), which a delivery advances
+    through ``GT_last``; without this, a query whose output is empty or sparse would keep
+    every epoch since its last output row. An empty batch already costs the commit its
+    reads, so a swap for each would add a write to every one: the epoch is recorded only
+    once it is :data:`COMMITTED_STEP` epochs past the progress recorded, so the log keeps
+    at most that many epochs more than its window. Nothing in flight may be passed over:
+    with a bundle in flight the commit resolves it first.
+    """
+    if state.inflight is not None or epoch - state.progress < COMMITTED_STEP:
+        return None
+    return replace(state, committed=epoch)
 
 
 class StaleState(Exception):
@@ -450,6 +479,18 @@ class BarrierStateStore:
             raise CommitStateUnknown(
                 f"barrier: could not {what}: {err}; restarting the query resolves it"
             ) from err
+
+    def record_committed(
+        self, state: BarrierState, version: str, epoch: int
+    ) -> tuple[BarrierState, str]:
+        """After a batch of ``epoch`` committed with nothing to deliver: record ``epoch``
+        as committed if :func:`decide_committed` says the swap is worth it (an
+        owner-checked :meth:`swap`, with its errors), else nothing is written. Returns the
+        state and its version after it."""
+        new = decide_committed(state, epoch)
+        if new is None:
+            return state, version
+        return self.swap(state, new, version, state.owner, f"record epoch {epoch} committed")
 
     def skip(self, state: BarrierState, version: str, skipped: SkippedBundle) -> BarrierState:
         """Skip the in-flight bundle of ``state`` (at ``version``), whose loss an operator

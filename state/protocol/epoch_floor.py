@@ -9,7 +9,9 @@ epochs, batch records and segments:
 
 * **Pruning** (:func:`prune_below`) raises the floor to a target
   (:func:`floor_target`, pure: ``retained`` epochs below the oldest epoch the barrier may
-  still need, its in-flight bundle's, else ``GT_last + 1``; with the snapshot coordinator,
+  still need, its in-flight bundle's, else the one after its progress (``GT_last``, or a
+  later epoch committed with an empty bundle), and below the epoch the pruning query
+  reads next; with the snapshot coordinator,
   :func:`snapshot_floor_target`, never above the oldest retained snapshot's epoch). Its
   counts add what the records about to be deleted told the metrics (epochs that read
   records; batches that replayed an epoch).
@@ -82,34 +84,47 @@ def pruning_step(retained: int) -> int:
     return max(1, retained // 4)
 
 
-def _needed(gt_last: int, inflight_epoch: int | None) -> int:
+def _needed(progress: int, inflight_epoch: int | None) -> int:
     """The oldest epoch the barrier may still need: its in-flight bundle's, else the one
-    after ``GT_last``."""
-    return gt_last + 1 if inflight_epoch is None else min(gt_last + 1, inflight_epoch)
+    after its progress."""
+    return progress + 1 if inflight_epoch is None else min(progress + 1, inflight_epoch)
 
 
-def floor_target(gt_last: int, inflight_epoch: int | None, retained: int) -> int:
+def floor_target(
+    progress: int, inflight_epoch: int | None, retained: int, *, query_next: int | None = None
+) -> int:
     """The highest floor the barrier's progress allows: ``retained`` epochs below the
-    oldest epoch it may still need (the in-flight bundle's, else ``GT_last + 1``); 0 at
-    least."""
+    oldest epoch it may still need (the in-flight bundle's, else ``progress + 1``); 0 at
+    least. ``progress`` is :attr:`~state.records.barrier.BarrierState.progress`: the
+    epochs of empty bundles are done too, so a query whose output is sparse is pruned.
+
+    ``query_next``: the epoch the pruning query's next batch reads (the end of the batch
+    it just committed). A query that replays on a new checkpoint, from the persisted
+    start because nothing was pruned yet, is below the barrier's progress: the floor
+    stays ``retained`` epochs below it too, so that the epochs and batch records it has
+    still to read are never deleted ahead of it.
+    """
     if retained < 1:
         raise ValueError(f"retained must be >= 1, not {retained}")
-    return max(0, _needed(gt_last, inflight_epoch) - retained)
+    needed = _needed(progress, inflight_epoch)
+    if query_next is not None:
+        needed = min(needed, query_next)
+    return max(0, needed - retained)
 
 
 def snapshot_floor_target(
-    gt_last: int, inflight_epoch: int | None, retained: int, oldest_snapshot_epoch: int
+    progress: int, inflight_epoch: int | None, retained: int, oldest_snapshot_epoch: int
 ) -> int:
     """:func:`floor_target` for a pipeline the snapshot coordinator runs: never above the
     epoch of its oldest retained snapshot, where a restore of that snapshot starts."""
-    return min(oldest_snapshot_epoch, floor_target(gt_last, inflight_epoch, retained))
+    return min(oldest_snapshot_epoch, floor_target(progress, inflight_epoch, retained))
 
 
-def compaction_limit(gt_last: int, inflight_epoch: int | None) -> int:
-    """The epochs below this may be compacted: all were delivered, and the
-    :data:`SEGMENT_EPOCHS` newest delivered ones stay one object each (a restart on the
-    query's checkpoint reads those)."""
-    return max(0, _needed(gt_last, inflight_epoch) - SEGMENT_EPOCHS)
+def compaction_limit(progress: int, inflight_epoch: int | None) -> int:
+    """The epochs below this may be compacted: all were committed (delivered, or empty),
+    and the :data:`SEGMENT_EPOCHS` newest of them stay one object each (a restart on the
+    query's checkpoint reads those). ``progress`` as for :func:`floor_target`."""
+    return max(0, _needed(progress, inflight_epoch) - SEGMENT_EPOCHS)
 
 
 def merge_plan(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -222,8 +222,8 @@ class EpochLog:
             raise EpochsPruned(
                 f"{self.store.uri}/{key}: epoch {epoch} was pruned: the epoch log of "
                 f"pipeline '{self.layout.pipeline_id}' begins at epoch {floor.epoch} "
-                "(state.epochsRetained keeps that many epochs below the barrier's "
-                "GT_last). This checkpoint is older than the epochs kept; restore a "
+                "(state.epochsRetained keeps that many epochs below how far the barrier "
+                "committed them). This checkpoint is older than the epochs kept; restore a "
                 "newer snapshot, or start the query on a new checkpoint with "
                 "state.startAtFloor=true"
             )

@@ -5,16 +5,21 @@ compare-and-swap::
 
     {"format": 1, "gt_last": 6, "inflight": {...} | null,
      "owner": {"run_id", "query_id", "generation", "since", "token"[, "driver"]} | null
-     [, "skipped": [{...a lost in-flight bundle skipped by the operator...}]]}
+     [, "skipped": [{...a lost in-flight bundle skipped by the operator...}]]
+     [, "committed": 9]}
 
 ``gt_last`` is the epoch of the last bundle the consumer acknowledged (-1: none),
 ``inflight`` the one bundle recorded before its delivery began
 (:class:`~state.records.inflight_bundle.InflightBundle`), ``owner`` the driver run that may advance
 the barrier, or a driver that took the pipeline before its query's first commit
 (:attr:`Owner.driver`), ``skipped`` the bundles whose loss an operator acknowledged
-(:class:`SkippedBundle`). A state written before the ``format`` field existed decodes as
-format 1; ``owner.driver`` and ``skipped`` are written only when set, and absent in older
-records.
+(:class:`SkippedBundle`), ``committed`` the newest epoch the barrier recorded as committed
+without a delivery (its bundle had no row to deliver: :attr:`BarrierState.progress`). A
+state written before the ``format`` field existed decodes as format 1; ``owner.driver``,
+``skipped`` and ``committed`` are written only when set, and absent in older records
+(``committed`` then decodes as -1: only ``gt_last`` says how far epochs are done). A reader
+that ignores ``committed`` reads the state right: it only takes the barrier's progress for
+less than it is.
 
 :class:`RunMarker` is created once when a run claims the barrier, with the generation it
 claims: at ``<pipeline>/barrier/claims/<generation>-<runId>.json`` (a run's claim, pruned
@@ -137,12 +142,26 @@ class SkippedBundle:
 
 @dataclass(frozen=True)
 class BarrierState:
-    """``GT_last``, the in-flight bundle and the owner; the empty state before any commit."""
+    """``GT_last``, the in-flight bundle and the owner; the empty state before any commit.
+
+    ``committed``: the newest epoch whose batch the barrier committed with nothing to
+    deliver (an empty bundle, or one whose rows were all refused), -1 if none is
+    recorded; it may be below ``gt_last``, which a delivery advances alone.
+    """
 
     gt_last: int = NO_BUNDLE
     inflight: InflightBundle | None = None
     owner: Owner | None = None
     skipped: tuple[SkippedBundle, ...] = ()
+    committed: int = NO_BUNDLE
+
+    @property
+    def progress(self) -> int:
+        """How far epochs are done: the newest epoch whose bundle was delivered or found
+        to have nothing to deliver (``max(gt_last, committed)``; -1: none). Every epoch
+        at or below it was committed by the barrier; what may still need an epoch below
+        it (a bundle in flight, a query replaying) is the pruner's to check."""
+        return max(self.gt_last, self.committed)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -153,6 +172,8 @@ class BarrierState:
         }
         if self.skipped:
             out["skipped"] = [s.to_json() for s in self.skipped]
+        if self.committed != NO_BUNDLE:
+            out["committed"] = self.committed
         return out
 
     @classmethod
@@ -165,6 +186,7 @@ class BarrierState:
             inflight=None if inflight is None else InflightBundle.from_json(inflight),
             owner=None if owner is None else Owner.from_json(owner),
             skipped=tuple(SkippedBundle.from_json(s) for s in f.array("skipped", [])),
+            committed=f.integer("committed", NO_BUNDLE, minimum=NO_BUNDLE),
         )
 
 
