@@ -525,6 +525,46 @@ def test_a_changed_query_s_replay_matches_the_first_file_s_rows_by_their_gt(
     assert p.staged() == []
 
 
+def fan_out_batch() -> pa.RecordBatch:
+    """Rows ``0:0a`` and ``0:0b`` made from one input record (an explode: the same ``gt``,
+    offset 0), then ``0:1`` (offset 1)."""
+    gt = gt_array(
+        pa.array([1, 1, 1], pa.int64()),
+        pa.array(["t"] * 3, pa.string()),
+        pa.array([0, 0, 0], pa.int32()),
+        pa.array([0, 0, 1], pa.int64()),
+    )
+    values = pa.array([b"0:0a", b"0:0b", b"0:1"], pa.binary())
+    notes = pa.array(["n0a", "n0b", "n1"], pa.string())
+    return pa.RecordBatch.from_arrays([values, notes, gt], names=["value", "note", "gt"])
+
+
+def test_fan_out_rows_refused_in_turn_by_two_attempts_each_end_in_one_place(
+    tmp_path: Path,
+) -> None:
+    """Two rows of one input record share its ``gt``. Attempt 1 refuses ``0:0a`` and dies
+    after writing the file; attempt 2 refuses ``0:0b`` instead (NOT NULL moved to another
+    column). The ``gt`` must not pair the file's ``0:0a`` with ``0:0b``: ``0:0a`` is
+    accepted now, ``0:0b`` is a refusal the file lacks."""
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = fan_out_batch()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit(
+            [write_refusing(p, 0, rows, [b"0:0a"])], 0
+        )
+    assert values_of(pq.read_table(path)) == [b"0:0a"] and p.consumer.calls == 0
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([write_refusing(p, 0, rows, [b"0:0b"])], 0)
+    assert outcome.action == "delivered"
+    ((_, table, _),) = p.consumer.delivered
+    delivered, dead = values_of(table), values_of(pq.read_table(path))
+    for value in (b"0:0a", b"0:0b", b"0:1"):
+        assert (delivered + dead).count(value) == 1, (value, delivered, dead)
+    assert dead == [b"0:0b"] and p.state().gt_last == 1 and p.staged() == []
+
+
 def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(
     tmp_path: Path,
 ) -> None:
