@@ -32,7 +32,10 @@ from sink.dead_letters.dead_letter_format import (
     COLUMN_COLUMN,
     REASON_COLUMN,
     dead_letter_name,
+    input_columns,
     nullable_schema,
+    recorded_against,
+    without_rows,
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
 from sink.faults import FaultInjector, InjectedFault
@@ -563,6 +566,29 @@ def test_fan_out_rows_refused_in_turn_by_two_attempts_each_end_in_one_place(
     for value in (b"0:0a", b"0:0b", b"0:1"):
         assert (delivered + dead).count(value) == 1, (value, delivered, dead)
     assert dead == [b"0:0b"] and p.state().gt_last == 1 and p.staged() == []
+
+
+def test_the_gt_pairs_rows_of_two_attempts_only_when_it_is_unique_among_those_left() -> None:
+    """Pure reconciliation: rows pair by their values first; the ``gt`` pairs what is left
+    only when one row on each side holds it. ``0:0a`` (the file's) pairs by value with this
+    attempt's accepted ``0:0a``, and ``0:0b`` refused now is unrecorded."""
+    rows = pa.Table.from_batches([fan_out_batch()])
+    file_rows = rows.slice(0, 1)  # [0:0a]
+    refused_now = rows.slice(1, 1)  # [0:0b]
+    accepted_now = rows.filter(pa.array([True, False, True]))  # [0:0a, 0:1]
+    unrecorded, kept_out = recorded_against(file_rows, refused_now, lambda: [accepted_now])
+    assert unrecorded == 1
+    (kept,) = without_rows([accepted_now], input_columns(file_rows), kept_out)
+    assert values_of(kept) == [b"0:1"]
+    # an upgrade (other values, the same records): a lone gt on each side still pairs
+    upgraded = accepted_now.set_column(1, "note", pa.array(["v2-a", "v2-1"], pa.string()))
+    unrecorded, kept_out = recorded_against(file_rows, None, lambda: [upgraded])
+    (kept,) = without_rows([upgraded], input_columns(file_rows), kept_out)
+    assert unrecorded == 0 and kept.column("note").to_pylist() == ["v2-1"]
+    # two rows of the record left on one side: the gt says nothing, nothing is paired
+    both = rows.set_column(1, "note", pa.array(["v2-a", "v2-b", "v2-1"], pa.string()))
+    unrecorded, kept_out = recorded_against(file_rows, None, lambda: [both])
+    assert unrecorded == 0 and kept_out == []
 
 
 def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(
