@@ -34,6 +34,8 @@ from integration_tests.source_support import (
     run_to_end,
     topic_id_of,
 )
+from state.errors import DataLossError
+from state.records.source_offset import SourceOffset
 
 
 def tagged(tag: str, partition: int, n: int, start: int = 0) -> list[bytes]:
@@ -233,3 +235,69 @@ def test_an_end_below_the_frontier_for_a_moment_after_a_restart_is_not_data_loss
         f"read {len(restarted.values)} record(s): {restarted.values[:1]} ..."
     )
     assert restarted.reader.lost_events == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_planned_epoch_re_run_after_its_topic_was_recreated_reads_nothing_of_the_new_topic(
+    kafka: Any, read_client: str
+) -> None:
+    """A driver plans epoch 1 = [50, 100) of the old topic and dies before its tasks run.
+    The topic is recreated and filled past 100. The restarted driver re-runs epoch 1 (the
+    same start and end, the topic ids recorded with it): with failOnDataLoss=true the read
+    fails with a data-loss error naming the topic and both ids; with false, epoch 1's
+    records are reported lost and skipped (nothing of the new topic is read as epoch 1),
+    and the next epochs read the new topic from its log start, each offset once."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce_values(topic, tagged("old", 0, 100), partition=0)
+    old_id = topic_id_of(kafka, topic)
+    shared = {
+        "pipeline.id": "p-" + uuid.uuid4().hex[:8],
+        "state.uri": f"memory://{uuid.uuid4().hex}",
+        "maxOffsetsPerTrigger": "50",
+        "kafkaConsumer.client": read_client,
+    }
+    first = Driver(kafka.bootstrap, topic, **shared)
+    try:
+        first.step()  # epoch 0 = [0, 50), read
+        assert first.values == tagged("old", 0, 50)
+        start = first.offset
+        end = first.reader.latestOffset(start, first.reader.getDefaultReadLimit())
+        assert SourceOffset.from_json(end).offsets == {(topic, 0): 100}  # planned, never read
+    finally:
+        first.close()
+
+    recreate_after_reads(kafka, topic)
+    new_id = topic_id_of(kafka, topic)
+    assert new_id != old_id
+    kafka.produce_values(topic, tagged("new", 0, 300), partition=0)
+
+    failing = Driver(kafka.bootstrap, topic, **shared)
+    try:
+        with pytest.raises(DataLossError) as info:
+            for part in failing.reader.partitions(start, end):
+                list(failing.reader.read(part))
+    finally:
+        failing.close()
+    text = str(info.value)
+    assert f"topic '{topic}'" in text and old_id in text and new_id in text, text
+
+    restarted = Driver(kafka.bootstrap, topic, **{**shared, "failOnDataLoss": "false"})
+    restarted.offset = start  # Spark's checkpoint: batch 1 planned, not committed
+    try:
+        bundle_1: list[bytes] = []
+        for part in restarted.reader.partitions(start, end):
+            for batch in restarted.reader.read(part):
+                bundle_1.extend(batch.to_pydict()["value"])
+        assert bundle_1 == [], f"epoch 1 re-run read {len(bundle_1)} record(s): {bundle_1[:3]}"
+        restarted.offset = end
+        for _ in range(10):
+            if restarted.frontier().get((topic, 0)) == 300:
+                break
+            restarted.step()
+    finally:
+        restarted.close()
+    twice = {k: n for k, n in restarted.read.items() if n > 1}
+    assert twice == {}, f"offsets read twice: {sorted(twice)[:5]}"
+    assert restarted.values == tagged("new", 0, 300), (
+        f"{len(restarted.values)} record(s) read after the restart"
+    )
