@@ -301,3 +301,59 @@ def test_a_planned_epoch_re_run_after_its_topic_was_recreated_reads_nothing_of_t
     assert restarted.values == tagged("new", 0, 300), (
         f"{len(restarted.values)} record(s) read after the restart"
     )
+
+
+@pytest.mark.timeout(600)
+def test_a_query_restarted_on_a_batch_planned_before_its_topic_was_recreated(
+    spark: Any, kafka: Any, tmp_path: Path, read_client: str
+) -> None:
+    """Through Spark: the query dies in batch 1 (planned [50, 100), in the offset log, not
+    committed). The topic is recreated and filled with 300 records. Restarted on the same
+    checkpoint, Spark re-runs batch 1 as planned: with failOnDataLoss=true the query fails
+    naming the topic and both ids; with false batch 1 delivers nothing, and the batches
+    after it deliver the new topic from its log start, each record once."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce_values(topic, tagged("old", 0, 100), partition=0)
+    old_id = topic_id_of(kafka, topic)
+    opts = gtkafka_options(
+        kafka.bootstrap,
+        topic,
+        f"file://{tmp_path / 'state'}",
+        maxOffsetsPerTrigger="50",
+        **{"kafkaConsumer.client": read_client},
+    )
+    checkpoint = tmp_path / "checkpoint"
+    delivered: dict[int, list[bytes]] = {}
+
+    def dies_in_batch_1(df: Any, batch_id: int) -> None:
+        if batch_id == 1:
+            raise RuntimeError("the driver dies in batch 1")
+        delivered[batch_id] = [r.value for r in df.select("value").collect()]
+
+    with pytest.raises(Exception, match="the driver dies in batch 1"):
+        run_to_end(spark, opts, checkpoint, dies_in_batch_1)
+    assert delivered == {0: tagged("old", 0, 50)}
+
+    recreate_after_reads(kafka, topic)
+    new_id = topic_id_of(kafka, topic)
+    assert new_id != old_id
+    kafka.produce_values(topic, tagged("new", 0, 300), partition=0)
+
+    delivered.clear()
+
+    def collect(df: Any, batch_id: int) -> None:
+        delivered[batch_id] = [r.value for r in df.select("value").collect()]
+
+    with pytest.raises(Exception) as info:  # Spark wraps it: StreamingQueryException
+        run_to_end(spark, opts, checkpoint, collect)
+    text = str(info.value)
+    assert delivered == {}, f"delivered before the failure: {sorted(delivered)}"
+    assert "DataLossError" in text and f"topic '{topic}'" in text, text[-3000:]
+    assert old_id in text and new_id in text and "epoch 1" in text, text[-3000:]
+
+    run_to_end(spark, {**opts, "failOnDataLoss": "false"}, checkpoint, collect)
+    assert delivered.get(1) == [], f"batch 1 re-run delivered {delivered.get(1)}"
+    after = [v for b in sorted(delivered) for v in delivered[b]]
+    assert after == tagged("new", 0, 300), (
+        f"{len(after)} record(s) after the restart, {len(set(after))} distinct"
+    )
