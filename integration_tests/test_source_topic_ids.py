@@ -25,6 +25,8 @@ import pytest
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 
 from datasource.consumer_pool import ConsumerPool
+from datasource.options import KafkaSourceOptions
+from datasource.topic_id_check import current_topic_ids
 from harness.kafka_proxy import FETCH, LIST_OFFSETS, Action, KafkaProxy
 from integration_tests.source_support import (
     Driver,
@@ -356,4 +358,23 @@ def test_a_query_restarted_on_a_batch_planned_before_its_topic_was_recreated(
     after = [v for b in sorted(delivered) for v in delivered[b]]
     assert after == tagged("new", 0, 300), (
         f"{len(after)} record(s) after the restart, {len(set(after))} distinct"
+    )
+
+
+def test_a_read_task_s_lookup_gives_the_broker_s_ids_and_none_for_a_missing_topic(
+    kafka: Any,
+) -> None:
+    """The read tasks' lookup (one describe) gives what the broker gives, the new id once
+    the topic is recreated, and nothing for a topic that does not exist (left to the read,
+    which reports a deleted partition)."""
+    topic = kafka.create_topic(partitions=1)
+    missing = f"{topic}-missing"
+    options = KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}
+    )
+    assert current_topic_ids(options, {topic, missing}) == {topic: topic_id_of(kafka, topic)}
+    old_id = topic_id_of(kafka, topic)
+    kafka.recreate_topic(topic)
+    assert (
+        current_topic_ids(options, {topic}) == {topic: topic_id_of(kafka, topic)} != {topic: old_id}
     )
