@@ -146,8 +146,8 @@ MIN_RECORDS_PER_TASK = IntegerOption(
 FAIL_ON_DATA_LOSS = BooleanOption(
     name="failOnDataLoss",
     default=True,
-    doc="fail on records lost to retention, vanished or recreated partitions; "
-    "`false`: warn, skip and count",
+    doc="fail on records lost to retention, vanished or recreated partitions, or a topic "
+    "recreated since the epoch a task reads was planned; `false`: warn, skip and count",
 )
 INCLUDE_HEADERS = BooleanOption(
     name="includeHeaders", default=False, doc="add the `headers` column"

@@ -18,6 +18,9 @@ Missing records:
 * below the partition's log start (retention) or past its end (a recreated topic):
   :class:`DataLossError` with ``failOnDataLoss=true``; otherwise a warning, the gap is
   skipped and counted (:attr:`RangeReader.skipped`, logged when the range ends);
+* the ranges of a topic whose id is not the one the epoch was planned under (deleted and
+  created again since, :mod:`datasource.topic_id_check`): the same, for the whole ranges,
+  before the task's first fetch;
 * gaps above the log start (compacted records, transaction markers) are normal and skipped.
 
 No progress for ``kafkaConsumer.pollTimeoutMs`` raises :class:`SourceUnavailable` naming
@@ -56,6 +59,7 @@ from datasource.librdkafka_consumer import CLIENT as LIBRDKAFKA
 from datasource.librdkafka_consumer import LibrdkafkaConsumer
 from datasource.offsets import OffsetRange, ranges_between, task_ranges
 from datasource.options import KafkaSourceOptions
+from datasource.topic_id_check import CurrentIds, current_topic_ids, recreated
 from state import profiling
 from state.errors import DataLossError, RetriableError, SourceUnavailable
 from state.kafka_errors import is_retriable_kafka_error, kafka_call, translate_kafka_error
@@ -129,9 +133,15 @@ def read_partition(  # noqa: PLR0913 - keyword-only task and injectable consumer
     task: StreamingTask | None,
     consumer_factory: Callable[..., Any] | None = None,
     source: ConsumerSource | None = None,
+    current_ids: CurrentIds | None = None,
 ) -> Iterator[Any]:
     """The task's ranges as RecordBatches of at most :data:`ARROW_BATCH_ROWS` rows; the
     marked partition of a streaming batch writes the batch record first.
+
+    Before its first fetch, a task whose plan names topic ids compares them with the
+    broker's (``current_ids``, by default one Metadata request:
+    :mod:`datasource.topic_id_check`): the ranges of a topic recreated since the epoch was
+    planned are lost records (:func:`_unless_recreated`), never read.
 
     The write runs on a thread of its own while the task fetches its first records (the
     store's round trip overlaps the first Kafka fetch); no row is yielded before it is
@@ -140,7 +150,14 @@ def read_partition(  # noqa: PLR0913 - keyword-only task and injectable consumer
     with profiling.span("read.task", partition=partition.index):
         # (the whole task, including the time Spark spends consuming its batches)
         store = _batch_record_store(options, partition, task)
-        batches = _read_ranges(options, partition, arrow_schema, consumer_factory, source)
+        batches = _read_ranges(
+            options,
+            partition,
+            arrow_schema,
+            consumer_factory=consumer_factory,
+            source=source,
+            current_ids=current_ids,
+        )
         if store is None:
             yield from batches
             return
@@ -210,20 +227,28 @@ class BatchRecordWrite:
             raise self._error
 
 
-def _read_ranges(
+def _read_ranges(  # noqa: PLR0913 - keyword-only injectable consumers and ids
     options: KafkaSourceOptions,
     partition: KafkaInputPartition,
     arrow_schema: Any,
+    *,
     consumer_factory: Callable[..., Any] | None,
     source: ConsumerSource | None,
+    current_ids: CurrentIds | None,
 ) -> Iterator[Any]:
     task = partition.index
-    ranges = [r for r in partition.ranges if r.size > 0]
+    ids = dict(partition.topic_ids)
+    ranges = _unless_recreated(
+        options,
+        partition.epoch,
+        [r for r in partition.ranges if r.size > 0],
+        ids,
+        current_ids or current_topic_ids,
+    )
     if not ranges:
         return
     consumers = consumer_source(options) if source is None else source
     builder = ArrowBuilder(arrow_schema, partition.epoch)
-    ids = dict(partition.topic_ids)
     readers = [
         RangeReader(options, r, consumer_factory=consumer_factory, topic_id=ids.get(r.topic))
         for r in ranges
@@ -252,6 +277,48 @@ def _read_ranges(
                 consumers.release(lease, ok=True)
         if isinstance(consumers, SingleConsumer) and source is None:
             consumers.close()
+
+
+def _unless_recreated(
+    options: KafkaSourceOptions,
+    epoch: int,
+    ranges: list[OffsetRange],
+    planned: Mapping[str, str],
+    current_ids: CurrentIds,
+) -> list[OffsetRange]:
+    """``ranges`` without those of topics deleted and created again since the epoch was
+    planned under the ids ``planned`` (one lookup of ``current_ids`` for the task's
+    topics; none if the plan names no ids). Their records are gone: with
+    ``failOnDataLoss=true`` a :class:`DataLossError` naming each such topic, its recorded
+    and its current id and the ranges; otherwise a warning, and they are skipped.
+    """
+    named = {r.topic: planned[r.topic] for r in ranges if r.topic in planned}
+    if not named:
+        return ranges
+    gone = recreated(named, current_ids(options, set(named)))
+    if not gone:
+        return ranges
+    lost = [r for r in ranges if r.topic in gone]
+    topics = "; ".join(
+        f"topic '{t}' was planned under topic id {named[t]}, the broker now gives it "
+        f"topic id {gone[t]} (deleted and created again)"
+        for t in sorted(gone)
+    )
+    what = (
+        f"the records of epoch {epoch} in {', '.join(str(r) for r in lost)} are gone from "
+        f"Kafka at {options.bootstrap_servers}: {topics}; the same offsets name other "
+        "records now"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{what}. Set failOnDataLoss=false to skip lost records with a warning."
+        )
+    log.warning(
+        "gtkafka: %s; skipping %d lost record(s) (failOnDataLoss=false)",
+        what,
+        sum(r.size for r in lost),
+    )
+    return [r for r in ranges if r.topic not in gone]
 
 
 def client_factory(options: KafkaSourceOptions) -> Callable[..., Any]:

@@ -25,6 +25,8 @@ import pytest
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 
 from datasource.consumer_pool import ConsumerPool
+from datasource.options import KafkaSourceOptions
+from datasource.topic_id_check import current_topic_ids
 from harness.kafka_proxy import FETCH, LIST_OFFSETS, Action, KafkaProxy
 from integration_tests.source_support import (
     Driver,
@@ -34,6 +36,8 @@ from integration_tests.source_support import (
     run_to_end,
     topic_id_of,
 )
+from state.errors import DataLossError
+from state.records.source_offset import SourceOffset
 
 
 def tagged(tag: str, partition: int, n: int, start: int = 0) -> list[bytes]:
@@ -233,3 +237,144 @@ def test_an_end_below_the_frontier_for_a_moment_after_a_restart_is_not_data_loss
         f"read {len(restarted.values)} record(s): {restarted.values[:1]} ..."
     )
     assert restarted.reader.lost_events == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_planned_epoch_re_run_after_its_topic_was_recreated_reads_nothing_of_the_new_topic(
+    kafka: Any, read_client: str
+) -> None:
+    """A driver plans epoch 1 = [50, 100) of the old topic and dies before its tasks run.
+    The topic is recreated and filled past 100. The restarted driver re-runs epoch 1 (the
+    same start and end, the topic ids recorded with it): with failOnDataLoss=true the read
+    fails with a data-loss error naming the topic and both ids; with false, epoch 1's
+    records are reported lost and skipped (nothing of the new topic is read as epoch 1),
+    and the next epochs read the new topic from its log start, each offset once."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce_values(topic, tagged("old", 0, 100), partition=0)
+    old_id = topic_id_of(kafka, topic)
+    shared = {
+        "pipeline.id": "p-" + uuid.uuid4().hex[:8],
+        "state.uri": f"memory://{uuid.uuid4().hex}",
+        "maxOffsetsPerTrigger": "50",
+        "kafkaConsumer.client": read_client,
+    }
+    first = Driver(kafka.bootstrap, topic, **shared)
+    try:
+        first.step()  # epoch 0 = [0, 50), read
+        assert first.values == tagged("old", 0, 50)
+        start = first.offset
+        end = first.reader.latestOffset(start, first.reader.getDefaultReadLimit())
+        assert SourceOffset.from_json(end).offsets == {(topic, 0): 100}  # planned, never read
+    finally:
+        first.close()
+
+    recreate_after_reads(kafka, topic)
+    new_id = topic_id_of(kafka, topic)
+    assert new_id != old_id
+    kafka.produce_values(topic, tagged("new", 0, 300), partition=0)
+
+    failing = Driver(kafka.bootstrap, topic, **shared)
+    try:
+        with pytest.raises(DataLossError) as info:
+            for part in failing.reader.partitions(start, end):
+                list(failing.reader.read(part))
+    finally:
+        failing.close()
+    text = str(info.value)
+    assert f"topic '{topic}'" in text and old_id in text and new_id in text, text
+
+    restarted = Driver(kafka.bootstrap, topic, **{**shared, "failOnDataLoss": "false"})
+    restarted.offset = start  # Spark's checkpoint: batch 1 planned, not committed
+    try:
+        bundle_1: list[bytes] = []
+        for part in restarted.reader.partitions(start, end):
+            for batch in restarted.reader.read(part):
+                bundle_1.extend(batch.to_pydict()["value"])
+        assert bundle_1 == [], f"epoch 1 re-run read {len(bundle_1)} record(s): {bundle_1[:3]}"
+        restarted.offset = end
+        for _ in range(10):
+            if restarted.frontier().get((topic, 0)) == 300:
+                break
+            restarted.step()
+    finally:
+        restarted.close()
+    twice = {k: n for k, n in restarted.read.items() if n > 1}
+    assert twice == {}, f"offsets read twice: {sorted(twice)[:5]}"
+    assert restarted.values == tagged("new", 0, 300), (
+        f"{len(restarted.values)} record(s) read after the restart"
+    )
+
+
+@pytest.mark.timeout(600)
+def test_a_query_restarted_on_a_batch_planned_before_its_topic_was_recreated(
+    spark: Any, kafka: Any, tmp_path: Path, read_client: str
+) -> None:
+    """Through Spark: the query dies in batch 1 (planned [50, 100), in the offset log, not
+    committed). The topic is recreated and filled with 300 records. Restarted on the same
+    checkpoint, Spark re-runs batch 1 as planned: with failOnDataLoss=true the query fails
+    naming the topic and both ids; with false batch 1 delivers nothing, and the batches
+    after it deliver the new topic from its log start, each record once."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce_values(topic, tagged("old", 0, 100), partition=0)
+    old_id = topic_id_of(kafka, topic)
+    opts = gtkafka_options(
+        kafka.bootstrap,
+        topic,
+        f"file://{tmp_path / 'state'}",
+        maxOffsetsPerTrigger="50",
+        **{"kafkaConsumer.client": read_client},
+    )
+    checkpoint = tmp_path / "checkpoint"
+    delivered: dict[int, list[bytes]] = {}
+
+    def dies_in_batch_1(df: Any, batch_id: int) -> None:
+        if batch_id == 1:
+            raise RuntimeError("the driver dies in batch 1")
+        delivered[batch_id] = [r.value for r in df.select("value").collect()]
+
+    with pytest.raises(Exception, match="the driver dies in batch 1"):
+        run_to_end(spark, opts, checkpoint, dies_in_batch_1)
+    assert delivered == {0: tagged("old", 0, 50)}
+
+    recreate_after_reads(kafka, topic)
+    new_id = topic_id_of(kafka, topic)
+    assert new_id != old_id
+    kafka.produce_values(topic, tagged("new", 0, 300), partition=0)
+
+    delivered.clear()
+
+    def collect(df: Any, batch_id: int) -> None:
+        delivered[batch_id] = [r.value for r in df.select("value").collect()]
+
+    with pytest.raises(Exception) as info:  # Spark wraps it: StreamingQueryException
+        run_to_end(spark, opts, checkpoint, collect)
+    text = str(info.value)
+    assert delivered == {}, f"delivered before the failure: {sorted(delivered)}"
+    assert "DataLossError" in text and f"topic '{topic}'" in text, text[-3000:]
+    assert old_id in text and new_id in text and "epoch 1" in text, text[-3000:]
+
+    run_to_end(spark, {**opts, "failOnDataLoss": "false"}, checkpoint, collect)
+    assert delivered.get(1) == [], f"batch 1 re-run delivered {delivered.get(1)}"
+    after = [v for b in sorted(delivered) for v in delivered[b]]
+    assert after == tagged("new", 0, 300), (
+        f"{len(after)} record(s) after the restart, {len(set(after))} distinct"
+    )
+
+
+def test_a_read_task_s_lookup_gives_the_broker_s_ids_and_none_for_a_missing_topic(
+    kafka: Any,
+) -> None:
+    """The read tasks' lookup (one describe) gives what the broker gives, the new id once
+    the topic is recreated, and nothing for a topic that does not exist (left to the read,
+    which reports a deleted partition)."""
+    topic = kafka.create_topic(partitions=1)
+    missing = f"{topic}-missing"
+    options = KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}
+    )
+    assert current_topic_ids(options, {topic, missing}) == {topic: topic_id_of(kafka, topic)}
+    old_id = topic_id_of(kafka, topic)
+    kafka.recreate_topic(topic)
+    assert (
+        current_topic_ids(options, {topic}) == {topic: topic_id_of(kafka, topic)} != {topic: old_id}
+    )

@@ -32,7 +32,10 @@ from sink.dead_letters.dead_letter_format import (
     COLUMN_COLUMN,
     REASON_COLUMN,
     dead_letter_name,
+    input_columns,
     nullable_schema,
+    recorded_against,
+    without_rows,
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
 from sink.faults import FaultInjector, InjectedFault
@@ -523,6 +526,69 @@ def test_a_changed_query_s_replay_matches_the_first_file_s_rows_by_their_gt(
     assert table is not None and table.column("note").to_pylist() == ["v2-n0", "v2-n2", "v2-n3"]
     assert file_id(path) == written and notes(pq.read_table(path)) == [BAD]
     assert p.staged() == []
+
+
+def fan_out_batch() -> pa.RecordBatch:
+    """Rows ``0:0a`` and ``0:0b`` made from one input record (an explode: the same ``gt``,
+    offset 0), then ``0:1`` (offset 1)."""
+    gt = gt_array(
+        pa.array([1, 1, 1], pa.int64()),
+        pa.array(["t"] * 3, pa.string()),
+        pa.array([0, 0, 0], pa.int32()),
+        pa.array([0, 0, 1], pa.int64()),
+    )
+    values = pa.array([b"0:0a", b"0:0b", b"0:1"], pa.binary())
+    notes = pa.array(["n0a", "n0b", "n1"], pa.string())
+    return pa.RecordBatch.from_arrays([values, notes, gt], names=["value", "note", "gt"])
+
+
+def test_fan_out_rows_refused_in_turn_by_two_attempts_each_end_in_one_place(
+    tmp_path: Path,
+) -> None:
+    """Two rows of one input record share its ``gt``. Attempt 1 refuses ``0:0a`` and dies
+    after writing the file; attempt 2 refuses ``0:0b`` instead (NOT NULL moved to another
+    column). The ``gt`` must not pair the file's ``0:0a`` with ``0:0b``: ``0:0a`` is
+    accepted now, ``0:0b`` is a refusal the file lacks."""
+    p = Pipeline(jsonl(tmp_path))
+    path = tmp_path / "dl" / dead_letter_name(1)
+    rows = fan_out_batch()
+    p.record_batch(0, epoch=1)
+    with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("after_dead_letters")).commit(
+            [write_refusing(p, 0, rows, [b"0:0a"])], 0
+        )
+    assert values_of(pq.read_table(path)) == [b"0:0a"] and p.consumer.calls == 0
+    p.run_id = "run-b"
+    outcome = p.barrier().commit([write_refusing(p, 0, rows, [b"0:0b"])], 0)
+    assert outcome.action == "delivered"
+    ((_, table, _),) = p.consumer.delivered
+    delivered, dead = values_of(table), values_of(pq.read_table(path))
+    for value in (b"0:0a", b"0:0b", b"0:1"):
+        assert (delivered + dead).count(value) == 1, (value, delivered, dead)
+    assert dead == [b"0:0b"] and p.state().gt_last == 1 and p.staged() == []
+
+
+def test_the_gt_pairs_rows_of_two_attempts_only_when_it_is_unique_among_those_left() -> None:
+    """Pure reconciliation: rows pair by their values first; the ``gt`` pairs what is left
+    only when one row on each side holds it. ``0:0a`` (the file's) pairs by value with this
+    attempt's accepted ``0:0a``, and ``0:0b`` refused now is unrecorded."""
+    rows = pa.Table.from_batches([fan_out_batch()])
+    file_rows = rows.slice(0, 1)  # [0:0a]
+    refused_now = rows.slice(1, 1)  # [0:0b]
+    accepted_now = rows.filter(pa.array([True, False, True]))  # [0:0a, 0:1]
+    unrecorded, kept_out = recorded_against(file_rows, refused_now, lambda: [accepted_now])
+    assert unrecorded == 1
+    (kept,) = without_rows([accepted_now], input_columns(file_rows), kept_out)
+    assert values_of(kept) == [b"0:1"]
+    # an upgrade (other values, the same records): a lone gt on each side still pairs
+    upgraded = accepted_now.set_column(1, "note", pa.array(["v2-a", "v2-1"], pa.string()))
+    unrecorded, kept_out = recorded_against(file_rows, None, lambda: [upgraded])
+    (kept,) = without_rows([upgraded], input_columns(file_rows), kept_out)
+    assert unrecorded == 0 and kept.column("note").to_pylist() == ["v2-1"]
+    # two rows of the record left on one side: the gt says nothing, nothing is paired
+    both = rows.set_column(1, "note", pa.array(["v2-a", "v2-b", "v2-1"], pa.string()))
+    unrecorded, kept_out = recorded_against(file_rows, None, lambda: [both])
+    assert unrecorded == 0 and kept_out == []
 
 
 def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(

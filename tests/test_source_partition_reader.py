@@ -345,3 +345,76 @@ def test_read_spans(broker: FakeBroker, tmp_path: Path, monkeypatch: pytest.Monk
     assert all(s["error"] is None and "advanced" in s for s in clients)
     task = next(s for s in spans if s["span"] == "read.task")
     assert task["partition"] == 0 and task["error"] is None
+
+
+def test_a_task_reads_nothing_of_a_topic_recreated_since_its_epoch_was_planned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The plan names topic ``t`` under id ``old``; the broker gives ``new`` now. One
+    lookup per task; ``t``'s ranges are lost (fail, or skipped with a warning), ``u``'s,
+    whose id is the planned one, are read."""
+    broker = FakeBroker()
+    for topic in ("t", "u"):
+        broker.create(topic, 1)
+        broker.produce(topic, 0, 10)
+    lookups: list[set[str]] = []
+
+    def current(opts: KafkaSourceOptions, topics: Any) -> dict[str, str]:
+        lookups.append(set(topics))
+        return {"t": "new", "u": "same"}
+
+    part = KafkaInputPartition(
+        7,
+        (OffsetRange("t", 0, 0, 5), OffsetRange("u", 0, 2, 6), OffsetRange("t", 0, 5, 10)),
+        topic_ids=(("t", "old"), ("u", "same")),
+    )
+    schema = arrow_schema(source_schema(False))
+
+    def run(**extra: str) -> list[pa.RecordBatch]:
+        return list(
+            read_partition(
+                options(subscribe="t,u", **extra),
+                part,
+                schema,
+                task=None,
+                consumer_factory=factory(broker),
+                source=ConsumerPool(),
+                current_ids=current,
+            )
+        )
+
+    with pytest.raises(DataLossError) as info:
+        run()
+    text = str(info.value)
+    assert "epoch 7" in text and "t-0 [0, 5), t-0 [5, 10)" in text, text
+    assert "topic 't' was planned under topic id old, the broker now gives it topic id new" in text
+    assert "failOnDataLoss=false" in text and broker.calls["connect"] == 0  # before any fetch
+    assert lookups == [{"t", "u"}]
+
+    with caplog.at_level(logging.WARNING, logger="datasource.partition_reader"):
+        batches = run(failOnDataLoss="false")
+    table = pa.Table.from_batches(batches)
+    assert table.column("topic").to_pylist() == ["u"] * 4
+    assert table.column("offset").to_pylist() == [2, 3, 4, 5]
+    assert "skipping 10 lost record(s) (failOnDataLoss=false)" in caplog.text
+    assert len(lookups) == 2  # once per task
+
+    # the same ids: read as planned; a plan without ids asks nothing
+    lookups.clear()
+    same = KafkaInputPartition(7, part.ranges, topic_ids=(("t", "new"),))
+    unnamed = KafkaInputPartition(7, part.ranges)
+    for p in (same, unnamed):
+        rows = sum(
+            b.num_rows
+            for b in read_partition(
+                options(subscribe="t,u"),
+                p,
+                schema,
+                task=None,
+                consumer_factory=factory(broker),
+                source=ConsumerPool(),
+                current_ids=current,
+            )
+        )
+        assert rows == 14
+    assert lookups == [{"t"}]

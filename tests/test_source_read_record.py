@@ -62,7 +62,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> Wired:
     seen: list[KafkaInputPartition] = []
 
     def fake_ranges(
-        options: Any, partition: KafkaInputPartition, schema: Any, factory: Any, source: Any
+        options: Any, partition: KafkaInputPartition, schema: Any, **consumers: Any
     ) -> Iterator[str]:
         seen.append(partition)
         store.go.set()  # the fetch is under way: let the record's write finish

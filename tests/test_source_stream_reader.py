@@ -10,11 +10,12 @@ from typing import Any, cast
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+from datasource.consumer_pool import ConsumerPool
 from datasource.group_commit import commit_to_group
 from datasource.offset_reader import OffsetReader
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import KafkaInputPartition
-from datasource.schema import source_schema
+from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.schema import arrow_schema, source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import ConfigError, DataLossError, EpochLogConflict, KeyExists, SourceUnavailable
 from state.layout import PipelineLayout
@@ -487,6 +488,52 @@ def test_a_restarted_driver_knows_the_topic_ids_of_its_frontier_from_the_epoch_l
     assert record["topic_ids"] == {"t": new_id}
     # the plan names the topic id its ranges read (the pool checks its consumers by it)
     assert [p.topic_ids for p in lenient.tasks(restart, again)] == [(("t", new_id),)]
+
+
+def test_a_replay_of_recorded_epochs_after_a_recreation_reads_nothing_of_the_new_topic(
+    broker: FakeBroker,
+) -> None:
+    """A query on a new checkpoint (a snapshot restore, a ``startAtFloor`` or a replay from
+    the persisted start) replays the recorded epochs as they were planned, with the topic
+    ids recorded with them, and its driver does not ask the broker about them. The read
+    tasks do: the topic was recreated since, so the replayed epoch's records are lost."""
+    broker.produce("t", 0, 50)
+    h = Harness(broker)
+    start = h.reader.initialOffset()
+    h.latest(start)  # epoch 0 = [0, 50), recorded under the old id
+    old_id = str(broker.ids["t"])
+    broker.recreate("t", 2)
+    broker.produce("t", 0, 200)
+    new_id = str(broker.ids["t"])
+
+    replay = h.new_reader()
+    end = replay.latestOffset(replay.initialOffset(), ReadAllAvailable())
+    assert offsets(end) == {("t", 0): 50, ("t", 1): 0}  # the recorded end, replayed
+    (task,) = cast("Sequence[KafkaInputPartition]", replay.partitions(start, end))
+    assert task.topic_ids == (("t", old_id),)
+
+    def read(opts: KafkaSourceOptions) -> int:
+        return sum(
+            b.num_rows
+            for b in read_partition(
+                opts,
+                task,
+                arrow_schema(source_schema(False)),
+                task=None,
+                consumer_factory=factory(broker),
+                source=ConsumerPool(),
+                current_ids=lambda _, topics: {t: str(broker.ids[t]) for t in topics},
+            )
+        )
+
+    with pytest.raises(DataLossError) as info:
+        read(h.options)
+    assert (
+        f"topic 't' was planned under topic id {old_id}, the broker now gives it topic id "
+        f"{new_id} (deleted and created again)"
+    ) in str(info.value)
+    lenient = Harness(broker, h.uri, failOnDataLoss="false")
+    assert read(lenient.options) == 0  # not the new topic's [0, 50)
 
 
 def test_epochs_recorded_without_topic_ids_are_judged_by_their_offsets() -> None:

@@ -16,7 +16,7 @@ import base64
 import datetime as dt
 import decimal
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -130,7 +130,8 @@ def row_identities(table: pa.Table, columns: Sequence[str]) -> list[Identity]:
     their split among write tasks, and so their order, may differ: a row is matched first
     by its values (rows equal in every column are interchangeable), then, for a query
     changed between the attempts (an upgrade: other values for the same record), by the
-    ``gt`` of the input record that produced it.
+    ``gt`` of the input record that produced it, where that ``gt`` is not shared
+    (:func:`pairs`).
     """
     missing = [c for c in columns if c not in table.column_names]
     if missing:
@@ -144,54 +145,99 @@ def row_identities(table: pa.Table, columns: Sequence[str]) -> list[Identity]:
     return list(zip(values, gts, strict=True))
 
 
+def pairs(left: Sequence[Identity], right: Sequence[Identity]) -> dict[int, int]:
+    """Pair the rows of ``left`` with those of ``right`` (index in ``left`` -> index in
+    ``right``): by equal values first (rows equal in every column, ``gt`` included, are
+    interchangeable); then, among the rows left, by equal ``gt`` only where exactly one row
+    on each side holds it.
+
+    Rows made from one input record (an explode, a flatMap, a join's fan-out) share its
+    ``gt``: two such rows left over on one side could each be the other side's row, so the
+    ``gt`` pairs neither of them (a wrong pair would keep a row out twice and another
+    nowhere). A null ``gt`` (:data:`NO_GT`) names no record and never pairs.
+    """
+    paired = _equal_values(left, right)
+    taken = set(paired.values())
+    left_by_gt = _by_gt((i, left[i][1]) for i in range(len(left)) if i not in paired)
+    right_by_gt = _by_gt((j, right[j][1]) for j in range(len(right)) if j not in taken)
+    for gt, lefts in left_by_gt.items():
+        rights = right_by_gt.get(gt, [])
+        if len(lefts) == 1 and len(rights) == 1:
+            paired[lefts[0]] = rights[0]
+    return paired
+
+
+def _by_gt(rows: Iterable[tuple[int, Hashable | None]]) -> dict[Hashable, list[int]]:
+    found: dict[Hashable, list[int]] = {}
+    for index, gt in rows:
+        if gt is not None and gt != NO_GT:
+            found.setdefault(gt, []).append(index)
+    return found
+
+
 def unmatched(left: Sequence[Identity], right: Sequence[Identity]) -> tuple[list[int], list[int]]:
-    """Pair the rows of ``left`` with those of ``right``, by equal values first, then by
-    equal ``gt``; the indices of the rows of each side left without a pair."""
-    by_value: dict[Hashable, list[int]] = {}
-    for j, (value, _) in enumerate(right):
-        by_value.setdefault(value, []).append(j)
-    taken: set[int] = set()
-    rest_left = []
-    for i, (value, _) in enumerate(left):
-        candidates = by_value.get(value)
-        if candidates:
-            taken.add(candidates.pop())
-        else:
-            rest_left.append(i)
-    by_gt: dict[Hashable, list[int]] = {}
-    for j, (_, gt) in enumerate(right):
-        if j not in taken and gt is not None:
-            by_gt.setdefault(gt, []).append(j)
-    left_over = []
-    for i in rest_left:
-        gt = left[i][1]
-        candidates = by_gt.get(gt) if gt is not None else None
-        if candidates:
-            taken.add(candidates.pop())
-        else:
-            left_over.append(i)
-    return left_over, [j for j in range(len(right)) if j not in taken]
+    """The indices of the rows of each side that :func:`pairs` leaves without a pair."""
+    paired = pairs(left, right)
+    taken = set(paired.values())
+    return (
+        [i for i in range(len(left)) if i not in paired],
+        [j for j in range(len(right)) if j not in taken],
+    )
 
 
-def recorded_against(recorded: pa.Table, refused: pa.Table | None) -> tuple[int, list[Identity]]:
-    """A bundle's dead-letter file (``recorded``, written by an earlier attempt) against the
-    rows this attempt refuses (``refused``, its staged dead-letter rows; None: none):
-    ``(unrecorded, kept_out)``, how many rows refused now the file lacks, and the
-    identities of the file's rows this attempt does not refuse (to be kept out of its
-    delivery)."""
+def recorded_against(
+    recorded: pa.Table,
+    refused: pa.Table | None,
+    accepted: Callable[[], Sequence[pa.Table]],
+) -> tuple[int, list[Identity]]:
+    """A bundle's dead-letter file (``recorded``, written by an earlier attempt) against
+    this attempt's rows: ``refused``, its staged dead-letter rows (None: none), and
+    ``accepted()``, the rows of its parts (read only when a row of the file is not among
+    ``refused``). Returns ``(unrecorded, kept_out)``: how many rows refused now the file
+    lacks, and the identities of this attempt's accepted rows that the file holds (to be
+    kept out of its delivery).
+
+    The file's rows are paired with this attempt's rows, refused and accepted together
+    (:func:`pairs`): pairing them with the refused rows alone would let a shared ``gt``
+    pair the file's row with another row of its record that is refused now, while the
+    file's row itself is accepted now (delivered and a dead letter, and the other row in
+    neither). A row of the file that pairs with nothing stays a dead letter and keeps
+    nothing out.
+    """
     columns = input_columns(recorded)
     held = row_identities(recorded, columns)
     now = row_identities(refused, columns) if refused is not None else []
-    held_over, now_over = unmatched(held, now)
-    return len(now_over), [held[i] for i in held_over]
+    by_value = _equal_values(held, now)
+    rest = [i for i in range(len(held)) if i not in by_value]
+    if not rest:
+        return len(now) - len(by_value), []
+    matched_now = set(by_value.values())
+    refused_left = [now[j] for j in range(len(now)) if j not in matched_now]
+    current = refused_left + [row for table in accepted() for row in row_identities(table, columns)]
+    paired = set(pairs([held[i] for i in rest], current).values())
+    unrecorded = sum(1 for k in range(len(refused_left)) if k not in paired)
+    kept_out = [current[k] for k in sorted(paired) if k >= len(refused_left)]
+    return unrecorded, kept_out
+
+
+def _equal_values(left: Sequence[Identity], right: Sequence[Identity]) -> dict[int, int]:
+    """:func:`pairs` by equal values alone."""
+    by_value: dict[Hashable, list[int]] = {}
+    for j, (value, _) in enumerate(right):
+        by_value.setdefault(value, []).append(j)
+    paired: dict[int, int] = {}
+    for i, (value, _) in enumerate(left):
+        candidates = by_value.get(value)
+        if candidates:
+            paired[i] = candidates.pop()
+    return paired
 
 
 def without_rows(
     tables: Sequence[pa.Table], columns: Sequence[str], out: Sequence[Identity]
 ) -> list[pa.Table]:
     """``tables`` (a bundle's parts) without one row for each identity of ``out``, paired
-    across all of them by values first, then by ``gt`` (:func:`unmatched`); an identity
-    no row pairs with takes nothing out."""
+    across all of them (:func:`pairs`); an identity no row pairs with takes nothing out."""
     ids = [row_identities(t, columns) for t in tables]
     flat = [(k, i) for k, rows in enumerate(ids) for i in range(len(rows))]
     _, kept = unmatched(out, [row for rows in ids for row in rows])

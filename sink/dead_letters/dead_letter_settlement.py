@@ -119,7 +119,11 @@ class DeadLetterSettlement:
             recorded = destination.read(bundle.bundle_id)
             refused = bundle.read_dead_letters(self.staging) if bundle.dead_letters else None
             try:
-                unrecorded, kept_out = recorded_against(recorded, refused)
+                unrecorded, kept_out = recorded_against(
+                    recorded,
+                    refused,
+                    lambda: [self.staging.read_part(p.location) for p in bundle.parts],
+                )
             except KeyError as err:
                 raise StateError(
                     f"barrier: pipeline {self.pipeline_id!r}: bundle {bundle.bundle_id}'s "
