@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,12 @@ from sink.barrier import Barrier
 from sink.bundle import BarrierCommitMessage
 from sink.consumers.consumer_kind import RowRejection
 from sink.consumers.http import HTTP, HttpSettings
-from sink.dead_letters.dead_letter_files import FileDeadLetters, StoreDeadLetters, open_dead_letters
+from sink.dead_letters.dead_letter_files import (
+    DeadLetterFile,
+    FileDeadLetters,
+    StoreDeadLetters,
+    open_dead_letters,
+)
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
@@ -36,9 +41,18 @@ from sink.dead_letters.dead_letter_format import (
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
 from sink.faults import FaultInjector, InjectedFault
+from sink.known_state import KNOWN
 from sink.options import SinkOptions
 from sink.write_task import NULL_GT, RowChecks, check_rows, stage_task
-from state.errors import ConfigError, RowsRefused, StateError, UnknownOptionError
+from state.errors import (
+    CommitFailed,
+    ConfigError,
+    PipelineFenced,
+    RowsRefused,
+    StateError,
+    UnknownOptionError,
+)
+from state.records.barrier import BarrierState
 from state.records.gt import arrow_array as gt_array
 from state.spark_task import StreamingTask
 from state.stores import open_store
@@ -673,3 +687,161 @@ def test_a_barrier_can_be_given_its_destination(tmp_path: Path) -> None:
     barrier.commit([p.write(0, [note_batch(6, 0, [0, 1], bad=[1])])], 0)
     assert [f.bundle_id for f in store_dl.files()] == [6]
     assert not (tmp_path / "dl").exists() or not os.listdir(tmp_path / "dl")
+
+
+# --- dead letters under a superseded run: every write fenced by the barrier's swap --------
+
+
+def rows_once(p: Pipeline, tmp_path: Path, bundle_id: int, values: Sequence[bytes]) -> None:
+    """Each of ``values`` (bundle ``bundle_id``'s rows) is exactly once in (the consumer,
+    the bundle's dead-letter file): none in both, none in neither, none delivered twice."""
+    delivered = [
+        v
+        for bundle, table, _ in p.consumer.delivered
+        if bundle == bundle_id and table is not None
+        for v in table.column("value").to_pylist()
+    ]
+    path = tmp_path / "dl" / dead_letter_name(bundle_id)
+    dead = pq.read_table(path).column("value").to_pylist() if path.exists() else []
+    assert sorted(delivered + dead) == sorted(values), (
+        f"delivered {sorted(delivered)}, dead letters {sorted(dead)}"
+    )
+
+
+def remembered_by(p: Pipeline) -> tuple[BarrierState, str]:
+    """What the process of the run that committed last remembers (sink.known_state)."""
+    known = KNOWN.get(p.store, p.layout)
+    assert known is not None
+    return known.state, known.version
+
+
+def commit_as(  # noqa: PLR0917 - the run, what it remembers, and its batch
+    p: Pipeline,
+    run_id: str,
+    memory: tuple[BarrierState, str] | None,
+    batch_id: int,
+    rows: pa.RecordBatch,
+    refusing: Sequence[bytes],
+    **barrier: Any,
+) -> str:
+    """Commit ``rows`` as batch ``batch_id`` of run ``run_id``, its target refusing the rows
+    with the values ``refusing``, in a process that remembers ``memory``; its outcome's
+    action, or the name of the error that stopped it."""
+    KNOWN.clear()
+    if memory is not None:
+        KNOWN.put(p.store, p.layout, *memory)
+    p.run_id = run_id
+    message = write_refusing(p, batch_id, rows, refusing)
+    try:
+        return p.barrier(**barrier).commit([message], batch_id).action
+    except (PipelineFenced, StateError, CommitFailed) as err:
+        return type(err).__name__
+
+
+def test_a_superseded_run_remembering_its_state_writes_no_dead_letters_for_a_bundle_delivered(
+    tmp_path: Path,
+) -> None:
+    """Run A delivers bundle 1 and remembers the state; run B claims and delivers bundle 2
+    refusing nothing; A then commits its own batch of epoch 2 from what it remembers,
+    refusing row 0:3. A is fenced, and 0:3 is not a dead letter as well as delivered."""
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [0, 1]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    bundle_2 = note_batch(2, 0, [2, 3])
+    assert commit_as(p, "run-b", None, 1, bundle_2, [], start_generation=1) == "delivered"
+    action = commit_as(p, "run-a", a_remembers, 1, bundle_2, [b"0:3"], start_generation=0)
+    assert action == "PipelineFenced"
+    rows_once(p, tmp_path, 2, [b"0:2", b"0:3"])
+    assert p.state().gt_last == 2
+
+
+class Interrupted(FileDeadLetters):
+    """The dead-letter directory of one run's process, where another process acts at a
+    chosen moment: ``after_find`` once this run has looked for a bundle's file and found
+    none, ``before_put`` before it puts a file in place of one."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.after_find: Callable[[], None] | None = None
+        self.before_put: Callable[[], None] | None = None
+
+    def find(self, pipeline_id: str, bundle_id: int) -> DeadLetterFile | None:
+        found = super().find(pipeline_id, bundle_id)
+        if found is None and self.after_find is not None:
+            act, self.after_find = self.after_find, None
+            act()
+        return found
+
+    def _replace(self, name: str, data: bytes) -> None:
+        if self.before_put is not None:
+            act, self.before_put = self.before_put, None
+            act()
+        super()._replace(name, data)
+
+
+def test_a_create_lost_to_a_superseded_run_leaves_no_row_in_both_or_neither(
+    tmp_path: Path,
+) -> None:
+    """Run B commits bundle 2 refusing 0:1; between its look for the file (none) and its
+    own write, superseded run A, from the state it remembers, commits its batch of epoch 2
+    refusing 0:2 instead, and is fenced. B's bundle and the dead letters still hold each
+    row once."""
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [9]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    rows = note_batch(2, 0, [0, 1, 2, 3])
+    zombie: list[str] = []
+    destination = Interrupted(str(tmp_path / "dl"))
+    destination.after_find = lambda: zombie.append(
+        commit_as(p, "run-a", a_remembers, 1, rows, [b"0:2"], start_generation=0)
+    )
+    action = commit_as(
+        p, "run-b", None, 1, rows, [b"0:1"], start_generation=1, dead_letters=destination
+    )
+    assert zombie == ["PipelineFenced"] and action == "delivered"
+    rows_once(p, tmp_path, 2, [b"0:0", b"0:1", b"0:2", b"0:3"])
+
+
+def test_a_run_paused_before_it_puts_its_dead_letters_in_place_overwrites_nothing_delivered(
+    tmp_path: Path,
+) -> None:
+    """Bundle 1's file holds 0:1 (an attempt stopped before recording the bundle in flight,
+    as a release before this one wrote it). Run A refuses 0:1 and 0:2, a row the file
+    lacks; run B, which refuses only 0:1, commits the bundle while A is between its check
+    of the barrier state and its write (or after A, if A never gets there). Each row of
+    the bundle ends once in the consumer or the dead letters."""
+    p = Pipeline(jsonl(tmp_path))
+    rows = note_batch(1, 0, [0, 1, 2, 3])
+    earlier = FileDeadLetters(str(tmp_path / "dl"))
+    earlier.write("p1", 1, lambda: write_refusing_table(p, rows, [b"0:1"]))
+    p.record_batch(0, epoch=1)
+    b_ran: list[str] = []
+
+    def run_b() -> None:
+        b_ran.append(commit_as(p, "run-b", None, 0, rows, [b"0:1"], start_generation=1))
+
+    destination = Interrupted(str(tmp_path / "dl"))
+    destination.before_put = run_b
+    commit_as(
+        p, "run-a", None, 0, rows, [b"0:1", b"0:2"], start_generation=0, dead_letters=destination
+    )
+    if not b_ran:
+        run_b()
+    assert b_ran == ["delivered"] or p.state().gt_last == 1
+    rows_once(p, tmp_path, 1, [b"0:0", b"0:1", b"0:2", b"0:3"])
+    assert p.state().gt_last == 1
+
+
+def write_refusing_table(p: Pipeline, rows: pa.RecordBatch, values: Sequence[bytes]) -> pa.Table:
+    """The dead-letter rows a task staging ``rows`` would stage, refusing ``values``."""
+    message = write_refusing(p, 99, rows, values)
+    assert message.dead_letters is not None
+    return p.staging.read_part(message.dead_letters.location)
