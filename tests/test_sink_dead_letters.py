@@ -40,6 +40,7 @@ from sink.dead_letters.dead_letter_format import (
     nullable_schema,
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector, InjectedFault
 from sink.known_state import KNOWN
 from sink.options import SinkOptions
@@ -845,3 +846,36 @@ def write_refusing_table(p: Pipeline, rows: pa.RecordBatch, values: Sequence[byt
     table = p.staging.read_part(message.dead_letters.location)
     p.staging.delete_many(part.location for part in (message.part, message.dead_letters) if part)
     return table
+
+
+def test_a_superseded_run_sends_nothing_to_the_dead_letter_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is sent to after the file, so after the swap that records the bundle in
+    flight: superseded run A, committing from the state it remembers a batch of the epoch
+    run B delivered, is fenced before it sends anything."""
+    sent: list[tuple[str, int]] = []
+
+    def send(self: Any, destination: Any, bundle_id: int, table: Any) -> None:
+        sent.append((self.options.errors.topic or "", bundle_id))
+
+    monkeypatch.setattr(DeadLetterSettlement, "_send_to_topic", send)
+    p = Pipeline(
+        jsonl(
+            tmp_path,
+            **{
+                "errors.deadLetter.topic": "dlq",
+                "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9",
+            },
+        )
+    )
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [0]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    bundle_2 = note_batch(2, 0, [2, 3])
+    assert commit_as(p, "run-b", None, 1, bundle_2, [], start_generation=1) == "delivered"
+    action = commit_as(p, "run-a", a_remembers, 1, bundle_2, [b"0:3"], start_generation=0)
+    assert action == "PipelineFenced" and sent == []
