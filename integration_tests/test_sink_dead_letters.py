@@ -256,16 +256,17 @@ def test_sigkill_at_every_protocol_step_of_bundles_with_dead_letters_is_exactly_
 
     # 2. the checkpoint is lost: a new one replays epoch 0 (dropped, its dead letters not
     #    looked at), delivers 1, and dies right after bundle 2's dead letters were written,
-    #    before its in-flight record
+    #    after its in-flight record (which fences them), before its delivery
     shutil.rmtree(tmp_path / "cp1")
     killed(c.run(fault="after_dead_letters:2", options=tolerant, checkpoint="cp2"))
-    assert c.progress() == (1, None) and c.dead_letter_files() == [0, 1, 2]
+    assert c.progress() == (1, 2) and c.dead_letter_files() == [0, 1, 2]
     assert c.bundle_files() == [0, 1] and c.pointer() == 1
     assert file_id(c.dead / dead_letter_name(0)) == seen[0], "the replay rewrote bundle 0's"
     for bundle in (1, 2):
         dead_letter_file(bundle)
 
-    # 3. killed after bundle 3 was recorded in flight (its dead letters written before)
+    # 3. bundle 2 redelivered from its in-flight record (its dead letters found); killed
+    #    after bundle 3 was recorded in flight (its dead letters written after the record)
     killed(c.run(fault="after_inflight:3", options=tolerant, checkpoint="cp2"))
     assert c.progress() == (2, 3) and c.dead_letter_files() == [0, 1, 2, 3]
     assert c.bundle_files() == [0, 1, 2] and c.pointer() == 2
@@ -362,9 +363,10 @@ class KafkaChain(Chain):
 def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
     driver: Any, kafka: Any, tmp_path: Path
 ) -> None:
-    """The first dead-letter file of a bundle records what was refused: a replay planned
-    after the output topic gained the partition the row names delivers every other row and
-    not that one, so each input row is in exactly one of (topic, dead letters)."""
+    """The dead-letter file of a bundle recorded in flight records what was refused: the
+    restart after the output topic gained the partition the row names delivers every other
+    row of the bundle and not that one, so each input row is in exactly one of (topic,
+    dead letters)."""
     n, poison = 2 * PER_EPOCH, 503  # bundle 0 holds the row for partition 1
     topic = kafka.create_topic(partitions=PARTITIONS)
     produce(kafka, topic, n)
@@ -373,8 +375,9 @@ def test_a_dead_letter_is_not_delivered_by_a_replay_that_would_accept_it(
     tolerant = c.tolerant()
 
     # partition 1 of a one-partition topic: refused; killed once its dead letters are written
+    # (after the bundle was recorded in flight)
     killed(c.run(fault="after_dead_letters:0", options=tolerant))
-    assert c.progress() == (-1, None) and c.dead_letter_files() == [0]
+    assert c.progress() == (-1, 0) and c.dead_letter_files() == [0]
     first = file_id(c.dead / dead_letter_name(0))
     assert [int(v) for v in c.dead_letters().column("value").to_pylist()] == [poison]
     assert kafka.consume_all(c.output) == []
@@ -481,10 +484,12 @@ def test_dead_letters_on_s3_and_on_a_topic_are_written_once_across_a_crash(
     messages = kafka.consume_all(dlq)
     assert len(messages) == 3 and p.consumer.calls == 0
 
-    # the restart replays the epoch: the file and the messages are found, not written again
+    # the restart resolves the bundle in flight: the file and the messages are found, not
+    # written again; its replay of the epoch is dropped
     p.run_id = "run-b"
     outcome = p.barrier().commit([p.write(0, rows)], 0)
-    assert outcome.action == "delivered" and (outcome.rows, outcome.dead_letters) == (1, 3)
+    assert outcome.action == "dropped" and outcome.recovered == 5
+    assert [(d[0], d[1].num_rows if d[1] else 0) for d in p.consumer.delivered] == [(5, 1)]
     again = s3.client().head_object(Bucket=s3.bucket, Key=key)
     assert again["ETag"] == first["ETag"] and again["LastModified"] == first["LastModified"]
     assert len(kafka.consume_all(dlq)) == 3

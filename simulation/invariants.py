@@ -26,8 +26,11 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
   delivered rows are in the consumer (unless an operator skipped it) and its refused rows
   in its dead-letter file. Together: the consumer's content plus the dead letters is the
   output, each row once;
-* ``dead letters first``: a bundle with refused rows is recorded in flight, and stored by
-  the consumer, only once its dead-letter file exists;
+* ``dead letters fenced``: a dead-letter file is written only while the barrier state holds
+  its bundle in flight with dead-letter parts (every dead-letter write depends on the swap
+  that recorded it: docs/PROTOCOL.md, "Dead letters");
+* ``dead letters first``: a bundle with refused rows is stored by the consumer only once
+  its dead-letter file exists;
 * ``nothing of a poison bundle under none``: a run at ``errors.tolerance=none`` never
   records a bundle with refused rows in flight, and the consumer never stores one from it.
 
@@ -173,7 +176,7 @@ class Checker:
         if inflight is not None and (
             old.inflight is None or old.inflight.bundle_id != inflight.bundle_id
         ):
-            self._poison_held(inflight.bundle_id, f"recorded in flight by {who}")
+            self._poison_held(inflight.bundle_id, f"recorded in flight by {who}", stored=False)
         self.max_gt_last = max(self.max_gt_last, new.gt_last)
         if owner is not None:
             if owner.generation < self.max_generation:
@@ -277,6 +280,17 @@ class Checker:
                 f"the dead-letter file of bundle {bundle_id} ({key}) was {what} by {actor}",
             )
             return
+        barrier = w.inner.get_or_none(w.layout.barrier_state)
+        inflight = (
+            None if barrier is None else BarrierState.from_json(json.loads(barrier.data)).inflight
+        )
+        if inflight is None or inflight.bundle_id != bundle_id or not inflight.dead_letters:
+            self.fail(
+                "dead letters fenced",
+                f"the dead-letter file of bundle {bundle_id} was written by {actor} while the "
+                "barrier state does not hold the bundle in flight with dead letters",
+            )
+            return
         rows, context = file_rows(hit.data)
         self.dead[bundle_id] = rows
         versions = {r[3] for r in rows}
@@ -320,9 +334,10 @@ class Checker:
                 f"bundle {bundle_id}: rows both delivered and in dead letters: {both}",
             )
 
-    def _poison_held(self, bundle_id: int, what: str) -> None:
-        """Bundle ``bundle_id`` is recorded in flight or stored (``what``): if it has
-        refused rows, its dead letters must exist, and the run must not be at none."""
+    def _poison_held(self, bundle_id: int, what: str, *, stored: bool = True) -> None:
+        """Bundle ``bundle_id`` is recorded in flight or ``stored`` by the consumer
+        (``what``): if it has refused rows, the run must not be at none, and once stored its
+        dead letters must exist."""
         if not self.has_refused(bundle_id):
             return
         tolerance = self.world.current_tolerance()
@@ -332,7 +347,7 @@ class Checker:
                 f"bundle {bundle_id}, which has rows the target refuses, was {what} at "
                 "errors.tolerance=none",
             )
-        elif bundle_id not in self.dead:
+        elif stored and bundle_id not in self.dead:
             self.fail(
                 "dead letters first",
                 f"bundle {bundle_id} was {what} before its dead-letter file was written",

@@ -243,9 +243,12 @@ def _parsed_options(token: int | None, tolerance: Tolerance) -> SinkOptions:
     return SinkOptions.parse(raw)
 
 
-def skip_lost_bundle(world: World, store: SimStore, errors: list[str]) -> None:
+def skip_lost_bundle(
+    world: World, store: SimStore, errors: list[str], dead_store: SimStore | None = None
+) -> None:
     """The operator's documented way past a lost in-flight bundle: skip it, acknowledging
-    the loss (:func:`sink.lost_bundle.resolve`; it refuses unless the bundle is lost)."""
+    the loss (:func:`sink.lost_bundle.resolve`; it refuses unless the bundle is lost), with
+    the dead-letter destination seen through ``dead_store`` (none: not looked at)."""
     try:
         inflight = read_barrier_state(store, world.layout).inflight
         if inflight is None:
@@ -256,6 +259,7 @@ def skip_lost_bundle(world: World, store: SimStore, errors: list[str]) -> None:
             world.consumer_api,
             inflight.bundle_id,
             acknowledge_loss=True,
+            dead_letters=None if dead_store is None else StoreDeadLetters(dead_store),
         )
     except GtBarrierError as err:  # not lost, or the store or consumer failed: later
         errors.append(f"operator: {type(err).__name__}: {err}")
@@ -686,7 +690,12 @@ class DriverProc:
 
     def operator_resolve(self) -> None:
         """Before a reset of the healthy driver: the operator's way past a lost bundle."""
-        skip_lost_bundle(self.world, self.store, self.errors)
+        skip_lost_bundle(
+            self.world,
+            self.store,
+            self.errors,
+            self.dead_store if self.tolerance == "all" else None,
+        )
 
     def operator_tolerate(self) -> None:
         """Before a reset of the healthy driver whose run stopped at a poison bundle: the

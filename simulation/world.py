@@ -350,7 +350,8 @@ class World:
         self.operator_runs += 1
         name = f"op{self.operator_runs}"
         store = self.view(name)
-        self.spawn(name, lambda: skip_lost_bundle(self, store, self.operator_errors), None)
+        dead = self.dead_view(name)
+        self.spawn(name, lambda: skip_lost_bundle(self, store, self.operator_errors, dead), None)
 
     def heal(self, how: str) -> None:
         """Faults end: every actor stops, and one healthy driver runs alone."""

@@ -3,63 +3,18 @@
 Spark runs ``commit(messages, batchId)`` on a writer object made anew for each micro-batch
 (in a Python worker that Spark may reuse, or a new one after a restart), so everything the
 barrier knows is in the state store (but the generation its run started at, which the
-sink Spark pickled for the run carries: :mod:`sink.data_source`), in one record
-(``<pipeline>/barrier/state.json``, :class:`~state.records.barrier.BarrierState`,
-docs/PROTOCOL.md)::
+sink Spark pickled for the run carries: :mod:`sink.data_source`, and the state this
+process last swapped: :mod:`sink.known_state`).
 
-    {"format": 1, "gt_last": 6, "inflight": {...bundle 7...} | null,
-     "owner": {"run_id", "query_id", "generation", "since", "token"}}
-
-Every change of that record is a compare-and-swap on the version that was read; a lost
-CAS is never retried blindly (it means another driver took the pipeline over). The store
-retries its own requests; a swap whose outcome it cannot establish is
-:class:`~state.errors.CommitStateUnknown`, resolved by a restart through the in-flight
-record.
-
-``commit`` of batch ``b``:
-
-1. The bundle's global time is the epoch ``k`` the batch read, from the batch record the
-   source's read tasks wrote (:mod:`state.protocol.batch_records`). No record: a no-data
-   batch.
-2. Ownership (zombie fencing, like a Kafka producer epoch): the first commit of a driver
-   run claims the pipeline by bumping ``owner.generation``, only over the generation the
-   run started at (``start_generation``, which Spark's pickled sink carries into every
-   commit of the run: :mod:`sink.data_source`); a run that was superseded, or started
-   before another run's claim, is fenced (:class:`~state.errors.PipelineFenced`). With
-   ``fencing.token``, a lower token than the recorded one is fenced too; the snapshot
-   coordinator records its token as the owner when it takes it, before its query runs.
-   The claims and every swap of the state are
-   :class:`~state.protocol.barrier_state.BarrierStateStore`'s. After a claim's commit has
-   delivered its bundle, the claims of runs long superseded are pruned (a failed pruning
-   is logged; the next claim prunes them).
-3. An in-flight bundle ``j`` left by a crash is resolved first: if the consumer's
-   ``last_bundle()`` is ``j`` it is marked acknowledged, otherwise delivered again. If it
-   cannot be (its staged parts are gone) and ``k <= j``, this batch is a replay that
-   recomputes it: the in-flight record is cleared, ``GT_last`` stays, and the replay of
-   epoch ``j`` delivers it. If ``k > j`` nothing recomputes it: the error says what is
-   lost and names the way out (:mod:`sink.lost_bundle`).
-4. If ``k <= GT_last`` the bundle was delivered before: its staged parts are deleted.
-5. Otherwise, if the bundle has rows its consumer's target refused (``errors.tolerance=all``,
-   the tasks' dead-letter parts), its dead-letter file is created, keyed by ``k``
-   (:mod:`sink.dead_letters`). A file already there, from an earlier attempt of the same
-   bundle, is the record of what was refused: the rows it holds are not delivered, and a
-   row this attempt refuses that it lacks replaces it (no topic) or stops the commit
-   (:mod:`sink.dead_letters.dead_letter_settlement`). Then bundle ``k`` is recorded in flight,
-   delivered (retrying the *same* bundle), then ``GT_last`` advances to ``k`` and the
-   in-flight record is cleared, in one CAS. A bundle all of whose rows were refused
-   writes its dead-letter file and delivers nothing (``GT_last`` stays, as for any bundle
-   without rows).
-
-Every row of a bundle ends in exactly one of (consumer, dead letters) because the file
-is written before the bundle is recorded in flight and named by the bundle id: a crash
-before the in-flight record replays the epoch, which finds the file and delivers only the
-rows it does not hold; a redelivery of the bundle in flight finds it too (it checks, and
-writes it from the recorded dead-letter parts only if it is missing).
-
-``delivery=at-least-once`` skips the in-flight record and ``last_bundle()``: a crash between
-delivery and the ``GT_last`` CAS delivers the bundle again on replay.
-
-Staged parts are deleted only under verified ownership (:mod:`sink.cleanup`).
+The rules are docs/PROTOCOL.md's: "Barrier state" (the record and every transition a
+compare-and-swap), "A run's claim" (zombie fencing), "A commit's decisions" (the steps of
+a commit, each decided by :func:`~state.protocol.barrier_state.decide_commit`) and "Dead
+letters" (every dead-letter write after the swap that records its bundle in flight).
+:class:`Barrier` does the I/O of those steps: it reads, claims
+(:class:`~state.protocol.barrier_state.BarrierStateStore`), resolves an in-flight bundle,
+reconciles and publishes dead letters (:mod:`sink.dead_letters.dead_letter_settlement`),
+delivers, and cleans up under verified ownership (:mod:`sink.cleanup`); a lost bundle's way
+out is :mod:`sink.lost_bundle`'s.
 """
 
 from __future__ import annotations
@@ -75,7 +30,7 @@ from sink.cleanup import StagingCleanup
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite
-from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement, HeldState
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
@@ -87,13 +42,21 @@ from state.errors import (
     DeliveryFailed,
     FatalError,
     GtBarrierError,
+    PipelineFenced,
+    StaleState,
     StateError,
 )
 from state.layout import PipelineLayout
 from state.profiling import StepTimer
-from state.protocol.barrier_state import BarrierStateStore, StaleState, claimant
+from state.protocol.barrier_state import (
+    BarrierStateStore,
+    CommitAction,
+    HeldState,
+    claimant,
+    decide_commit,
+)
 from state.protocol.epoch_log import epoch_of_batch
-from state.records.barrier import BarrierState, Owner
+from state.records.barrier import BarrierState
 from state.retry import Retry, cas_loop, delivery
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
@@ -123,6 +86,10 @@ class BatchCommit:
         return sum(m.rows for m in self.messages)
 
     @property
+    def refused(self) -> int:
+        return sum(m.dead_letter_rows for m in self.messages)
+
+    @property
     def claimant(self) -> str:
         return claimant(self.run_id, self.query_id)
 
@@ -138,15 +105,6 @@ class BatchCommit:
             dead_letters=0 if dead_letters is None else dead_letters.rows,
             dead_letters_at=None if dead_letters is None else dead_letters.location,
         )
-
-
-@dataclass(frozen=True)
-class Held:
-    """The barrier state as a commit holds it (read or swapped by it, or remembered from
-    the last commit of this process) and the version its next swap expects."""
-
-    state: BarrierState
-    version: str
 
 
 class Barrier:
@@ -203,6 +161,12 @@ class Barrier:
             return CommitOutcome(batch_id, None, "empty")
         try:
             outcome = self._commit(batch)
+        except PipelineFenced as err:
+            KNOWN.forget(self.store, self.layout)
+            # A fence is one of the barrier's decisions: logged with them (docs/sink.md,
+            # "Log and metrics").
+            log.warning("%s", err)
+            raise
         except BaseException:
             KNOWN.forget(self.store, self.layout)
             raise
@@ -222,22 +186,23 @@ class Barrier:
     # --- the protocol ---------------------------------------------------------------
 
     def _commit(self, batch: BatchCommit) -> CommitOutcome:
-        known = self._known(batch) if batch.rows else None
-        if known is not None:
+        """The steps of docs/PROTOCOL.md, "A commit's decisions"."""
+        known = KNOWN.get(self.store, self.layout)
+        if known is not None and self._decide(None, known, batch) == "advance":
             # The state this process left with the last commit: no read (sink.known_state).
             with batch.timer.step("read_state"):
                 epoch = self._epoch_of(batch)
-            if epoch is not None and epoch > known.state.gt_last:
+            if epoch is not None and self._decide(epoch, known, batch) == "advance":
                 try:
-                    return self._advance(batch, epoch, known, remembered=True)
+                    return self._advance(batch, epoch, known)
                 except StaleState:
                     batch.timer.clear()
             KNOWN.forget(self.store, self.layout)
             with batch.timer.step("read_state"):
-                state, version = self.states.load()
+                held = self.states.load()
         else:
             with batch.timer.step("read_state"):
-                epoch, (state, version) = self._epoch_and_state(batch)
+                epoch, held = self._epoch_and_state(batch)
         if epoch is None:
             if batch.rows:
                 raise FatalError(
@@ -253,14 +218,13 @@ class Barrier:
             return batch.outcome("no-data", None)
 
         claim = self.states.claim_run(
-            state,
-            version,
+            held,
             batch.claimant,
             batch.query_id,
             self.options.fencing_token,
             start_generation=self.start_generation,
         )
-        held = Held(claim.state, claim.version)
+        held = claim.held
         if claim.took_over:
             cleanup = self._cleanup()
             cleanup.sweep(cleanup.verify(batch.run_id, batch.claimant, held.state))
@@ -269,24 +233,36 @@ class Barrier:
             with batch.timer.step("recover"):
                 held, recovered = self._resolve_inflight(held, batch, epoch)
 
-        if epoch <= held.state.gt_last or batch.rows == 0:
-            written = None
-            if epoch > held.state.gt_last:  # no rows to deliver, maybe rows refused
-                _, written = self._settle_dead_letters(
-                    self._bundle(batch, epoch), batch, held, remembered=False
-                )
+        action = self._decide(epoch, held, batch)
+        if action == "advance":
+            outcome = self._advance(batch, epoch, held)
+        else:
+            if action == "empty":
                 # how far epochs are done, for pruning and compaction
-                held = Held(*self.states.record_committed(held.state, held.version, epoch))
+                held = self.states.record_committed(held, epoch)
             self._clean_up(batch)
             self._remember(held)
-            action = "dropped" if epoch <= held.state.gt_last else "empty"
-            outcome = batch.outcome(action, epoch, written)
-        else:
-            outcome = self._advance(batch, epoch, held, remembered=False)
+            outcome = batch.outcome(action, epoch)
         outcome.recovered = recovered
         if claim.took_over:
-            self._prune_claims(claim.state)
+            self._prune_claims(claim.held.state)
         return outcome
+
+    def _decide(self, epoch: int | None, held: HeldState, batch: BatchCommit) -> CommitAction:
+        """:func:`~state.protocol.barrier_state.decide_commit` for ``batch``; ``epoch`` None
+        from a remembered state: whether the batch may start from it at all (its epoch not
+        read yet, taken as ahead)."""
+        if held.remembered and epoch is None:
+            epoch = held.state.gt_last + 1
+        return decide_commit(
+            epoch,
+            held,
+            rows=batch.rows,
+            refused=batch.refused,
+            run_id=batch.claimant,
+            token=self.options.fencing_token,
+            exactly_once=self.options.exactly_once,
+        )
 
     def _prune_claims(self, claimed: BarrierState) -> None:
         """After this run's claim (``claimed``), once its bundle is delivered: delete the
@@ -302,42 +278,43 @@ class Barrier:
                 err,
             )
 
-    def _advance(
-        self, batch: BatchCommit, epoch: int, held: Held, *, remembered: bool
-    ) -> CommitOutcome:
-        """Deliver bundle ``epoch`` (above ``GT_last``) and advance ``GT_last`` to it.
+    def _advance(self, batch: BatchCommit, epoch: int, held: HeldState) -> CommitOutcome:
+        """Settle bundle ``epoch`` (above ``GT_last``: rows to deliver, rows refused, or
+        both) and advance ``GT_last`` to it (docs/PROTOCOL.md, "A commit's decisions").
 
-        ``remembered``: ``held`` is what this process last read or wrote, not a read made
-        by this commit; the first swap confirms it or raises :class:`StaleState` (nothing
-        was written: the caller starts again from a read). At-least-once delivers before
-        its first swap, so it never starts from a remembered state.
+        From a remembered ``held`` the first swap confirms it or raises
+        :class:`~state.errors.StaleState` with nothing written (the caller starts again
+        from a read): the dead letters are only read before it. At-least-once delivers
+        before its first swap, so it never starts from a remembered state.
         """
         me = held.state.owner
         bundle = self._bundle(batch, epoch)
         if self.options.exactly_once:
             self.faults.at("before_inflight", epoch)
-        # Before anything of the bundle is recorded or delivered; the first file of the
-        # bundle decides which of its rows are dead letters.
-        bundle, written = self._settle_dead_letters(bundle, batch, held, remembered=remembered)
-        if written is not None:
-            self.faults.at("after_dead_letters", epoch)
+        bundle, found = self.dead_letters.reconcile(
+            bundle, batch.timer, held, batch=f"batch {batch.batch_id} of query {batch.query_id}"
+        )
         if self.options.exactly_once:
             with batch.timer.step("cas_inflight"):
-                held = self._swap(
+                held = self.states.swap(
                     held,
                     replace(held.state, inflight=bundle.to_record()),
                     me,
                     f"record bundle {epoch} in flight",
-                    remembered=remembered,
                 )
-            self.faults.at("after_inflight", epoch)
         else:
-            assert not remembered, "at-least-once delivers before its first swap"
+            assert not held.remembered, "at-least-once delivers before its first swap"
+        # After the swap that records the bundle in flight: a run it fenced writes nothing.
+        written = self.dead_letters.publish(bundle, batch.timer, found=found)
+        if written is not None:
+            self.faults.at("after_dead_letters", epoch)
+        if self.options.exactly_once:
+            self.faults.at("after_inflight", epoch)
         with batch.timer.step("deliver"):
             ack = self._deliver(bundle, redelivery=batch.redeliver)
         self.faults.at("after_ack", epoch)
         with batch.timer.step("cas_gt_last"):
-            held = self._swap(
+            held = self.states.swap(
                 held,
                 replace(held.state, gt_last=epoch, inflight=None),
                 me,
@@ -350,61 +327,17 @@ class Barrier:
             auth = cleanup.verify(batch.run_id, batch.claimant, held.state)  # just swapped
             cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
         self.faults.at("after_gt_last", epoch)
-        outcome = batch.outcome("delivered", epoch, written)
+        outcome = batch.outcome("delivered" if bundle.rows else "empty", epoch, written)
         outcome.driver_bytes = ack.driver_bytes
         return outcome
-
-    def _swap(
-        self,
-        held: Held,
-        new: BarrierState,
-        me: Owner | None,
-        what: str,
-        *,
-        remembered: bool = False,
-    ) -> Held:
-        state, version = self.states.swap(
-            held.state, new, held.version, me, what, remembered=remembered
-        )
-        return Held(state, version)
 
     def _bundle(self, batch: BatchCommit, epoch: int) -> Bundle:
         return Bundle.from_messages(self.options.pipeline_id, epoch, batch.batch_id, batch.messages)
 
-    def _settle_dead_letters(
-        self, bundle: Bundle, batch: BatchCommit, held: Held, *, remembered: bool
-    ) -> tuple[Bundle, DeadLetterWrite | None]:
-        """Bundle ``bundle`` as it is to be delivered, its dead letters settled
-        (:meth:`~sink.dead_letters.dead_letter_settlement.DeadLetterSettlement.settle`)."""
-        return self.dead_letters.settle(
-            bundle,
-            batch.timer,
-            HeldState(held.state, held.version, remembered),
-            batch=f"batch {batch.batch_id} of query {batch.query_id}",
-        )
+    def _remember(self, held: HeldState) -> None:
+        KNOWN.put(self.store, self.layout, held)
 
-    def _known(self, batch: BatchCommit) -> Held | None:
-        """The state this process remembers for the pipeline, if an exactly-once commit of
-        this run may start from it: owned by this run (with this fencing token), nothing in
-        flight. Anything else takes the read and the checks of a first commit."""
-        if not self.options.exactly_once:
-            return None
-        known = KNOWN.get(self.store, self.layout)
-        if known is None or known.state.inflight is not None:
-            return None
-        owner, token = known.state.owner, self.options.fencing_token
-        if owner is None or owner.run_id != batch.claimant:
-            return None
-        if token is not None and token != owner.token:
-            return None
-        return Held(known.state, known.version)
-
-    def _remember(self, held: Held) -> None:
-        KNOWN.put(self.store, self.layout, held.state, held.version)
-
-    def _epoch_and_state(
-        self, batch: BatchCommit
-    ) -> tuple[int | None, tuple[BarrierState, str | None]]:
+    def _epoch_and_state(self, batch: BatchCommit) -> tuple[int | None, HeldState]:
         """The batch's epoch and the barrier state, read concurrently (two round trips
         to the store in the time of one) unless ``overlap_reads`` is off."""
         if not self.overlap_reads:
@@ -418,7 +351,9 @@ class Barrier:
         """The epoch the batch read (its batch record); None for a no-data batch."""
         return epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
 
-    def _resolve_inflight(self, held: Held, batch: BatchCommit, epoch: int) -> tuple[Held, int]:
+    def _resolve_inflight(
+        self, held: HeldState, batch: BatchCommit, epoch: int
+    ) -> tuple[HeldState, int]:
         """Resolve the in-flight bundle of ``held`` before batch ``batch`` (of ``epoch``)
         is committed: acknowledge it if the consumer has it, else deliver it again.
 
@@ -446,9 +381,10 @@ class Barrier:
         if last is not None and last.bundle_id == bundle.bundle_id:
             how = "the consumer had it"
         else:
-            # Written before the bundle was recorded in flight: found, never written twice.
-            self.dead_letters.ensure_written(bundle)
             try:
+                # Published after the bundle was recorded in flight, maybe not yet: from
+                # the record's dead-letter parts, created once.
+                self.dead_letters.publish(bundle)
                 self._deliver(bundle, redelivery=True)
             except GtBarrierError:
                 lost = LostBundle.check(
@@ -457,6 +393,7 @@ class Barrier:
                     inflight,
                     consumer=self.consumer,
                     consumer_last=None if last is None else last.bundle_id,
+                    dead_letters_missing=self.dead_letters.unpublishable(bundle),
                 )
                 if lost is None:
                     raise
@@ -465,7 +402,7 @@ class Barrier:
                 return held, bundle.bundle_id
             how = "delivered again"
         state = held.state
-        held = self._swap(
+        held = self.states.swap(
             held,
             replace(state, gt_last=max(state.gt_last, bundle.epoch), inflight=None),
             state.owner,
@@ -484,24 +421,26 @@ class Barrier:
         )
         return held, bundle.bundle_id
 
-    def _fenced_if_superseded(self, held: Held) -> None:
+    def _fenced_if_superseded(self, held: HeldState) -> None:
         """Raise :class:`PipelineFenced` if another run owns the pipeline now: ``held`` was
         read before it claimed, so what this run sees of the consumer is that run's
         progress, not a fault of the consumer."""
-        now, _ = self.states.load()
+        now = self.states.load().state
         mine = held.state.owner
         if now.owner is not None and now.owner != mine:
             raise self.states.fenced(
                 now.owner, mine.run_id if mine else "?", "another run resolved its bundle"
             )
 
-    def _clear_lost(self, held: Held, lost: LostBundle, batch: BatchCommit, epoch: int) -> Held:
+    def _clear_lost(
+        self, held: HeldState, lost: LostBundle, batch: BatchCommit, epoch: int
+    ) -> HeldState:
         """Clear in-flight bundle ``lost`` (its parts are gone, the consumer lacks it) for
         the replay of its epoch to deliver it; raise if no replay can (module docstring)."""
         if epoch > lost.epoch:
             raise StateError(lost.describe(recomputable=False))
         state = held.state
-        held = self._swap(
+        held = self.states.swap(
             held, replace(state, inflight=None), state.owner, f"clear lost bundle {lost.epoch}"
         )
         # What is left of its parts is referenced no more.
@@ -511,7 +450,10 @@ class Barrier:
         return held
 
     def _deliver(self, bundle: Bundle, *, redelivery: bool) -> Ack:
-        """Deliver ``bundle``, retrying the same bundle; raise once the retries are spent."""
+        """Deliver ``bundle``, retrying the same bundle; raise once the retries are spent. A
+        bundle with no rows (every row refused) is not handed to the consumer."""
+        if not bundle.rows:
+            return Ack(bundle.bundle_id, 0)
         attempts = [0]
 
         def attempt() -> Ack:

@@ -74,7 +74,7 @@ class StagingCleanup:
         """The run's authority: from ``state`` if the caller has just written it with a
         compare-and-swap, else from a fresh read of the barrier state."""
         if state is None:
-            state, _ = self.states.load()
+            state = self.states.load().state
         return Authority.of(run_id, claimant, state)
 
     def discard(self, locations: Iterable[str], auth: Authority) -> None:

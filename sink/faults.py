@@ -12,10 +12,10 @@ Steps of the barrier protocol (driver, commit process); the action is SIGKILL of
 driver (see :func:`kill_driver`):
 
 * ``before_inflight``  - the bundle is about to be recorded in flight (and, if it has
-  rows its consumer's target refused, to have its dead-letter file written)
-* ``after_dead_letters`` - the bundle's dead-letter file written, the bundle not yet
-  recorded in flight (only for a bundle with refused rows)
-* ``after_inflight``   - recorded in flight, nothing delivered yet
+  rows its consumer's target refused, to have its dead-letter file written after that)
+* ``after_dead_letters`` - recorded in flight and its dead-letter file written (and its
+  topic messages sent), nothing delivered yet (only for a bundle with refused rows)
+* ``after_inflight``   - recorded in flight (its dead letters written), nothing delivered yet
 * ``after_deliver``    - the consumer holds (part of) the bundle, the ack has not arrived
   (file/s3: data promoted, pointer not yet replaced; kafka: half of the messages sent;
   http: the POST answered, before its status is read)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 
 from sink.bundle import Bundle
 from sink.consumers import Consumer, open_consumer
+from sink.dead_letters.dead_letter_files import DeadLetters
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import StateError
@@ -42,7 +44,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class LostBundle:
     """An in-flight bundle whose staged parts are (partly) gone while the consumer does not
-    have it: what is lost. ``applied``: it was skipped (the loss acknowledged)."""
+    have it, or whose dead-letter parts are gone before its dead-letter file was published:
+    what is lost. ``applied``: it was skipped (the loss acknowledged)."""
 
     pipeline_id: str
     state: str
@@ -63,7 +66,7 @@ class LostBundle:
         return self.bundle_id
 
     @classmethod
-    def check(
+    def check(  # noqa: PLR0913 - what is lost, and where each part of it was looked for
         cls,
         pipeline_id: str,
         state: str,
@@ -71,13 +74,18 @@ class LostBundle:
         *,
         consumer: Consumer,
         consumer_last: int | None,
+        dead_letters_missing: tuple[str, ...] = (),
     ) -> LostBundle | None:
         """What is lost of ``inflight`` (stored at ``state``); None if the consumer can
         still deliver it (:meth:`~sink.consumers.base.Consumer.missing_parts`: no part
-        gone, or gone only into the consumer's own place)."""
+        gone, or gone only into the consumer's own place) and no dead-letter part its
+        unpublished file needs is gone (``dead_letters_missing``:
+        :meth:`~sink.dead_letters.dead_letter_settlement.DeadLetterSettlement.unpublishable`)."""
         missing = set(consumer.missing_parts(Bundle.from_record(pipeline_id, inflight)))
+        missing.update(dead_letters_missing)
         if not missing:
             return None
+        staged = (*inflight.parts, *inflight.dead_letters)
         return cls(
             pipeline_id=pipeline_id,
             state=state,
@@ -88,9 +96,9 @@ class LostBundle:
             query_id=inflight.query_id,
             run_id=inflight.run_id,
             rows=inflight.rows,
-            parts=inflight.locations,
-            parts_missing=tuple(p.location for p in inflight.parts if p.location in missing),
-            rows_missing=sum(p.rows for p in inflight.parts if p.location in missing),
+            parts=tuple(p.location for p in staged),
+            parts_missing=tuple(p.location for p in staged if p.location in missing),
+            rows_missing=sum(p.rows for p in staged if p.location in missing),
         )
 
     def describe(self, *, recomputable: bool | None = None) -> str:
@@ -172,20 +180,22 @@ def resolve_lost_inflight(
         store.close()
 
 
-def resolve(
+def resolve(  # noqa: PLR0913 - the pipeline's clients, the bundle and the decision
     opts: SinkOptions,
     store: StateStore,
     consumer: Consumer,
     bundle_id: int,
     *,
     acknowledge_loss: bool,
+    dead_letters: DeadLetters | None = None,
 ) -> LostBundle:
-    """:func:`resolve_lost_inflight` with its store and consumer open."""
+    """:func:`resolve_lost_inflight` with its store and consumer open (and its dead-letter
+    destination: by default opened from ``errors.deadLetter.path`` when it is set)."""
     states = BarrierStateStore(store, PipelineLayout(opts.pipeline_id))
     where = states.where
-    state, version = states.load()
-    inflight = state.inflight
-    if inflight is None or version is None:
+    held = states.load()
+    state, inflight = held.state, held.state.inflight
+    if inflight is None or held.version is None:
         raise StateError(
             f"barrier: no bundle is in flight in {where} (GT_last {state.gt_last}), not "
             f"bundle {bundle_id}: nothing to resolve"
@@ -201,12 +211,18 @@ def resolve(
             f"barrier: {consumer.describe()} has bundle {last.bundle_id}, so in-flight bundle "
             f"{bundle_id} is not lost: restarting the query resolves it; nothing changed"
         )
+    settlement = DeadLetterSettlement(
+        opts, consumer.staging, states, destination=dead_letters, sleep=time.sleep
+    )
     lost = LostBundle.check(
         opts.pipeline_id,
         where,
         inflight,
         consumer=consumer,
         consumer_last=None if last is None else last.bundle_id,
+        dead_letters_missing=settlement.unpublishable(
+            Bundle.from_record(opts.pipeline_id, inflight)
+        ),
     )
     if lost is None:
         raise StateError(
@@ -217,7 +233,7 @@ def resolve(
     if not acknowledge_loss:
         log.warning("%s (not applied)", lost.describe())
         return lost
-    states.skip(state, version, lost.skipped(time.time()))
+    states.skip(held, lost.skipped(time.time()))
     # Nothing references the bundle's remaining parts once the in-flight record is gone.
     for location in inflight.staged_locations:
         if location not in lost.parts_missing:

@@ -199,6 +199,12 @@ class DeliveryUnsettled(CommitStateUnknown):
     retriable = False
 
 
+class StaleState(CommitFailed):
+    """A compare-and-swap from a *remembered* barrier state lost: the state changed since
+    this process remembered it. Nothing was written; the barrier starts the commit again
+    from a read (docs/PROTOCOL.md, "A commit's decisions"), so it never leaves a commit."""
+
+
 class PipelineFenced(FatalError):
     """Another driver owns this pipeline; this one must stop (a zombie)."""
 

@@ -376,8 +376,7 @@ class StoreContract:
         here, there = BarrierStateStore(store, layout), BarrierStateStore(other_store, layout)
 
         def claim(states: BarrierStateStore, run_id: str, start: int | None) -> Claim:
-            state, version = states.load()
-            return states.claim_run(state, version, run_id, "q", None, start_generation=start)
+            return states.claim_run(states.load(), run_id, "q", None, start_generation=start)
 
         claim(here, "run-old", None)
         zombie_start = start_generation(other_store, layout)
@@ -385,7 +384,7 @@ class StoreContract:
         for i in range(1, self.CLAIM_RUNS):
             claimed = claim(here, f"run-{i}", start_generation(store, layout))
             assert claimed.took_over
-            here.prune_claims(claimed.state)
+            here.prune_claims(claimed.held.state)
             assert len(store.list(layout.barrier_claims_prefix)) <= CLAIMS_KEPT + 1
         assert "run-0" not in there.claimed_runs()
         with pytest.raises(PipelineFenced, match=r"\(run run-0\) is a zombie"):
@@ -393,7 +392,7 @@ class StoreContract:
         assert other_store.get_or_none(layout.barrier_run("run-old")) is not None
         with pytest.raises(PipelineFenced, match="a newer run took the pipeline over"):
             claim(there, "run-old", None)
-        owner = here.load()[0].owner
+        owner = here.load().state.owner
         assert owner is not None
         assert (owner.run_id, owner.generation) == (
             f"run-{self.CLAIM_RUNS - 1}",
@@ -411,14 +410,15 @@ class StoreContract:
         for r in range(self.CLAIM_RACE_ROUNDS):
             won, fenced = claim_race(sides, [f"run-{r}-a", f"run-{r}-b"])
             assert len(won) == 1 and len(fenced) == 1, f"round {r}: won {won}, fenced {fenced}"
-            state, version = sides[0].load()
-            assert version is not None and state.owner is not None
+            held = sides[0].load()
+            state = held.state
+            assert held.version is not None and state.owner is not None
             assert state.owner.run_id == won[0]
             started = state.owner.generation - 1  # where both runs started
             with pytest.raises(PipelineFenced):
-                sides[1].claim_run(state, version, fenced[0], "q", None, start_generation=started)
-            again = sides[0].claim_run(state, version, won[0], "q", None, start_generation=started)
-            assert again.state.owner == state.owner and not again.took_over
+                sides[1].claim_run(held, fenced[0], "q", None, start_generation=started)
+            again = sides[0].claim_run(held, won[0], "q", None, start_generation=started)
+            assert again.held.state.owner == state.owner and not again.took_over
 
 
 def claim_race(sides: list[BarrierStateStore], run_ids: list[str]) -> tuple[list[str], list[str]]:
@@ -432,11 +432,11 @@ def claim_race(sides: list[BarrierStateStore], run_ids: list[str]) -> tuple[list
 
     def run(states: BarrierStateStore, run_id: str) -> None:
         try:
-            state, version = states.load()
+            held = states.load()
             start = start_generation(states.store, states.layout)
             gate.wait(timeout=60)  # both started before either claims
             try:
-                states.claim_run(state, version, run_id, "q", None, start_generation=start)
+                states.claim_run(held, run_id, "q", None, start_generation=start)
             except PipelineFenced:
                 fenced.append(run_id)
             else:

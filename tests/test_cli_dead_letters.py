@@ -17,8 +17,8 @@ from tests.test_sink_dead_letters import crash_at, jsonl, note_batch
 @pytest.fixture
 def pipeline(tmp_path: Path) -> Pipeline:
     """Bundle 1 delivered with one refused row; bundle 2 (all of its 2 rows refused) wrote
-    its dead letters and delivered nothing; bundle 3 in flight (a crash) with one refused
-    row."""
+    its dead letters, delivered nothing and is acknowledged; bundle 3 in flight (a crash)
+    with one refused row."""
     p = Pipeline(jsonl(tmp_path))
     p.record_batch(0, epoch=1)
     p.barrier().commit([p.write(0, [note_batch(1, 0, [0, 1], bad=[1])])], 0)
@@ -47,10 +47,10 @@ def test_deadletters_lists_the_bundles_with_refused_rows(
     pipeline: Pipeline, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = run_json(capsys, "deadletters", *args(pipeline, tmp_path))
-    assert data["dead_letters"] == f"file://{tmp_path}/dl" and data["gt_last"] == 1
+    assert data["dead_letters"] == f"file://{tmp_path}/dl" and data["gt_last"] == 2
     assert [(b["bundle_id"], b["rows"], b["acknowledged"]) for b in data["bundles"]] == [
         (1, 1, True),
-        (2, 2, False),
+        (2, 2, True),
         (3, 1, False),
     ]
     assert data["bundles"][0]["location"] == f"file://{tmp_path}/dl/{dead_letter_name(1)}"

@@ -13,7 +13,7 @@ import pytest
 
 from state.errors import MalformedOffset, MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
-from state.protocol.barrier_state import load_barrier_state, read_barrier_state
+from state.protocol.barrier_state import HeldState, load_barrier_state, read_barrier_state
 from state.records.barrier import BarrierState, Owner, RunMarker
 from state.records.batch import BatchRecord
 from state.records.codec import Fields, decode, dumps
@@ -417,10 +417,10 @@ def test_read_barrier_state_from_a_store() -> None:
     store = open_store(f"memory://records-{uuid.uuid4().hex}")
     layout = PipelineLayout("p1")
     assert read_barrier_state(store, layout) == BarrierState()
-    assert load_barrier_state(store, layout) == (BarrierState(), None)
+    assert load_barrier_state(store, layout) == HeldState(BarrierState(), None)
     state = BarrierState(6, BUNDLE, OWNER)
     version = store.create_json(layout.barrier_state, state.to_json())
-    assert load_barrier_state(store, layout) == (state, version)
+    assert load_barrier_state(store, layout) == HeldState(state, version)
     store.put(layout.barrier_state, b'{"gt_last": "x"}')
     with pytest.raises(MalformedRecord) as info:
         read_barrier_state(store, layout)

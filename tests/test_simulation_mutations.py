@@ -52,7 +52,12 @@ from sink.dead_letters.dead_letter_format import (
 from sink.staging import Staging, parquet_bytes
 from state.errors import PipelineFenced
 from state.protocol import resume_point
-from state.protocol.barrier_state import BarrierStateStore, Claim, read_barrier_state
+from state.protocol.barrier_state import (
+    BarrierStateStore,
+    Claim,
+    HeldState,
+    read_barrier_state,
+)
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
@@ -188,10 +193,9 @@ def test_cleanup_without_the_generation_rule_is_found(monkeypatch: pytest.Monkey
 def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     claim_run = BarrierStateStore.claim_run
 
-    def claim_anyway(  # noqa: PLR0917 - the signature of the method it replaces
+    def claim_anyway(
         self: BarrierStateStore,
-        state: BarrierState,
-        version: str | None,
+        held: HeldState,
         run_id: str,
         query_id: str,
         token: int | None,
@@ -199,12 +203,11 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
         start_generation: int | None = None,
     ) -> Claim:
         try:
-            return claim_run(
-                self, state, version, run_id, query_id, token, start_generation=start_generation
-            )
+            return claim_run(self, held, run_id, query_id, token, start_generation=start_generation)
         except PipelineFenced:
             # The fenced checks skipped: the run swaps itself in over the current state.
-            current, current_version = self.load()
+            now = self.load()
+            current, current_version = now.state, now.version
             assert current_version is not None
             generation = current.owner.generation + 1 if current.owner else 1
             owner = Owner(run_id, query_id, generation, self.clock(), token)
@@ -212,7 +215,7 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
             new_version = self.store.compare_and_swap_json(
                 self.layout.barrier_state, claimed.to_json(), current_version
             )
-            return Claim(claimed, new_version, took_over=True)
+            return Claim(HeldState(claimed, new_version), took_over=True)
 
     monkeypatch.setattr(BarrierStateStore, "claim_run", claim_anyway)
     shortest, _ = find_shortest("commit without the claim check")
@@ -225,23 +228,21 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
 def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     swap = BarrierStateStore.swap
 
-    def unconfirmed(  # noqa: PLR0917 - the signature of the method it replaces
+    def unconfirmed(
         self: BarrierStateStore,
-        old: BarrierState,
+        held: HeldState,
         new: BarrierState,
-        version: str,
         me: Owner | None,
         what: str,
         *,
         claiming: bool = False,
-        remembered: bool = False,
-    ) -> tuple[BarrierState, str]:
-        if remembered:
+    ) -> HeldState:
+        if held.remembered:
             # The decision made on the remembered state is swapped in on whatever version
             # the state has now: the compare-and-swap no longer confirms it.
-            _, now = self.load()
-            version = now or version
-        return swap(self, old, new, version, me, what, claiming=claiming)
+            now = self.load().version
+            held = HeldState(held.state, now or held.version)
+        return swap(self, held, new, me, what, claiming=claiming)
 
     monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
     shortest, _ = find_shortest("stale remembered state")

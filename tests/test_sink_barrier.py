@@ -320,7 +320,8 @@ def test_lost_compare_and_swap_is_not_retried() -> None:
     p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)
 
     def another_driver_takes_over(_bundle: object) -> None:
-        s, v = load_barrier_state(p.store, p.layout)
+        held = load_barrier_state(p.store, p.layout)
+        s, v = held.state, held.version
         assert s.owner is not None and v is not None
         zombie = replace(s, owner=replace(s.owner, run_id="run-z", generation=9))
         p.store.compare_and_swap_json(p.layout.barrier_state, zombie.to_json(), v)

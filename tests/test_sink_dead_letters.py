@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,12 @@ from sink.barrier import Barrier
 from sink.bundle import BarrierCommitMessage
 from sink.consumers.consumer_kind import RowRejection
 from sink.consumers.http import HTTP, HttpSettings
-from sink.dead_letters.dead_letter_files import FileDeadLetters, StoreDeadLetters, open_dead_letters
+from sink.dead_letters.dead_letter_files import (
+    DeadLetterFile,
+    FileDeadLetters,
+    StoreDeadLetters,
+    open_dead_letters,
+)
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
@@ -38,10 +43,20 @@ from sink.dead_letters.dead_letter_format import (
     without_rows,
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector, InjectedFault
+from sink.known_state import KNOWN
 from sink.options import SinkOptions
 from sink.write_task import NULL_GT, RowChecks, check_rows, stage_task
-from state.errors import ConfigError, RowsRefused, StateError, UnknownOptionError
+from state.errors import (
+    CommitFailed,
+    ConfigError,
+    PipelineFenced,
+    RowsRefused,
+    StateError,
+    UnknownOptionError,
+)
+from state.protocol.barrier_state import HeldState
 from state.records.gt import arrow_array as gt_array
 from state.spark_task import StreamingTask
 from state.stores import open_store
@@ -422,27 +437,37 @@ def test_the_same_on_a_store(tmp_path: Path) -> None:
 # --- the barrier's step -------------------------------------------------------------------
 
 
-def test_dead_letters_are_written_before_the_bundle_is_recorded_in_flight(
+def test_dead_letters_are_written_after_the_bundle_is_recorded_in_flight_before_delivery(
     tmp_path: Path,
 ) -> None:
+    """Nothing is written to the dead letters before the swap that records the bundle in
+    flight (a crash there leaves nothing); after it, the file is created before anything
+    of the bundle is delivered, and a restart that resolves the bundle in flight finds it
+    and does not write it again."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(1)
     p.consumer.on_deliver = lambda bundle: seen.append(path.exists())
     seen: list[bool] = []
     p.record_batch(0, epoch=1)
     with pytest.raises(InjectedFault):
+        p.barrier(faults=crash_at("before_inflight")).commit(
+            [p.write(0, [note_batch(1, 0, [0, 1], bad=[0])])], 0
+        )
+    assert not path.exists() and p.state().inflight is None
+    with pytest.raises(InjectedFault):
         p.barrier(faults=crash_at("after_dead_letters")).commit(
             [p.write(0, [note_batch(1, 0, [0, 1], bad=[0])])], 0
         )
     assert path.exists() and p.consumer.calls == 0
-    assert p.state().inflight is None and p.state().gt_last == -1
+    assert p.inflight().dead_letter_rows == 1 and p.state().gt_last == -1
     written = file_id(path)
-    # the restart replays the epoch: the same rows refused, the file found, not written again
+    # the restart resolves the bundle in flight; its replay of the epoch is dropped
     p.run_id = "run-b"
     outcome = p.barrier().commit([p.write(0, [note_batch(1, 0, [0, 1], bad=[0])])], 0)
-    assert outcome.action == "delivered" and outcome.dead_letters == 1
+    assert outcome.action == "dropped" and outcome.recovered == 1
     assert seen == [True] and file_id(path) == written
     assert p.state().gt_last == 1 and pq.read_table(path).num_rows == 1
+    assert [(d[0], values_of(d[1])) for d in p.consumer.delivered] == [(1, [b"0:1"])]
     assert p.staged() == []
 
 
@@ -478,20 +503,28 @@ def values_of(table: pa.Table | None) -> list[bytes]:
     return sorted(found)
 
 
-def test_a_replay_that_accepts_rows_the_first_file_holds_delivers_only_the_others(
+def earlier_file(
+    p: Pipeline, tmp_path: Path, bundle_id: int, rows: pa.RecordBatch, values: Sequence[bytes]
+) -> tuple[int, int]:
+    """Bundle ``bundle_id``'s file as an earlier record of the bundle left it, refusing
+    the rows of ``rows`` with ``values`` (its in-flight record cleared as lost since, or an
+    attempt of a release that wrote the file before the record); its :func:`file_id`."""
+    FileDeadLetters(str(tmp_path / "dl")).write(
+        "p1", bundle_id, lambda: write_refusing_table(p, rows, values)
+    )
+    return file_id(tmp_path / "dl" / dead_letter_name(bundle_id))
+
+
+def test_a_replay_that_accepts_rows_the_file_holds_delivers_only_the_others(
     tmp_path: Path,
 ) -> None:
-    """The first dead-letter file of a bundle records what was refused: a replay whose
-    target accepts those rows now (jsonl then, arrow now) keeps them out of the delivery."""
+    """A bundle's file is the record of what was refused: a replay whose target accepts
+    those rows now keeps them out of the delivery, and writes no file."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(1)
-    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1, 3])
+    rows = note_batch(1, 0, [0, 1, 2, 3])
+    written = earlier_file(p, tmp_path, 1, rows, [b"0:1", b"0:3"])
     p.record_batch(0, epoch=1)
-    with pytest.raises(InjectedFault):
-        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
-    written = file_id(path)
-    p.run_id = "run-b"
-    p.options = jsonl(tmp_path, **{"consumer.format": "arrow", "state.uri": p.options.store.uri})
     m = p.write(0, [rows])
     assert m.dead_letters is None and m.rows == 4  # this attempt refuses nothing
     outcome = p.barrier().commit([m], 0)
@@ -502,29 +535,26 @@ def test_a_replay_that_accepts_rows_the_first_file_holds_delivers_only_the_other
     assert p.state().gt_last == 1 and p.staged() == []
 
 
-def test_a_changed_query_s_replay_matches_the_first_file_s_rows_by_their_gt(
+def test_a_changed_query_s_replay_matches_the_file_s_rows_by_their_gt(
     tmp_path: Path,
 ) -> None:
     """A query changed between two attempts of a bundle (an upgrade) computes other values
-    for the same records: the first file's row is matched by its ``gt``, stays the dead
-    letter, and its new version is not delivered; the file is not written again."""
+    for the same records: the file's row is matched by its ``gt``, stays the dead letter,
+    and its new version is not delivered; the file is not written again."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(1)
-    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
-    p.record_batch(0, epoch=1)
-    with pytest.raises(InjectedFault):
-        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
-    written = file_id(path)
+    rows = note_batch(1, 0, [0, 1, 2, 3])
+    written = earlier_file(p, tmp_path, 1, rows, [b"0:1"])
     upgraded = pa.RecordBatch.from_arrays(
         [rows.column(0), pa.array([f"v2-n{o}" for o in range(4)]), rows.column(2)],
         names=rows.schema.names,
     )
-    p.run_id = "run-b"
+    p.record_batch(0, epoch=1)
     outcome = p.barrier().commit([p.write(0, [upgraded])], 0)  # it refuses nothing
     assert outcome.action == "delivered" and outcome.dead_letters == 1
     ((_, table, _),) = p.consumer.delivered
     assert table is not None and table.column("note").to_pylist() == ["v2-n0", "v2-n2", "v2-n3"]
-    assert file_id(path) == written and notes(pq.read_table(path)) == [BAD]
+    assert file_id(path) == written and notes(pq.read_table(path)) == [b"n1"]
     assert p.staged() == []
 
 
@@ -545,27 +575,28 @@ def fan_out_batch() -> pa.RecordBatch:
 def test_fan_out_rows_refused_in_turn_by_two_attempts_each_end_in_one_place(
     tmp_path: Path,
 ) -> None:
-    """Two rows of one input record share its ``gt``. Attempt 1 refuses ``0:0a`` and dies
-    after writing the file; attempt 2 refuses ``0:0b`` instead (NOT NULL moved to another
-    column). The ``gt`` must not pair the file's ``0:0a`` with ``0:0b``: ``0:0a`` is
-    accepted now, ``0:0b`` is a refusal the file lacks."""
+    """Two rows of one input record share its ``gt``. An earlier attempt's file holds
+    ``0:0a``; this attempt refuses ``0:0b`` instead (NOT NULL moved to another column). The
+    ``gt`` must not pair the file's ``0:0a`` with ``0:0b``: ``0:0b`` is a refusal the file
+    lacks, so the commit stops with nothing delivered and the file kept. An attempt that
+    refuses ``0:0a`` again delivers the others, each row then in one place."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(1)
     rows = fan_out_batch()
+    written = earlier_file(p, tmp_path, 1, rows, [b"0:0a"])
     p.record_batch(0, epoch=1)
-    with pytest.raises(InjectedFault):
-        p.barrier(faults=crash_at("after_dead_letters")).commit(
-            [write_refusing(p, 0, rows, [b"0:0a"])], 0
-        )
-    assert values_of(pq.read_table(path)) == [b"0:0a"] and p.consumer.calls == 0
+    with pytest.raises(StateError, match="1 of them not"):
+        p.barrier().commit([write_refusing(p, 0, rows, [b"0:0b"])], 0)
+    assert p.consumer.calls == 0 and file_id(path) == written
     p.run_id = "run-b"
-    outcome = p.barrier().commit([write_refusing(p, 0, rows, [b"0:0b"])], 0)
+    p.record_batch(1, epoch=1)
+    outcome = p.barrier().commit([write_refusing(p, 1, rows, [b"0:0a"])], 1)
     assert outcome.action == "delivered"
     ((_, table, _),) = p.consumer.delivered
     delivered, dead = values_of(table), values_of(pq.read_table(path))
     for value in (b"0:0a", b"0:0b", b"0:1"):
         assert (delivered + dead).count(value) == 1, (value, delivered, dead)
-    assert dead == [b"0:0b"] and p.state().gt_last == 1 and p.staged() == []
+    assert dead == [b"0:0a"] and p.state().gt_last == 1 and p.staged() == []
 
 
 def test_the_gt_pairs_rows_of_two_attempts_only_when_it_is_unique_among_those_left() -> None:
@@ -591,53 +622,33 @@ def test_the_gt_pairs_rows_of_two_attempts_only_when_it_is_unique_among_those_le
     assert unrecorded == 0 and kept_out == []
 
 
-def test_a_replay_that_refuses_a_row_the_file_lacks_replaces_the_file_without_a_topic(
-    tmp_path: Path,
+@pytest.mark.parametrize("topic", [False, True])
+def test_a_replay_that_refuses_a_row_the_file_lacks_stops_naming_the_way_out(
+    tmp_path: Path, topic: bool
 ) -> None:
-    """Nothing of a bundle that was never recorded in flight was delivered, so the file of
-    the attempt that refuses more takes the place of the first one: each row is once in
-    the consumer or in the dead letters."""
+    """A row the replay refuses and the file lacks can be neither delivered nor dropped;
+    the file is never put in place of (a superseded run could overwrite one another run
+    delivered against), with or without a topic: the commit stops, nothing written."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(1)
-    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
+    rows = note_batch(1, 0, [0, 1, 2, 3])
+    written = earlier_file(p, tmp_path, 1, rows, [b"0:1"])
+    if topic:
+        p.options = jsonl(
+            tmp_path,
+            **{
+                "errors.deadLetter.topic": "dlq",
+                "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9",
+                "state.uri": p.options.store.uri,
+            },
+        )
     p.record_batch(0, epoch=1)
-    with pytest.raises(InjectedFault):
-        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
-    assert values_of(pq.read_table(path)) == [b"0:1"]
-    p.run_id = "run-b"
-    outcome = p.barrier().commit([write_refusing(p, 0, rows, [b"0:2"])], 0)
-    assert outcome.action == "delivered" and outcome.dead_letters == 2
-    ((_, table, _),) = p.consumer.delivered
-    assert values_of(table) == [b"0:0", b"0:3"]
-    assert values_of(pq.read_table(path)) == [b"0:1", b"0:2"]
-    assert sorted(os.listdir(tmp_path / "dl")) == [dead_letter_name(1)]
-    assert p.state().gt_last == 1 and p.staged() == []
-
-
-def test_with_a_topic_a_replay_that_refuses_a_row_the_file_lacks_stops_naming_the_way_out(
-    tmp_path: Path,
-) -> None:
-    p = Pipeline(jsonl(tmp_path))
-    path = tmp_path / "dl" / dead_letter_name(1)
-    rows = note_batch(1, 0, [0, 1, 2, 3], bad=[1])
-    p.record_batch(0, epoch=1)
-    with pytest.raises(InjectedFault):
-        p.barrier(faults=crash_at("after_dead_letters")).commit([p.write(0, [rows])], 0)
-    written = file_id(path)
-    p.run_id = "run-b"
-    p.options = jsonl(
-        tmp_path,
-        **{
-            "errors.deadLetter.topic": "dlq",
-            "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9",
-            "state.uri": p.options.store.uri,
-        },
-    )
     with pytest.raises(StateError) as info:
-        p.barrier().commit([write_refusing(p, 0, rows, [b"0:2"])], 0)
+        p.barrier().commit([write_refusing(p, 0, rows, [b"0:1", b"0:2"])], 0)
     text = str(info.value)
     assert "bundle 1 (batch 0 of query" in text and "refuses 2 row(s) now, 1 of them not" in text
-    assert "the 1 row(s) an earlier attempt refused" in text and "'dlq'" in text
+    assert "the 1 row(s) an earlier attempt refused" in text
+    assert ("'dlq'" in text) == topic
     assert "Way out: make the target accept those rows again" in text
     assert p.consumer.calls == 0 and p.state().inflight is None and file_id(path) == written
 
@@ -682,21 +693,24 @@ def test_a_replay_of_a_delivered_bundle_writes_no_dead_letters(tmp_path: Path) -
 def test_a_bundle_whose_every_row_is_refused_writes_its_dead_letters_and_delivers_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """It is recorded in flight like any bundle (the swap fences its dead letters), not
+    handed to the consumer, and acknowledged: ``GT_last`` moves to it, so a replay drops
+    it."""
     p = Pipeline(jsonl(tmp_path))
     path = tmp_path / "dl" / dead_letter_name(4)
     p.record_batch(0, epoch=4)
     with caplog.at_level(logging.INFO, logger="sink.barrier"):
         outcome = p.barrier().commit([p.write(0, [note_batch(4, 0, [0, 1], bad=[0, 1])])], 0)
     assert outcome.action == "empty" and outcome.dead_letters == 2
-    assert p.consumer.calls == 0 and p.state().gt_last == -1
+    assert p.consumer.calls == 0 and p.state().gt_last == 4 and p.state().inflight is None
     assert pq.read_table(path).num_rows == 2 and p.staged() == []
     assert (
         "bundle 4 had no rows to deliver; 2 row(s) refused, in dead letters file://" in caplog.text
     )
     written = file_id(path)
-    p.record_batch(1, epoch=4)  # replayed: found, not written again
-    p.barrier().commit([p.write(1, [note_batch(4, 0, [0, 1], bad=[0, 1])])], 1)
-    assert file_id(path) == written
+    p.record_batch(1, epoch=4)  # replayed: dropped, not written again
+    replay = p.barrier().commit([p.write(1, [note_batch(4, 0, [0, 1], bad=[0, 1])])], 1)
+    assert replay.action == "dropped" and file_id(path) == written
 
 
 def test_the_log_line_counts_the_refused_rows(
@@ -739,3 +753,196 @@ def test_a_barrier_can_be_given_its_destination(tmp_path: Path) -> None:
     barrier.commit([p.write(0, [note_batch(6, 0, [0, 1], bad=[1])])], 0)
     assert [f.bundle_id for f in store_dl.files()] == [6]
     assert not (tmp_path / "dl").exists() or not os.listdir(tmp_path / "dl")
+
+
+# --- dead letters under a superseded run: every write fenced by the barrier's swap --------
+
+
+def rows_once(p: Pipeline, tmp_path: Path, bundle_id: int, values: Sequence[bytes]) -> None:
+    """Each of ``values`` (bundle ``bundle_id``'s rows) is exactly once in (the consumer,
+    the bundle's dead-letter file): none in both, none in neither, none delivered twice."""
+    delivered = [
+        v
+        for bundle, table, _ in p.consumer.delivered
+        if bundle == bundle_id and table is not None
+        for v in table.column("value").to_pylist()
+    ]
+    path = tmp_path / "dl" / dead_letter_name(bundle_id)
+    dead = pq.read_table(path).column("value").to_pylist() if path.exists() else []
+    assert sorted(delivered + dead) == sorted(values), (
+        f"delivered {sorted(delivered)}, dead letters {sorted(dead)}"
+    )
+
+
+def remembered_by(p: Pipeline) -> HeldState:
+    """What the process of the run that committed last remembers (sink.known_state)."""
+    known = KNOWN.get(p.store, p.layout)
+    assert known is not None and known.remembered
+    return known
+
+
+def commit_as(  # noqa: PLR0917 - the run, what it remembers, and its batch
+    p: Pipeline,
+    run_id: str,
+    memory: HeldState | None,
+    batch_id: int,
+    rows: pa.RecordBatch,
+    refusing: Sequence[bytes],
+    **barrier: Any,
+) -> str:
+    """Commit ``rows`` as batch ``batch_id`` of run ``run_id``, its target refusing the rows
+    with the values ``refusing``, in a process that remembers ``memory``; its outcome's
+    action, or the name of the error that stopped it."""
+    KNOWN.clear()
+    if memory is not None:
+        KNOWN.put(p.store, p.layout, memory)
+    p.run_id = run_id
+    message = write_refusing(p, batch_id, rows, refusing)
+    try:
+        return p.barrier(**barrier).commit([message], batch_id).action
+    except (PipelineFenced, StateError, CommitFailed) as err:
+        return type(err).__name__
+
+
+def test_a_superseded_run_remembering_its_state_writes_no_dead_letters_for_a_bundle_delivered(
+    tmp_path: Path,
+) -> None:
+    """Run A delivers bundle 1 and remembers the state; run B claims and delivers bundle 2
+    refusing nothing; A then commits its own batch of epoch 2 from what it remembers,
+    refusing row 0:3. A is fenced, and 0:3 is not a dead letter as well as delivered."""
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [0, 1]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    bundle_2 = note_batch(2, 0, [2, 3])
+    assert commit_as(p, "run-b", None, 1, bundle_2, [], start_generation=1) == "delivered"
+    action = commit_as(p, "run-a", a_remembers, 1, bundle_2, [b"0:3"], start_generation=0)
+    assert action == "PipelineFenced"
+    rows_once(p, tmp_path, 2, [b"0:2", b"0:3"])
+    assert p.state().gt_last == 2
+
+
+class Interrupted(FileDeadLetters):
+    """The dead-letter directory of one run's process, where another process acts at a
+    chosen moment: ``after_find`` once this run has looked for a bundle's file and found
+    none, ``before_write`` before this run writes a file."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.after_find: Callable[[], None] | None = None
+        self.before_write: Callable[[], None] | None = None
+
+    def find(self, pipeline_id: str, bundle_id: int) -> DeadLetterFile | None:
+        found = super().find(pipeline_id, bundle_id)
+        if found is None and self.after_find is not None:
+            act, self.after_find = self.after_find, None
+            act()
+        return found
+
+    def _create(self, name: str, data: bytes) -> bool:
+        if self.before_write is not None:
+            act, self.before_write = self.before_write, None
+            act()
+        return super()._create(name, data)
+
+
+def test_a_create_lost_to_a_superseded_run_leaves_no_row_in_both_or_neither(
+    tmp_path: Path,
+) -> None:
+    """Run B commits bundle 2 refusing 0:1; between its look for the file (none) and its
+    own write, superseded run A, from the state it remembers, commits its batch of epoch 2
+    refusing 0:2 instead, and is fenced. B's bundle and the dead letters still hold each
+    row once."""
+    p = Pipeline(jsonl(tmp_path))
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [9]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    rows = note_batch(2, 0, [0, 1, 2, 3])
+    zombie: list[str] = []
+    destination = Interrupted(str(tmp_path / "dl"))
+    destination.after_find = lambda: zombie.append(
+        commit_as(p, "run-a", a_remembers, 1, rows, [b"0:2"], start_generation=0)
+    )
+    action = commit_as(
+        p, "run-b", None, 1, rows, [b"0:1"], start_generation=1, dead_letters=destination
+    )
+    assert zombie == ["PipelineFenced"] and action == "delivered"
+    rows_once(p, tmp_path, 2, [b"0:0", b"0:1", b"0:2", b"0:3"])
+
+
+def test_a_run_paused_before_it_puts_its_dead_letters_in_place_overwrites_nothing_delivered(
+    tmp_path: Path,
+) -> None:
+    """Bundle 1's file holds 0:1 (an attempt stopped before recording the bundle in flight,
+    as a release before this one wrote it). Run A refuses 0:1 and 0:2, a row the file
+    lacks; run B, which refuses only 0:1, commits the bundle while A is about to write its
+    dead letters, past any check of the barrier state it makes before (or after A, if A
+    never writes). Each row of the bundle ends once in the consumer or the dead letters."""
+    p = Pipeline(jsonl(tmp_path))
+    rows = note_batch(1, 0, [0, 1, 2, 3])
+    earlier = FileDeadLetters(str(tmp_path / "dl"))
+    earlier.write("p1", 1, lambda: write_refusing_table(p, rows, [b"0:1"]))
+    p.record_batch(0, epoch=1)
+    b_ran: list[str] = []
+
+    def run_b() -> None:
+        b_ran.append(commit_as(p, "run-b", None, 0, rows, [b"0:1"], start_generation=1))
+
+    destination = Interrupted(str(tmp_path / "dl"))
+    destination.before_write = run_b
+    commit_as(
+        p, "run-a", None, 0, rows, [b"0:1", b"0:2"], start_generation=0, dead_letters=destination
+    )
+    if not b_ran:
+        run_b()
+    assert b_ran == ["delivered"] or p.state().gt_last == 1
+    rows_once(p, tmp_path, 1, [b"0:0", b"0:1", b"0:2", b"0:3"])
+    assert p.state().gt_last == 1
+
+
+def write_refusing_table(p: Pipeline, rows: pa.RecordBatch, values: Sequence[bytes]) -> pa.Table:
+    """The dead-letter rows a task staging ``rows`` would stage, refusing ``values``."""
+    message = write_refusing(p, 99, rows, values)
+    assert message.dead_letters is not None
+    table = p.staging.read_part(message.dead_letters.location)
+    p.staging.delete_many(part.location for part in (message.part, message.dead_letters) if part)
+    return table
+
+
+def test_a_superseded_run_sends_nothing_to_the_dead_letter_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is sent to after the file, so after the swap that records the bundle in
+    flight: superseded run A, committing from the state it remembers a batch of the epoch
+    run B delivered, is fenced before it sends anything."""
+    sent: list[tuple[str, int]] = []
+
+    def send(self: Any, destination: Any, bundle_id: int, table: Any) -> None:
+        sent.append((self.options.errors.topic or "", bundle_id))
+
+    monkeypatch.setattr(DeadLetterSettlement, "_send_to_topic", send)
+    p = Pipeline(
+        jsonl(
+            tmp_path,
+            **{
+                "errors.deadLetter.topic": "dlq",
+                "errors.deadLetter.kafka.bootstrap.servers": "127.0.0.1:9",
+            },
+        )
+    )
+    p.record_batch(0, epoch=1)
+    assert commit_as(p, "run-a", None, 0, note_batch(1, 0, [0]), [], start_generation=0) == (
+        "delivered"
+    )
+    a_remembers = remembered_by(p)
+    p.record_batch(1, epoch=2)
+    bundle_2 = note_batch(2, 0, [2, 3])
+    assert commit_as(p, "run-b", None, 1, bundle_2, [], start_generation=1) == "delivered"
+    action = commit_as(p, "run-a", a_remembers, 1, bundle_2, [b"0:3"], start_generation=0)
+    assert action == "PipelineFenced" and sent == []

@@ -11,7 +11,7 @@ from sink.barrier import Barrier
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN, KnownStates
 from state.errors import DeliveryFailed, PipelineFenced
-from state.protocol.barrier_state import BarrierStateStore
+from state.protocol.barrier_state import BarrierStateStore, HeldState
 from state.protocol.fencing import take_token
 from state.records.barrier import BarrierState
 from state.stores import Versioned
@@ -140,7 +140,7 @@ def test_known_states_are_bounded_and_per_process() -> None:
     known = KnownStates()
     for i in range(100):
         layout = replace(p.layout, pipeline_id=f"p{i}")
-        known.put(p.store, layout, BarrierState(), f"v{i}")
+        known.put(p.store, layout, HeldState(BarrierState(), f"v{i}"))
     assert known.get(p.store, replace(p.layout, pipeline_id="p0")) is None
     last = known.get(p.store, replace(p.layout, pipeline_id="p99"))
     assert last is not None and last.version == "v99"

@@ -148,7 +148,8 @@ def read_pipeline(store: StateStore, layout: PipelineLayout) -> PipelineRecords:
     """The source's start and the barrier state; :class:`UsageError` if the store has
     neither (no pipeline of that id ever ran against it)."""
     start = EpochLog(store, layout).start()
-    barrier, version = load_barrier_state(store, layout)
+    held = load_barrier_state(store, layout)
+    barrier, version = held.state, held.version
     if start is None and version is None:
         raise UsageError(
             f"pipeline {layout.pipeline_id!r} not found in {store.uri}: it has neither "

@@ -2,14 +2,11 @@
 ``s3://bucket/prefix``): one per bundle, created once, listed and read back
 (:class:`DeadLetters`, :func:`open_dead_letters`).
 
-**Exactly once.** The file is named by the bundle id and *created*: ``os.link`` of a
-complete temporary file on a file system (it fails when the name exists), a conditional
-``If-None-Match`` put on S3 (:mod:`state.stores`). The first file of a bundle is the
-record of what was refused: a later attempt delivers the bundle's rows the file does not
-hold (:mod:`sink.barrier`), and a redelivery of the bundle in flight finds it and writes
-nothing. Only a file whose bundle was never recorded in flight, and which no topic holds,
-may be put in place of (:meth:`DeadLetters.replace`), when a later attempt refuses a row
-the file lacks. The file's Parquet metadata names its pipeline and bundle
+**Exactly once.** The file is named by the bundle id and only ever *created*: ``os.link``
+of a complete temporary file on a file system (it fails when the name exists), a
+conditional ``If-None-Match`` put on S3 (:mod:`state.stores`); when it is created is the
+barrier's rule (docs/PROTOCOL.md, "Dead letters"). The file's Parquet metadata names its
+pipeline and bundle
 (``gtbarrier.pipeline``, ``gtbarrier.bundle``); a file of another pipeline under the same
 name is an error, never taken as this bundle's.
 
@@ -102,15 +99,6 @@ class DeadLetters(ABC):
         :class:`StateError`)."""
         return self._check(dead_letter_name(bundle_id), pipeline_id, bundle_id)
 
-    def replace(self, pipeline_id: str, bundle_id: int, staged: pa.Table) -> DeadLetterWrite:
-        """Put bundle ``bundle_id``'s file in place of the one there, at once (readers see
-        the old file or the new one, never a part). Only for a file whose bundle was never
-        recorded in flight and no topic holds: nothing of the bundle was delivered yet."""
-        table, data = _file_bytes(pipeline_id, bundle_id, staged)
-        self._check(dead_letter_name(bundle_id), pipeline_id, bundle_id)
-        self._replace(dead_letter_name(bundle_id), data)
-        return DeadLetterWrite(bundle_id, table.num_rows, True, self.location(bundle_id), table)
-
     def files(self) -> list[DeadLetterFile]:
         """Every dead-letter file, by bundle id."""
         found = []
@@ -158,10 +146,6 @@ class DeadLetters(ABC):
     @abstractmethod
     def _create(self, name: str, data: bytes) -> bool:
         """Create ``name`` with ``data`` unless it exists; whether this call created it."""
-
-    @abstractmethod
-    def _replace(self, name: str, data: bytes) -> None:
-        """Put ``data`` under ``name`` at once, whether or not it exists."""
 
     @abstractmethod
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
@@ -217,24 +201,6 @@ class FileDeadLetters(DeadLetters):
             os.close(fd)
         return True
 
-    def _replace(self, name: str, data: bytes) -> None:
-        os.makedirs(self.directory, exist_ok=True)
-        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(self.directory, name))
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
         path = os.path.join(self.directory, name)
         try:
@@ -273,9 +239,6 @@ class StoreDeadLetters(DeadLetters):
         except KeyExists:
             return False
         return True
-
-    def _replace(self, name: str, data: bytes) -> None:
-        self.store.put(name, data)
 
     def _footer(self, name: str) -> tuple[pq.FileMetaData, int] | None:
         hit = self.store.get_or_none(name)

@@ -69,7 +69,8 @@ class StateReader:
         self._batches: dict[str, int] = {}
 
     def read(self) -> StoreFacts:
-        state, version = load_barrier_state(self.store, self.layout)
+        held = load_barrier_state(self.store, self.layout)
+        state, version = held.state, held.version
         epoch_log = EpochLog(self.store, self.layout)
         floor = epoch_log.floor()
         lowest = 0 if floor is None else floor.epoch

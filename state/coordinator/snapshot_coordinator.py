@@ -425,7 +425,8 @@ class SnapshotCoordinator:
             "resume_point": None if point is None else point.to_json(),
         }
         try:
-            state, version = load_barrier_state(self.store, self.layout)
+            held = load_barrier_state(self.store, self.layout)
+            state, version = held.state, held.version
             out["gt_last"] = None if version is None else state.gt_last
             out["inflight"] = None if state.inflight is None else state.inflight.to_json()
         except StateError as err:

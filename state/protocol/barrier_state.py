@@ -1,54 +1,23 @@
 """The barrier state (``<pipeline>/barrier/state.json``) and the run claims: the one writer.
 
-Every change of the barrier state is a compare-and-swap on the version that was read, made
-here and nowhere else (docs/PROTOCOL.md, "Barrier state"):
-
-* **a run's claim** (:meth:`BarrierStateStore.claim_run`): the first commit of a driver run
-  swaps itself in as the owner with the next ``generation``, like a Kafka producer epoch,
-  but only over the generation the run *started at* (:func:`start_generation`: the
-  owner's generation when Spark made the run's commit-side sink, which every commit of the
-  run carries; :mod:`sink.data_source`). A run that was superseded, or that started before
-  another run's claim, finds the generation moved on and is fenced; so of two runs that
-  start together the first claim wins and the other never claims. The decision is
-  :func:`decide_claim`, pure. With a fencing token, a lower token than the recorded one is
-  fenced too. A claim whose swap loses to the run it replaces (that run committed
-  meanwhile) claims again.
-* **the claims** ``barrier/claims/<generation>-<run_id>.json``, created by each claim, say
-  which runs claimed before the owner (whose staged parts it may delete: :mod:`sink.cleanup`).
-  No run depends on its own claim to be fenced, so the owner prunes them
-  (:meth:`BarrierStateStore.prune_claims`), keeping those of the last :data:`CLAIMS_KEPT`
-  generations below its own.
-* **a run without a start generation** (every run of a release before claims existed)
-  creates the marker ``barrier/runs/<run_id>.json`` instead, and is fenced when its marker
-  exists and another run owns the pipeline, as such a release decides; these markers are
-  never pruned: they are what fences such a run.
-* **a driver's claim** (:meth:`BarrierStateStore.claim_driver`): the snapshot coordinator
-  records itself, with the fencing token it just took, as the owner before its query runs,
-  so that a zombie driver is refused at its very next commit, not only after the new
-  query's first one. The new query, which starts after it, turns it into an ordinary run
-  claim at its first commit.
-* **the owner-checked swap** (:meth:`BarrierStateStore.swap`) of every commit step: a lost
-  swap is never retried blindly. If another run owns the pipeline now (or the swap was a
-  claim) this run is fenced (:class:`~state.errors.PipelineFenced`); otherwise the commit
-  failed (:class:`~state.errors.CommitFailed`). A swap from a *remembered* state that
-  loses only says the memory is out of date (:class:`StaleState`). A swap whose outcome the
-  store cannot establish is :class:`~state.errors.CommitStateUnknown`: only a restart,
-  through the in-flight record, resolves it.
-* **the skip** (:meth:`BarrierStateStore.skip`) of an in-flight bundle whose staged parts
-  are lost, acknowledged by an operator.
-* **the committed epoch** (:meth:`BarrierStateStore.record_committed`) of a batch with
-  nothing to deliver, every :data:`COMMITTED_STEP` epochs (:func:`decide_committed`,
-  pure), so that pruning and compaction follow a query whose output is empty or sparse.
+The rules are docs/PROTOCOL.md's ("Barrier state", "A run's claim", "A commit's
+decisions"); this module holds the two pure decisions, :func:`decide_claim` (may a run
+own the pipeline) and :func:`decide_commit` (what a commit does with its bundle), and
+every write of the state: :meth:`BarrierStateStore.claim_run`,
+:meth:`~BarrierStateStore.claim_driver`, the owner-checked
+:meth:`~BarrierStateStore.swap`, :meth:`~BarrierStateStore.prune_claims` and the
+operator's :meth:`~BarrierStateStore.skip`, and the committed epoch of a batch with
+nothing to deliver (:meth:`~BarrierStateStore.record_committed`, every
+:data:`COMMITTED_STEP` epochs: :func:`decide_committed`, pure). A state and the version
+a swap expects travel together as :class:`HeldState`.
 
 Readers that only look (the write tasks, the coordinator, the CLI, tests) use
-:func:`read_barrier_state`; a writer reads with :func:`load_barrier_state`, which also
-returns the version its swap needs. Nothing here delivers; only the pruning deletes.
+:func:`read_barrier_state`. Nothing here delivers or logs; only the pruning deletes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -60,6 +29,7 @@ from state.errors import (
     ConcurrentModification,
     KeyExists,
     PipelineFenced,
+    StaleState,
     StateError,
     StoreUnavailable,
 )
@@ -69,9 +39,6 @@ from state.records.codec import decode
 from state.retry import Retry, cas_loop
 from state.stores import StateStore
 
-# A fence is one of the barrier's decisions: logged with them (docs/sink.md, "Log and metrics").
-log = logging.getLogger("sink.barrier")
-
 #: The claims :meth:`BarrierStateStore.prune_claims` keeps below the owner's generation: the
 #: run it replaced (directly, or through a driver's claim) may leave staged parts after
 #: the owner's first sweep (a zombie's last batch), which the owner deletes only while that
@@ -79,21 +46,35 @@ log = logging.getLogger("sink.barrier")
 CLAIMS_KEPT = 2
 
 
-def load_barrier_state(
-    store: StateStore, layout: PipelineLayout
-) -> tuple[BarrierState, str | None]:
+@dataclass(frozen=True)
+class HeldState:
+    """A barrier state and the version its next compare-and-swap expects (``None``: no
+    state stored yet).
+
+    ``remembered``: this process remembers it from its last commit (:mod:`sink.known_state`)
+    rather than having read it in this commit; a swap from it that loses raises
+    :class:`~state.errors.StaleState`, never a fence (docs/PROTOCOL.md, "A commit's
+    decisions").
+    """
+
+    state: BarrierState
+    version: str | None
+    remembered: bool = False
+
+
+def load_barrier_state(store: StateStore, layout: PipelineLayout) -> HeldState:
     """The barrier state and its version; the empty state and ``None`` before the first
     commit."""
     key = layout.barrier_state
     hit = store.get_or_none(key)
     if hit is None:
-        return BarrierState(), None
-    return decode(hit.data, BarrierState.from_json, f"{store.uri}/{key}"), hit.version
+        return HeldState(BarrierState(), None)
+    return HeldState(decode(hit.data, BarrierState.from_json, f"{store.uri}/{key}"), hit.version)
 
 
 def read_barrier_state(store: StateStore, layout: PipelineLayout) -> BarrierState:
     """The barrier state (the empty state before the first commit)."""
-    return load_barrier_state(store, layout)[0]
+    return load_barrier_state(store, layout).state
 
 
 def start_generation(store: StateStore, layout: PipelineLayout) -> int:
@@ -169,7 +150,7 @@ COMMITTED_STEP = 16
 
 def decide_committed(state: BarrierState, epoch: int) -> BarrierState | None:
     """The state that records ``epoch`` as committed, after its batch committed with
-    nothing to deliver (an empty bundle, or one whose rows were all refused), or None if
+    nothing to deliver or refuse (an empty bundle), or None if
     the swap is not worth making yet.
 
     Pruning and compaction go only as far as the barrier's progress
@@ -186,21 +167,60 @@ def decide_committed(state: BarrierState, epoch: int) -> BarrierState | None:
     return replace(state, committed=epoch)
 
 
-class StaleState(Exception):
-    """A swap from a remembered barrier state lost: the state changed since it was
-    remembered. Nothing was written; the caller starts again from a read."""
+CommitAction = Literal["read", "no-data", "dropped", "empty", "advance"]
+
+
+def decide_commit(  # noqa: PLR0913 - the facts a commit decides on, each named at the call
+    epoch: int | None,
+    held: HeldState,
+    *,
+    rows: int,
+    refused: int,
+    run_id: str,
+    token: int | None,
+    exactly_once: bool,
+) -> CommitAction:
+    """What the commit of a batch that read ``epoch`` (None: no batch record), with
+    ``rows`` rows to deliver and ``refused`` rows its target refused, does from ``held``
+    (docs/PROTOCOL.md, "A commit's decisions"):
+
+    * from a *remembered* state: ``advance`` only if an exactly-once commit of run
+      ``run_id`` (a :func:`claimant` id, holding fencing ``token``) owns it with nothing in
+      flight and the bundle is above ``GT_last`` with something to settle; anything else
+      ``read`` (the state is read, and the read's decisions are made);
+    * from a state read by this commit, claimed by the run and with nothing in flight:
+      ``no-data`` without a batch record, ``dropped`` at or below ``GT_last``, ``empty``
+      with no row to deliver or refused, else ``advance``.
+    """
+    if held.remembered:
+        owner, state = held.state.owner, held.state
+        mine = (
+            exactly_once
+            and state.inflight is None
+            and owner is not None
+            and owner.run_id == run_id
+            and (token is None or token == owner.token)
+        )
+        ahead = epoch is not None and epoch > state.gt_last and rows + refused > 0
+        return "advance" if mine and ahead else "read"
+    if epoch is None:
+        return "no-data"
+    if epoch <= held.state.gt_last:
+        return "dropped"
+    if rows == 0 and refused == 0:
+        return "empty"
+    return "advance"
 
 
 @dataclass(frozen=True)
 class Claim:
-    """The barrier state after :meth:`BarrierStateStore.claim_run`, and its version.
+    """What :meth:`BarrierStateStore.claim_run` left: the state it holds now.
 
     ``took_over``: the claim swapped this run in over an earlier state (a new run of the
     query, or a takeover); what earlier runs staged may now be swept.
     """
 
-    state: BarrierState
-    version: str
+    held: HeldState
     took_over: bool
 
 
@@ -233,16 +253,15 @@ class BarrierStateStore:
         """The state's address, for messages."""
         return f"{self.store.uri}/{self.layout.barrier_state}"
 
-    def load(self) -> tuple[BarrierState, str | None]:
+    def load(self) -> HeldState:
         """The state and its version (``None``: no state yet)."""
         return load_barrier_state(self.store, self.layout)
 
     # --- claims ----------------------------------------------------------------------------
 
-    def claim_run(  # noqa: PLR0913 - the run, and where it started
+    def claim_run(
         self,
-        state: BarrierState,
-        version: str | None,
+        held: HeldState,
         run_id: str,
         query_id: str,
         token: int | None,
@@ -252,12 +271,13 @@ class BarrierStateStore:
         """Make run ``run_id`` (a :func:`claimant` id) the owner, or raise
         :class:`PipelineFenced` (:func:`decide_claim`).
 
-        ``state``/``version`` are what the commit read (``version`` None: no state yet);
+        ``held`` is what the commit read (its version None: no state yet);
         ``start_generation`` is the generation the run started at (:func:`start_generation`),
         None for a run that does not know it, which its marker fences instead. An owner
         that is already this run (with this fencing token) is returned unchanged. Taking
         the pipeline from another run creates this run's claim (or its marker) first.
         """
+        state, version = held.state, held.version
         owner = state.owner
         marker = self.layout.barrier_run(run_id)
         looks = start_generation is None and owner is not None and owner.run_id != run_id
@@ -272,7 +292,7 @@ class BarrierStateStore:
             raise self.fenced(owner, run_id, decision.why)
         if decision.action == "owns":
             assert version is not None
-            return Claim(state, version, took_over=False)
+            return Claim(HeldState(state, version), took_over=False)
         if owner is None or owner.run_id != run_id:
             claimed_as = RunMarker(run_id, query_id, self.clock(), decision.generation)
             if start_generation is None:
@@ -294,9 +314,9 @@ class BarrierStateStore:
             try:
                 new_version = self.store.create_json(self.layout.barrier_state, claimed.to_json())
             except KeyExists:
-                current, _ = self.load()
+                current = self.load().state
                 raise self.fenced(current.owner, run_id, "another run claimed it first") from None
-            return Claim(claimed, new_version, took_over=False)
+            return Claim(HeldState(claimed, new_version), took_over=False)
         return self._swap_in(state, version, run_id, query_id, token)
 
     def _swap_in(
@@ -324,19 +344,19 @@ class BarrierStateStore:
                     self.layout.barrier_state, claimed.to_json(), version
                 )
             except ConcurrentModification:
-                fresh, fresh_version = self.load()
-                if fresh_version is None or fresh.owner != replaced:
+                fresh = self.load()
+                if fresh.version is None or fresh.state.owner != replaced:
                     raise self.fenced(
-                        fresh.owner, run_id, "it lost the race to claim the pipeline"
+                        fresh.state.owner, run_id, "it lost the race to claim the pipeline"
                     ) from None
-                read.append((fresh, fresh_version))
+                read.append((fresh.state, fresh.version))
                 raise  # the owner it replaces committed meanwhile: claim again
             except StoreUnavailable as err:  # StoreWriteUnknown included
                 raise CommitStateUnknown(
                     f"barrier: could not claim the pipeline: {err}; restarting the query "
                     "resolves it"
                 ) from err
-            return Claim(claimed, new_version, took_over=True)
+            return Claim(HeldState(claimed, new_version), took_over=True)
 
         try:
             return self.races(once)
@@ -374,7 +394,8 @@ class BarrierStateStore:
         key = self.layout.barrier_state
 
         def once() -> Owner:
-            state, version = self.load()
+            held = self.load()
+            state, version = held.state, held.version
             owner = state.owner
             if owner is not None and owner.token is not None:
                 if owner.token > token:
@@ -439,33 +460,38 @@ class BarrierStateStore:
 
     # --- transitions -----------------------------------------------------------------------
 
-    def swap(  # noqa: PLR0913 - the swap, and what its errors must name
+    def swap(
         self,
-        old: BarrierState,
+        held: HeldState,
         new: BarrierState,
-        version: str,
         me: Owner | None,
         what: str,
         *,
         claiming: bool = False,
-        remembered: bool = False,
-    ) -> tuple[BarrierState, str]:
-        """Compare-and-swap the state from ``old`` (at ``version``) to ``new``, as ``me``.
+    ) -> HeldState:
+        """Compare-and-swap the state from ``held`` to ``new``, as ``me``; the state held
+        after it.
 
         The store retries the request itself and resolves a swap whose answer was lost
         (S3: by the write's token). A lost race is never retried: it raises
         :class:`PipelineFenced` when another run owns the pipeline now (or when this swap
-        was a claim), :class:`CommitFailed` otherwise. A swap from a ``remembered`` state
-        that loses raises :class:`StaleState` instead: that state was not read by this
-        commit, so the loss only says it is out of date. An outcome the store cannot
-        establish raises :class:`CommitStateUnknown`.
+        was a claim), :class:`CommitFailed` otherwise. A swap from a remembered state
+        (``held.remembered``) that loses raises :class:`~state.errors.StaleState` instead:
+        that state was not read by this commit, so the loss only says it is out of date.
+        An outcome the store cannot establish raises :class:`CommitStateUnknown`.
         """
         key = self.layout.barrier_state
+        assert held.version is not None, "a swap needs the version it replaces"
         try:
-            return new, self.store.compare_and_swap_json(key, new.to_json(), version)
+            return HeldState(
+                new, self.store.compare_and_swap_json(key, new.to_json(), held.version)
+            )
         except ConcurrentModification:
-            if remembered:
-                raise StaleState from None
+            if held.remembered:
+                raise StaleState(
+                    f"barrier: {self.store.uri}/{key} changed since this process remembered "
+                    f"it; {what} starts again from a read"
+                ) from None
             now = read_barrier_state(self.store, self.layout)
             if now.owner is not None and (me is None or now.owner.run_id != me.run_id or claiming):
                 raise self.fenced(
@@ -480,28 +506,27 @@ class BarrierStateStore:
                 f"barrier: could not {what}: {err}; restarting the query resolves it"
             ) from err
 
-    def record_committed(
-        self, state: BarrierState, version: str, epoch: int
-    ) -> tuple[BarrierState, str]:
+    def record_committed(self, held: HeldState, epoch: int) -> HeldState:
         """After a batch of ``epoch`` committed with nothing to deliver: record ``epoch``
         as committed if :func:`decide_committed` says the swap is worth it (an
         owner-checked :meth:`swap`, with its errors), else nothing is written. Returns the
-        state and its version after it."""
-        new = decide_committed(state, epoch)
+        state held after it."""
+        new = decide_committed(held.state, epoch)
         if new is None:
-            return state, version
-        return self.swap(state, new, version, state.owner, f"record epoch {epoch} committed")
+            return held
+        return self.swap(held, new, held.state.owner, f"record epoch {epoch} committed")
 
-    def skip(self, state: BarrierState, version: str, skipped: SkippedBundle) -> BarrierState:
-        """Skip the in-flight bundle of ``state`` (at ``version``), whose loss an operator
+    def skip(self, held: HeldState, skipped: SkippedBundle) -> BarrierState:
+        """Skip the in-flight bundle of ``held``, whose loss an operator
         acknowledged: ``GT_last`` moves to it, the in-flight record is cleared and the loss
         is recorded under ``skipped``, in one compare-and-swap.
 
         Raises :class:`~state.errors.StateError` if the state changed meanwhile (a driver
         is running the pipeline); nothing changed then.
         """
+        state, version = held.state, held.version
         inflight = state.inflight
-        assert inflight is not None, "only an in-flight bundle is skipped"
+        assert inflight is not None and version is not None, "only an in-flight bundle is skipped"
         new = replace(
             state,
             gt_last=max(state.gt_last, inflight.epoch),
@@ -520,12 +545,8 @@ class BarrierStateStore:
     # --- fencing ---------------------------------------------------------------------------
 
     def fenced(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
-        """The error that stops run ``run_id`` because ``owner`` holds the pipeline (logged)."""
-        err = self._fenced_error(owner, run_id, why)
-        log.warning("%s", err)
-        return err
-
-    def _fenced_error(self, owner: Owner | None, run_id: str, why: str) -> PipelineFenced:
+        """The error that stops run ``run_id`` because ``owner`` holds the pipeline (the
+        barrier logs it with its decisions: :mod:`sink.barrier`)."""
         pipeline = self.layout.pipeline_id
         if owner is None:
             return PipelineFenced(

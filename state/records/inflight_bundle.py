@@ -17,8 +17,8 @@ barrier state's.
 its bytes) lists the staged dead-letter parts, the rows the consumer's target refused
 under ``errors.tolerance=all``: ``{"parts": ["..."], "part_info": [{"rows": 2,
 "size": 900, "min_gt": null, "max_gt": null}], "rows": 2}``. The bundle's dead-letter file
-is written from them before the bundle is recorded in flight; the record keeps them so
-that cleanup spares them until the bundle is resolved.
+is published from them once the bundle is recorded in flight (docs/PROTOCOL.md, "Dead
+letters"); the record keeps them until the bundle is resolved.
 """
 
 from __future__ import annotations
