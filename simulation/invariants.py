@@ -9,6 +9,11 @@ After every step (incrementally: only what the step may have changed):
   swap, so under exactly one owner;
 * ``in-flight parts kept``: every staged part the in-flight record references exists,
   unless a fault deleted it (no cleanup deletes what may still be delivered);
+* ``skipped only when unrecomputable``: the healthy driver's operator skips a lost
+  bundle only when the driver's next batch is past its epoch (no replay recomputes it);
+* ``delivered once``: a bundle the consumer holds reaches it again only marked as a
+  redelivery, unless the run delivering it no longer owns the barrier (as a Kafka topic
+  would show it: it keeps every message; producer epochs fence a superseded run);
 * when the consumer stores a bundle: ``order`` (its id is above every stored id: no
   duplicate, gt order between bundles), ``gt order within a bundle``, ``content`` (the rows
   equal a failure-free run of the query version that computed them, over the epochs as
@@ -101,6 +106,11 @@ class CheckedWorld(Protocol):
     def current_tolerance(self) -> str | None:
         """The errors.tolerance of the running actor's driver (None: not a driver's)."""
 
+    def skipper_next_epoch(self) -> int | bool | None:
+        """The epoch of the next batch of the healthy driver whose operator is skipping
+        (None: it starts from the resume point or the persisted start); False if the
+        running actor is not that driver."""
+
 
 class Checker:
     """The invariants of one run (module docstring)."""
@@ -161,6 +171,8 @@ class Checker:
                 f"GT_last {self.max_gt_last} -> {new.gt_last}, written by {who}",
             )
         skipped = {b.bundle_id for b in new.skipped}
+        for k in sorted(skipped - {b.bundle_id for b in old.skipped}):
+            self._skip_needed(k)
         for k in range(old.gt_last + 1, new.gt_last + 1):
             if k in self.accepted:
                 self.fail(
@@ -217,6 +229,7 @@ class Checker:
         stored = bundle_id not in log.bundles
         log.attempts.append(Delivery(w.step, actor, run, bundle_id, redelivery, stored))
         if not stored:
+            self._held_again(bundle_id, run, actor, redelivery)
             return
         last = log.last
         log.bundles[bundle_id] = rows
@@ -248,6 +261,21 @@ class Checker:
                 f"bundle {bundle_id} delivered by run {run}, which never recorded it in flight "
                 f"as the owner ({sorted(self.inflight_owners.get(bundle_id, set()))})",
             )
+
+    def _held_again(self, bundle_id: int, run: str | None, actor: str, redelivery: bool) -> None:
+        """A delivery of a bundle the consumer holds. An idempotent consumer stores nothing,
+        but a Kafka topic keeps every message it is sent: only a delivery marked as a
+        redelivery may meet a bundle already there (the kafka consumer looks for it then).
+        A run that no longer owns the barrier is exempt: Kafka's producer epochs fence
+        its delivery at the broker (docs/sink.md, "Residual window")."""
+        owner = self.state.owner
+        if redelivery or run is None or owner is None or owner.run_id != run:
+            return
+        self.fail(
+            "delivered once",
+            f"bundle {bundle_id}, which the consumer holds, delivered again by {actor} (run "
+            f"{run}, the owner) without redelivery: a Kafka topic would hold it twice",
+        )
 
     # --- dead letters -------------------------------------------------------------------------
 
@@ -336,6 +364,23 @@ class Checker:
             self.fail(
                 "dead letters first",
                 f"bundle {bundle_id} was {what} before its dead-letter file was written",
+            )
+
+    def _skip_needed(self, bundle_id: int) -> None:
+        """The healthy driver's operator skipped lost bundle ``bundle_id``: only right when
+        no replay could recompute it, i.e. the driver's next batch is past its epoch (the
+        replay of the epoch itself recomputes and delivers it). A skip by the ``operator``
+        event, which acts without being told to, is checked only at the end (its parts
+        were lost to a fault)."""
+        next_epoch = self.world.skipper_next_epoch()
+        if next_epoch is False:
+            return
+        if next_epoch is None or next_epoch <= bundle_id:
+            where = "the resume point" if next_epoch is None else f"epoch {next_epoch}"
+            self.fail(
+                "skipped only when unrecomputable",
+                f"bundle {bundle_id} skipped as lost while the driver's next batch (from "
+                f"{where}) replays it: a replay would have recomputed it",
             )
 
     def _passed(self, bundle_id: int, skipped: set[int], who: str) -> None:

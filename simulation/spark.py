@@ -173,6 +173,16 @@ class Checkpoint:
             marker=None if self.marker is None else CheckpointMarker("sim", self.marker),
         )
 
+    def next_epoch(self) -> int | None:
+        """The epoch of the batch a run on this checkpoint runs first: the last planned
+        batch's if it is uncommitted (a replay), else the one after it (None: no batch
+        planned, the run starts where recovery puts it)."""
+        if not self.offsets:
+            return None
+        last = max(self.offsets)
+        start, end = self.offsets[last]
+        return end.epoch if last in self.commits else start.epoch
+
     def snapshot_json(self, batch_id: int) -> dict[str, Any]:
         """The files a restart after ``batch_id`` needs, as the manifest's content."""
         return {

@@ -217,6 +217,13 @@ class World:
         proc = self._proc(self.current)
         return None if proc is None else proc.tolerance
 
+    def skipper_next_epoch(self) -> int | bool | None:
+        """See :meth:`simulation.invariants.CheckedWorld.skipper_next_epoch`."""
+        proc = self._proc(self.current)
+        if proc is None or not proc.healthy:
+            return False
+        return proc.checkpoint.next_epoch()
+
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
 
