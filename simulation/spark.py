@@ -63,7 +63,10 @@ from sink.dead_letters.dead_letter_files import StoreDeadLetters
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
+from state.coordinator import checkpoint_recovery, snapshot_attempt
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
+from state.coordinator.config import CoordinatorConfig
+from state.coordinator.driver_ownership import DriverOwnership
 from state.errors import (
     CoordinationError,
     GtBarrierError,
@@ -75,7 +78,7 @@ from state.errors import (
 )
 from state.layout import PipelineLayout
 from state.protocol import barrier_state, batch_records, fencing, resume_point
-from state.protocol.barrier_state import BarrierStateStore, read_barrier_state
+from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
 from state.records.resume_point import ResumePoint, SnapshotRef
@@ -216,6 +219,14 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class SimManifest:
+    """A snapshot's manifest: the generation it was taken in, the checkpoint's content."""
+
+    generation: int
+    files: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class CompletedBatch:
     """A batch whose commit-log entry is written: what its snapshot needs."""
 
@@ -231,6 +242,14 @@ def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "non
     and the dead-letter path they name are never opened: the simulated ones are handed to
     the barrier)."""
     return replace(_parsed_options(token, tolerance), store=store.config)
+
+
+def _coordinator_config(store: SimStore) -> CoordinatorConfig:
+    """The coordinator's configuration of a driver (no ZooKeeper: the fencing token alone
+    protects the pipeline; the checkpoint path is never opened)."""
+    return CoordinatorConfig(
+        pipeline_id=PIPELINE, store=store.config, checkpoint=Path("/simulated/checkpoint")
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -331,13 +350,20 @@ class DriverProc:
         self.refused = False
         self.healthy = healthy
         self.newest_unusable = newest_unusable
-        #: The fencing token the coordinator holds (None: not taken yet).
-        self.token: int | None = None
+        #: The coordinator's ownership of the pipeline (the product's): its fencing token,
+        #: and the generation the process observed when it started (before it would wait
+        #: for the driver lock) or the newest one it began itself, the only one it works in.
+        self.ownership = DriverOwnership(
+            _coordinator_config(self.store),
+            self.store,
+            on_acquired=self.acquired,
+            races=world.retry(),
+            clock=world.clock,
+            identifier=self.name,
+        )
+        self.ownership.started_generation = started
         #: The resume point generation the coordinator snapshots in.
         self.lineage = 0
-        #: The generation the process observed when it started (before it would wait for
-        #: the driver lock), or the newest one it began itself: the only one it works in.
-        self.started = started
         #: Completed batches the snapshot worker has still to snapshot.
         self.queue: list[CompletedBatch] = []
         #: running, finished (the input is consumed), fenced, gave-up, or dead (crashed).
@@ -393,7 +419,7 @@ class DriverProc:
                 self.world.sleep(1.0)
                 continue
             self.lineage = written.generation
-            self.started = written.generation  # the product's began_generation
+            self.ownership.began_generation(written)
             self.world.generations.setdefault(self.version, written.generation)
             self.checkpoint = Checkpoint(marker=written.generation)
             return True
@@ -462,23 +488,23 @@ class DriverProc:
             self.end("finished")
             return
 
+    @property
+    def token(self) -> int | None:
+        """The fencing token the coordinator holds (None: not taken, or given up)."""
+        return self.ownership.token
+
     def acquire(self) -> None:
-        """Read the lineage and refuse a generation begun after this process started (the
-        product's rule, before any write), then take a fencing token and claim the
-        barrier for this driver. (The product reads the point again after the claim; here
-        the recovery's read that follows checks the same rule.)"""
-        point, _ = resume_point.read_resume_point(self.backend())
-        resume_point.check_driver_generation(
-            point, started=self.started, pipeline_id=self.layout.pipeline_id
-        )
-        token = fencing.take_token(
-            self.store, self.layout, identifier=self.name, races=self.world.retry()
-        )
-        states = BarrierStateStore(
-            self.store, self.layout, clock=self.world.clock, races=self.world.retry()
-        )
-        states.claim_driver(token, driver=self.name)
-        self.token = token
+        """The product's ``DriverOwnership.acquire``: refuse a generation begun after this
+        process started (before any write), take a fencing token, claim the barrier for
+        this driver, then :meth:`acquired`."""
+        self.ownership.acquire()
+
+    def acquired(self, token: int) -> None:
+        """The coordinator's ``on_acquired``: read the resume point again after the token
+        (a replay may have slipped in without a lock), check its generation, follow its
+        lineage."""
+        point = self.ownership.read_resume_point()
+        self.ownership.check_generation(point)
         self.lineage = resume_point.generation_of(point)
 
     def backend(self) -> resume_point.StoreResumePoints:
@@ -489,9 +515,11 @@ class DriverProc:
         snapshot (the decision is the product's; the materialisation mirrors
         ``recover_checkpoint`` over the simulated checkpoint)."""
         point, _ = resume_point.read_resume_point(self.backend())
-        resume_point.check_driver_generation(
-            point, started=self.started, pipeline_id=self.layout.pipeline_id
-        )
+        try:
+            self.ownership.check_generation(point)
+        except PipelineFenced:
+            self.ownership.revoke()  # a newer driver began it and holds a newer token
+            raise
         local = self.checkpoint.local()
         decision = decide(point, local, "restore", pipeline_id=self.layout.pipeline_id)
         generation = point.generation if point is not None else 0
@@ -502,26 +530,30 @@ class DriverProc:
             self.checkpoint.marker = generation
             return
         assert point is not None
-        reusable = local.foreign(self.layout.pipeline_id, point.generation) is None
-        for i, ref in enumerate(point.retained):
-            if reusable and local.at_or_past(ref, point.query_id):
-                self.checkpoint.marker = generation
-                return
-            if i == 0 and self.newest_unusable:
-                continue  # its files are corrupted: the previous retained one is tried
+        newest = point.retained[0] if point.retained else None
+
+        def load(ref: SnapshotRef) -> SimManifest:
+            if ref is newest and self.newest_unusable:
+                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its files are corrupted")
             hit = self.store.get_or_none(ref.manifest)
             if hit is None:
-                continue
-            manifest = json.loads(hit.data)
-            if manifest["generation"] != point.generation:
-                continue  # taken in another generation: never used
-            self.checkpoint = Checkpoint.from_snapshot(manifest["files"], generation)
-            self.newest_unusable = False
-            return
-        raise SnapshotCorrupted(
-            f"no retained snapshot of generation {point.generation} is usable "
-            f"({[r.snapshot_id for r in point.retained]})"
+                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its manifest is gone")
+            raw = json.loads(hit.data)
+            return SimManifest(int(raw["generation"]), raw["files"])
+
+        def install(ref: SnapshotRef, manifest: SimManifest) -> Checkpoint:
+            return Checkpoint.from_snapshot(manifest.files, generation)
+
+        # The product's choice among the retained snapshots (recover_checkpoint's); only
+        # the files are the simulator's.
+        restored = checkpoint_recovery.restore_retained(
+            point, local, self.layout.pipeline_id, load, install
         )
+        if restored.installed is None:
+            self.checkpoint.marker = generation
+        else:
+            self.checkpoint = restored.installed
+            self.newest_unusable = False
 
     # --- one query run --------------------------------------------------------------------
 
@@ -749,8 +781,10 @@ class DriverProc:
         else:
             return
         for poll in range(DRAIN_POLLS):
-            inflight = read_barrier_state(store, layout).inflight
-            if inflight is None or inflight.epoch > batch.epoch:
+            if (
+                snapshot_attempt.blocking_bundle(read_barrier_state(store, layout), batch.epoch)
+                is None
+            ):
                 break
             if poll + 1 == DRAIN_POLLS:
                 return  # drain_timeout: this snapshot is abandoned

@@ -118,9 +118,9 @@ def test_at_none_the_query_stops_at_the_poison_bundle_until_the_operator_switche
     assert outcome.dead_letters == {1: 1, 2: 1}
     # the operator switches while p1 still runs: p1 is stopped, p2 restarts on its
     # checkpoint with errors.tolerance=all
-    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 32, "tolerate"),)))
+    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 33, "tolerate"),)))
     assert switched.violation is None, switched.violation
-    assert switched.fired == [Event("p1", 32, "tolerate")]
+    assert switched.fired == [Event("p1", 33, "tolerate")]
     assert switched.delivered == [0, 1, 2]
 
 
