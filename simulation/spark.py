@@ -40,7 +40,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from simulation.consumer import SimConsumer
 from simulation.dead_letters import DEAD_LETTER_PATH, row_checks
@@ -67,6 +67,7 @@ from state.coordinator import checkpoint_recovery, snapshot_attempt
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.supervisor import Supervisor
 from state.errors import (
     CoordinationError,
     GtBarrierError,
@@ -85,6 +86,9 @@ from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 from state.retry import Retry
 from state.spark_task import StreamingTask
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 T = TypeVar("T")
 
@@ -216,6 +220,80 @@ class Checkpoint:
             states={int(raw["batch_id"]): states},
             marker=marker,
         )
+
+
+def _no_query() -> StreamingQuery:
+    """``build_query``: never called (:meth:`SupervisedDriver.call_build_query` runs the
+    simulated query instead)."""
+    raise AssertionError("the simulated driver builds no Spark query")
+
+
+class FinishedQuery:
+    """A query run that has ended, as the supervisor waits for it: ``awaitTermination``
+    raises Spark's ``StreamingQueryException`` for a failed run, its text ending in the
+    Python error as Spark's does (the supervisor looks for ``PipelineFenced`` in it)."""
+
+    def __init__(self, query_id: str, error: GtBarrierError | None) -> None:
+        self.id = query_id
+        self.error = error
+
+    def awaitTermination(self) -> None:
+        from pyspark.errors import StreamingQueryException
+
+        err = self.error
+        if err is not None:
+            kind = type(err)
+            raise StreamingQueryException(
+                message=f"Query terminated with exception\n{kind.__module__}.{kind.__qualname__}: "
+                f"{err}"
+            )
+
+
+class SupervisedDriver:
+    """What the product's ``Supervisor`` needs of a coordinator, over a driver process:
+    ``recover()`` takes the pipeline if needed and recovers the checkpoint;
+    ``call_build_query`` runs one query run to its end (the greenlet's scheduling points
+    interleave it with the other actors)."""
+
+    def __init__(self, proc: DriverProc) -> None:
+        self.proc = proc
+
+    @property
+    def pipeline_id(self) -> str:
+        return PIPELINE
+
+    @property
+    def accepted(self) -> int:
+        return self.proc.accepted
+
+    def recover(self, mode: str = "restore") -> object:
+        proc = self.proc
+        try:
+            if proc.token is None:
+                proc.acquire()
+            proc.recover()
+        except GtBarrierError as err:
+            proc.errors.append(f"{type(err).__name__}: {err}")
+            raise
+        return None
+
+    def call_build_query(self, build_query: Callable[..., Any]) -> Any:
+        proc = self.proc
+        try:
+            proc.run_query()
+        except GtBarrierError as err:
+            proc.errors.append(f"{type(err).__name__}: {err}")
+            return FinishedQuery(proc.checkpoint.query_id or "?", err)
+        return FinishedQuery(proc.checkpoint.query_id or "?", None)
+
+    def watch(self, query: Any) -> None:
+        pass
+
+    def unwatch(self) -> None:
+        pass
+
+    def take_stop_error(self) -> GtBarrierError | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -459,34 +537,32 @@ class DriverProc:
         return False
 
     def supervise(self) -> None:
-        """Recover and run the query; reset it after a failure, up to MAX_RESETS
-        consecutive times without an accepted snapshot in between."""
-        consecutive = 0
-        while True:
-            accepted = self.accepted
-            recovering = True
-            try:
-                if self.token is None:
-                    self.acquire()
-                self.recover()
-                recovering = False
-                self.run_query()
-            except GtBarrierError as err:
-                if self.stop_on(err, recovering=recovering):
-                    return
-                if self.healthy:
-                    self.operator_resolve()
-                    self.operator_tolerate()
-                if self.accepted > accepted:
-                    consecutive = 0
-                if consecutive >= MAX_RESETS:
-                    self.end("gave-up")
-                    return
-                consecutive += 1
-                self.world.sleep(1.0)
-                continue
-            self.end("finished")
+        """The product's ``Supervisor``: recover and run the query; reset it after a
+        failure, up to MAX_RESETS consecutive times without an accepted snapshot in
+        between; a fenced driver, or a recovery error retrying cannot fix, stops it."""
+        supervisor = Supervisor(
+            SupervisedDriver(self),
+            _no_query,
+            MAX_RESETS,
+            backoff=1.0,
+            max_backoff=1.0,
+            sleep=self.reset_pause,
+        )
+        try:
+            supervisor.run()
+        except GtBarrierError as err:
+            self.errors.append(f"{type(err).__name__}: {err}")
+            self.end("fenced" if isinstance(err, PipelineFenced) else "gave-up")
             return
+        self.end("finished")
+
+    def reset_pause(self, seconds: float) -> None:
+        """The supervisor's back-off before a reset; the healthy driver's operator acts in
+        it (the documented ways past a lost or a poison bundle)."""
+        if self.healthy:
+            self.operator_resolve()
+            self.operator_tolerate()
+        self.world.sleep(seconds)
 
     @property
     def token(self) -> int | None:
