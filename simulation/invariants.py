@@ -7,6 +7,11 @@ After every step (incrementally: only what the step may have changed):
   always supersedes, a lower token is always refused;
 * ``bundle accepted once``: each bundle id is acknowledged into ``GT_last`` by exactly one
   swap, so under exactly one owner;
+* ``resume point never moves back``: every write of the resume point keeps or raises its
+  (generation, epoch, batch id);
+* ``no snapshot over a bundle in flight``: a snapshot is accepted into the resume point
+  only while no bundle at or below its epoch is in flight (a restore from it starts after
+  that epoch, so nothing would replay the bundle);
 * ``in-flight parts kept``: every staged part the in-flight record references exists,
   unless a fault deleted it (no cleanup deletes what may still be delivered);
 * ``skipped only when unrecomputable``: the healthy driver's operator skips a lost
@@ -38,7 +43,9 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
-(every epoch's bundle with rows to deliver is stored once, except a bundle an operator
+(``epochs tile the input``: the epoch log's epochs 0 to the last follow each other from
+the source's persisted start to the input's end, with no gap and no overlap; every epoch's
+bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
 dead-letter file; ``GT_last`` is the last epoch with rows to deliver). A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
@@ -64,6 +71,7 @@ from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
+from state.records.resume_point import ResumePoint
 from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
@@ -126,6 +134,8 @@ class Checker:
         self.reference = Reference(world.input, self.epoch_bounds)
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
+        #: The resume point as last written (None: not yet).
+        self.point: ResumePoint | None = None
 
     def fail(self, invariant: str, message: str) -> None:
         w = self.world
@@ -202,6 +212,35 @@ class Checker:
             self.max_token = max(self.max_token, token)
             if new.inflight is not None:
                 self.inflight_owners.setdefault(new.inflight.bundle_id, set()).add(owner.run_id)
+
+    def resume_written(self, point: ResumePoint | None) -> None:
+        """A write of the resume point took effect (``point``: what it holds now)."""
+        old, self.point = self.point, point
+        if point is None:
+            if old is not None:
+                self.fail("resume point never moves back", "the resume point was deleted")
+            return
+
+        def key(p: ResumePoint) -> tuple[int, int, int]:
+            return (p.generation, p.epoch, -1 if p.batch_id is None else p.batch_id)
+
+        if old is not None and key(point) < key(old):
+            self.fail(
+                "resume point never moves back",
+                f"(generation, epoch, batch) {key(old)} -> {key(point)}",
+            )
+        snap = point.snapshot
+        if snap is None or (old is not None and old.snapshot == snap):
+            return
+        w = self.world
+        hit = w.inner.get_or_none(w.layout.barrier_state)
+        inflight = None if hit is None else BarrierState.from_json(json.loads(hit.data)).inflight
+        if inflight is not None and inflight.epoch <= snap.epoch:
+            self.fail(
+                "no snapshot over a bundle in flight",
+                f"snapshot {snap.snapshot_id} (epoch {snap.epoch}, batch {snap.batch_id}) "
+                f"accepted while bundle {inflight.bundle_id} (epoch {inflight.epoch}) is in flight",
+            )
 
     def _inflight_parts(self) -> None:
         w = self.world
@@ -418,6 +457,31 @@ class Checker:
             k += 1
         return None
 
+    def tiled(self, last: int) -> bool:
+        """Epochs 0 to ``last`` tile the input from the persisted start (``epochs tile the
+        input``): each starts where the one before ends, numbered in order."""
+        w = self.world
+        hit = w.inner.get_or_none(w.layout.source_start)
+        expected = None if hit is None else SourceOffset.from_json(json.loads(hit.data))
+        for k in range(last + 1):
+            start, end = self.epoch_bounds(k)
+            if (
+                expected is None
+                or start.epoch != k
+                or dict(start.offsets) != dict(expected.offsets)
+            ):
+                self.fail(
+                    "epochs tile the input",
+                    f"epoch {k} starts at {start.to_json()}, expected "
+                    f"{None if expected is None else expected.to_json()} (epoch {k})",
+                )
+                return False
+            if end.epoch != k + 1:
+                self.fail("epochs tile the input", f"epoch {k} ends at epoch {end.epoch}")
+                return False
+            expected = end
+        return True
+
     def final(self) -> None:  # noqa: PLR0911 - one return per verdict
         """After the healthy driver's run: liveness, then exactly-once."""
         w = self.world
@@ -430,6 +494,8 @@ class Checker:
         last = self.last_epoch()
         if last is None:
             self.fail("liveness", "the healthy driver finished but the input is not consumed")
+            return
+        if not self.tiled(last):
             return
         hit = w.inner.get_or_none(w.layout.barrier_state)
         state = BarrierState() if hit is None else BarrierState.from_json(json.loads(hit.data))

@@ -235,6 +235,7 @@ class World:
             hit = self.inner.get_or_none(key)
             point = None if hit is None else ResumePoint.from_json(json.loads(hit.data))
             self.retained = 0 if point is None else len(point.retained)
+            self.checker.resume_written(point)
 
     def part_deleted(self, location: str) -> None:
         self.staging_changed = True
