@@ -27,9 +27,7 @@ The bugs:
    flag on every attempt, so the retry after a delivery whose answer was lost is a plain
    delivery of a bundle the consumer holds: a Kafka topic would hold it twice);
 8. a recomputable bundle left to the operator (``Barrier._clear_lost`` refuses the replay
-   of the lost bundle's own epoch, so the operator skips a bundle a replay recomputes);
-9. a snapshot accepted over the bundle of its own epoch in flight (the drain condition,
-   ``snapshot_attempt.blocking_bundle``, waits only for bundles below the snapshot's epoch).
+   of the lost bundle's own epoch, so the operator skips a bundle a replay recomputes).
 """
 
 from __future__ import annotations
@@ -60,13 +58,11 @@ from sink.dead_letters.dead_letter_format import (
 )
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
-from state.coordinator import snapshot_attempt
 from state.errors import PipelineFenced, StateError
 from state.protocol import resume_point
 from state.protocol.barrier_state import BarrierStateStore, Claim, read_barrier_state
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import GT_COLUMN
-from state.records.inflight_bundle import InflightBundle
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import delivery
 from state.spark_task import StreamingTask
@@ -332,17 +328,3 @@ def test_recomputable_bundle_skipped_is_found(monkeypatch: pytest.MonkeyPatch) -
     shortest, invariant = find_shortest("recomputable bundle skipped")
     assert invariant == "skipped only when unrecomputable"
     assert any(e.kind == "lose-part" for e in shortest.events)
-
-
-# --- 9. a snapshot accepted over the bundle of its own epoch ------------------------------------
-
-
-def test_snapshot_over_its_own_inflight_bundle_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    def below_only(state: BarrierState, epoch: int) -> InflightBundle | None:
-        # Off by one: the bundle of the snapshot's own epoch no longer holds it back.
-        inflight = state.inflight
-        return inflight if inflight is not None and inflight.epoch < epoch else None
-
-    monkeypatch.setattr(snapshot_attempt, "blocking_bundle", below_only)
-    _, invariant = find_shortest("snapshot over its own in-flight bundle")
-    assert invariant == "no snapshot over a bundle in flight"
