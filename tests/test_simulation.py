@@ -186,6 +186,40 @@ def test_the_command_prints_its_counts_last() -> None:
     assert last[2] == "violations: 0"
 
 
+def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
+    # --bound 0: the failure-free schedule of the default and each poison pipeline (5),
+    # every one run although the budget (0.01 s) is spent before the first ends.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simulation",
+            "--quick",
+            "--seconds",
+            "0.01",
+            "--workers",
+            "1",
+            "--bound",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == "schedules: 5", lines
+    assert any(line.endswith(": 5 schedules, complete") for line in lines), lines
+    states = re.search(
+        r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
+    )
+    assert states is not None, lines
+    assert int(states.group(1).replace(",", "")) > 0
+    assert int(states.group(2)) >= 2  # with and without poison rows, the faults leave others
+
+
 def test_a_seed_replays_from_the_command_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "simulation", "--seed", "7", "--replay"],
