@@ -86,10 +86,18 @@ class Tally:
     schedules: int = 0
     violations: int = 0
     found: list[Found] = field(default_factory=list)
+    #: Steps after the heal (the healthy driver alone), part of ``steps``.
+    liveness_steps: int = 0
+    #: The distinct abstract states the faults left (:meth:`World.abstract_state`).
+    states: set[str] = field(default_factory=set)
 
     def add(self, outcome: Outcome, schedule: Schedule, seed: int | None = None) -> None:
         self.steps += outcome.steps
         self.schedules += 1
+        if outcome.heal_step is not None:
+            self.liveness_steps += outcome.steps - outcome.heal_step
+        if outcome.state is not None:
+            self.states.add(outcome.state)
         if outcome.violation is not None:
             self.violations += 1
             if len(self.found) < 10:
@@ -282,6 +290,9 @@ class Plan:
     report_every: float = 10.0
     #: Violations (of distinct invariants) each worker minimises and prints.
     show: int = 3
+    #: Only the one-event schedules of the default and the poison pipelines, every one of
+    #: them, whatever the time budget (``--quick``).
+    quick: bool = False
 
 
 Message = tuple[str, object]
@@ -299,10 +310,11 @@ class _Worker:
         self.plan = plan
         self.index = index
         self.out = out
-        self.deadline = time.monotonic() + plan.seconds
+        self.deadline = time.monotonic() + (float("inf") if plan.quick else plan.seconds)
         self.step_cap = None if plan.max_steps is None else plan.max_steps // plan.workers
         self.tally = Tally()
-        self.sent = (0, 0, 0)
+        self.sent = (0, 0, 0, 0)
+        self.states_sent: set[str] = set()
         self.last_send = time.monotonic()
         self.reported: set[str] = set()
 
@@ -335,6 +347,9 @@ class _Worker:
                 _walks(plan.seed + self.index, plan.workers),
             ),
         ]
+        if plan.quick:
+            name, _, runs = phases[1]
+            phases = [(name, float("inf"), runs)]
         started = time.monotonic()
         for name, share, runs in phases:
             until = started + share * plan.seconds
@@ -347,7 +362,9 @@ class _Worker:
                     break
             self.flush(force=True)
             count = self.tally.schedules - before
-            if share >= 1.0:
+            if share == float("inf"):
+                state = "complete" if complete else "cut (not complete)"
+            elif share >= 1.0:
                 state = "until the time limit"
             else:
                 state = "complete" if complete else "cut at its time limit (not complete)"
@@ -379,8 +396,10 @@ class _Worker:
         if not force and now - self.last_send < 1.0:
             return
         t = self.tally
-        now_counts = (t.steps, t.schedules, t.violations)
+        now_counts = (t.steps, t.schedules, t.violations, t.liveness_steps)
         self.out.put(("count", tuple(a - b for a, b in zip(now_counts, self.sent, strict=True))))
+        self.out.put(("states", tuple(t.states - self.states_sent)))
+        self.states_sent |= t.states
         self.sent, self.last_send = now_counts, now
 
 
@@ -456,6 +475,10 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
             total.steps += payload[0]
             total.schedules += payload[1]
             total.violations += payload[2]
+            total.liveness_steps += payload[3]
+        elif kind == "states":
+            assert isinstance(payload, tuple)
+            total.states.update(payload)
         elif kind in ("violation", "phase"):
             emit(str(payload))
         elif kind == "done":
@@ -474,5 +497,10 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
     emit(
         f"done in {elapsed:.0f} s: {total.steps:,} steps, "
         f"{total.steps / max(elapsed, 1e-9):,.0f} steps/s on {plan.workers} worker(s)"
+    )
+    emit(
+        f"of which liveness steps (the healthy driver alone): {total.liveness_steps:,}; "
+        f"fault steps: {total.steps - total.liveness_steps:,}; distinct states the faults "
+        f"left: {len(total.states):,}"
     )
     return total
