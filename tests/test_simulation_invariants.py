@@ -4,6 +4,8 @@ mutation tests' business (test_simulation_mutations.py); these show the checks c
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from simulation.choosers import ReplayChooser
 from simulation.query import SimConfig
 from simulation.world import World
@@ -85,3 +87,15 @@ def test_epochs_that_do_not_tile_the_input_are_a_violation() -> None:
     _epoch(gap, 1, 3, 4)  # offset 2 is in no epoch
     assert not gap.checker.tiled(1)
     assert _violation(gap) == "epochs tile the input"
+
+
+def test_a_claimed_runs_part_left_at_the_end_is_a_violation() -> None:
+    world = _world()
+    world.checker.claimed.add("p1-r1")
+    parts = world.parts
+    parts["sim/staging/q1/000000000000/p00000-t1-rp2-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()  # p2-r1 never claimed: its part may stay
+    assert _violation(world) is None
+    parts["sim/staging/q1/000000000000/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()
+    assert _violation(world) == "only unclaimed runs' parts remain"
