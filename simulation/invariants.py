@@ -47,7 +47,9 @@ consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactl
 the source's persisted start to the input's end, with no gap and no overlap; every epoch's
 bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
-dead-letter file; ``GT_last`` is the last epoch with rows to deliver). A product error that
+dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
+unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
+left. A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
 """
@@ -55,6 +57,7 @@ no fault explains (an exception outside the product's error hierarchy) is a viol
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from dataclasses import dataclass
 from typing import Protocol
@@ -136,6 +139,8 @@ class Checker:
         self.dead: dict[int, list[Row]] = {}
         #: The resume point as last written (None: not yet).
         self.point: ResumePoint | None = None
+        #: Every run that ever owned the barrier (claimed it).
+        self.claimed: set[str] = set()
 
     def fail(self, invariant: str, message: str) -> None:
         w = self.world
@@ -198,6 +203,8 @@ class Checker:
             self._poison_held(inflight.bundle_id, f"recorded in flight by {who}")
         self.max_gt_last = max(self.max_gt_last, new.gt_last)
         if owner is not None:
+            if owner.run_id is not None:
+                self.claimed.add(owner.run_id)
             if owner.generation < self.max_generation:
                 self.fail(
                     "owner generation never moves back",
@@ -536,3 +543,30 @@ class Checker:
         extra = sorted(k for k in self.dead if k > last)
         if extra:
             self.fail("exactly once with dead letters", f"dead letters of bundles {extra}")
+            return
+        self.leftover_parts()
+
+    def leftover_parts(self) -> None:
+        """At the end only the parts of runs that never claimed the barrier remain
+        (``only unclaimed runs' parts remain``): a run that claimed is known to cleanup,
+        which deletes its parts once no bundle in flight references them."""
+        left = sorted(
+            loc
+            for loc in self.world.parts
+            if (run := _run_of(loc)) is not None and run in self.claimed
+        )
+        if left:
+            self.fail(
+                "only unclaimed runs' parts remain",
+                f"{len(left)} part(s) of runs that claimed the barrier remain at the end: "
+                f"{left[:3]}",
+            )
+
+
+_PART_RUN = re.compile(r"-r([A-Za-z0-9-]+)\.parquet$")
+
+
+def _run_of(location: str) -> str | None:
+    """The run id in a staged part's name (``sink.staging.part_name``)."""
+    match = _PART_RUN.search(location)
+    return None if match is None else match.group(1)
