@@ -232,3 +232,18 @@ def test_a_seed_replays_from_the_command_line() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no violation" in done.stdout
     assert re.search(r"^\s+0 p1@0 start$", done.stdout, re.MULTILINE)
+
+
+def test_a_zombie_start_can_be_made_free_in_the_exhaustive_search() -> None:
+    # Bound 0 with one free zombie: the failure-free schedule, then one schedule for each
+    # point where a second driver can start, and nothing else.
+    runs = list(exhaustive(SMALL, 0, free_zombies=1))
+    kinds = [[e.kind for e in schedule.events] for _, schedule in runs]
+    assert kinds[0] == []
+    assert len(runs) > 10
+    assert all(k == ["zombie"] for k in kinds[1:]), kinds
+    assert all(outcome.violation is None for outcome, _ in runs)
+    # With a bound of 1 every one-event schedule is there as well, with or without a zombie.
+    one = {str(s) for _, s in exhaustive(SMALL, 1)}
+    both = {str(s) for _, s in exhaustive(SMALL, 1, free_zombies=1)}
+    assert one < both
