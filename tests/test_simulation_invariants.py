@@ -4,7 +4,10 @@ mutation tests' business (test_simulation_mutations.py); these show the checks c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
+import pytest
 
 from simulation.choosers import ReplayChooser
 from simulation.query import SimConfig
@@ -18,8 +21,24 @@ from state.records.source_offset import SourceOffset
 TOPIC = "t"
 
 
+_WORLDS: list[World] = []
+
+
+@pytest.fixture(autouse=True)
+def _empty_stores() -> Iterator[None]:
+    """The worlds' memory stores are the process's (a run empties them at its end, and
+    these worlds never run): empty them, so that no later run finds these records."""
+    yield
+    for world in _WORLDS:
+        for store in (world.inner, world.dead_inner):
+            store.delete_many(store.list())
+    _WORLDS.clear()
+
+
 def _world() -> World:
-    return World(SimConfig(partitions=1, per_partition=4), ReplayChooser(()))
+    world = World(SimConfig(partitions=1, per_partition=4), ReplayChooser(()))
+    _WORLDS.append(world)
+    return world
 
 
 def _point(generation: int, epoch: int, batch_id: int, snapshot_id: int = 1) -> ResumePoint:
