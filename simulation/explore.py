@@ -111,34 +111,71 @@ def exhaustive(
     kinds: frozenset[str] = EXHAUSTIVE_KINDS,
     shard: tuple[int, int] = (0, 1),
     heal: str = "keep",
+    free_zombies: int = 0,
 ) -> Iterator[tuple[Outcome, Schedule]]:
     """Every schedule with at most ``bound`` events, depth first (see the module
     docstring). ``shard=(i, n)``: only the subtrees whose first event is number ``i``
-    modulo ``n`` (the empty schedule belongs to shard 0)."""
+    modulo ``n`` (the empty schedule belongs to shard 0). Up to ``free_zombies`` second
+    drivers' starts (``zombie`` events) do not count toward ``bound``: a zombie is the
+    setting of most protocol bugs, and the events that make it one are what the bound
+    should buy."""
+    space = _Space(bound, free_zombies)
     root = Schedule((), heal)
-    outcome, chooser = run_schedule(config, root, branch_kinds=kinds if bound else None)
+    outcome, chooser = run_schedule(config, root, branch_kinds=kinds if space.deeper(()) else None)
     if shard[0] == 0:
         yield outcome, root
-    first = [e for b in chooser.branches for e in b.events]
-    for i, event in enumerate(first):
+    first = space.children((), chooser)
+    for i, events in enumerate(first):
         if i % shard[1] == shard[0]:
-            yield from _subtree(config, (event,), bound, kinds, heal)
+            yield from _subtree(config, events, space, kinds, heal)
+
+
+@dataclass(frozen=True)
+class _Space:
+    """Which schedules the exhaustive search runs: at most ``bound`` events besides up to
+    ``free_zombies`` zombie starts."""
+
+    bound: int
+    free_zombies: int
+
+    def _counts(self, prefix: tuple[Event, ...]) -> tuple[int, int]:
+        zombies = sum(1 for e in prefix if e.kind == "zombie")
+        free = min(zombies, self.free_zombies)
+        return len(prefix) - free, zombies
+
+    def deeper(self, prefix: tuple[Event, ...]) -> bool:
+        cost, zombies = self._counts(prefix)
+        return cost < self.bound or zombies < self.free_zombies
+
+    def children(
+        self, prefix: tuple[Event, ...], chooser: ReplayChooser
+    ) -> list[tuple[Event, ...]]:
+        cost, zombies = self._counts(prefix)
+        events = [e for b in chooser.branches for e in b.events]
+        if cost >= self.bound:  # only a free zombie may still come
+            events = (
+                [e for e in events if e.kind == "zombie"] if zombies < self.free_zombies else []
+            )
+        return [(*prefix, e) for e in events]
 
 
 def _subtree(
-    config: SimConfig, events: tuple[Event, ...], bound: int, kinds: frozenset[str], heal: str
+    config: SimConfig,
+    events: tuple[Event, ...],
+    space: _Space,
+    kinds: frozenset[str],
+    heal: str,
 ) -> Iterator[tuple[Outcome, Schedule]]:
     stack = [events]
     while stack:
         prefix = stack.pop()
         schedule = Schedule(prefix, heal)
-        deeper = len(prefix) < bound
+        deeper = space.deeper(prefix)
         outcome, chooser = run_schedule(config, schedule, branch_kinds=kinds if deeper else None)
         yield outcome, schedule
         if outcome.violation is not None or not deeper:
             continue
-        children = [(*prefix, e) for b in chooser.branches for e in b.events]
-        stack.extend(reversed(children))
+        stack.extend(reversed(space.children(prefix, chooser)))
 
 
 def minimise(
@@ -293,6 +330,8 @@ class Plan:
     #: Only the one-event schedules of the default and the poison pipelines, every one of
     #: them, whatever the time budget (``--quick``).
     quick: bool = False
+    #: Zombie starts the exhaustive phases do not count toward their bounds.
+    free_zombies: int = 0
 
 
 Message = tuple[str, object]
@@ -325,7 +364,9 @@ class _Worker:
 
         def every(configs: tuple[SimConfig, ...], bound: int) -> Iterator[tuple[SimConfig, Run]]:
             for config in configs:
-                for outcome, schedule in exhaustive(config, bound, shard=shard):
+                for outcome, schedule in exhaustive(
+                    config, bound, shard=shard, free_zombies=plan.free_zombies
+                ):
                     yield config, (outcome, schedule, None)
 
         phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
