@@ -51,6 +51,17 @@ def main(argv: list[str] | None = None) -> int:
         default=Plan.bound,
         help="events per schedule of the exhaustive search on the default pipeline",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="every one-event schedule of the default and the poison pipelines, to the end",
+    )
+    parser.add_argument(
+        "--free-zombies",
+        type=int,
+        default=Plan.free_zombies,
+        help="zombie starts the exhaustive phases do not count toward their bounds",
+    )
     parser.add_argument("--seed", type=int, default=Plan.seed, help="first random-walk seed")
     parser.add_argument("--replay", action="store_true", help="run --seed's walk, traced")
     parser.add_argument("--schedule", help="run this schedule (JSON), traced")
@@ -75,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         max_steps=args.steps,
         seed=args.seed,
         workers=args.workers,
+        quick=args.quick,
+        free_zombies=args.free_zombies,
     )
     total = explore(plan)
     print(f"steps explored: {total.steps}")

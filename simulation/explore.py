@@ -86,10 +86,18 @@ class Tally:
     schedules: int = 0
     violations: int = 0
     found: list[Found] = field(default_factory=list)
+    #: Steps after the heal (the healthy driver alone), part of ``steps``.
+    liveness_steps: int = 0
+    #: The distinct abstract states the faults left (:meth:`World.abstract_state`).
+    states: set[str] = field(default_factory=set)
 
     def add(self, outcome: Outcome, schedule: Schedule, seed: int | None = None) -> None:
         self.steps += outcome.steps
         self.schedules += 1
+        if outcome.heal_step is not None:
+            self.liveness_steps += outcome.steps - outcome.heal_step
+        if outcome.state is not None:
+            self.states.add(outcome.state)
         if outcome.violation is not None:
             self.violations += 1
             if len(self.found) < 10:
@@ -103,34 +111,71 @@ def exhaustive(
     kinds: frozenset[str] = EXHAUSTIVE_KINDS,
     shard: tuple[int, int] = (0, 1),
     heal: str = "keep",
+    free_zombies: int = 0,
 ) -> Iterator[tuple[Outcome, Schedule]]:
     """Every schedule with at most ``bound`` events, depth first (see the module
     docstring). ``shard=(i, n)``: only the subtrees whose first event is number ``i``
-    modulo ``n`` (the empty schedule belongs to shard 0)."""
+    modulo ``n`` (the empty schedule belongs to shard 0). Up to ``free_zombies`` second
+    drivers' starts (``zombie`` events) do not count toward ``bound``: a zombie is the
+    setting of most protocol bugs, and the events that make it one are what the bound
+    should buy."""
+    space = _Space(bound, free_zombies)
     root = Schedule((), heal)
-    outcome, chooser = run_schedule(config, root, branch_kinds=kinds if bound else None)
+    outcome, chooser = run_schedule(config, root, branch_kinds=kinds if space.deeper(()) else None)
     if shard[0] == 0:
         yield outcome, root
-    first = [e for b in chooser.branches for e in b.events]
-    for i, event in enumerate(first):
+    first = space.children((), chooser)
+    for i, events in enumerate(first):
         if i % shard[1] == shard[0]:
-            yield from _subtree(config, (event,), bound, kinds, heal)
+            yield from _subtree(config, events, space, kinds, heal)
+
+
+@dataclass(frozen=True)
+class _Space:
+    """Which schedules the exhaustive search runs: at most ``bound`` events besides up to
+    ``free_zombies`` zombie starts."""
+
+    bound: int
+    free_zombies: int
+
+    def _counts(self, prefix: tuple[Event, ...]) -> tuple[int, int]:
+        zombies = sum(1 for e in prefix if e.kind == "zombie")
+        free = min(zombies, self.free_zombies)
+        return len(prefix) - free, zombies
+
+    def deeper(self, prefix: tuple[Event, ...]) -> bool:
+        cost, zombies = self._counts(prefix)
+        return cost < self.bound or zombies < self.free_zombies
+
+    def children(
+        self, prefix: tuple[Event, ...], chooser: ReplayChooser
+    ) -> list[tuple[Event, ...]]:
+        cost, zombies = self._counts(prefix)
+        events = [e for b in chooser.branches for e in b.events]
+        if cost >= self.bound:  # only a free zombie may still come
+            events = (
+                [e for e in events if e.kind == "zombie"] if zombies < self.free_zombies else []
+            )
+        return [(*prefix, e) for e in events]
 
 
 def _subtree(
-    config: SimConfig, events: tuple[Event, ...], bound: int, kinds: frozenset[str], heal: str
+    config: SimConfig,
+    events: tuple[Event, ...],
+    space: _Space,
+    kinds: frozenset[str],
+    heal: str,
 ) -> Iterator[tuple[Outcome, Schedule]]:
     stack = [events]
     while stack:
         prefix = stack.pop()
         schedule = Schedule(prefix, heal)
-        deeper = len(prefix) < bound
+        deeper = space.deeper(prefix)
         outcome, chooser = run_schedule(config, schedule, branch_kinds=kinds if deeper else None)
         yield outcome, schedule
         if outcome.violation is not None or not deeper:
             continue
-        children = [(*prefix, e) for b in chooser.branches for e in b.events]
-        stack.extend(reversed(children))
+        stack.extend(reversed(space.children(prefix, chooser)))
 
 
 def minimise(
@@ -282,6 +327,11 @@ class Plan:
     report_every: float = 10.0
     #: Violations (of distinct invariants) each worker minimises and prints.
     show: int = 3
+    #: Only the one-event schedules of the default and the poison pipelines, every one of
+    #: them, whatever the time budget (``--quick``).
+    quick: bool = False
+    #: Zombie starts the exhaustive phases do not count toward their bounds.
+    free_zombies: int = 0
 
 
 Message = tuple[str, object]
@@ -299,10 +349,11 @@ class _Worker:
         self.plan = plan
         self.index = index
         self.out = out
-        self.deadline = time.monotonic() + plan.seconds
+        self.deadline = time.monotonic() + (float("inf") if plan.quick else plan.seconds)
         self.step_cap = None if plan.max_steps is None else plan.max_steps // plan.workers
         self.tally = Tally()
-        self.sent = (0, 0, 0)
+        self.sent = (0, 0, 0, 0)
+        self.states_sent: set[str] = set()
         self.last_send = time.monotonic()
         self.reported: set[str] = set()
 
@@ -313,7 +364,9 @@ class _Worker:
 
         def every(configs: tuple[SimConfig, ...], bound: int) -> Iterator[tuple[SimConfig, Run]]:
             for config in configs:
-                for outcome, schedule in exhaustive(config, bound, shard=shard):
+                for outcome, schedule in exhaustive(
+                    config, bound, shard=shard, free_zombies=plan.free_zombies
+                ):
                     yield config, (outcome, schedule, None)
 
         phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
@@ -335,6 +388,9 @@ class _Worker:
                 _walks(plan.seed + self.index, plan.workers),
             ),
         ]
+        if plan.quick:
+            name, _, runs = phases[1]
+            phases = [(name, float("inf"), runs)]
         started = time.monotonic()
         for name, share, runs in phases:
             until = started + share * plan.seconds
@@ -347,7 +403,9 @@ class _Worker:
                     break
             self.flush(force=True)
             count = self.tally.schedules - before
-            if share >= 1.0:
+            if share == float("inf"):
+                state = "complete" if complete else "cut (not complete)"
+            elif share >= 1.0:
                 state = "until the time limit"
             else:
                 state = "complete" if complete else "cut at its time limit (not complete)"
@@ -379,8 +437,10 @@ class _Worker:
         if not force and now - self.last_send < 1.0:
             return
         t = self.tally
-        now_counts = (t.steps, t.schedules, t.violations)
+        now_counts = (t.steps, t.schedules, t.violations, t.liveness_steps)
         self.out.put(("count", tuple(a - b for a, b in zip(now_counts, self.sent, strict=True))))
+        self.out.put(("states", tuple(t.states - self.states_sent)))
+        self.states_sent |= t.states
         self.sent, self.last_send = now_counts, now
 
 
@@ -456,6 +516,10 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
             total.steps += payload[0]
             total.schedules += payload[1]
             total.violations += payload[2]
+            total.liveness_steps += payload[3]
+        elif kind == "states":
+            assert isinstance(payload, tuple)
+            total.states.update(payload)
         elif kind in ("violation", "phase"):
             emit(str(payload))
         elif kind == "done":
@@ -474,5 +538,10 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
     emit(
         f"done in {elapsed:.0f} s: {total.steps:,} steps, "
         f"{total.steps / max(elapsed, 1e-9):,.0f} steps/s on {plan.workers} worker(s)"
+    )
+    emit(
+        f"of which liveness steps (the healthy driver alone): {total.liveness_steps:,}; "
+        f"fault steps: {total.steps - total.liveness_steps:,}; distinct states the faults "
+        f"left: {len(total.states):,}"
     )
     return total

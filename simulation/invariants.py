@@ -7,8 +7,18 @@ After every step (incrementally: only what the step may have changed):
   always supersedes, a lower token is always refused;
 * ``bundle accepted once``: each bundle id is acknowledged into ``GT_last`` by exactly one
   swap, so under exactly one owner;
+* ``resume point never moves back``: every write of the resume point keeps or raises its
+  (generation, epoch, batch id);
+* ``no snapshot over a bundle in flight``: a snapshot is accepted into the resume point
+  only while no bundle at or below its epoch is in flight (a restore from it starts after
+  that epoch, so nothing would replay the bundle);
 * ``in-flight parts kept``: every staged part the in-flight record references exists,
   unless a fault deleted it (no cleanup deletes what may still be delivered);
+* ``skipped only when unrecomputable``: the healthy driver's operator skips a lost
+  bundle only when the driver's next batch is past its epoch (no replay recomputes it);
+* ``delivered once``: a bundle the consumer holds reaches it again only marked as a
+  redelivery, unless the run delivering it no longer owns the barrier (as a Kafka topic
+  would show it: it keeps every message; producer epochs fence a superseded run);
 * when the consumer stores a bundle: ``order`` (its id is above every stored id: no
   duplicate, gt order between bundles), ``gt order within a bundle``, ``content`` (the rows
   equal a failure-free run of the query version that computed them, over the epochs as
@@ -36,9 +46,13 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
-(every epoch's bundle with rows to deliver is stored once, except a bundle an operator
+(``epochs tile the input``: the epoch log's epochs 0 to the last follow each other from
+the source's persisted start to the input's end, with no gap and no overlap; every epoch's
+bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
-dead-letter file; ``GT_last`` is the last epoch with rows to deliver). A product error that
+dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
+unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
+left. A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
 """
@@ -46,6 +60,7 @@ no fault explains (an exception outside the product's error hierarchy) is a viol
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from dataclasses import dataclass
 from typing import Protocol
@@ -62,6 +77,7 @@ from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
+from state.records.resume_point import ResumePoint
 from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
@@ -104,6 +120,11 @@ class CheckedWorld(Protocol):
     def current_tolerance(self) -> str | None:
         """The errors.tolerance of the running actor's driver (None: not a driver's)."""
 
+    def skipper_next_epoch(self) -> int | bool | None:
+        """The epoch of the next batch of the healthy driver whose operator is skipping
+        (None: it starts from the resume point or the persisted start); False if the
+        running actor is not that driver."""
+
 
 class Checker:
     """The invariants of one run (module docstring)."""
@@ -119,6 +140,10 @@ class Checker:
         self.reference = Reference(world.input, self.epoch_bounds)
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
+        #: The resume point as last written (None: not yet).
+        self.point: ResumePoint | None = None
+        #: Every run that ever owned the barrier (claimed it).
+        self.claimed: set[str] = set()
 
     def fail(self, invariant: str, message: str) -> None:
         w = self.world
@@ -164,6 +189,8 @@ class Checker:
                 f"GT_last {self.max_gt_last} -> {new.gt_last}, written by {who}",
             )
         skipped = {b.bundle_id for b in new.skipped}
+        for k in sorted(skipped - {b.bundle_id for b in old.skipped}):
+            self._skip_needed(k)
         for k in range(old.gt_last + 1, new.gt_last + 1):
             if k in self.accepted:
                 self.fail(
@@ -179,6 +206,8 @@ class Checker:
             self._poison_held(inflight.bundle_id, f"recorded in flight by {who}", stored=False)
         self.max_gt_last = max(self.max_gt_last, new.gt_last)
         if owner is not None:
+            if owner.run_id is not None:
+                self.claimed.add(owner.run_id)
             if owner.generation < self.max_generation:
                 self.fail(
                     "owner generation never moves back",
@@ -193,6 +222,35 @@ class Checker:
             self.max_token = max(self.max_token, token)
             if new.inflight is not None:
                 self.inflight_owners.setdefault(new.inflight.bundle_id, set()).add(owner.run_id)
+
+    def resume_written(self, point: ResumePoint | None) -> None:
+        """A write of the resume point took effect (``point``: what it holds now)."""
+        old, self.point = self.point, point
+        if point is None:
+            if old is not None:
+                self.fail("resume point never moves back", "the resume point was deleted")
+            return
+
+        def key(p: ResumePoint) -> tuple[int, int, int]:
+            return (p.generation, p.epoch, -1 if p.batch_id is None else p.batch_id)
+
+        if old is not None and key(point) < key(old):
+            self.fail(
+                "resume point never moves back",
+                f"(generation, epoch, batch) {key(old)} -> {key(point)}",
+            )
+        snap = point.snapshot
+        if snap is None or (old is not None and old.snapshot == snap):
+            return
+        w = self.world
+        hit = w.inner.get_or_none(w.layout.barrier_state)
+        inflight = None if hit is None else BarrierState.from_json(json.loads(hit.data)).inflight
+        if inflight is not None and inflight.epoch <= snap.epoch:
+            self.fail(
+                "no snapshot over a bundle in flight",
+                f"snapshot {snap.snapshot_id} (epoch {snap.epoch}, batch {snap.batch_id}) "
+                f"accepted while bundle {inflight.bundle_id} (epoch {inflight.epoch}) is in flight",
+            )
 
     def _inflight_parts(self) -> None:
         w = self.world
@@ -220,6 +278,7 @@ class Checker:
         stored = bundle_id not in log.bundles
         log.attempts.append(Delivery(w.step, actor, run, bundle_id, redelivery, stored))
         if not stored:
+            self._held_again(bundle_id, run, actor, redelivery)
             return
         last = log.last
         log.bundles[bundle_id] = rows
@@ -251,6 +310,21 @@ class Checker:
                 f"bundle {bundle_id} delivered by run {run}, which never recorded it in flight "
                 f"as the owner ({sorted(self.inflight_owners.get(bundle_id, set()))})",
             )
+
+    def _held_again(self, bundle_id: int, run: str | None, actor: str, redelivery: bool) -> None:
+        """A delivery of a bundle the consumer holds. An idempotent consumer stores nothing,
+        but a Kafka topic keeps every message it is sent: only a delivery marked as a
+        redelivery may meet a bundle already there (the kafka consumer looks for it then).
+        A run that no longer owns the barrier is exempt: Kafka's producer epochs fence
+        its delivery at the broker (docs/sink.md, "Residual window")."""
+        owner = self.state.owner
+        if redelivery or run is None or owner is None or owner.run_id != run:
+            return
+        self.fail(
+            "delivered once",
+            f"bundle {bundle_id}, which the consumer holds, delivered again by {actor} (run "
+            f"{run}, the owner) without redelivery: a Kafka topic would hold it twice",
+        )
 
     # --- dead letters -------------------------------------------------------------------------
 
@@ -353,6 +427,23 @@ class Checker:
                 f"bundle {bundle_id} was {what} before its dead-letter file was written",
             )
 
+    def _skip_needed(self, bundle_id: int) -> None:
+        """The healthy driver's operator skipped lost bundle ``bundle_id``: only right when
+        no replay could recompute it, i.e. the driver's next batch is past its epoch (the
+        replay of the epoch itself recomputes and delivers it). A skip by the ``operator``
+        event, which acts without being told to, is checked only at the end (its parts
+        were lost to a fault)."""
+        next_epoch = self.world.skipper_next_epoch()
+        if next_epoch is False:
+            return
+        if next_epoch is None or next_epoch <= bundle_id:
+            where = "the resume point" if next_epoch is None else f"epoch {next_epoch}"
+            self.fail(
+                "skipped only when unrecomputable",
+                f"bundle {bundle_id} skipped as lost while the driver's next batch (from "
+                f"{where}) replays it: a replay would have recomputed it",
+            )
+
     def _passed(self, bundle_id: int, skipped: set[int], who: str) -> None:
         """``GT_last`` passed bundle ``bundle_id``: its delivered rows are in the consumer
         (unless it was skipped), its refused rows in its dead letters."""
@@ -388,6 +479,31 @@ class Checker:
             k += 1
         return None
 
+    def tiled(self, last: int) -> bool:
+        """Epochs 0 to ``last`` tile the input from the persisted start (``epochs tile the
+        input``): each starts where the one before ends, numbered in order."""
+        w = self.world
+        hit = w.inner.get_or_none(w.layout.source_start)
+        expected = None if hit is None else SourceOffset.from_json(json.loads(hit.data))
+        for k in range(last + 1):
+            start, end = self.epoch_bounds(k)
+            if (
+                expected is None
+                or start.epoch != k
+                or dict(start.offsets) != dict(expected.offsets)
+            ):
+                self.fail(
+                    "epochs tile the input",
+                    f"epoch {k} starts at {start.to_json()}, expected "
+                    f"{None if expected is None else expected.to_json()} (epoch {k})",
+                )
+                return False
+            if end.epoch != k + 1:
+                self.fail("epochs tile the input", f"epoch {k} ends at epoch {end.epoch}")
+                return False
+            expected = end
+        return True
+
     def final(self) -> None:  # noqa: PLR0911 - one return per verdict
         """After the healthy driver's run: liveness, then exactly-once."""
         w = self.world
@@ -400,6 +516,8 @@ class Checker:
         last = self.last_epoch()
         if last is None:
             self.fail("liveness", "the healthy driver finished but the input is not consumed")
+            return
+        if not self.tiled(last):
             return
         hit = w.inner.get_or_none(w.layout.barrier_state)
         state = BarrierState() if hit is None else BarrierState.from_json(json.loads(hit.data))
@@ -440,3 +558,30 @@ class Checker:
         extra = sorted(k for k in self.dead if k > last)
         if extra:
             self.fail("exactly once with dead letters", f"dead letters of bundles {extra}")
+            return
+        self.leftover_parts()
+
+    def leftover_parts(self) -> None:
+        """At the end only the parts of runs that never claimed the barrier remain
+        (``only unclaimed runs' parts remain``): a run that claimed is known to cleanup,
+        which deletes its parts once no bundle in flight references them."""
+        left = sorted(
+            loc
+            for loc in self.world.parts
+            if (run := _run_of(loc)) is not None and run in self.claimed
+        )
+        if left:
+            self.fail(
+                "only unclaimed runs' parts remain",
+                f"{len(left)} part(s) of runs that claimed the barrier remain at the end: "
+                f"{left[:3]}",
+            )
+
+
+_PART_RUN = re.compile(r"-r([A-Za-z0-9-]+)\.parquet$")
+
+
+def _run_of(location: str) -> str | None:
+    """The run id in a staged part's name (``sink.staging.part_name``)."""
+    match = _PART_RUN.search(location)
+    return None if match is None else match.group(1)

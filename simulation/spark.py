@@ -40,7 +40,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from simulation.consumer import SimConsumer
 from simulation.dead_letters import DEAD_LETTER_PATH, row_checks
@@ -63,7 +63,11 @@ from sink.dead_letters.dead_letter_files import StoreDeadLetters
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
+from state.coordinator import checkpoint_recovery, snapshot_attempt
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
+from state.coordinator.config import CoordinatorConfig
+from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.supervisor import Supervisor
 from state.errors import (
     CoordinationError,
     GtBarrierError,
@@ -75,13 +79,16 @@ from state.errors import (
 )
 from state.layout import PipelineLayout
 from state.protocol import barrier_state, batch_records, fencing, resume_point
-from state.protocol.barrier_state import BarrierStateStore, read_barrier_state
+from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 from state.retry import Retry
 from state.spark_task import StreamingTask
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 T = TypeVar("T")
 
@@ -173,6 +180,16 @@ class Checkpoint:
             marker=None if self.marker is None else CheckpointMarker("sim", self.marker),
         )
 
+    def next_epoch(self) -> int | None:
+        """The epoch of the batch a run on this checkpoint runs first: the last planned
+        batch's if it is uncommitted (a replay), else the one after it (None: no batch
+        planned, the run starts where recovery puts it)."""
+        if not self.offsets:
+            return None
+        last = max(self.offsets)
+        start, end = self.offsets[last]
+        return end.epoch if last in self.commits else start.epoch
+
     def snapshot_json(self, batch_id: int) -> dict[str, Any]:
         """The files a restart after ``batch_id`` needs, as the manifest's content."""
         return {
@@ -205,6 +222,88 @@ class Checkpoint:
         )
 
 
+def _no_query() -> StreamingQuery:
+    """``build_query``: never called (:meth:`SupervisedDriver.call_build_query` runs the
+    simulated query instead)."""
+    raise AssertionError("the simulated driver builds no Spark query")
+
+
+class FinishedQuery:
+    """A query run that has ended, as the supervisor waits for it: ``awaitTermination``
+    raises Spark's ``StreamingQueryException`` for a failed run, its text ending in the
+    Python error as Spark's does (the supervisor looks for ``PipelineFenced`` in it)."""
+
+    def __init__(self, query_id: str, error: GtBarrierError | None) -> None:
+        self.id = query_id
+        self.error = error
+
+    def awaitTermination(self) -> None:
+        from pyspark.errors import StreamingQueryException
+
+        err = self.error
+        if err is not None:
+            kind = type(err)
+            raise StreamingQueryException(
+                message=f"Query terminated with exception\n{kind.__module__}.{kind.__qualname__}: "
+                f"{err}"
+            )
+
+
+class SupervisedDriver:
+    """What the product's ``Supervisor`` needs of a coordinator, over a driver process:
+    ``recover()`` takes the pipeline if needed and recovers the checkpoint;
+    ``call_build_query`` runs one query run to its end (the greenlet's scheduling points
+    interleave it with the other actors)."""
+
+    def __init__(self, proc: DriverProc) -> None:
+        self.proc = proc
+
+    @property
+    def pipeline_id(self) -> str:
+        return PIPELINE
+
+    @property
+    def accepted(self) -> int:
+        return self.proc.accepted
+
+    def recover(self, mode: str = "restore") -> object:
+        proc = self.proc
+        try:
+            if proc.token is None:
+                proc.acquire()
+            proc.recover()
+        except GtBarrierError as err:
+            proc.errors.append(f"{type(err).__name__}: {err}")
+            raise
+        return None
+
+    def call_build_query(self, build_query: Callable[..., Any]) -> Any:
+        proc = self.proc
+        try:
+            proc.run_query()
+        except GtBarrierError as err:
+            proc.errors.append(f"{type(err).__name__}: {err}")
+            return FinishedQuery(proc.checkpoint.query_id or "?", err)
+        return FinishedQuery(proc.checkpoint.query_id or "?", None)
+
+    def watch(self, query: Any) -> None:
+        pass
+
+    def unwatch(self) -> None:
+        pass
+
+    def take_stop_error(self) -> GtBarrierError | None:
+        return None
+
+
+@dataclass(frozen=True)
+class SimManifest:
+    """A snapshot's manifest: the generation it was taken in, the checkpoint's content."""
+
+    generation: int
+    files: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class CompletedBatch:
     """A batch whose commit-log entry is written: what its snapshot needs."""
@@ -221,6 +320,14 @@ def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "non
     and the dead-letter path they name are never opened: the simulated ones are handed to
     the barrier)."""
     return replace(_parsed_options(token, tolerance), store=store.config)
+
+
+def _coordinator_config(store: SimStore) -> CoordinatorConfig:
+    """The coordinator's configuration of a driver (no ZooKeeper: the fencing token alone
+    protects the pipeline; the checkpoint path is never opened)."""
+    return CoordinatorConfig(
+        pipeline_id=PIPELINE, store=store.config, checkpoint=Path("/simulated/checkpoint")
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -325,13 +432,20 @@ class DriverProc:
         self.refused = False
         self.healthy = healthy
         self.newest_unusable = newest_unusable
-        #: The fencing token the coordinator holds (None: not taken yet).
-        self.token: int | None = None
+        #: The coordinator's ownership of the pipeline (the product's): its fencing token,
+        #: and the generation the process observed when it started (before it would wait
+        #: for the driver lock) or the newest one it began itself, the only one it works in.
+        self.ownership = DriverOwnership(
+            _coordinator_config(self.store),
+            self.store,
+            on_acquired=self.acquired,
+            races=world.retry(),
+            clock=world.clock,
+            identifier=self.name,
+        )
+        self.ownership.started_generation = started
         #: The resume point generation the coordinator snapshots in.
         self.lineage = 0
-        #: The generation the process observed when it started (before it would wait for
-        #: the driver lock), or the newest one it began itself: the only one it works in.
-        self.started = started
         #: Completed batches the snapshot worker has still to snapshot.
         self.queue: list[CompletedBatch] = []
         #: running, finished (the input is consumed), fenced, gave-up, or dead (crashed).
@@ -387,7 +501,7 @@ class DriverProc:
                 self.world.sleep(1.0)
                 continue
             self.lineage = written.generation
-            self.started = written.generation  # the product's began_generation
+            self.ownership.began_generation(written)
             self.world.generations.setdefault(self.version, written.generation)
             self.checkpoint = Checkpoint(marker=written.generation)
             return True
@@ -427,52 +541,50 @@ class DriverProc:
         return False
 
     def supervise(self) -> None:
-        """Recover and run the query; reset it after a failure, up to MAX_RESETS
-        consecutive times without an accepted snapshot in between."""
-        consecutive = 0
-        while True:
-            accepted = self.accepted
-            recovering = True
-            try:
-                if self.token is None:
-                    self.acquire()
-                self.recover()
-                recovering = False
-                self.run_query()
-            except GtBarrierError as err:
-                if self.stop_on(err, recovering=recovering):
-                    return
-                if self.healthy:
-                    self.operator_resolve()
-                    self.operator_tolerate()
-                if self.accepted > accepted:
-                    consecutive = 0
-                if consecutive >= MAX_RESETS:
-                    self.end("gave-up")
-                    return
-                consecutive += 1
-                self.world.sleep(1.0)
-                continue
-            self.end("finished")
+        """The product's ``Supervisor``: recover and run the query; reset it after a
+        failure, up to MAX_RESETS consecutive times without an accepted snapshot in
+        between; a fenced driver, or a recovery error retrying cannot fix, stops it."""
+        supervisor = Supervisor(
+            SupervisedDriver(self),
+            _no_query,
+            MAX_RESETS,
+            backoff=1.0,
+            max_backoff=1.0,
+            sleep=self.reset_pause,
+        )
+        try:
+            supervisor.run()
+        except GtBarrierError as err:
+            self.errors.append(f"{type(err).__name__}: {err}")
+            self.end("fenced" if isinstance(err, PipelineFenced) else "gave-up")
             return
+        self.end("finished")
+
+    def reset_pause(self, seconds: float) -> None:
+        """The supervisor's back-off before a reset; the healthy driver's operator acts in
+        it (the documented ways past a lost or a poison bundle)."""
+        if self.healthy:
+            self.operator_resolve()
+            self.operator_tolerate()
+        self.world.sleep(seconds)
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token the coordinator holds (None: not taken, or given up)."""
+        return self.ownership.token
 
     def acquire(self) -> None:
-        """Read the lineage and refuse a generation begun after this process started (the
-        product's rule, before any write), then take a fencing token and claim the
-        barrier for this driver. (The product reads the point again after the claim; here
-        the recovery's read that follows checks the same rule.)"""
-        point, _ = resume_point.read_resume_point(self.backend())
-        resume_point.check_driver_generation(
-            point, started=self.started, pipeline_id=self.layout.pipeline_id
-        )
-        token = fencing.take_token(
-            self.store, self.layout, identifier=self.name, races=self.world.retry()
-        )
-        states = BarrierStateStore(
-            self.store, self.layout, clock=self.world.clock, races=self.world.retry()
-        )
-        states.claim_driver(token, driver=self.name)
-        self.token = token
+        """The product's ``DriverOwnership.acquire``: refuse a generation begun after this
+        process started (before any write), take a fencing token, claim the barrier for
+        this driver, then :meth:`acquired`."""
+        self.ownership.acquire()
+
+    def acquired(self, token: int) -> None:
+        """The coordinator's ``on_acquired``: read the resume point again after the token
+        (a replay may have slipped in without a lock), check its generation, follow its
+        lineage."""
+        point = self.ownership.read_resume_point()
+        self.ownership.check_generation(point)
         self.lineage = resume_point.generation_of(point)
 
     def backend(self) -> resume_point.StoreResumePoints:
@@ -483,9 +595,11 @@ class DriverProc:
         snapshot (the decision is the product's; the materialisation mirrors
         ``recover_checkpoint`` over the simulated checkpoint)."""
         point, _ = resume_point.read_resume_point(self.backend())
-        resume_point.check_driver_generation(
-            point, started=self.started, pipeline_id=self.layout.pipeline_id
-        )
+        try:
+            self.ownership.check_generation(point)
+        except PipelineFenced:
+            self.ownership.revoke()  # a newer driver began it and holds a newer token
+            raise
         local = self.checkpoint.local()
         decision = decide(point, local, "restore", pipeline_id=self.layout.pipeline_id)
         generation = point.generation if point is not None else 0
@@ -496,26 +610,30 @@ class DriverProc:
             self.checkpoint.marker = generation
             return
         assert point is not None
-        reusable = local.foreign(self.layout.pipeline_id, point.generation) is None
-        for i, ref in enumerate(point.retained):
-            if reusable and local.at_or_past(ref, point.query_id):
-                self.checkpoint.marker = generation
-                return
-            if i == 0 and self.newest_unusable:
-                continue  # its files are corrupted: the previous retained one is tried
+        newest = point.retained[0] if point.retained else None
+
+        def load(ref: SnapshotRef) -> SimManifest:
+            if ref is newest and self.newest_unusable:
+                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its files are corrupted")
             hit = self.store.get_or_none(ref.manifest)
             if hit is None:
-                continue
-            manifest = json.loads(hit.data)
-            if manifest["generation"] != point.generation:
-                continue  # taken in another generation: never used
-            self.checkpoint = Checkpoint.from_snapshot(manifest["files"], generation)
-            self.newest_unusable = False
-            return
-        raise SnapshotCorrupted(
-            f"no retained snapshot of generation {point.generation} is usable "
-            f"({[r.snapshot_id for r in point.retained]})"
+                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its manifest is gone")
+            raw = json.loads(hit.data)
+            return SimManifest(int(raw["generation"]), raw["files"])
+
+        def install(ref: SnapshotRef, manifest: SimManifest) -> Checkpoint:
+            return Checkpoint.from_snapshot(manifest.files, generation)
+
+        # The product's choice among the retained snapshots (recover_checkpoint's); only
+        # the files are the simulator's.
+        restored = checkpoint_recovery.restore_retained(
+            point, local, self.layout.pipeline_id, load, install
         )
+        if restored.installed is None:
+            self.checkpoint.marker = generation
+        else:
+            self.checkpoint = restored.installed
+            self.newest_unusable = False
 
     # --- one query run --------------------------------------------------------------------
 
@@ -748,8 +866,10 @@ class DriverProc:
         else:
             return
         for poll in range(DRAIN_POLLS):
-            inflight = read_barrier_state(store, layout).inflight
-            if inflight is None or inflight.epoch > batch.epoch:
+            if (
+                snapshot_attempt.blocking_bundle(read_barrier_state(store, layout), batch.epoch)
+                is None
+            ):
                 break
             if poll + 1 == DRAIN_POLLS:
                 return  # drain_timeout: this snapshot is abandoned

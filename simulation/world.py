@@ -37,6 +37,7 @@ from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
 from state.protocol import resume_point
+from state.records.barrier import BarrierState
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, cas_loop
 from state.stores import StateStore, new_store
@@ -98,6 +99,10 @@ class Outcome:
     dead_letters: dict[int, int] = field(default_factory=dict)
     #: Write task attempts that refused rows at errors.tolerance=none.
     refused: int = 0
+    #: The step at which the faults ended and the healthy driver started (None: never).
+    heal_step: int | None = None
+    #: The abstract state the faults left (:meth:`World.abstract_state`), at the heal.
+    state: str | None = None
 
 
 class World:
@@ -159,6 +164,8 @@ class World:
         self.query_ids = itertools.count(1)
         self.checker = Checker(self)
         self.violation: Violation | None = None
+        self.heal_step: int | None = None
+        self.heal_state: str | None = None
 
     # --- what the simulated processes call ------------------------------------------------
 
@@ -217,6 +224,13 @@ class World:
         proc = self._proc(self.current)
         return None if proc is None else proc.tolerance
 
+    def skipper_next_epoch(self) -> int | bool | None:
+        """See :meth:`simulation.invariants.CheckedWorld.skipper_next_epoch`."""
+        proc = self._proc(self.current)
+        if proc is None or not proc.healthy:
+            return False
+        return proc.checkpoint.next_epoch()
+
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
 
@@ -228,6 +242,7 @@ class World:
             hit = self.inner.get_or_none(key)
             point = None if hit is None else ResumePoint.from_json(json.loads(hit.data))
             self.retained = 0 if point is None else len(point.retained)
+            self.checker.resume_written(point)
 
     def part_deleted(self, location: str) -> None:
         self.staging_changed = True
@@ -356,11 +371,47 @@ class World:
     def heal(self, how: str) -> None:
         """Faults end: every actor stops, and one healthy driver runs alone."""
         self.healing = True
+        self.heal_step = self.step
+        self.heal_state = self.abstract_state()
         last = self.official
         for actor in self.actors:
             actor.alive = False
         checkpoint = last.checkpoint if last is not None and how == "keep" else Checkpoint()
         self.start_driver(checkpoint, healthy=True)
+
+    def abstract_state(self) -> str:
+        """What the faults left, without clocks or names: the barrier state's progress,
+        owner generation and token and the epoch in flight, the resume point's position,
+        the epochs recorded, what the consumer and the dead letters hold, how many parts
+        are staged, each driver's status. Distinct values count the distinct states the
+        exploration reached (raw steps count every interleaving)."""
+        hit = self.inner.get_or_none(self.layout.barrier_state)
+        barrier = None if hit is None else BarrierState.from_json(json.loads(hit.data))
+        hit = self.inner.get_or_none(self.layout.resume_point)
+        point = None if hit is None else ResumePoint.from_json(json.loads(hit.data))
+        epochs = 0
+        while self.inner.get_or_none(self.layout.epoch(epochs)) is not None:
+            epochs += 1
+        key = (
+            None
+            if barrier is None
+            else (
+                barrier.gt_last,
+                None if barrier.inflight is None else barrier.inflight.epoch,
+                None if barrier.owner is None else barrier.owner.generation,
+                None if barrier.owner is None else barrier.owner.token,
+                len(barrier.skipped),
+            ),
+            None if point is None else (point.generation, point.epoch, len(point.retained)),
+            epochs,
+            tuple(self.consumer.order),
+            tuple(sorted(self.checker.dead)),
+            len(self.parts),
+            tuple(p.status for p in self.procs),
+            self.version,
+            self.tolerance,
+        )
+        return repr(key)
 
     # --- the scheduler loop ---------------------------------------------------------------
 
@@ -393,6 +444,8 @@ class World:
             len(self.consumer.attempts),
             {k: len(rows) for k, rows in sorted(self.checker.dead.items())},
             self.refusals,
+            heal_step=self.heal_step,
+            state=self.heal_state,
         )
 
     def _loop(self, until: int) -> None:

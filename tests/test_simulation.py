@@ -118,9 +118,9 @@ def test_at_none_the_query_stops_at_the_poison_bundle_until_the_operator_switche
     assert outcome.dead_letters == {1: 1, 2: 1}
     # the operator switches while p1 still runs: p1 is stopped, p2 restarts on its
     # checkpoint with errors.tolerance=all
-    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 32, "tolerate"),)))
+    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 33, "tolerate"),)))
     assert switched.violation is None, switched.violation
-    assert switched.fired == [Event("p1", 32, "tolerate")]
+    assert switched.fired == [Event("p1", 33, "tolerate")]
     assert switched.delivered == [0, 1, 2]
 
 
@@ -186,6 +186,40 @@ def test_the_command_prints_its_counts_last() -> None:
     assert last[2] == "violations: 0"
 
 
+def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
+    # --bound 0: the failure-free schedule of the default and each poison pipeline (5),
+    # every one run although the budget (0.01 s) is spent before the first ends.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simulation",
+            "--quick",
+            "--seconds",
+            "0.01",
+            "--workers",
+            "1",
+            "--bound",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == "schedules: 5", lines
+    assert any(line.endswith(": 5 schedules, complete") for line in lines), lines
+    states = re.search(
+        r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
+    )
+    assert states is not None, lines
+    assert int(states.group(1).replace(",", "")) > 0
+    assert int(states.group(2)) >= 2  # with and without poison rows, the faults leave others
+
+
 def test_a_seed_replays_from_the_command_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "simulation", "--seed", "7", "--replay"],
@@ -198,3 +232,16 @@ def test_a_seed_replays_from_the_command_line() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no violation" in done.stdout
     assert re.search(r"^\s+0 p1@0 start$", done.stdout, re.MULTILINE)
+
+
+def test_a_zombie_start_can_be_made_free_in_the_exhaustive_search() -> None:
+    # Bound 0 with one free zombie: the failure-free schedule, then one schedule for each
+    # point where a second driver can start, and nothing else.
+    runs = list(exhaustive(SMALL, 0, free_zombies=1))
+    kinds = [[e.kind for e in schedule.events] for _, schedule in runs]
+    assert kinds[0] == []
+    assert len(runs) > 10
+    assert all(k == ["zombie"] for k in kinds[1:]), kinds
+    assert all(outcome.violation is None for outcome, _ in runs)
+    # Without it, bound 0 is the failure-free schedule alone.
+    assert [str(s) for _, s in exhaustive(SMALL, 0)] == [str(runs[0][1])]

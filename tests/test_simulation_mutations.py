@@ -22,7 +22,12 @@ The bugs:
    version the state has now);
 6. dead letters rewritten on a replay (``DeadLetters.write`` puts the bundle's file every
    time instead of creating it once, leaving an existing one as it is), on the pipeline
-   with poison rows at ``errors.tolerance=all``.
+   with poison rows at ``errors.tolerance=all``;
+7. a retried delivery not marked as a redelivery (``Barrier._deliver`` passes its caller's
+   flag on every attempt, so the retry after a delivery whose answer was lost is a plain
+   delivery of a bundle the consumer holds: a Kafka topic would hold it twice);
+8. a recomputable bundle left to the operator (``Barrier._clear_lost`` refuses the replay
+   of the lost bundle's own epoch, so the operator skips a bundle a replay recomputes).
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from simulation.explore import DEAD_LETTERS, hunt, report, run_schedule, shortes
 from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
+from sink import barrier as sink_barrier
 from sink import cleanup, write_task
-from sink.bundle import BarrierCommitMessage
+from sink.bundle import BarrierCommitMessage, Bundle
+from sink.consumers.base import Ack
 from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, StoreDeadLetters
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
@@ -49,8 +56,9 @@ from sink.dead_letters.dead_letter_format import (
     dead_letter_name,
     dead_letter_table,
 )
+from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
-from state.errors import PipelineFenced
+from state.errors import PipelineFenced, StateError
 from state.protocol import resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
@@ -61,6 +69,7 @@ from state.protocol.barrier_state import (
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
+from state.retry import delivery
 from state.spark_task import StreamingTask
 
 CONFIG = SimConfig()
@@ -276,3 +285,47 @@ def test_dead_letters_rewritten_on_a_replay_are_found(monkeypatch: pytest.Monkey
     # written makes the replay of its epoch write it again.
     assert invariant == "dead letters created once"
     assert len(shortest.events) == 1
+
+
+# --- 7. a retried delivery not marked as a redelivery -------------------------------------------
+
+
+def test_retry_without_the_redelivery_flag_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def deliver_unmarked(self: sink_barrier.Barrier, bundle: Bundle, *, redelivery: bool) -> Ack:
+        # Every attempt carries the caller's flag: a retry after an answer that was lost
+        # (the consumer may have stored the bundle) is not marked as a redelivery.
+        def attempt() -> Ack:
+            return self.consumer.deliver(bundle, redelivery=redelivery)
+
+        retry = delivery(self.options.max_retries, self.options.retry_backoff, sleep=self.sleep)
+        return retry(attempt)
+
+    monkeypatch.setattr(sink_barrier.Barrier, "_deliver", deliver_unmarked)
+    shortest, invariant = find_shortest("retry without the redelivery flag")
+    assert invariant == "delivered once"
+    assert [e.kind for e in shortest.events] == ["consumer"]
+
+
+# --- 8. a recomputable bundle left to the operator ----------------------------------------------
+
+
+def test_recomputable_bundle_skipped_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_lost = sink_barrier.Barrier._clear_lost
+
+    def refuse_own_epoch(
+        self: sink_barrier.Barrier,
+        held: Any,
+        lost: LostBundle,
+        batch: Any,
+        epoch: int,
+    ) -> Any:
+        # The replay of the lost bundle's own epoch is refused too: the operator is told to
+        # skip a bundle that this very batch recomputes.
+        if epoch == lost.epoch:
+            raise StateError(lost.describe(recomputable=False))
+        return clear_lost(self, held, lost, batch, epoch)
+
+    monkeypatch.setattr(sink_barrier.Barrier, "_clear_lost", refuse_own_epoch)
+    shortest, invariant = find_shortest("recomputable bundle skipped")
+    assert invariant == "skipped only when unrecomputable"
+    assert any(e.kind == "lose-part" for e in shortest.events)

@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Generic, Literal, Protocol, TypeVar
 
-from state.coordinator.snapshot_restore import load_manifest, materialise
+from state.coordinator.snapshot_restore import Materialised, load_manifest, materialise
 from state.errors import MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker
@@ -204,6 +204,71 @@ def decide(  # noqa: PLR0911 - a decision table: one return per row
     )
 
 
+class Generational(Protocol):
+    """A snapshot's manifest, as far as the choice of a retained snapshot reads it."""
+
+    @property
+    def generation(self) -> int:
+        """The resume point generation the snapshot was taken in."""
+
+
+M = TypeVar("M", bound=Generational)
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Restored(Generic[R]):
+    """The retained snapshot a materialisation starts from: ``installed`` is what
+    installing it returned, or None if the local checkpoint is kept (at or past it);
+    ``skipped`` says why each newer one was not used."""
+
+    ref: SnapshotRef
+    installed: R | None
+    skipped: tuple[str, ...]
+
+
+def restore_retained(
+    point: ResumePoint,
+    local: LocalCheckpoint,
+    pipeline_id: str,
+    load: Callable[[SnapshotRef], M],
+    install: Callable[[SnapshotRef, M], R],
+) -> Restored[R]:
+    """Choose among ``point``'s retained snapshots, newest first, once :func:`decide` said
+    ``"materialise"``: keep the local checkpoint if it is of this generation and at or past
+    the snapshot; else ``load`` its manifest and ``install`` it. A snapshot whose ``load`` or
+    ``install`` raises :class:`SnapshotCorrupted`, or that was taken in another generation
+    (never used: its state may be another query version's), is skipped for the previous
+    one. Raises :class:`SnapshotCorrupted` if none is usable. The files are the callers':
+    ``recover_checkpoint`` and the simulator's checkpoint both choose here."""
+    reusable = local.foreign(pipeline_id, point.generation) is None
+    skipped: list[str] = []
+    for ref in point.retained:
+        if reusable and local.at_or_past(ref, point.query_id):
+            return Restored(ref, None, tuple(skipped))
+        try:
+            manifest = load(ref)
+            if manifest.generation != point.generation:
+                raise SnapshotCorrupted(
+                    f"snapshot {ref.snapshot_id} was taken in generation {manifest.generation}, "
+                    f"the resume point is at generation {point.generation}"
+                )
+            return Restored(ref, install(ref, manifest), tuple(skipped))
+        except SnapshotCorrupted as err:
+            log.warning(
+                "snapshot %d (epoch %d) is unusable: %s; trying the previous retained snapshot",
+                ref.snapshot_id,
+                ref.epoch,
+                err,
+            )
+            skipped.append(f"snapshot {ref.snapshot_id}: {err}")
+    raise SnapshotCorrupted(
+        "no retained snapshot of pipeline "
+        f"'{pipeline_id}' is usable ({'; '.join(skipped)}); "
+        "recover(mode='replay') rebuilds the state from the source's persisted start"
+    )
+
+
 @dataclass(frozen=True)
 class RecoveryResult:
     """What :func:`recover` did; ``snapshot`` is the snapshot materialised, if any."""
@@ -249,59 +314,41 @@ def recover_checkpoint(  # noqa: PLR0913 - the decision's inputs plus a keyword-
         write_marker(checkpoint, marker)
         return RecoveryResult("keep", decision.reason, seconds=time.monotonic() - started)
     assert point is not None
-    reusable = local.foreign(layout.pipeline_id, point.generation) is None
-    skipped: list[str] = []
-    for ref in point.retained:
-        if reusable and local.at_or_past(ref, point.query_id):
-            write_marker(checkpoint, marker)
-            reason = (
-                f"newer snapshots unusable; the checkpoint (batch {local.last_committed}) is at or "
-                f"past snapshot {ref.snapshot_id} (batch {ref.batch_id})"
-            )
-            return RecoveryResult(
-                "keep", reason, skipped=tuple(skipped), seconds=time.monotonic() - started
-            )
-        try:
-            manifest: Manifest = load_manifest(store, ref.manifest, ref.manifest_sha256)
-            if manifest.generation != point.generation:
-                raise SnapshotCorrupted(
-                    f"snapshot {ref.snapshot_id} was taken in generation {manifest.generation}, "
-                    f"the resume point is at generation {point.generation}"
-                )
-            done = materialise(store, layout, manifest, checkpoint, cancelled=cancelled)
-        except SnapshotCorrupted as err:
-            log.warning(
-                "snapshot %d (epoch %d) is unusable: %s; trying the previous retained snapshot",
-                ref.snapshot_id,
-                ref.epoch,
-                err,
-            )
-            skipped.append(f"snapshot {ref.snapshot_id}: {err}")
-            continue
-        write_marker(checkpoint, marker)
-        log.info(
-            "materialised snapshot %d (batch %d, epoch %d): %d files, %d bytes in %.2fs into %s",
-            ref.snapshot_id,
-            ref.batch_id,
-            ref.epoch,
-            done.files,
-            done.bytes,
-            done.seconds,
-            checkpoint,
+
+    def load(ref: SnapshotRef) -> Manifest:
+        return load_manifest(store, ref.manifest, ref.manifest_sha256)
+
+    def install(ref: SnapshotRef, manifest: Manifest) -> Materialised:
+        return materialise(store, layout, manifest, checkpoint, cancelled=cancelled)
+
+    restored = restore_retained(point, local, layout.pipeline_id, load, install)
+    ref, skipped = restored.ref, restored.skipped
+    write_marker(checkpoint, marker)
+    done = restored.installed
+    if done is None:
+        reason = (
+            f"newer snapshots unusable; the checkpoint (batch {local.last_committed}) is at or "
+            f"past snapshot {ref.snapshot_id} (batch {ref.batch_id})"
         )
-        return RecoveryResult(
-            "materialise",
-            decision.reason,
-            snapshot=ref,
-            epoch=ref.epoch,
-            batch_id=ref.batch_id,
-            files=done.files,
-            bytes=done.bytes,
-            seconds=time.monotonic() - started,
-            skipped=tuple(skipped),
-        )
-    raise SnapshotCorrupted(
-        "no retained snapshot of pipeline "
-        f"'{layout.pipeline_id}' is usable ({'; '.join(skipped)}); "
-        "recover(mode='replay') rebuilds the state from the source's persisted start"
+        return RecoveryResult("keep", reason, skipped=skipped, seconds=time.monotonic() - started)
+    log.info(
+        "materialised snapshot %d (batch %d, epoch %d): %d files, %d bytes in %.2fs into %s",
+        ref.snapshot_id,
+        ref.batch_id,
+        ref.epoch,
+        done.files,
+        done.bytes,
+        done.seconds,
+        checkpoint,
+    )
+    return RecoveryResult(
+        "materialise",
+        decision.reason,
+        snapshot=ref,
+        epoch=ref.epoch,
+        batch_id=ref.batch_id,
+        files=done.files,
+        bytes=done.bytes,
+        seconds=time.monotonic() - started,
+        skipped=skipped,
     )

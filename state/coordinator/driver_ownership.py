@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,15 +73,25 @@ class DriverOwnership:
     ``on_lost(reason)`` runs on a thread of its own when the ZooKeeper session expires.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - its collaborators, and the simulation's seams
         self,
         config: CoordinatorConfig,
         store: StateStore,
         *,
         on_acquired: Callable[[int], None] = _ignore_token,
         on_lost: Callable[[str], None] = _ignore_reason,
+        races: Retry | None = None,
+        clock: Callable[[], float] = time.time,
+        identifier: str | None = None,
     ) -> None:
+        """``races`` retries the lost races of the token and the barrier claim (default
+        :func:`~state.retry.cas_loop`), ``clock`` stamps the claim, ``identifier`` names
+        this driver where no ZooKeeper lock does (default ``pid N``): seams for a
+        deterministic simulation, which runs many drivers in one process."""
         self.config = config
+        self._races = races
+        self._clock = clock
+        self._identifier = identifier
         self.store = store
         self.layout = config.layout
         self.backend: ResumePointBackend = StoreResumePoints(store, self.layout)
@@ -116,8 +127,16 @@ class DriverOwnership:
             except GenerationSuperseded:
                 self.release()
                 raise
-            token = take_token(self.store, self.layout, identifier=self.identity, coordinator=True)
-            BarrierStateStore(self.store, self.layout).claim_driver(token, driver=self.identity)
+            token = take_token(
+                self.store,
+                self.layout,
+                identifier=self.identity,
+                races=self._races,
+                coordinator=True,
+            )
+            BarrierStateStore(
+                self.store, self.layout, clock=self._clock, races=self._races
+            ).claim_driver(token, driver=self.identity)
             self._token = token
             try:
                 self._on_acquired(token)
@@ -253,7 +272,9 @@ class DriverOwnership:
     @property
     def identity(self) -> str:
         """Who this driver is, as recorded with its token (``host:pid:id`` with ZooKeeper)."""
-        return self._lock.identifier if self._lock is not None else f"pid {os.getpid()}"
+        if self._lock is not None:
+            return self._lock.identifier
+        return self._identifier if self._identifier is not None else f"pid {os.getpid()}"
 
     def describe_acquire(self) -> str:
         """What :meth:`acquire` waits for, for a timeout message."""

@@ -47,6 +47,8 @@ from state.protocol.epoch_floor import (
 )
 from state.protocol.fencing import check_token
 from state.protocol.resume_point import accepted_point, advance_resume_point
+from state.records.barrier import BarrierState
+from state.records.inflight_bundle import InflightBundle
 from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import poll_until
@@ -55,6 +57,18 @@ from state.stores import StateStore
 log = logging.getLogger(__name__)
 
 CHECKPOINT_WAIT_S = 10.0
+
+
+def blocking_bundle(state: BarrierState, epoch: int) -> InflightBundle | None:
+    """The bundle a snapshot of a batch of ``epoch`` waits for (None: it may be accepted).
+
+    A bundle in flight at or below the snapshot's epoch may still be resolved by a
+    replay of its epoch; a restore from the snapshot starts after it, so the snapshot is
+    accepted only once no such bundle is in flight (pure: the simulator calls it too)."""
+    inflight = state.inflight
+    if inflight is not None and inflight.epoch <= epoch:
+        return inflight
+    return None
 
 
 @dataclass(frozen=True)
@@ -229,8 +243,8 @@ class SnapshotPipeline:
     def _await_drained(self, epoch: int, timeout: float, closing: Closing) -> None:
         def check() -> None:
             _check_not_closing(closing)
-            inflight = read_barrier_state(self.store, self.layout).inflight
-            if inflight is not None and inflight.epoch <= epoch:
+            inflight = blocking_bundle(read_barrier_state(self.store, self.layout), epoch)
+            if inflight is not None:
                 raise _NotDrainedError(
                     f"barrier bundle {inflight.bundle_id} (epoch {inflight.epoch}) "
                     f"still in flight at or below the snapshot's epoch {epoch}"
@@ -284,4 +298,4 @@ def _check_not_closing(closing: Closing) -> None:
         raise CoordinationError(reason)
 
 
-__all__ = ["Lineage", "SnapshotPipeline", "SnapshotStats"]
+__all__ = ["Lineage", "SnapshotPipeline", "SnapshotStats", "blocking_bundle"]

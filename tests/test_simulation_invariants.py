@@ -1,0 +1,120 @@
+"""The simulator's invariants on hand-made states (pure checks over the simulated world's
+store): each one flags what it forbids. A bug that reaches them in the product is the
+mutation tests' business (test_simulation_mutations.py); these show the checks can fail."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from simulation.choosers import ReplayChooser
+from simulation.query import SimConfig
+from simulation.world import World
+from state.records.barrier import BarrierState
+from state.records.epoch import EpochRecord
+from state.records.inflight_bundle import InflightBundle
+from state.records.resume_point import ResumePoint, SnapshotRef
+from state.records.source_offset import SourceOffset
+
+TOPIC = "t"
+
+
+_WORLDS: list[World] = []
+
+
+@pytest.fixture(autouse=True)
+def _empty_stores() -> Iterator[None]:
+    """The worlds' memory stores are the process's (a run empties them at its end, and
+    these worlds never run): empty them, so that no later run finds these records."""
+    yield
+    for world in _WORLDS:
+        for store in (world.inner, world.dead_inner):
+            store.delete_many(store.list())
+    _WORLDS.clear()
+
+
+def _world() -> World:
+    world = World(SimConfig(partitions=1, per_partition=4), ReplayChooser(()))
+    _WORLDS.append(world)
+    return world
+
+
+def _point(generation: int, epoch: int, batch_id: int, snapshot_id: int = 1) -> ResumePoint:
+    ref = SnapshotRef(
+        snapshot_id, f"sim/snapshots/{snapshot_id}/manifest.json", "x", epoch, batch_id
+    )
+    return ResumePoint(
+        generation=generation,
+        token=1,
+        epoch=epoch,
+        batch_id=batch_id,
+        query_id="q1",
+        frontier=None,
+        created_at=0.0,
+        retained=(ref,),
+    )
+
+
+def _violation(world: World) -> str | None:
+    return None if world.violation is None else world.violation.invariant
+
+
+def test_a_resume_point_that_moves_back_is_a_violation() -> None:
+    world = _world()
+    world.checker.resume_written(_point(0, 2, 2, snapshot_id=2))
+    world.checker.resume_written(_point(1, -1, -1, snapshot_id=3))  # a new generation: forward
+    assert _violation(world) is None
+    world.checker.resume_written(_point(1, 3, 3, snapshot_id=4))
+    world.checker.resume_written(_point(1, 1, 1, snapshot_id=5))
+    assert _violation(world) == "resume point never moves back"
+
+
+def test_a_snapshot_accepted_over_a_bundle_in_flight_is_a_violation() -> None:
+    world = _world()
+    inflight = InflightBundle(
+        epoch=2, query_id="q1", batch_id=2, run_id="p1-r1", parts=(), has_gt=True, ordered=True
+    )
+    world.inner.put_json(
+        world.layout.barrier_state, BarrierState(gt_last=1, inflight=inflight).to_json()
+    )
+    world.checker.resume_written(_point(0, 1, 1, snapshot_id=1))  # below it: fine
+    assert _violation(world) is None
+    world.checker.resume_written(_point(0, 2, 2, snapshot_id=2))  # at its epoch
+    assert _violation(world) == "no snapshot over a bundle in flight"
+
+
+def _epoch(world: World, k: int, start: int, end: int) -> None:
+    key = next(iter(world.input.zero()))
+    record = EpochRecord(k, SourceOffset(k, {key: start}), SourceOffset(k + 1, {key: end}))
+    world.inner.put_json(world.layout.epoch(k), record.to_json())
+
+
+def test_epochs_that_do_not_tile_the_input_are_a_violation() -> None:
+    tiled = _world()
+    key = next(iter(tiled.input.zero()))
+    tiled.inner.put_json(tiled.layout.source_start, SourceOffset(0, {key: 0}).to_json())
+    _epoch(tiled, 0, 0, 2)
+    _epoch(tiled, 1, 2, 4)
+    assert tiled.checker.tiled(1)
+    assert _violation(tiled) is None
+
+    gap = _world()
+    gap.inner.put_json(gap.layout.source_start, SourceOffset(0, {key: 0}).to_json())
+    _epoch(gap, 0, 0, 2)
+    _epoch(gap, 1, 3, 4)  # offset 2 is in no epoch
+    assert not gap.checker.tiled(1)
+    assert _violation(gap) == "epochs tile the input"
+
+
+def test_a_claimed_runs_part_left_at_the_end_is_a_violation() -> None:
+    world = _world()
+    world.checker.claimed.add("p1-r1")
+    parts = world.parts
+    parts["sim/staging/q1/000000000000/p00000-t1-rp2-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()  # p2-r1 never claimed: its part may stay
+    assert _violation(world) is None
+    parts["sim/staging/q1/000000000000/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()
+    assert _violation(world) == "only unclaimed runs' parts remain"
