@@ -99,6 +99,24 @@ def reachable(host: str, port: int) -> bool:
         return False
 
 
+def record_source_start(state: str, pipeline: str, partitions: dict[tuple[str, int], int]) -> None:
+    """The source's start of ``pipeline`` in the store at ``state``, and a barrier state
+    claimed by a driver: what a scrape reads."""
+    from state.layout import PipelineLayout
+    from state.options import Options
+    from state.protocol.barrier_state import BarrierStateStore
+    from state.protocol.epoch_log import EpochLog
+    from state.records.source_offset import SourceOffset
+    from state.stores import StoreConfig, open_store
+
+    store = open_store(StoreConfig.from_options(Options({"state.uri": state}, where="test")))
+    try:
+        EpochLog(store, PipelineLayout(pipeline)).create_start(SourceOffset(0, partitions))
+        BarrierStateStore(store, PipelineLayout(pipeline)).claim_driver(1, driver="h:1:x")
+    finally:
+        store.close()
+
+
 # --- the address --------------------------------------------------------------------------
 
 
@@ -136,7 +154,7 @@ def test_https_with_a_test_ca(server_tls: TlsFiles) -> None:
         assert server.url.startswith("https://")
         status, text, _ = get(server.url, ca=server_tls.ca)
         assert status == 200 and "gtbarrier_test_up" in text
-        with pytest.raises(ssl.SSLCertVerificationError):
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             get(server.url)  # the system's CAs do not know the test CA
         conn = http.client.HTTPConnection(LOOPBACK, server.port, timeout=10)
         try:
@@ -220,8 +238,10 @@ def test_the_exporter_serves_https_with_basic_authentication(
     server_tls: TlsFiles, tmp_path: Path
 ) -> None:
     env = {**repo_env(), PASSWORD_ENV: PASSWORD}
+    state = f"file://{tmp_path / 'state'}"
+    record_source_start(state, "secured", {("t", 0): 0})
     args = [
-        *("--pipeline", "secured", "--state-uri", f"file://{tmp_path / 'state'}"),
+        *("--pipeline", "secured", "--state-uri", state),
         *("--tls-cert", str(server_tls.cert), "--tls-key", str(server_tls.key)),
         "--basic-auth",
         f"prometheus:${{env:{PASSWORD_ENV}}}",
@@ -231,7 +251,7 @@ def test_the_exporter_serves_https_with_basic_authentication(
         status, _, _ = get(run.url, ca=server_tls.ca)
         assert status == 401
         status, text, _ = get(run.url, ca=server_tls.ca, auth=("prometheus", PASSWORD))
-        assert status == 200 and "gtbarrier_" in text, text[:500]
+        assert status == 200 and 'gtbarrier_gt_last{pipeline="secured"} -1.0' in text, text[:500]
         assert PASSWORD not in run.text()
 
 
@@ -241,21 +261,10 @@ def test_the_exporter_keeps_one_zookeeper_session_and_one_kafka_reader(
     from datasource import offset_reader
     from gtbarrier.cli import exporter as exporter_command
     from state.coordinator import zookeeper
-    from state.layout import PipelineLayout
-    from state.options import Options
-    from state.protocol.epoch_log import EpochLog
-    from state.records.source_offset import SourceOffset
-    from state.stores import StoreConfig, open_store
 
     topic = kafka.create_topic(partitions=2)
     state = f"file://{tmp_path / 'state'}"
-    store = open_store(StoreConfig.from_options(Options({"state.uri": state}, where="test")))
-    try:
-        EpochLog(store, PipelineLayout("reuse")).create_start(
-            SourceOffset(0, {(topic, 0): 0, (topic, 1): 0})
-        )
-    finally:
-        store.close()
+    record_source_start(state, "reuse", {(topic, 0): 0, (topic, 1): 0})
 
     sessions: list[object] = []
     readers: list[object] = []
