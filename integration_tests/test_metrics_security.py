@@ -229,6 +229,16 @@ def test_bad_access_settings_name_the_option(tmp_path: Path, server_tls: TlsFile
             0,
             access=parse(tls_cert=str(tmp_path / "missing.pem"), tls_key=str(server_tls.key)),
         )
+    with pytest.raises(ConfigError, match="metrics_tls_client_ca"):
+        metrics_server.MetricsServer(
+            One(),
+            0,
+            access=parse(
+                tls_cert=str(server_tls.cert),
+                tls_key=str(server_tls.key),
+                tls_client_ca=str(tmp_path / "missing-ca.pem"),
+            ),
+        )
 
 
 # --- the exporter ---------------------------------------------------------------------------
@@ -298,3 +308,39 @@ def test_the_exporter_keeps_one_zookeeper_session_and_one_kafka_reader(
         reading.close()
     assert len(sessions) == 1, f"{len(sessions)} ZooKeeper sessions for 6 scrapes"
     assert len(readers) == 1, f"{len(readers)} Kafka readers for 6 scrapes"
+
+
+# --- the coordinator's endpoint ---------------------------------------------------------------
+
+
+def test_the_coordinators_endpoint_takes_tls_and_basic_authentication(
+    server_tls: TlsFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from state.coordinator import SnapshotCoordinator
+    from tests.coordinator_fakes import fake_spark
+
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    with pytest.raises(ConfigError) as caught:
+        SnapshotCoordinator(
+            None, "p1", "memory://m-bad", tmp_path / "cp", metrics_port=0, metrics_tls_key="/k"
+        )
+    assert caught.value.option == "metrics_tls_cert"
+    coord = SnapshotCoordinator(
+        fake_spark(),
+        "p1",
+        "memory://metrics-secured",
+        tmp_path / "cp",
+        snapshot_period="1h",
+        metrics_port=0,
+        metrics_tls_cert=str(server_tls.cert),
+        metrics_tls_key=str(server_tls.key),
+        metrics_basic_auth=f"prometheus:${{env:{PASSWORD_ENV}}}",
+    )
+    try:
+        assert PASSWORD not in repr(coord.config)
+        url = f"https://{LOOPBACK}:{coord.metrics_port}/metrics"
+        assert get(url, ca=server_tls.ca)[0] == 401
+        status, text, _ = get(url, ca=server_tls.ca, auth=("prometheus", PASSWORD))
+        assert status == 200 and "gtbarrier_snapshots_total" in text, text[:500]
+    finally:
+        coord.close()

@@ -48,9 +48,7 @@ COORDINATOR_NAMES = AccessNames(
     "metrics_basic_auth",
     "SnapshotCoordinator",
 )
-EXPORTER_NAMES = AccessNames(
-    "--tls-cert", "--tls-key", "--tls-client-ca", "--basic-auth", "gtbarrier exporter"
-)
+EXPORTER_NAMES = AccessNames("--tls-cert", "--tls-key", "--tls-client-ca", "--basic-auth", "")
 _BASIC_AUTH_FORM = "'user:password' (the password may be ${env:NAME} or ${file:/path})"
 
 
