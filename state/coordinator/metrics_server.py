@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -196,7 +197,13 @@ class _Server(ThreadingWSGIServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A failed TLS handshake (no client certificate, plain HTTP on the TLS port) ends
         # that connection only; logged without the traceback socketserver would print.
-        log.info("gtbarrier metrics: a connection from %s failed", client_address[0])
+        failure = sys.exc_info()[1]
+        log.info(
+            "gtbarrier metrics: a connection from %s failed: %s: %s",
+            client_address[0],
+            type(failure).__name__,
+            redact(str(failure)),
+        )
 
 
 class _Server6(_Server):
