@@ -17,12 +17,19 @@ Secured (``consumer.http.token``, ``consumer.http.caFile`` on the sink's side)::
         --token-file /run/secrets/receiver-token
 
 ``--tls-cert``/``--tls-key`` serve HTTPS (PEM files; the certificate may carry its chain).
-``--token-file PATH`` (the file's content, one trailing line break dropped) or ``--token
-VALUE`` (a value or a secret reference such as ``${env:RECEIVER_TOKEN}``; a value on the
-command line is visible to every user of the host) makes every request but ``GET
-/_health`` carry ``Authorization: Bearer <token>``: one without it, or with another token,
-is answered ``401`` with ``WWW-Authenticate: Bearer`` and logged (method, path, client,
-never a token), and nothing is stored.
+A bearer token is required: ``--token-file PATH`` (the file's content, one trailing line
+break dropped) or ``--token VALUE`` (a value or a secret reference such as
+``${env:RECEIVER_TOKEN}``; a value on the command line is visible to every user of the
+host) makes every request but ``GET /_health`` carry ``Authorization: Bearer <token>``: one
+without it, or with another token, is answered ``401`` with ``WWW-Authenticate: Bearer``
+and logged (method, path, client, never a token), and nothing is stored. Without either the
+receiver does not start, unless ``--insecure-no-token`` says to serve every client (for
+local tests and demos only; it logs a warning).
+
+A request body larger than ``--max-body-bytes`` (default 64 MiB, ample for a bundle of
+a few hundred thousand rows; raise it for larger micro-batches) is answered ``413`` and
+nothing is stored; at most that many bytes of a body are held in memory. The token is
+checked first: an unauthenticated body is read and dropped, never held.
 
 Fault injection for tests: ``--drop-after-store N`` stores bundle ``N`` and then drops the
 connection without answering (once): the sink cannot tell whether it was stored.
@@ -55,6 +62,9 @@ from state.secrets import has_reference, resolve
 log = logging.getLogger("gtbarrier.receiver")
 
 DB_NAME = "receiver.sqlite3"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""``--max-body-bytes``'s default: a bundle is one micro-batch in one request."""
+NO_TOKEN = "--insecure-no-token"
 OPEN_PATHS = frozenset({"/_health"})
 """Paths served without the token: they say nothing of what is stored."""
 SCHEMA = """
@@ -186,11 +196,108 @@ class BearerToken:
         await response(scope, receive, send)
 
 
+class _TooLarge(Exception):
+    """A request body over the limit (raised and caught within :class:`BodyLimit`);
+    ``read_whole``: the body's last part was read already."""
+
+    def __init__(self, *, read_whole: bool) -> None:
+        super().__init__()
+        self.read_whole = read_whole
+
+
+class BodyLimit:
+    """ASGI middleware: a request body of more than ``limit`` bytes is answered 413 before
+    the app sees it, whether its length is declared or it comes chunked.
+
+    The body is read into memory up to ``limit`` bytes and then handed to the app whole;
+    beyond it the rest is read and dropped, so that a client still sending sees the 413
+    rather than a reset connection (which the sink would take for a bundle that may have
+    been stored)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        try:
+            if declared.isdigit() and int(declared) > self.limit:
+                raise _TooLarge(read_whole=False)
+            chunks = await self._read(receive)
+        except _TooLarge as too_large:
+            if not too_large.read_whole:
+                await self._drain(receive)
+            await self._refuse(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> list[bytes]:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return chunks
+            body = message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            size += len(body)
+            if size > self.limit:
+                raise _TooLarge(read_whole=not more)
+            chunks.append(body)
+            if not more:
+                return chunks
+
+    @staticmethod
+    async def _drain(receive: Receive) -> None:
+        """Read the rest of a body and drop it (after a part whose ``more_body`` was set:
+        one more ``receive`` on a finished body would wait for the client to leave)."""
+        message: Message = {"more_body": True}
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client") or ("?", 0)
+        log.warning(
+            "receiver: refused %s %s from %s: a body over %d bytes (HTTP 413)",
+            scope["method"],
+            scope["path"],
+            client[0],
+            self.limit,
+        )
+        response = JSONResponse(
+            {
+                "error": f"the request body is larger than this receiver accepts "
+                f"({self.limit} bytes, its --max-body-bytes)"
+            },
+            413,
+        )
+        await response(scope, receive, send)
+
+
 def create_app(
-    directory: str, *, drop_after_store: int | None = None, token: str | None = None
+    directory: str,
+    *,
+    drop_after_store: int | None = None,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> ASGIApp:
-    """The receiver storing into ``directory``; with ``token``, every request but
-    ``GET /_health`` must carry it as a bearer token (:class:`BearerToken`)."""
+    """The receiver storing into ``directory``; a body over ``max_body_bytes`` is answered
+    413 (:class:`BodyLimit`); with ``token``, every request but ``GET /_health`` must carry
+    it as a bearer token (:class:`BearerToken`), checked before the body's size."""
     db = BundleDb(directory)
     pending_drop = {drop_after_store} if drop_after_store is not None else set()
 
@@ -246,7 +353,8 @@ def create_app(
         ],
         lifespan=lifespan,
     )
-    return app if token is None else BearerToken(app, token)
+    limited = BodyLimit(app, max_body_bytes)
+    return limited if token is None else BearerToken(limited, token)
 
 
 @dataclass(frozen=True)
@@ -260,6 +368,7 @@ class ReceiverOptions:
     token: str | None = field(default=None, repr=False)
     tls_cert: str | None = None
     tls_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -282,6 +391,19 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--token-file",
         metavar="PATH",
         help="require the bearer token held in this file (one trailing line break dropped)",
+    )
+    token.add_argument(
+        NO_TOKEN,
+        action="store_true",
+        help="serve every client without a token (local tests and demos only)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help="answer 413 to a request body larger than N bytes "
+        f"(default {DEFAULT_MAX_BODY_BYTES}, 64 MiB)",
     )
     parser.add_argument(
         "--drop-after-store",
@@ -317,6 +439,14 @@ def receiver_options(
             parser.error(str(err))
     if token is not None and (not token or any(c.isspace() for c in token)):
         parser.error("the bearer token must be non-empty, without spaces or line breaks")
+    if token is None and not args.insecure_no_token:
+        parser.error(
+            "no bearer token: give --token-file PATH or --token VALUE (every request but "
+            f"GET /_health must then carry it), or {NO_TOKEN} to serve every client "
+            "without one (local tests and demos only)"
+        )
+    if args.max_body_bytes < 1:
+        parser.error(f"--max-body-bytes {args.max_body_bytes}: expected a positive number of bytes")
     return ReceiverOptions(
         port=args.port,
         dir=args.dir,
@@ -325,6 +455,7 @@ def receiver_options(
         token=token,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        max_body_bytes=args.max_body_bytes,
     )
 
 
@@ -334,7 +465,18 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http
 
     # The refusals' lines (uvicorn configures only its own loggers).
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    app = create_app(options.dir, drop_after_store=options.drop_after_store, token=options.token)
+    if options.token is None:
+        log.warning(
+            "receiver: serving every client without a bearer token (%s): "
+            "for local tests and demos only",
+            NO_TOKEN,
+        )
+    app = create_app(
+        options.dir,
+        drop_after_store=options.drop_after_store,
+        token=options.token,
+        max_body_bytes=options.max_body_bytes,
+    )
     uvicorn.run(
         app,
         host=options.host,

@@ -1,6 +1,7 @@
 """The reference HTTP receiver (``python -m gtbarrier.http_receiver``) as a local server,
 and readers of what it stored.
 
+``Receiver(directory, log_dir)`` runs it without a token (``--insecure-no-token``);
 ``Receiver(directory, log_dir, tls=make_tls_files(...), token="...")`` runs it secured:
 HTTPS with that certificate (``.url`` is ``https://``; ``.tls.ca`` signs it) and the
 bearer token required of every request (given in a file, ``--token-file``, so that it is
@@ -42,8 +43,8 @@ class Receiver:
         self.tls = tls
         self.token = token
         self.url = f"{'https' if tls else 'http'}://{LOOPBACK}:{self.port}"
-        # The first 7 arguments are a plain receiver's whole command line (the chaos run
-        # cuts the extra ones off there); a secured one's options follow them.
+        # base_argv is the receiver's whole command line without extra arguments (the chaos
+        # run cuts the extra ones off there).
         self.base_argv = [
             sys.executable,
             "-m",
@@ -55,7 +56,10 @@ class Receiver:
         ]
         if tls is not None:
             self.base_argv += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-        if token is not None:
+        if token is None:
+            # the receiver requires a token unless told otherwise: a plain one is for tests
+            self.base_argv.append("--insecure-no-token")
+        else:
             token_file = log_dir / f"receiver-{self.port}.token"
             token_file.touch(mode=0o600)
             token_file.write_text(token + "\n")

@@ -19,7 +19,7 @@ from harness.ports import LOOPBACK
 from harness.process import REPO_ROOT
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-SERVING = re.compile(r"serving (http://\S+/metrics)")
+SERVING = re.compile(r"serving (https?://\S+/metrics)")
 
 
 def scrape(url: str, timeout: float = 30.0) -> tuple[str, Samples]:

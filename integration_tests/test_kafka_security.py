@@ -606,3 +606,76 @@ def test_the_kafka_consumer_and_its_dead_letter_topic_take_their_passwords_by_re
     for text in texts:
         for password in (out.password, dlq.password):
             assert password not in text, "a SASL password appears in a log, repr or message"
+
+
+# --- the documented SASL_SSL + SCRAM-SHA-512 example, end to end --------------------------
+
+READER_PASSWORD_ENV = "KAFKA_READER_PASSWORD"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_documented_sasl_ssl_scram_example_runs_end_to_end(
+    kafka_sasl_ssl_scram: KafkaGateway, kafka: KafkaHelper, driver: Any, tmp_path: Path
+) -> None:
+    """docs/security.md's example "a SASL_SSL cluster with SCRAM-SHA-512", as written: TLS
+    and SCRAM-SHA-512 together on one endpoint, the source's password as
+    ``${env:KAFKA_READER_PASSWORD}`` (in the driver and its executors), its progress
+    committed to a group, the sink's ``consumer=kafka`` password as ``${file:...}``; then
+    ``gtbarrier status`` with the reader's settings. Every record once in the output topic,
+    every client authenticated with SCRAM-SHA-512 over TLS, the password nowhere."""
+    gateway = kafka_sasl_ssl_scram
+    assert gateway.security_protocol == "SASL_SSL" and gateway.mechanism == "SCRAM-SHA-512"
+    n, partitions = 1500, 2
+    topic = kafka.create_topic(partitions=partitions)
+    out_topic = kafka.create_topic(partitions=partitions)
+    numbered(kafka, topic, n, partitions)
+    pipeline = f"sec-scram-tls-{uuid.uuid4().hex[:6]}"
+    group = f"{pipeline}-group"
+    state = f"file://{tmp_path / 'state'}"
+    writer_secret = tmp_path / "kafka-writer"
+    writer_secret.write_text(gateway.password + "\n")
+    writer_secret.chmod(0o600)
+
+    source = {
+        **gateway.options("kafka."),
+        "kafka.sasl.plain.password": "${env:" + READER_PASSWORD_ENV + "}",
+        "commitOffsetsToGroup": group,
+    }
+    sink = {
+        "consumer": "kafka",
+        "consumer.topic": out_topic,
+        "consumer.kafka.bootstrap.servers": gateway.bootstrap,
+        **gateway.options("consumer.kafka."),
+        "consumer.kafka.sasl.plain.password": "${file:" + str(writer_secret) + "}",
+    }
+    given = json.dumps({"source": source, "sink": sink})
+    assert gateway.password not in given
+    run = driver.run(
+        PROGRAM,
+        *("--bootstrap", gateway.bootstrap, "--topic", topic, "--pipeline", pipeline),
+        *("--state", state, "--checkpoint", str(tmp_path / "cp")),
+        env={"GTB_SECURITY_OPTIONS": given, READER_PASSWORD_ENV: gateway.password},
+    )
+    assert run.wait(DRIVER_TIMEOUT) == 0, run.output()[-5000:]
+
+    values = sorted(int(r.value) for r in kafka.consume_all(out_topic))
+    assert values == list(range(n)), "the output topic does not hold every record exactly once"
+    authenticated = gateway.events("authenticated")
+    assert authenticated, "no client authenticated through the endpoint"
+    assert {(e["mechanism"], e["tls"]) for e in authenticated} == {("SCRAM-SHA-512", True)}
+    assert {METADATA, LIST_OFFSETS, FETCH} <= gateway.requests_by(f"gtkafka-{pipeline}")
+    assert PRODUCE in {int(e["api_key"]) for e in gateway.events("request")}
+    wait_until(
+        lambda: bool(committed(kafka, group, topic)),
+        timeout=60,
+        what=f"group {group} to show committed offsets on the broker",
+    )
+
+    kafka.produce_values(topic, [b"9"] * 10, partition=0)
+    status = gtbarrier_status(gateway, pipeline, state)
+    assert status["lag"]["behind_total"] == 10, status["lag"]
+    logs = [gateway.events_path.read_text(), run.output()]
+    if gateway.log_path is not None:
+        logs.append(gateway.log_path.read_text())
+    assert_no_password(gateway, *logs, str(status))

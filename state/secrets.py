@@ -19,6 +19,23 @@ provider than ``env`` and ``file``) raises
 :class:`~state.errors.SecretReferenceError`, which names the option and the reference,
 never a value.
 
+Which files and variables a reference may read is the operator's choice, like Kafka
+Connect's ``allowed.paths`` of its ``FileConfigProvider``, through the environment of the
+process that resolves it (the driver, each executor, a CLI command):
+
+* ``GTBARRIER_SECRET_FILE_DIRS``: the directories (absolute, ``os.pathsep``-separated) a
+  ``${file:...}`` reference may read below; the path is resolved (``..``, symbolic links)
+  before it is checked;
+* ``GTBARRIER_SECRET_ENV_NAMES``: the variables (comma-separated; ``PREFIX*`` matches a
+  prefix) an ``${env:...}`` reference may read.
+
+Unset, a list allows every file (or variable), as a single-tenant deployment expects; set,
+only those (empty: none). It is an environment variable of the server's processes, not an
+option: whoever writes the pipeline sets its options (and, on Spark Connect, the session's
+runtime configuration), and the allowlist exists to bound what they can read. A reference
+outside it is refused before the file or variable is looked at, naming the reference's
+kind and the allowlist.
+
 A secret a client is given must not come back in a log record: the client's library may
 log it (botocore logs every request it signs at DEBUG, its ``Authorization`` header naming
 the access key id; kafka-python and kazoo log their authentication packets).
@@ -43,6 +60,10 @@ from state.errors import SecretReferenceError
 
 REFERENCE = re.compile(r"\$\{([A-Za-z][A-Za-z0-9_]*):([^}]*)\}")
 PROVIDERS = ("env", "file")
+FILE_DIRS_ENV = "GTBARRIER_SECRET_FILE_DIRS"
+"""The directories ``${file:...}`` references may read (unset: any)."""
+ENV_NAMES_ENV = "GTBARRIER_SECRET_ENV_NAMES"
+"""The variables ``${env:...}`` references may read (unset: any)."""
 
 
 def has_reference(value: str) -> bool:
@@ -69,8 +90,10 @@ def resolve(
         provider, target = match.group(1), match.group(2)
         reference = match.group(0)
         if provider == "env":
+            _check_variable_allowed(env, target, option, reference, where)
             return hide_in_logs(_from_environment(env, target, option, reference, where))
         if provider == "file":
+            _check_file_allowed(env, target, option, reference, where)
             return hide_in_logs(_from_file(target, option, reference, where))
         raise SecretReferenceError(
             option,
@@ -80,6 +103,64 @@ def resolve(
         )
 
     return REFERENCE.sub(secret, value)
+
+
+def _check_variable_allowed(
+    env: Mapping[str, str], name: str, option: str, reference: str, where: str
+) -> None:
+    """Refuse ``name`` unless :data:`ENV_NAMES_ENV` is unset or lists it (checked before
+    the variable is read, so that an unlisted one is never told apart from an unset one)."""
+    listed = env.get(ENV_NAMES_ENV)
+    if listed is None:
+        return
+    patterns = [p.strip() for p in listed.split(",") if p.strip()]
+    for pattern in patterns:
+        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return
+    allowed = ", ".join(patterns) if patterns else "no variable"
+    raise SecretReferenceError(
+        option,
+        reference,
+        f"is not allowed: an environment reference may name only the variables of "
+        f"{ENV_NAMES_ENV} ({allowed}), set where the reference is resolved",
+        where=where,
+    )
+
+
+def _check_file_allowed(
+    env: Mapping[str, str], target: str, option: str, reference: str, where: str
+) -> None:
+    """Refuse a file reference unless :data:`FILE_DIRS_ENV` is unset or the file, its
+    ``..`` and symbolic links resolved, lies below one of its directories. Checked before
+    the file is opened: whether a file outside exists is not told."""
+    listed = env.get(FILE_DIRS_ENV)
+    if listed is None:
+        return
+    dirs = [d.strip() for d in listed.split(os.pathsep) if d.strip()]
+    relative = [d for d in dirs if not os.path.isabs(d)]
+    if relative:
+        raise SecretReferenceError(
+            option,
+            reference,
+            f"cannot be checked: {FILE_DIRS_ENV} holds {', '.join(relative)}; expected "
+            f"absolute directories separated by {os.pathsep!r}",
+            where=where,
+        )
+    path, _ = _path_and_key(target)
+    if not os.path.isabs(path):
+        return  # refused by _from_file before any file is opened
+    real = Path(os.path.realpath(path))
+    for d in dirs:
+        if real.is_relative_to(os.path.realpath(d)):
+            return
+    allowed = ", ".join(dirs) if dirs else "no directory"
+    raise SecretReferenceError(
+        option,
+        reference,
+        f"is not allowed: a file reference may name only files below the directories of "
+        f"{FILE_DIRS_ENV} ({allowed}), set where the reference is resolved",
+        where=where,
+    )
 
 
 def _from_environment(

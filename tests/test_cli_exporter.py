@@ -32,3 +32,22 @@ def test_a_port_in_use_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_the_exporter_is_a_command() -> None:
     assert "exporter" in build_parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--tls-cert", "/c.pem"], "'--tls-key' = <missing>"),
+        (["--tls-client-ca", "/ca.pem"], "'--tls-cert' = <missing>"),
+        (["--basic-auth", "only-a-secret"], "'--basic-auth' = '<not shown>'"),
+        (["--basic-auth", "prometheus:"], "'--basic-auth' = 'prometheus:<not shown>'"),
+        (["--tls-cert", "/missing.pem", "--tls-key", "/missing-key.pem"], "'--tls-cert'"),
+    ],
+)
+def test_bad_access_arguments_are_usage_errors(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exporter("--port", "0", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gtbarrier exporter: error: option") and named in err, err
+    assert "only-a-secret" not in err

@@ -235,19 +235,23 @@ def test_receiver_command_line_token_and_tls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base = ["--port", "8443", "--dir", str(tmp_path / "db")]
-    assert receiver_options(base).token is None
+    assert receiver_options([*base, "--insecure-no-token"]).token is None
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     assert receiver_options([*base, "--token-file", str(token_file)]).token == TOKEN
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     from_env = receiver_options([*base, "--token", f"${{env:{TOKEN_ENV}}}"])
     assert from_env.token == TOKEN and TOKEN not in repr(from_env)
-    tls = receiver_options([*base, "--tls-cert", "/c.pem", "--tls-key", "/k.pem"])
+    tls = receiver_options(
+        [*base, "--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--token-file", str(token_file)]
+    )
     assert (tls.tls_cert, tls.tls_key) == ("/c.pem", "/k.pem")
     for bad in (
         [*base, "--tls-cert", "/c.pem"],  # a certificate without its key
         [*base, "--token", "a", "--token-file", str(token_file)],
         [*base, "--token-file", str(tmp_path / "missing")],
+        base,  # no token, and no --insecure-no-token
+        [*base, "--token", "a", "--insecure-no-token"],
     ):
         with pytest.raises(SystemExit):
             receiver_options(bad)

@@ -10,6 +10,12 @@ served by the coordinator's ``metrics_port``. Secrets are given as references
 (``--option s3.secretAccessKey=${env:NAME}``, ``--zookeeper-auth
 'digest:gtb:${env:ZK_PASSWORD}'``), resolved where a client is made. Runs until SIGINT or
 SIGTERM.
+
+The ZooKeeper session, the Kafka reader and the store are made once and kept across
+scrapes (:class:`ExporterReading`). A scrape reads with the exporter's credentials, so it
+listens on ``127.0.0.1`` unless ``--address`` says otherwise; ``--tls-cert``/``--tls-key``
+serve HTTPS, ``--tls-client-ca`` requires client certificates, and ``--basic-auth
+'user:${file:/path}'`` requires basic authentication.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gtbarrier.cli.common import (
     PipelineArgs,
@@ -30,12 +36,24 @@ from gtbarrier.cli.common import (
     open_dead_letter_files,
 )
 from gtbarrier.cli.deadletters import pipeline_files
-from gtbarrier.cli.kafka_ends import end_offsets, source_options
+from gtbarrier.cli.kafka_ends import source_options
 from gtbarrier.cli.output import Result
-from gtbarrier.cli.status import BOOTSTRAP_ENV, ZOOKEEPER_ENV, read_resume
-from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument
+from gtbarrier.cli.status import BOOTSTRAP_ENV, ZOOKEEPER_ENV, ZOOKEEPER_TIMEOUT
+from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
+from state.protocol.resume_point import StoreResumePoints, read_resume_point
+
+if TYPE_CHECKING:
+    from datasource.offset_reader import OffsetReader
+    from sink.dead_letters.dead_letter_files import DeadLetters
+    from state.coordinator.metric_families import PipelineReading
+    from state.coordinator.metrics_server import StateReader
+    from state.coordinator.zookeeper import ZooKeeperSession
+    from state.records.resume_point import ResumePoint
+    from state.records.source_offset import Frontier
+    from state.stores import StateStore
 
 DEFAULT_PORT = 9464
+DEFAULT_ADDRESS = "127.0.0.1"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -52,7 +70,24 @@ def add_parser(subparsers: Any) -> None:
         help=f"the port to listen on (0: a free one, printed; default {DEFAULT_PORT})",
     )
     parser.add_argument(
-        "--address", default="0.0.0.0", help="the address to listen on (default 0.0.0.0)"
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"the address to listen on (default {DEFAULT_ADDRESS}, this host only; 0.0.0.0: "
+        "every interface, then use TLS and --basic-auth)",
+    )
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require a client certificate signed by one of these CAs (needs --tls-cert)",
+    )
+    parser.add_argument(
+        "--basic-auth",
+        metavar="USER:PASSWORD",
+        help="require HTTP basic authentication; the password may be a secret reference "
+        "('prometheus:${file:/run/secrets/metrics}'; a value here is visible to every user "
+        "of the host)",
     )
     parser.add_argument(
         "--zookeeper",
@@ -72,51 +107,143 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+class ExporterReading:
+    """What each scrape reads, with clients made once and kept: the store, the ZooKeeper
+    session (``--zookeeper``, opened at the first scrape; kazoo reconnects it) and the
+    Kafka reader (``--bootstrap``; made again only when the subscribed topics change).
+    A scrape must not open a session or a connection of its own: Prometheus scrapes every
+    few seconds, and each new session costs ZooKeeper a session and the exporter a
+    handshake."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        pipeline: PipelineArgs,
+        store: StateStore,
+        dead_letters: DeadLetters | None,
+    ) -> None:
+        from state.coordinator.metrics_server import StateReader
+
+        self.args = args
+        self.pipeline = pipeline
+        self.store = store
+        self.dead_letters = dead_letters
+        self._state: StateReader = StateReader(store, pipeline.layout)
+        self._session: ZooKeeperSession | None = None
+        self._reader: OffsetReader | None = None
+        self._topics: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExporterReading:
+        """Check the arguments and open the store (and the dead-letter files)."""
+        pipeline = PipelineArgs.parse(args, prefixes=("kafka.",))
+        if args.bootstrap:  # the kafka.* options are checked before anything is served
+            source_options(args.bootstrap, ["-"], pipeline.options)
+        dead_letters = (
+            open_dead_letter_files(args.dead_letters, pipeline.config)
+            if args.dead_letters
+            else None
+        )
+        try:
+            store = pipeline.open_store()
+        except BaseException:
+            if dead_letters is not None:
+                dead_letters.close()
+            raise
+        return cls(args, pipeline, store, dead_letters)
+
+    def read(self) -> PipelineReading:
+        """One scrape's reading (raises the store's, ZooKeeper's or Kafka's errors)."""
+        from state.coordinator.metric_families import PipelineReading, offsets_behind
+
+        facts = self._state.read()
+        behind = None
+        if self.args.bootstrap and facts.planned is not None:
+            ends = self._end_offsets({t for t, _ in facts.planned})
+            behind = offsets_behind(facts.planned, ends)
+        refused = None
+        if self.dead_letters is not None:
+            files = pipeline_files(self.dead_letters, self.pipeline.pipeline_id)
+            refused = sum(f.rows for f in files)
+        return PipelineReading(
+            pipeline=self.pipeline.pipeline_id,
+            barrier=facts.barrier,
+            epochs=facts.epochs,
+            batches_per_epoch=facts.batches_per_epoch,
+            floor=facts.floor,
+            resume=self._resume_point(),
+            behind=behind,
+            dead_letter_rows=refused,
+        )
+
+    def _resume_point(self) -> ResumePoint | None:
+        if not self.args.zookeeper:
+            point, _ = read_resume_point(StoreResumePoints(self.store, self.pipeline.layout))
+            return point
+        from state.coordinator.zookeeper import ZooKeeperResumePoints
+
+        if self._session is None:
+            self._session = open_session(
+                self.args.zookeeper, self.args.zookeeper_auth, ZOOKEEPER_TIMEOUT
+            )
+        backend = ZooKeeperResumePoints(self._session, self.pipeline.layout.zookeeper_resume)
+        point, _ = read_resume_point(backend)
+        return point
+
+    def _end_offsets(self, topics: set[str]) -> Frontier:
+        from datasource.offset_reader import OffsetReader
+
+        if self._reader is None or frozenset(topics) != self._topics:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            options = source_options(self.args.bootstrap, topics, self.pipeline.options)
+            self._reader = OffsetReader(options)
+            self._topics = frozenset(topics)
+        return dict(self._reader.view(fresh=True, verify=True).latest)
+
+    def close(self) -> None:
+        """Close every client (each even if another fails to close)."""
+        try:
+            if self._reader is not None:
+                self._reader.close()
+            if self._session is not None:
+                self._session.stop()
+        finally:
+            try:
+                self.store.close()
+            finally:
+                if self.dead_letters is not None:
+                    self.dead_letters.close()
+
+
 def run(args: argparse.Namespace) -> Result | None:
     try:
-        from state.coordinator.metric_families import PipelineReading, offsets_behind
-        from state.coordinator.metrics_server import MetricsServer, PipelineCollector, StateReader
+        from state.coordinator.metrics_server import (
+            EXPORTER_NAMES,
+            MetricsAccess,
+            MetricsServer,
+            PipelineCollector,
+        )
     except ImportError as err:
         raise UsageError(
             f"gtbarrier exporter needs {err.name}, which comes with the metrics extra: "
             "pip install 'gtbarrier[metrics]'"
         ) from None
-    pipeline = PipelineArgs.parse(args, prefixes=("kafka.",))
-    if args.bootstrap:  # the kafka.* options are checked before anything is served
-        source_options(args.bootstrap, ["-"], pipeline.options)
-    dead_letters = (
-        open_dead_letter_files(args.dead_letters, pipeline.config) if args.dead_letters else None
+    access = MetricsAccess.parse(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        basic_auth=args.basic_auth,
+        names=EXPORTER_NAMES,
     )
-    store = pipeline.open_store()
-    reader = StateReader(store, pipeline.layout)
-
-    def read() -> PipelineReading:
-        facts = reader.read()
-        resume, _ = read_resume(args.zookeeper, store, pipeline.layout, args.zookeeper_auth)
-        behind = None
-        if args.bootstrap and facts.planned is not None:
-            topics = {t for t, _ in facts.planned}
-            ends = end_offsets(source_options(args.bootstrap, topics, pipeline.options))
-            behind = offsets_behind(facts.planned, ends)
-        refused = None
-        if dead_letters is not None:
-            refused = sum(f.rows for f in pipeline_files(dead_letters, pipeline.pipeline_id))
-        return PipelineReading(
-            pipeline=pipeline.pipeline_id,
-            barrier=facts.barrier,
-            epochs=facts.epochs,
-            batches_per_epoch=facts.batches_per_epoch,
-            floor=facts.floor,
-            resume=resume,
-            behind=behind,
-            dead_letter_rows=refused,
-        )
-
+    reading = ExporterReading.from_args(args)
     try:
         server = MetricsServer(
-            PipelineCollector(read),
+            PipelineCollector(reading.read),
             args.port,
             args.address,
+            access=access,
             option="--port",
             where="gtbarrier exporter",
         )
@@ -128,7 +255,7 @@ def run(args: argparse.Namespace) -> Result | None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)
         print(
-            f"gtbarrier exporter: pipeline {pipeline.pipeline_id}: serving {server.url}",
+            f"gtbarrier exporter: pipeline {reading.pipeline.pipeline_id}: serving {server.url}",
             file=sys.stderr,
             flush=True,
         )
@@ -137,7 +264,5 @@ def run(args: argparse.Namespace) -> Result | None:
         finally:
             server.stop()
     finally:
-        store.close()
-        if dead_letters is not None:
-            dead_letters.close()
+        reading.close()
     return None

@@ -3,7 +3,9 @@
 The same program as ``python -m gtbarrier.http_receiver`` (Starlette on uvicorn, bundles in SQLite);
 it needs the ``receiver`` extra: ``pip install 'gtbarrier[receiver]'``. ``--tls-cert`` and
 ``--tls-key`` serve HTTPS; ``--token-file`` (or ``--token``, a value or a secret reference)
-requires a bearer token of every request (``consumer.http.token`` on the sink's side).
+requires a bearer token of every request (``consumer.http.token`` on the sink's side). It
+does not start without one unless ``--insecure-no-token`` (local tests only) is given; a
+body over ``--max-body-bytes`` is answered 413.
 """
 
 from __future__ import annotations

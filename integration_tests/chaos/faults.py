@@ -501,7 +501,7 @@ class ReceiverKilled(FaultKind):
         gt = r.gt_last()
         receiver.proc.kill()
         r.sleep(params["down"])
-        receiver.proc.argv = receiver.proc.argv[:7]
+        receiver.proc.argv = list(receiver.base_argv)
         receiver.start()
         return f"receiver SIGKILLed at GT_last {gt}, back after {params['down']}s"
 

@@ -615,9 +615,9 @@ class RoundRunner:
             self._zk.close()
         self.store.close()
         receiver = self.servers.receiver
-        if receiver is not None and len(receiver.proc.argv) > 7:
+        if receiver is not None and len(receiver.proc.argv) > len(receiver.base_argv):
             receiver.stop()
-            receiver.proc.argv = receiver.proc.argv[:7]
+            receiver.proc.argv = list(receiver.base_argv)
         self.servers.ensure_healthy()
         for cp in self.dir.glob("d*/spark-local"):
             shutil.rmtree(cp, ignore_errors=True)

@@ -23,11 +23,12 @@ either way and recovery asks ``/last``.
 Security: ``consumer.http.token`` is sent as ``Authorization: Bearer <token>`` with every
 request; it may be a secret reference (``${env:NAME}``, ``${file:/path}``), kept as such in
 the settings and resolved where the client is made (:class:`HttpConsumer`), and a literal
-one is left out of the settings' ``repr``. An ``https://`` receiver's certificate is checked
-against ``consumer.http.caFile``, else OpenSSL's defaults (``SSL_CERT_FILE``,
-``SSL_CERT_DIR``, the system's CAs). A 401 or 403 answer, and a certificate that does not
-verify, are configuration errors (:class:`ConfigError` naming the option, fatal): no retry
-of the same request can succeed.
+one is left out of the settings' ``repr``. A token sent to an ``http://`` URL is logged as
+a warning (it crosses the network in clear text), once per client. An ``https://``
+receiver's certificate is checked against ``consumer.http.caFile``, else OpenSSL's
+defaults (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, the system's CAs). A 401 or 403 answer,
+and a certificate that does not verify, are configuration errors (:class:`ConfigError`
+naming the option, fatal): no retry of the same request can succeed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,6 +80,8 @@ CA_FILE = StringOption(
     "certificate, read on the driver; a certificate that does not verify stops the query.",
 )
 WHERE = "barrier"
+
+log = logging.getLogger(__name__)
 HIDDEN = "<not shown: a token>"
 
 NOT_UTF8 = "string not valid UTF-8, which a JSON line (consumer.format=jsonl) cannot hold"
@@ -197,6 +201,16 @@ class HttpConsumer(Consumer):
         token = resolve_token(settings)
         self._token = token
         self._auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+        if token is not None and urlparse(settings.url).scheme == "http":
+            # not refused: a receiver on the same host or a private network may be fine;
+            # the operator must know the token crosses the network readable
+            log.warning(
+                "consumer=http: %s is sent in clear text with every request to %s "
+                "(http://): anyone on the network path can read and reuse it; use an "
+                "https:// consumer.url",
+                TOKEN.name,
+                settings.url,
+            )
         check_ca_file(settings)
         # urllib3 is imported where a consumer is made, not by every process that
         # imports the sink (Spark's data source lookup, planners, workers).

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from state.coordinator.metrics_access import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
+from state.coordinator.metrics_access import MetricsAccess
 from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
 from state.option_table import DocRow
@@ -155,8 +157,38 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "metrics_address",
         "str",
-        "0.0.0.0",
-        "The address the metrics endpoint listens on (`127.0.0.1`: this host only).",
+        "127.0.0.1",
+        "The address the metrics endpoint listens on: this host only by default; "
+        "`0.0.0.0` for every interface (then give it TLS and basic authentication: a scrape "
+        "reads the store and ZooKeeper with the driver's credentials).",
+    ),
+    Parameter(
+        "metrics_tls_cert",
+        "str | None",
+        None,
+        "A PEM certificate (its chain may follow) for the metrics endpoint: it then serves "
+        "HTTPS; with `metrics_tls_key`.",
+    ),
+    Parameter(
+        "metrics_tls_key",
+        "str | None",
+        None,
+        "The private key of `metrics_tls_cert` (a PEM file).",
+    ),
+    Parameter(
+        "metrics_tls_client_ca",
+        "str | None",
+        None,
+        "A PEM file of CA certificates: the metrics endpoint then requires a client "
+        "certificate one of them signed (needs `metrics_tls_cert`).",
+    ),
+    Parameter(
+        "metrics_basic_auth",
+        "str | None",
+        None,
+        "`user:password` a scrape must send (HTTP basic authentication; use it with TLS); "
+        "the password may be a secret reference (`prometheus:${file:/run/secrets/metrics}`), "
+        "resolved when the endpoint starts, never shown.",
     ),
     Parameter(
         "epochs_retained",
@@ -263,7 +295,11 @@ class CoordinatorConfig:
     zookeeper_session_timeout: float = 10.0
     zookeeper_auth: ZooKeeperAuth | None = None
     metrics_port: int | None = None
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_tls_cert: str | None = None
+    metrics_tls_key: str | None = None
+    metrics_tls_client_ca: str | None = None
+    metrics_basic_auth: str | None = field(default=None, repr=False)
     epochs_retained: int = 1000
 
     @classmethod
@@ -283,7 +319,11 @@ class CoordinatorConfig:
         zookeeper_session_timeout: str | float = "10s",
         zookeeper_auth: str | None = None,
         metrics_port: int | None = None,
-        metrics_address: str = "0.0.0.0",
+        metrics_address: str = DEFAULT_METRICS_ADDRESS,
+        metrics_tls_cert: str | None = None,
+        metrics_tls_key: str | None = None,
+        metrics_tls_client_ca: str | None = None,
+        metrics_basic_auth: str | None = None,
         epochs_retained: int = 1000,
     ) -> CoordinatorConfig:
         """Check every argument; :class:`ConfigError` names the first bad one."""
@@ -334,8 +374,14 @@ class CoordinatorConfig:
             raise ConfigError("epochs_retained", epochs_retained, "an integer >= 1", where=WHERE)
         if not isinstance(metrics_address, str) or not metrics_address.strip():
             raise ConfigError(
-                "metrics_address", metrics_address, "an address such as '0.0.0.0'", where=WHERE
+                "metrics_address", metrics_address, "an address such as '127.0.0.1'", where=WHERE
             )
+        MetricsAccess.parse(
+            tls_cert=metrics_tls_cert,
+            tls_key=metrics_tls_key,
+            tls_client_ca=metrics_tls_client_ca,
+            basic_auth=metrics_basic_auth,
+        )
         return cls(
             pipeline_id=pipeline,
             store=store,
@@ -358,12 +404,26 @@ class CoordinatorConfig:
             ),
             metrics_port=metrics_port,
             metrics_address=metrics_address.strip(),
+            metrics_tls_cert=metrics_tls_cert,
+            metrics_tls_key=metrics_tls_key,
+            metrics_tls_client_ca=metrics_tls_client_ca,
+            metrics_basic_auth=metrics_basic_auth,
             epochs_retained=epochs_retained,
         )
 
     @property
     def layout(self) -> PipelineLayout:
         return PipelineLayout(self.pipeline_id)
+
+    @property
+    def metrics_access(self) -> MetricsAccess:
+        """Who may scrape the metrics endpoint (checked by :meth:`from_arguments`)."""
+        return MetricsAccess(
+            self.metrics_tls_cert,
+            self.metrics_tls_key,
+            self.metrics_tls_client_ca,
+            self.metrics_basic_auth,
+        )
 
     def store_description(self) -> str:
         """The state store and, for S3, the endpoint it talks to (for errors)."""

@@ -55,7 +55,10 @@ class DriverMetrics:
         self.observations = DriverObservations()
         self._reader = StateReader(store, coordinator.config.layout)
         self.server = MetricsServer(
-            PipelineCollector(self.read), server_port, coordinator.config.metrics_address
+            PipelineCollector(self.read),
+            server_port,
+            coordinator.config.metrics_address,
+            access=coordinator.config.metrics_access,
         )
 
     @classmethod

@@ -8,23 +8,40 @@ function at each scrape and turns its :class:`PipelineReading` into metric famil
 (:func:`~state.coordinator.metric_families.metric_families`); :class:`MetricsServer` serves it
 on a port from a thread of its own. The driver (the coordinator's ``metrics_port``) and
 ``gtbarrier exporter`` both use them, each with its own read function.
+
+Each scrape makes the process read with its credentials (S3 listings, ZooKeeper reads), so
+the endpoint listens on ``127.0.0.1`` unless given another address, and
+:class:`MetricsAccess` adds HTTPS (a certificate and key; client certificates required
+when a client CA is given) and basic authentication (a user and a password that may be a
+secret reference, compared in constant time).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from state.coordinator.metric_families import EpochFacts, PipelineReading, metric_families
+from state.coordinator.metrics_access import (
+    COORDINATOR_NAMES,
+    DEFAULT_ADDRESS,
+    EXPORTER_NAMES,
+    AccessNames,
+    MetricsAccess,
+    basic_auth_app,
+)
 from state.errors import ConfigError, GtBarrierError
 from state.lag import Lag
 from state.layout import PipelineLayout
@@ -37,7 +54,25 @@ from state.records.source_offset import Frontier
 from state.secrets import redact
 from state.stores import StateStore
 
+if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication
+
+__all__ = [
+    "COORDINATOR_NAMES",
+    "DEFAULT_ADDRESS",
+    "EXPORTER_NAMES",
+    "AccessNames",
+    "MetricsAccess",
+    "MetricsServer",
+    "PipelineCollector",
+    "StateReader",
+    "StoreFacts",
+]
+
 log = logging.getLogger("gtbarrier.metrics")
+
+HANDLER_TIMEOUT = 30.0
+"""Seconds a connection may take to send its request (a TLS handshake included)."""
 
 
 @dataclass(frozen=True)
@@ -150,25 +185,61 @@ class PipelineCollector(Collector):
         return []
 
 
-class MetricsServer:
-    """``/metrics`` of ``collector`` over HTTP on ``address:port`` (0: a free port), from
-    a daemon thread, until :meth:`stop`."""
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr; a bounded wait for each connection's request."""
 
-    def __init__(
+    timeout = HANDLER_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+class _Server(ThreadingWSGIServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A failed TLS handshake (no client certificate, plain HTTP on the TLS port) ends
+        # that connection only; logged without the traceback socketserver would print.
+        failure = sys.exc_info()[1]
+        log.info(
+            "gtbarrier metrics: a connection from %s failed: %s: %s",
+            client_address[0],
+            type(failure).__name__,
+            redact(str(failure)),
+        )
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """``/metrics`` of ``collector`` on ``address:port`` (0: a free port; default
+    ``127.0.0.1``), from a daemon thread, until :meth:`stop`; over HTTPS and behind basic
+    authentication as ``access`` says. Each connection is served on a thread of its own,
+    its TLS handshake there too, so a client that stalls holds up no other."""
+
+    def __init__(  # noqa: PLR0913 - keyword-only after the address, each named at the call
         self,
         collector: Collector,
         port: int,
-        address: str = "0.0.0.0",
+        address: str = DEFAULT_ADDRESS,
         *,
+        access: MetricsAccess | None = None,
         option: str = "metrics_port",
         where: str = "",
     ) -> None:
         if not 0 <= port <= 65535:
             raise ConfigError(option, port, "a port 0-65535 (0: a free one)", where=where)
+        access = access or MetricsAccess()
+        context = access.ssl_context()
+        credentials = access.credentials()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
+        app: WSGIApplication = make_wsgi_app(self.registry)
+        if credentials is not None:
+            app = basic_auth_app(app, *credentials)
+        server_class = _Server6 if ":" in address else _Server
         try:
-            server, thread = start_http_server(port, address, registry=self.registry)
+            server = make_server(address, port, app, server_class, handler_class=_QuietHandler)
         except OSError as err:
             raise ConfigError(
                 option,
@@ -176,9 +247,17 @@ class MetricsServer:
                 f"a port this process can listen on at {address} ({err.strerror or err})",
                 where=where,
             ) from err
-        self._server: WSGIServer = server
-        self._thread: threading.Thread = thread
+        if context is not None:
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="gtbarrier-metrics", daemon=True
+        )
+        self._thread.start()
         self.address = address
+        self.access = access
 
     @property
     def port(self) -> int:
@@ -188,7 +267,10 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.address in ("", "0.0.0.0") else self.address
-        return f"http://{host}:{self.port}/metrics"
+        if ":" in host:
+            host = f"[{host}]"
+        scheme = "https" if self.access.tls else "http"
+        return f"{scheme}://{host}:{self.port}/metrics"
 
     def stop(self) -> None:
         """Stop serving and release the port (idempotent)."""

@@ -90,8 +90,11 @@ class SnapshotCoordinator:
     * ``zookeeper_auth``: ``"scheme:credentials"`` (``"digest:user:${env:ZK_PASSWORD}"``);
       the pipeline's znodes are then created with an ACL for that identity alone.
     * ``metrics_port``: serve Prometheus metrics at ``/metrics`` on this port (0: a free
-      one, :attr:`metrics_port` tells which) on ``metrics_address`` until :meth:`close`
-      (:mod:`state.coordinator.driver_metrics`).
+      one, :attr:`metrics_port` tells which) on ``metrics_address`` (``127.0.0.1``) until
+      :meth:`close` (:mod:`state.coordinator.driver_metrics`); HTTPS with
+      ``metrics_tls_cert``/``metrics_tls_key``, client certificates required with
+      ``metrics_tls_client_ca``, basic authentication with ``metrics_basic_auth``
+      (``"user:password"``, the password may be a secret reference).
     """
 
     def __init__(  # noqa: PLR0913, PLR0917 - the public signature, keyword arguments as documented
@@ -111,7 +114,11 @@ class SnapshotCoordinator:
         zookeeper_session_timeout: str | float = "10s",
         zookeeper_auth: str | None = None,
         metrics_port: int | None = None,
-        metrics_address: str = "0.0.0.0",
+        metrics_address: str = "127.0.0.1",
+        metrics_tls_cert: str | None = None,
+        metrics_tls_key: str | None = None,
+        metrics_tls_client_ca: str | None = None,
+        metrics_basic_auth: str | None = None,
         epochs_retained: int = 1000,
         store: StateStore | None = None,
     ) -> None:
@@ -131,6 +138,10 @@ class SnapshotCoordinator:
             zookeeper_auth=zookeeper_auth,
             metrics_port=metrics_port,
             metrics_address=metrics_address,
+            metrics_tls_cert=metrics_tls_cert,
+            metrics_tls_key=metrics_tls_key,
+            metrics_tls_client_ca=metrics_tls_client_ca,
+            metrics_basic_auth=metrics_basic_auth,
             epochs_retained=epochs_retained,
         )
         self.layout: PipelineLayout = self.config.layout
