@@ -221,7 +221,8 @@ PIPELINE_ID = StringOption(
 STATE_URI = StringOption(
     name="state.uri",
     default_doc=_STREAMING,
-    doc="`s3://bucket/prefix`, `file:///abs/path` or `memory://name` (single process only)",
+    doc="`s3://bucket/prefix` (or `s3a://`), `file:///abs/path` or `memory://name` (single process "
+    "only)",
 )
 EPOCHS_RETAINED = IntegerOption(
     name="state.epochsRetained",
