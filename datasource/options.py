@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datasource.kafka_settings import consumer_settings
+from datasource.kafka_settings import NO_GROUP, consumer_settings
 from datasource.subscription import (
     EARLIEST,
     LATEST,
@@ -287,6 +287,9 @@ SOURCE_OPTIONS = OptionTable(
     ),
 )
 
+SPARK_REFUSED = {"groupIdPrefix": NO_GROUP}
+"""Options of Spark's Kafka source that gtkafka refuses, with why (docs/migrating.md)."""
+
 _BOOTSTRAP = re.compile(r"\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*")
 
 
@@ -326,6 +329,9 @@ class KafkaSourceOptions:
     def parse(cls, raw: Mapping[str, str]) -> KafkaSourceOptions:
         """Parse and check every option; :class:`ConfigError` names the first bad one."""
         opts = Options(dict(raw), where=WHERE)
+        for name, why in SPARK_REFUSED.items():
+            if name in opts:
+                raise opts.error(name, f"not to be set: {why}")
         SOURCE_OPTIONS.check_known(opts)
 
         bootstrap = BOOTSTRAP_SERVERS.read_required(opts)

@@ -125,6 +125,8 @@ JAVA_ONLY: dict[str, str] = {
     "ssl.engine.factory.class": _JAVA_TLS,
     "ssl.cipher.suites": "an OpenSSL cipher list in {p}ssl.ciphers "
     "(e.g. ECDHE+AESGCM; OpenSSL names the suites otherwise than Java)",
+    "interceptor.classes": "nothing: interceptors are Java classes that run inside Java's "
+    "client; leave it out (transform the rows in Spark)",
     "sasl.login.class": _JAVA_CLASS,
     "sasl.login.callback.handler.class": _JAVA_CLASS,
     "sasl.client.callback.handler.class": _JAVA_CLASS,
