@@ -244,7 +244,8 @@ START_AT_FLOOR = BooleanOption(
 KAFKA = PrefixOption(
     name="kafka.",
     doc="kafka-python consumer settings (dots become underscores); `kafka.auto.offset.reset`, "
-    "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused",
+    "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused; Java-only "
+    "settings (JKS stores) with what to use instead (docs/migrating.md)",
 )
 
 SOURCE_OPTIONS = OptionTable(

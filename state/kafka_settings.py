@@ -75,7 +75,7 @@ ENDPOINT_IDENTIFICATION = "ssl.endpoint.identification.algorithm"
 ``ssl_check_hostname``."""
 
 _TRUSTSTORE = (
-    "PEM CA certificates in {p}ssl.cafile (kafka-python reads no Java key store): "
+    "use PEM CA certificates in {p}ssl.cafile (kafka-python reads no Java key store): "
     "convert the JKS or PKCS12 truststore, one certificate with "
     "`keytool -exportcert -rfc -keystore truststore.jks -storepass <password> -alias <alias> "
     "-file ca.pem`, or every one with "
@@ -85,7 +85,7 @@ _TRUSTSTORE = (
     "and set {p}ssl.cafile=/path/ca.pem (a PEM file needs no password)"
 )
 _KEYSTORE = (
-    "the client certificate and key as PEM in {p}ssl.certfile and {p}ssl.keyfile, the key's "
+    "use the client certificate and key as PEM in {p}ssl.certfile and {p}ssl.keyfile, the key's "
     "passphrase in {p}ssl.password (kafka-python reads no Java key store): convert the "
     "keystore with `keytool -importkeystore -srckeystore keystore.jks -srcstorepass <password> "
     "-destkeystore keystore.p12 -deststoretype PKCS12 -deststorepass <password>`, then "
@@ -94,15 +94,15 @@ _KEYSTORE = (
     "-passout pass:<password> -out client.key`"
 )
 _PEM_FILES = (
-    "PEM in files: CA certificates in {p}ssl.cafile, the client certificate in "
+    "use PEM in files: CA certificates in {p}ssl.cafile, the client certificate in "
     "{p}ssl.certfile and its key in {p}ssl.keyfile"
 )
 _JAVA_TLS = (
-    "nothing: it configures Java's TLS engine, which Python's ssl module replaces "
-    "(it negotiates the highest TLS version both ends support); leave it out"
+    "leave it out: it configures Java's TLS engine, which Python's ssl module replaces "
+    "(it negotiates the highest TLS version both ends support)"
 )
 _JAVA_CLASS = (
-    "nothing: it names a Java class; leave it out (SASL PLAIN and SCRAM take "
+    "leave it out: it names a Java class (SASL PLAIN and SCRAM take "
     "{p}sasl.plain.username and {p}sasl.plain.password, GSSAPI a Kerberos ticket from kinit "
     "and {p}sasl.kerberos.service.name)"
 )
@@ -123,10 +123,10 @@ JAVA_ONLY: dict[str, str] = {
     "ssl.trustmanager.algorithm": _JAVA_TLS,
     "ssl.secure.random.implementation": _JAVA_TLS,
     "ssl.engine.factory.class": _JAVA_TLS,
-    "ssl.cipher.suites": "an OpenSSL cipher list in {p}ssl.ciphers "
+    "ssl.cipher.suites": "use an OpenSSL cipher list in {p}ssl.ciphers "
     "(e.g. ECDHE+AESGCM; OpenSSL names the suites otherwise than Java)",
-    "interceptor.classes": "nothing: interceptors are Java classes that run inside Java's "
-    "client; leave it out (transform the rows in Spark)",
+    "interceptor.classes": "leave it out: interceptors are Java classes that run inside "
+    "Java's client (transform the rows in Spark)",
     "sasl.login.class": _JAVA_CLASS,
     "sasl.login.callback.handler.class": _JAVA_CLASS,
     "sasl.client.callback.handler.class": _JAVA_CLASS,
@@ -145,9 +145,8 @@ _JAAS_ELSEWHERE = {
 def java_only_hint(prefix: str, name: str) -> str:
     """What to use instead of the Java-only setting ``name`` (under ``prefix``, lower-cased,
     a key of :data:`JAVA_ONLY`), with the options named under ``prefix``."""
-    return "not to be set: it is a setting of Java's Kafka client; use " + JAVA_ONLY[name].format(
-        p=prefix
-    )
+    hint = JAVA_ONLY[name].format(p=prefix)
+    return f"not to be set: it is a setting of Java's Kafka client; {hint}"
 
 
 NOT_SETTABLE = frozenset(

@@ -136,3 +136,12 @@ def test_each_row_is_what_gtkafka_s_validation_does(row: tuple[str, str, list[st
             assert excerpt in str(info.value), option
     else:
         parse(options)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"orders-\p{L}+", r"\Qorders.v1\E", r"(?<env>prod|dev)-orders"]
+)
+def test_a_java_only_pattern_fails_at_load_naming_subscribe_pattern(pattern: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse({"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribePattern": pattern})
+    assert info.value.option == "subscribePattern" and "a regular expression" in str(info.value)
