@@ -11,6 +11,7 @@ and saying what the row quotes. The table must name every option of Spark's Kafk
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,33 @@ def test_a_java_only_pattern_fails_at_load_naming_subscribe_pattern(pattern: str
     with pytest.raises(ConfigError) as info:
         parse({"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribePattern": pattern})
     assert info.value.option == "subscribePattern" and "a regular expression" in str(info.value)
+
+
+def test_the_doc_s_commands_find_the_offsets_of_the_last_committed_batch(tmp_path: Path) -> None:
+    """The doc's shell lines, run on a checkpoint laid out as Spark writes one (batch 2
+    planned but not committed), print the offsets that follow batch 1, which gtkafka takes
+    as ``startingOffsets``."""
+    text = DOC.read_text()
+    block = re.search(r"```bash\n(\s*cp=.*?)```", text, re.DOTALL)
+    assert block is not None
+    script = "\n".join(line.strip() for line in block.group(1).splitlines())
+    cp = tmp_path / "checkpoint"
+    (cp / "commits").mkdir(parents=True)
+    (cp / "offsets").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    ends = [
+        '{"orders":{"1":10,"0":12}}',
+        '{"orders":{"1":1234,"0":5678}}',
+        '{"orders":{"1":2000,"0":6000}}',
+    ]
+    for batch, end in enumerate(ends):
+        (cp / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{end}")
+    for batch in (0, 1):  # batch 2 started, never committed
+        (cp / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (cp / "commits" / ".1.crc").write_text("")  # Hadoop's checksum files sit beside them
+    script = script.replace("cp=/path/to/checkpoint", f"cp={cp}")
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == ends[1]
+    parsed = parse({**BASE, "startingOffsets": out.stdout.strip()})
+    assert parsed.starting is not None
+    assert dict(parsed.starting.offsets) == {("orders", 0): 5678, ("orders", 1): 1234}
