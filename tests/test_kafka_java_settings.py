@@ -6,6 +6,7 @@ source (``kafka.``), the kafka consumer (``consumer.kafka.``) and the dead-lette
 
 from __future__ import annotations
 
+import re
 import ssl
 import subprocess
 import uuid
@@ -126,10 +127,14 @@ def test_a_jaas_login_module_gtkafka_has_no_use_for_names_its_equivalent(prefix:
     assert f"{prefix}sasl.kerberos.service.name" in str(err) and "kinit" in str(err)
 
 
-def test_every_java_only_setting_has_a_hint_naming_the_prefix() -> None:
+def test_every_java_only_setting_has_a_hint_naming_options_under_the_client_s_prefix() -> None:
     for name in JAVA_ONLY:
-        hint = java_only_hint("consumer.kafka.", name)
-        assert hint and "kafka.ssl.truststore" not in hint.replace("consumer.kafka.", "")
+        hint = java_only_hint("errors.deadLetter.kafka.", name)
+        assert hint.startswith("not to be set: it is a setting of Java's Kafka client; ")
+        assert "{p}" not in hint
+        named = re.findall(r"[\w.]*\b(?:ssl|sasl)\.[a-z][\w.]*[a-z]", hint)
+        bare = [n for n in named if not n.startswith("errors.deadLetter.kafka.")]
+        assert bare == [], (name, bare)
 
 
 def run(command: str, cwd: Path) -> None:
