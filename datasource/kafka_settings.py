@@ -15,6 +15,15 @@ from state.options import Options
 
 PREFIX = "kafka."
 
+NO_GROUP = (
+    "gtkafka assigns partitions itself and never joins, reads or commits to a consumer group, "
+    "so it needs no group: the broker's group ACLs apply only to group requests, never to a "
+    "fetch, and quotas key on the user and the client id (set kafka.client.id to name the "
+    "client; commitOffsetsToGroup=<group> publishes progress to a group, which needs READ on "
+    "that group)"
+)
+"""Why gtkafka takes no group id (``kafka.group.id``, Spark's ``groupIdPrefix``)."""
+
 # kafka-python settings that would break replayable reads, with the reason.
 REFUSED_KAFKA = {
     "auto_offset_reset": "gtkafka seeks to exact offsets; a reset would silently skip or repeat "
@@ -23,8 +32,7 @@ REFUSED_KAFKA = {
     "(use commitOffsetsToGroup to publish progress)",
     "key_deserializer": "keys are returned as binary; deserialize in Spark",
     "value_deserializer": "values are returned as binary; deserialize in Spark",
-    "group_id": "gtkafka reads assigned partitions without a consumer group "
-    "(use commitOffsetsToGroup to publish progress to a group)",
+    "group_id": NO_GROUP,
     "group_instance_id": "gtkafka reads without a consumer group",
     "allow_auto_create_topics": "gtkafka never creates topics",
     "bootstrap_servers": "use the option 'kafka.bootstrap.servers'",

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datasource.kafka_settings import consumer_settings
+from datasource.kafka_settings import NO_GROUP, consumer_settings
 from datasource.subscription import (
     EARLIEST,
     LATEST,
@@ -221,7 +221,8 @@ PIPELINE_ID = StringOption(
 STATE_URI = StringOption(
     name="state.uri",
     default_doc=_STREAMING,
-    doc="`s3://bucket/prefix`, `file:///abs/path` or `memory://name` (single process only)",
+    doc="`s3://bucket/prefix` (or `s3a://`), `file:///abs/path` or `memory://name` (single process "
+    "only)",
 )
 EPOCHS_RETAINED = IntegerOption(
     name="state.epochsRetained",
@@ -244,7 +245,8 @@ START_AT_FLOOR = BooleanOption(
 KAFKA = PrefixOption(
     name="kafka.",
     doc="kafka-python consumer settings (dots become underscores); `kafka.auto.offset.reset`, "
-    "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused",
+    "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused; Java-only "
+    "settings (JKS stores) with what to use instead (docs/migrating.md)",
 )
 
 SOURCE_OPTIONS = OptionTable(
@@ -287,6 +289,9 @@ SOURCE_OPTIONS = OptionTable(
     ),
 )
 
+SPARK_REFUSED = {"groupIdPrefix": NO_GROUP}
+"""Options of Spark's Kafka source that gtkafka refuses, with why (docs/migrating.md)."""
+
 _BOOTSTRAP = re.compile(r"\s*[^\s,:]+:\d{1,5}\s*(,\s*[^\s,:]+:\d{1,5}\s*)*")
 
 
@@ -326,6 +331,9 @@ class KafkaSourceOptions:
     def parse(cls, raw: Mapping[str, str]) -> KafkaSourceOptions:
         """Parse and check every option; :class:`ConfigError` names the first bad one."""
         opts = Options(dict(raw), where=WHERE)
+        for name, why in SPARK_REFUSED.items():
+            if name in opts:
+                raise opts.error(name, f"not to be set: {why}")
         SOURCE_OPTIONS.check_known(opts)
 
         bootstrap = BOOTSTRAP_SERVERS.read_required(opts)

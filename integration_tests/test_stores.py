@@ -6,6 +6,7 @@
   SeaweedFS, whose per-object lock makes each round slow), and listings of more than one
   page; and the servers' raw answer to ``If-Match`` on a missing key (SeaweedFS 412,
   moto and AWS 404), which the store maps to the same error.
+  The contract again through an ``s3a://`` URI on SeaweedFS (the same objects as ``s3://``).
 * ``file://`` races between separate processes.
 * S3 faults: a loopback proxy that resets connections, drops responses after the
   server acted, delays or swallows them; and the S3 server killed by pid mid-use.
@@ -79,6 +80,41 @@ class TestMotoS3StoreContract(TestS3StoreContract):
     @pytest.fixture
     def other_store(self, moto_s3: S3Bucket) -> StateStore:
         return moto_s3.store("state/contract")
+
+
+class TestS3aStoreContract(StoreContract):
+    """The contract through an ``s3a://`` URI (Hadoop's name for S3) against SeaweedFS: the
+    store a Spark user's ``state.uri=s3a://...`` opens. Fewer race rounds than the
+    ``s3://`` class above: the races themselves are that class's; here they show that
+    the conditional writes reach the server through this URI too."""
+
+    REWRITE_CHANGES_VERSION = False
+    RACE_ROUNDS = 20
+    WIDE_RACE_WRITERS = 4
+    WIDE_RACE_ROUNDS = 1
+
+    @pytest.fixture
+    def store(self, s3: S3Bucket) -> StateStore:
+        return S3Store(StoreConfig(f"s3a://{s3.bucket}/state/s3a", s3.server.settings()))
+
+    @pytest.fixture
+    def other_store(self, s3: S3Bucket) -> StateStore:
+        return S3Store(StoreConfig(f"S3A://{s3.bucket}/state/s3a", s3.server.settings()))
+
+
+def test_s3a_and_s3_uris_open_the_same_objects(s3: S3Bucket) -> None:
+    """A source given ``s3a://b/p`` and a sink given ``s3://b/p`` share one state: what one
+    writes the other reads, and a conditional create of one loses to the other's."""
+    hadoop = open_store(StoreConfig(f"s3a://{s3.bucket}/same", s3.server.settings()))
+    plain = open_store(StoreConfig(s3.uri("same"), s3.server.settings()))
+    assert hadoop is plain  # one shared store per configuration: the spelling is one
+    by_hadoop = S3Store(StoreConfig(f"s3a://{s3.bucket}/same", s3.server.settings()))
+    by_hadoop.create("k", b"from s3a")
+    assert s3.store("same").get("k").data == b"from s3a"
+    with pytest.raises(KeyExists):
+        s3.store("same").create("k", b"from s3")
+    keys = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="same/")["Contents"]
+    assert [o["Key"] for o in keys] == ["same/k"]
 
 
 @pytest.mark.parametrize("bucket", ["s3", "moto_s3"])

@@ -39,6 +39,7 @@ from state.option_table import (
     misplaced,
 )
 from state.options import Options
+from state.stores import canonical_uri, is_s3_uri
 from state.stores.state_store import S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
@@ -57,7 +58,7 @@ STATE_URI = StringOption(
     name="state.uri",
     required=True,
     doc="Where the barrier state lives: `memory://` (tests), `file:///abs/path`, "
-    "`s3://bucket/prefix`.",
+    "`s3://bucket/prefix` (or `s3a://`).",
 )
 DELIVERY = ChoiceOption(
     name="delivery",
@@ -112,8 +113,8 @@ DEAD_LETTER_PATH = StringOption(
     only_with=_WITH_ALL,
     default_doc="required with `errors.tolerance=all`",
     doc="Where refused rows go, exactly once: `file:///abs/dir` or `s3://bucket/prefix` "
-    "(with the `s3.*` settings), one Parquet file per bundle, `bundle-<id>.parquet`: the "
-    "input's columns plus `_gtb_bundle`, `_gtb_reason`, `_gtb_column`.",
+    "(or `s3a://`; with the `s3.*` settings), one Parquet file per bundle, "
+    "`bundle-<id>.parquet`: the input's columns plus `_gtb_bundle`, `_gtb_reason`, `_gtb_column`.",
 )
 DEAD_LETTER_TOPIC = StringOption(
     name="errors.deadLetter.topic",
@@ -245,12 +246,11 @@ def _parse_errors(opts: Options) -> DeadLetterSettings:
         )
     parsed = urlparse(path)
     local = parsed.scheme == "file" and parsed.netloc in ("", "localhost")
-    if not (local and parsed.path.startswith("/")) and not (
-        parsed.scheme == "s3" and parsed.netloc
-    ):
-        raise opts.error(DEAD_LETTER_PATH.name, "file:///absolute/dir or s3://bucket/prefix")
-    if local:
-        path = "file://" + os.path.normpath(parsed.path)
+    if not (local and parsed.path.startswith("/")) and not is_s3_uri(path):
+        raise opts.error(
+            DEAD_LETTER_PATH.name, "file:///absolute/dir or s3://bucket/prefix (or s3a://)"
+        )
+    path = "file://" + os.path.normpath(parsed.path) if local else canonical_uri(path)
     SINK_OPTIONS.check_requires(opts)
     topic = DEAD_LETTER_TOPIC.read(opts)
     given = DEAD_LETTER_KAFKA.given(opts)

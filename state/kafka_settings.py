@@ -13,6 +13,11 @@ layers its own refusals on :func:`kafka_arguments`, the one conversion:
   (:data:`NOT_SETTABLE`) and those the caller refuses are refused with the reason. Unknown
   settings are named with the prefix, never with their values (a misspelt password setting
   would otherwise show the password).
+* **Java-only settings** (:data:`JAVA_ONLY`), pasted from a Spark job: a JKS truststore or
+  keystore, Java's TLS engine, Java classes. Each is refused with what to use instead
+  (:func:`java_only_hint`: for a JKS store, the commands that convert it to PEM).
+  ``ssl.endpoint.identification.algorithm`` is kafka-python's ``ssl_check_hostname``:
+  ``https`` checks the host name (the default), empty turns the check off.
 * **Types.** A value takes the type of the argument's default (``ssl.check.hostname=false``
   is ``False``, not the truthy string ``"false"``).
 * **TLS and SASL** (:func:`check_security`): ``security.protocol`` is one of
@@ -64,6 +69,85 @@ _JAAS_PAIR = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 # A key for fingerprints that lives as long as the process: a fingerprint tells two
 # secrets apart within a process (pool keys) and says nothing outside it.
 _FINGERPRINT_KEY = secrets.token_bytes(16)
+
+ENDPOINT_IDENTIFICATION = "ssl.endpoint.identification.algorithm"
+"""Java's switch of the host name check: ``https`` (on) or empty (off), kafka-python's
+``ssl_check_hostname``."""
+
+_TRUSTSTORE = (
+    "use PEM CA certificates in {p}ssl.cafile (kafka-python reads no Java key store): "
+    "convert the JKS or PKCS12 truststore, one certificate with "
+    "`keytool -exportcert -rfc -keystore truststore.jks -storepass <password> -alias <alias> "
+    "-file ca.pem`, or every one with "
+    "`keytool -importkeystore -srckeystore truststore.jks -srcstorepass <password> "
+    "-destkeystore truststore.p12 -deststoretype PKCS12 -deststorepass <password>` then "
+    "`openssl pkcs12 -in truststore.p12 -passin pass:<password> -nokeys -out ca.pem`, "
+    "and set {p}ssl.cafile=/path/ca.pem (a PEM file needs no password)"
+)
+_KEYSTORE = (
+    "use the client certificate and key as PEM in {p}ssl.certfile and {p}ssl.keyfile, the key's "
+    "passphrase in {p}ssl.password (kafka-python reads no Java key store): convert the "
+    "keystore with `keytool -importkeystore -srckeystore keystore.jks -srcstorepass <password> "
+    "-destkeystore keystore.p12 -deststoretype PKCS12 -deststorepass <password>`, then "
+    "`openssl pkcs12 -in keystore.p12 -passin pass:<password> -clcerts -nokeys -out client.pem` "
+    "and `openssl pkcs12 -in keystore.p12 -passin pass:<password> -nocerts "
+    "-passout pass:<password> -out client.key`"
+)
+_PEM_FILES = (
+    "use PEM in files: CA certificates in {p}ssl.cafile, the client certificate in "
+    "{p}ssl.certfile and its key in {p}ssl.keyfile"
+)
+_JAVA_TLS = (
+    "leave it out: it configures Java's TLS engine, which Python's ssl module replaces "
+    "(it negotiates the highest TLS version both ends support)"
+)
+_JAVA_CLASS = (
+    "leave it out: it names a Java class (SASL PLAIN and SCRAM take "
+    "{p}sasl.plain.username and {p}sasl.plain.password, GSSAPI a Kerberos ticket from kinit "
+    "and {p}sasl.kerberos.service.name)"
+)
+JAVA_ONLY: dict[str, str] = {
+    "ssl.truststore.location": _TRUSTSTORE,
+    "ssl.truststore.password": _TRUSTSTORE,
+    "ssl.truststore.type": _TRUSTSTORE,
+    "ssl.truststore.certificates": _PEM_FILES,
+    "ssl.keystore.location": _KEYSTORE,
+    "ssl.keystore.password": _KEYSTORE,
+    "ssl.keystore.type": _KEYSTORE,
+    "ssl.keystore.key": _PEM_FILES,
+    "ssl.keystore.certificate.chain": _PEM_FILES,
+    "ssl.protocol": _JAVA_TLS,
+    "ssl.enabled.protocols": _JAVA_TLS,
+    "ssl.provider": _JAVA_TLS,
+    "ssl.keymanager.algorithm": _JAVA_TLS,
+    "ssl.trustmanager.algorithm": _JAVA_TLS,
+    "ssl.secure.random.implementation": _JAVA_TLS,
+    "ssl.engine.factory.class": _JAVA_TLS,
+    "ssl.cipher.suites": "use an OpenSSL cipher list in {p}ssl.ciphers "
+    "(e.g. ECDHE+AESGCM; OpenSSL names the suites otherwise than Java)",
+    "interceptor.classes": "leave it out: interceptors are Java classes that run inside "
+    "Java's client (transform the rows in Spark)",
+    "sasl.login.class": _JAVA_CLASS,
+    "sasl.login.callback.handler.class": _JAVA_CLASS,
+    "sasl.client.callback.handler.class": _JAVA_CLASS,
+}
+"""Settings of Java's Kafka client that users paste from Spark jobs, with what to use
+instead (``{p}``: the prefix of the client's options); see :func:`java_only_hint`."""
+
+# Login modules of a jaas.config that kafka-python serves otherwise, and how.
+_JAAS_ELSEWHERE = {
+    "com.sun.security.auth.module.Krb5LoginModule": "for GSSAPI, no jaas.config: a Kerberos "
+    "ticket from kinit (or KRB5CCNAME) and {p}sasl.kerberos.service.name "
+    "(the gssapi package installed)",
+}
+
+
+def java_only_hint(prefix: str, name: str) -> str:
+    """What to use instead of the Java-only setting ``name`` (under ``prefix``, lower-cased,
+    a key of :data:`JAVA_ONLY`), with the options named under ``prefix``."""
+    hint = JAVA_ONLY[name].format(p=prefix)
+    return f"not to be set: it is a setting of Java's Kafka client; {hint}"
+
 
 NOT_SETTABLE = frozenset(
     {
@@ -158,11 +242,16 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
     config: dict[str, Any] = {}
     unknown: list[str] = []
     jaas: str | None = None
+    endpoint: str | None = None
     for name, value in sorted(settings.items()):
         if name == JAAS_SETTING:
             jaas = value
             continue
         option = prefix + name
+        _refuse_java_only(name, value, prefix, where)
+        if name == ENDPOINT_IDENTIFICATION:
+            endpoint = value
+            continue
         arg = argument_name(name)
         if arg in owned:
             raise ConfigError(option, value, f"not to be set: {owned[arg]}", where=where)
@@ -187,10 +276,44 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
             option_name(prefix, k) for k in defaults if k not in owned and k not in NOT_SETTABLE
         )
         raise UnknownOptionError(unknown, known, where=f"{where} (kafka-python {client} settings)")
+    if endpoint is not None:
+        config["ssl_check_hostname"] = _check_hostname(endpoint, config, where, prefix)
     if jaas is not None:
         config.update(_from_jaas(jaas, config, where, prefix))
     check_security(config, where, prefix)
     return config
+
+
+def _refuse_java_only(name: str, value: str, prefix: str, where: str) -> None:
+    """:class:`ConfigError` with what to use instead if ``name`` is a Java-only setting
+    (a password or a key shown as its fingerprint only)."""
+    if name in JAVA_ONLY:
+        shown = Secret(value) if "password" in name or name.endswith(".key") else value
+        raise ConfigError(prefix + name, shown, java_only_hint(prefix, name), where=where)
+
+
+def _check_hostname(value: str, config: Mapping[str, Any], where: str, prefix: str) -> bool:
+    """``ssl.endpoint.identification.algorithm`` as kafka-python's ``ssl_check_hostname``:
+    ``https`` is the check (its default), empty is none (as Java's client reads them)."""
+    option = prefix + ENDPOINT_IDENTIFICATION
+    algorithm = value.strip().lower()
+    if algorithm not in ("", "https"):
+        raise ConfigError(
+            option,
+            value,
+            f"'https' (check the broker's host name, the default) or empty (no check), as "
+            f"{prefix}ssl.check.hostname=true or false",
+            where=where,
+        )
+    check = algorithm == "https"
+    if config.get("ssl_check_hostname", check) != check:
+        raise ConfigError(
+            option,
+            value,
+            f"{option} or {prefix}ssl.check.hostname, not both (they disagree)",
+            where=where,
+        )
+    return check
 
 
 def check_security(config: Mapping[str, Any], where: str, prefix: str = "kafka.") -> None:
@@ -255,6 +378,13 @@ def _from_jaas(text: str, config: Mapping[str, Any], where: str, prefix: str) ->
     shown = Secret(text)
     found = _JAAS.fullmatch(text)
     modules = " or ".join(_JAAS_MODULES)
+    if found is not None and found.group("module") in _JAAS_ELSEWHERE:
+        raise ConfigError(
+            option,
+            shown,
+            _JAAS_ELSEWHERE[found.group("module")].format(p=prefix),
+            where=where,
+        )
     if found is None or found.group("module") not in _JAAS_MODULES:
         raise ConfigError(
             option, shown, f'\'<{modules}> required username="..." password="...";\'', where=where

@@ -213,7 +213,8 @@ def test_user_specified_schema_that_is_not_some_of_the_columns_is_refused_naming
 @pytest.mark.parametrize(
     ("uri", "expected"),
     [
-        ("s3a://bucket/state", "s3://bucket[/prefix]"),
+        ("s3a:///state", "s3a://bucket[/prefix] with a bucket name"),
+        ("s3n://bucket/state", "s3://bucket[/prefix] (or s3a://)"),
         ("hdfs:///state", "file:///absolute/path"),
         ("gs://bucket/state", "memory://name"),
         ("/var/lib/state", "file:///absolute/path"),

@@ -106,9 +106,13 @@ def test_jaas_config_as_spark_takes_it_gives_the_user_and_password() -> None:
 
 def test_a_jaas_config_gtkafka_cannot_use_is_refused_without_showing_it() -> None:
     base = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"}
+    custom = f'com.example.TokenLoginModule required token="{SECRET}";'
+    err = error_of(**base, **{"kafka.sasl.jaas.config": custom})
+    assert err.option == "kafka.sasl.jaas.config" and "PlainLoginModule" in str(err)
+    assert SECRET not in str(err)
     kerberos = f'com.sun.security.auth.module.Krb5LoginModule required keyTab="{SECRET}";'
     err = error_of(**base, **{"kafka.sasl.jaas.config": kerberos})
-    assert err.option == "kafka.sasl.jaas.config" and "PlainLoginModule" in str(err)
+    assert err.option == "kafka.sasl.jaas.config" and "kinit" in str(err)
     assert SECRET not in str(err)
     broken = f'org.apache.kafka.common.security.plain.PlainLoginModule required password="{SECRET}'
     err = error_of(**base, **{"kafka.sasl.jaas.config": broken})

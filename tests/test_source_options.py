@@ -272,9 +272,9 @@ def test_unsafe_kafka_options_are_refused(name: str) -> None:
 
 
 def test_unknown_kafka_options_are_named() -> None:
-    err = error_of({**BASE, "kafka.ssl.truststore.location": "/ts.jks", "kafka.foo": "1"})
+    err = error_of({**BASE, "kafka.ssl.trustfile": "/ts.pem", "kafka.foo": "1"})
     assert isinstance(err, UnknownOptionError)
-    assert "'kafka.foo'" in str(err) and "'kafka.ssl.truststore.location'" in str(err)
+    assert "'kafka.foo'" in str(err) and "'kafka.ssl.trustfile'" in str(err)
     assert "kafka.security.protocol" in str(err)  # lists what is accepted
 
 

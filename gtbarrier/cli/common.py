@@ -21,7 +21,7 @@ from state.protocol.barrier_state import load_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState
 from state.records.source_offset import SourceOffset
-from state.stores import STORE_OPTIONS, StateStore, StoreConfig, new_store
+from state.stores import STORE_OPTIONS, StateStore, StoreConfig, is_s3_uri, new_store
 
 PIPELINE_ENV = "GTBARRIER_PIPELINE"
 STATE_URI_ENV = "GTBARRIER_STATE_URI"
@@ -78,15 +78,13 @@ def add_dead_letters_argument(parser: argparse.ArgumentParser, *, what: str) -> 
 
 def open_dead_letter_files(uri: str, config: StoreConfig) -> DeadLetters:
     """The dead-letter destination ``uri`` (with the S3 settings of ``config``);
-    :class:`UsageError` unless it is a ``file:///`` or ``s3://`` URI."""
+    :class:`UsageError` unless it is a ``file:///``, ``s3://`` or ``s3a://`` URI."""
     parsed = urlparse(uri)
     local = parsed.scheme == "file" and parsed.netloc in ("", "localhost")
-    if not (local and parsed.path.startswith("/")) and not (
-        parsed.scheme == "s3" and parsed.netloc
-    ):
+    if not (local and parsed.path.startswith("/")) and not is_s3_uri(uri):
         raise UsageError(
             f"--dead-letters {uri!r}: expected file:///absolute/dir or s3://bucket/prefix "
-            "(the sink's errors.deadLetter.path)"
+            "(or s3a://bucket/prefix; the sink's errors.deadLetter.path)"
         )
     return open_dead_letters(uri, config.s3)
 

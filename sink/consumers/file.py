@@ -46,7 +46,8 @@ TMP_PREFIX = ".tmp-"
 CONSUMER_PATH = StringOption(
     name="consumer.path",
     required=True,
-    doc="An absolute directory (or `file:///...`) for `file`; `s3://bucket/prefix` for `s3`.",
+    doc="An absolute directory (or `file:///...`) for `file`; `s3://bucket/prefix` "
+    "(or `s3a://`) for `s3`.",
 )
 """Declared here and shared with ``consumer=s3`` (:mod:`sink.consumers.s3`)."""
 

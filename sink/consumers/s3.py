@@ -31,7 +31,6 @@ import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -56,7 +55,7 @@ from state.errors import ConfigError, StateError, StoreConfigError
 from state.option_table import ChoiceOption
 from state.options import Options
 from state.records.codec import decode
-from state.stores import StateStore, StoreConfig, open_store
+from state.stores import StateStore, StoreConfig, canonical_uri, is_s3_uri, open_store
 from state.stores.state_store import S3Settings
 
 if TYPE_CHECKING:
@@ -118,12 +117,12 @@ class S3PrefixSettings(ConsumerSettings):
 
 
 def parse_prefix(opts: Options) -> str:
-    """``consumer.path`` for ``consumer=s3``: ``s3://bucket/prefix``."""
+    """``consumer.path`` for ``consumer=s3``: ``s3://bucket/prefix`` (``s3a://`` given is
+    returned as ``s3://``)."""
     path = CONSUMER_PATH.read_required(opts)
-    parsed = urlparse(path)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise opts.error(CONSUMER_PATH.name, "s3://bucket/prefix for consumer=s3")
-    return path.rstrip("/")
+    if not is_s3_uri(path):
+        raise opts.error(CONSUMER_PATH.name, "s3://bucket/prefix (or s3a://) for consumer=s3")
+    return canonical_uri(path).rstrip("/")
 
 
 def s3_staging(settings: S3PrefixSettings, s3: S3Settings) -> S3PrefixStaging:

@@ -73,7 +73,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         "state_uri",
         "str",
         REQUIRED,
-        "As the source and sink option `state.uri` (`file:///...`, `s3://bucket/prefix`); "
+        "As the source and sink option `state.uri` (`file:///...`, `s3://bucket/prefix`, "
+        "`s3a://...`); "
         "snapshots go here.",
     ),
     Parameter(

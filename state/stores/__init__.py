@@ -1,5 +1,5 @@
 """The state stores: one contract (:mod:`~state.stores.state_store`), three implementations
-(``memory://``, ``file://``, ``s3://``) and the factory that opens one by URI
+(``memory://``, ``file://``, ``s3://`` or ``s3a://``) and the factory that opens one by URI
 (:mod:`~state.stores.factory`, shared per process by :mod:`~state.stores.shared`).
 
 Callers import from here; the implementations import only :mod:`state.stores.state_store`.
@@ -13,7 +13,9 @@ from state.stores.state_store import (
     StateStore,
     StoreConfig,
     Versioned,
+    canonical_uri,
     check_key,
+    is_s3_uri,
     validate_uri,
 )
 
@@ -24,8 +26,10 @@ __all__ = [
     "StateStore",
     "StoreConfig",
     "Versioned",
+    "canonical_uri",
     "check_key",
     "close_all",
+    "is_s3_uri",
     "new_store",
     "open_store",
     "validate_uri",

@@ -1,7 +1,8 @@
 """The state store contract: :class:`StateStore`, its configuration and its options.
 
 A store is a flat map from ``/``-separated keys to bytes, rooted at a URI:
-``memory://name``, ``file:///abs/path`` or ``s3://bucket/prefix``. Every value carries
+``memory://name``, ``file:///abs/path`` or ``s3://bucket/prefix`` (``s3a://``, Hadoop's name
+for S3, is the same store: :func:`canonical_uri`). Every value carries
 an opaque *version* (an ETag on S3, a content token on files) that changes on every
 write. Two operations are conditional and are what makes two drivers safe:
 
@@ -76,7 +77,7 @@ STATE_URI = StringOption(
     name="state.uri",
     required=True,
     default_doc="(required; a component may supply a default)",
-    doc="`memory://name`, `file:///absolute/path` or `s3://bucket[/prefix]`",
+    doc="`memory://name`, `file:///absolute/path` or `s3://bucket[/prefix]` (or `s3a://`)",
 )
 S3_ENDPOINT = StringOption(
     name="s3.endpoint", default_doc=_AWS_CHAIN, doc="endpoint URL, e.g. `http://127.0.0.1:9000`"
@@ -158,8 +159,13 @@ class StoreConfig:
     uri: str
     s3: S3Settings = field(default_factory=S3Settings)
 
-    SCHEMES = ("memory", "file", "s3")
+    SCHEMES = ("memory", "file", "s3", "s3a")
     OPTIONS = S3_OPTIONS.names()
+
+    def __post_init__(self) -> None:
+        # one spelling per store: s3a:// and s3:// name the same objects, so a source on
+        # one and a sink on the other must share (and compare equal as) one store
+        object.__setattr__(self, "uri", canonical_uri(self.uri))
 
     @classmethod
     def from_options(
@@ -192,18 +198,37 @@ class StoreConfig:
         return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
 
 
+S3_SCHEMES = ("s3", "s3a")
+"""The schemes of an S3 URI: ``s3a://`` is what Hadoop and Spark users write for S3."""
+
+
+def canonical_uri(uri: str) -> str:
+    """``uri`` with an ``s3a://`` (any case) scheme written ``s3://``, else unchanged: the
+    bucket and the prefix are the same, and every component keeps one spelling of them."""
+    scheme, sep, rest = uri.partition("://")
+    return f"s3://{rest}" if sep and scheme.lower() == "s3a" else uri
+
+
+def is_s3_uri(uri: str) -> bool:
+    """Whether ``uri`` is ``s3://bucket[/prefix]`` or ``s3a://bucket[/prefix]`` (a bucket given)."""
+    parsed = urlparse(uri)
+    return parsed.scheme in S3_SCHEMES and bool(parsed.netloc)
+
+
 def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> None:
     """Raise :class:`StoreConfigError` unless ``uri`` names a supported store."""
     parsed = urlparse(uri)
-    expected = "memory://name, file:///absolute/path or s3://bucket[/prefix]"
+    expected = "memory://name, file:///absolute/path or s3://bucket[/prefix] (or s3a://)"
     if parsed.scheme not in StoreConfig.SCHEMES:
         raise StoreConfigError(option, uri, expected, where=where)
     if parsed.scheme == "file" and (
         parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")
     ):
         raise StoreConfigError(option, uri, "file:///absolute/path (three slashes)", where=where)
-    if parsed.scheme == "s3" and not parsed.netloc:
-        raise StoreConfigError(option, uri, "s3://bucket[/prefix] with a bucket name", where=where)
+    if parsed.scheme in S3_SCHEMES and not parsed.netloc:
+        raise StoreConfigError(
+            option, uri, f"{parsed.scheme}://bucket[/prefix] with a bucket name", where=where
+        )
 
 
 def check_key(uri: str, key: str) -> str:
