@@ -92,7 +92,6 @@ class AzuriteServer(Server):
             "--inMemoryPersistence",
             "--disableTelemetry",  # it would call out to the internet
             "--skipApiVersionCheck",  # the SDK may be newer than the emulator
-            "--location", str(self.workdir / "azurite"),
         ]  # fmt: skip
 
     def ready(self) -> bool:

@@ -60,7 +60,10 @@ class GcsServer(Server):
             raise ValueError(f"a workdir is needed to start the {self.NAME}")
         super().__init__(
             ManagedProcess(
-                "fake-gcs-server", [], log_path=workdir / "fake-gcs.log", cwd=REPO_ROOT,
+                "fake-gcs-server",
+                [],
+                log_path=workdir / "fake-gcs.log",
+                cwd=REPO_ROOT,
                 env=repo_env(),
             )
         )

@@ -215,7 +215,7 @@ def test_user_specified_schema_that_is_not_some_of_the_columns_is_refused_naming
     [
         ("s3a://bucket/state", "s3://bucket[/prefix]"),
         ("hdfs:///state", "file:///absolute/path"),
-        ("gs://bucket/state", "memory://name"),
+        ("abfss://c@acct.dfs.core.windows.net/state", "az://container[/prefix]"),
         ("/var/lib/state", "file:///absolute/path"),
         ("file://relative/state", "file:///absolute/path (three slashes)"),
     ],

@@ -13,7 +13,7 @@ import pytest
 
 from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
-from state.errors import StoreConfigError
+from state.errors import ConfigError, StoreConfigError
 from state.stores import STORE_OPTIONS, AzureSettings, GcsSettings, StoreConfig, new_store
 from state.stores.azure_store import AzureStore
 from state.stores.gcs_store import GcsStore
@@ -54,7 +54,11 @@ def test_the_stores_parse_bucket_container_and_prefix() -> None:
     ("settings", "option", "expected"),
     [
         (AzureSettings(account_key=KEY), "azure.accountName", "the storage account's name"),
-        (AzureSettings(account_name="acct"), "azure.accountKey", "azure.accountKey or azure.sasToken"),
+        (
+            AzureSettings(account_name="acct"),
+            "azure.accountKey",
+            "azure.accountKey or azure.sasToken",
+        ),
         (
             AzureSettings(account_name="acct", account_key=KEY, sas_token="sv=1&sig=x"),
             "azure.sasToken",
@@ -138,7 +142,7 @@ def test_an_unset_secret_reference_is_refused_naming_the_option(
     monkeypatch.delenv("GTB_TEST_AZURE_KEY", raising=False)
     settings = AzureSettings(account_name="acct", account_key="${env:GTB_TEST_AZURE_KEY}")
     store = AzureStore(StoreConfig("az://state-container/p", azure=settings))
-    with pytest.raises(StoreConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         store.get("k")
     assert "azure.accountKey" in str(info.value) and "GTB_TEST_AZURE_KEY" in str(info.value)
 

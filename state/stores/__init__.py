@@ -1,5 +1,5 @@
-"""The state stores: one contract (:mod:`~state.stores.state_store`), three implementations
-(``memory://``, ``file://``, ``s3://``) and the factory that opens one by URI
+"""The state stores: one contract (:mod:`~state.stores.state_store`), five implementations
+(``memory://``, ``file://``, ``s3://``, ``gs://``, ``az://``) and the factory that opens one by URI
 (:mod:`~state.stores.factory`, shared per process by :mod:`~state.stores.shared`).
 
 Callers import from here; the implementations import only :mod:`state.stores.state_store`.
@@ -9,6 +9,8 @@ from state.stores.factory import close_all, new_store, open_store
 from state.stores.state_store import (
     STATE_URI,
     STORE_OPTIONS,
+    AzureSettings,
+    GcsSettings,
     S3Settings,
     StateStore,
     StoreConfig,
@@ -20,6 +22,8 @@ from state.stores.state_store import (
 __all__ = [
     "STATE_URI",
     "STORE_OPTIONS",
+    "AzureSettings",
+    "GcsSettings",
     "S3Settings",
     "StateStore",
     "StoreConfig",
