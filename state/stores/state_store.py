@@ -325,8 +325,8 @@ def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> Non
         raise StoreConfigError(
             option,
             uri,
-            "az://container[/prefix], with the account in azure.accountName (a "
-            f"{parsed.scheme}://container@account.../prefix URI is Hadoop's name for it)",
+            "az://container[/prefix], with the account in azure.accountName (Hadoop's "
+            f"{parsed.scheme}://container@account.../prefix names the same data)",
             where=where,
         )
     if parsed.scheme not in StoreConfig.SCHEMES:
