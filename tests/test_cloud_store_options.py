@@ -6,6 +6,7 @@ contract on fake-gcs-server and Azurite).
 
 from __future__ import annotations
 
+import logging
 import pickle
 from pathlib import Path
 
@@ -151,3 +152,18 @@ def test_every_component_accepts_the_cloud_options() -> None:
     names = ("gcs.endpoint", "gcs.credentialsFile", "azure.accountName", "azure.sasToken")
     for table in (STORE_OPTIONS, SOURCE_OPTIONS, SINK_OPTIONS):
         assert all(name in table.names() for name in names), table
+
+
+def test_a_resolved_account_key_is_hidden_from_log_records(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key is resolved where the client is made (no request is sent here) and from then
+    on kept out of every log record of the process, as the SDK's own logging could quote it."""
+    secret = "c2VjcmV0LWtleS1mb3ItbG9nLWNoZWNr"
+    monkeypatch.setenv("GTB_TEST_AZURE_LOG_KEY", secret)
+    settings = AzureSettings(account_name="acct", account_key="${env:GTB_TEST_AZURE_LOG_KEY}")
+    store = AzureStore(StoreConfig("az://state-container/p", azure=settings))
+    assert store.client is not None
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("azure.core").info("signing with %s", secret)
+    assert caplog.records and secret not in caplog.text
