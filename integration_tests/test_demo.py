@@ -69,3 +69,24 @@ def test_demo_small_on_the_standalone_cluster(
     )
     check_table(out, workdir)
     assert f"master={spark_cluster.master_url}" in out
+
+
+@pytest.mark.timeout(600)
+def test_demo_small_with_its_state_on_azure_blob_storage(
+    driver: DriverRunner, servers: list[str], azurite_server: Any, tmp_path: Path
+) -> None:
+    """The demo in local mode with ``state.uri=az://...`` on Azurite: the source, the sink
+    and the coordinator (its snapshots, the recovery after the driver's SIGKILL) on the
+    Azure store, verified by the same table."""
+    workdir = tmp_path / "demo"
+    out = run_demo(
+        driver,
+        workdir,
+        servers,
+        "--state-store",
+        "azure",
+        "--azure-endpoint",
+        azurite_server.endpoint,
+    )
+    check_table(out, workdir)
+    assert "state: az://" in out
