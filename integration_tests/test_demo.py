@@ -2,7 +2,8 @@
 the standalone cluster fixture. It kills its driver with SIGKILL part-way, deletes the
 checkpoint, recovers from the snapshot and must print a verification table with no
 duplicates, nothing missing and equal stateful results (the table is read, not only the
-exit code). The same demo in local mode is run and checked the same way by notebook 02's
+exit code). Also in local mode with its state on Azurite (``--state-store azure``). The same
+demo in local mode is run and checked the same way by notebook 02's
 test (integration_tests/test_notebooks.py), which is why it has no test of its own here."""
 
 from __future__ import annotations
