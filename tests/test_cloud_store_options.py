@@ -15,7 +15,14 @@ import pytest
 from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
 from state.errors import ConfigError, StoreConfigError
-from state.stores import STORE_OPTIONS, AzureSettings, GcsSettings, StoreConfig, new_store
+from state.stores import (
+    STORE_OPTIONS,
+    AzureSettings,
+    GcsSettings,
+    StoreConfig,
+    new_store,
+    open_store,
+)
 from state.stores.azure_store import AzureStore
 from state.stores.gcs_store import GcsStore
 
@@ -167,3 +174,14 @@ def test_a_resolved_account_key_is_hidden_from_log_records(
     with caplog.at_level(logging.INFO):
         logging.getLogger("azure.core").info("signing with %s", secret)
     assert caplog.records and secret not in caplog.text
+
+
+def test_shared_gs_stores_follow_the_google_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config that leaves the endpoint and credentials to the environment gets a store per
+    environment (STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS), as s3:// per AWS_*."""
+    config = StoreConfig("gs://state-bucket/env", gcs=GcsSettings(anonymous=True))
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    first = open_store(config)
+    assert open_store(config) is first
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:10")
+    assert open_store(config) is not first
