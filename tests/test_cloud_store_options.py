@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,24 @@ def test_shared_gs_stores_follow_the_google_environment(monkeypatch: pytest.Monk
     assert open_store(config) is first
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:10")
     assert open_store(config) is not first
+
+
+@pytest.mark.parametrize(
+    ("uri", "module", "extra"),
+    [
+        ("gs://state-bucket/p", "google.cloud.storage", "gcs"),
+        ("az://state-container/p", "azure.storage.blob", "azure"),
+    ],
+)
+def test_a_missing_sdk_names_the_extra(
+    uri: str, module: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the cloud's SDK (an install without the extra), the first use of the store
+    says what to install, naming state.uri."""
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    settings = AzureSettings(account_name="acct", account_key=KEY)
+    store = new_store(StoreConfig(uri, gcs=GcsSettings(anonymous=True), azure=settings))
+    with pytest.raises(StoreConfigError) as info:
+        store.get("k")
+    assert info.value.option == "state.uri"
+    assert f"pip install 'gtbarrier[{extra}]'" in str(info.value)
