@@ -160,7 +160,15 @@ class AzureStore(StateStore):
             return self._client
 
     def _make_client(self) -> ContainerClient:
-        from azure.storage.blob import ContainerClient
+        try:
+            from azure.storage.blob import ContainerClient
+        except ImportError as err:
+            raise StoreConfigError(
+                "state.uri",
+                self.uri,
+                "a store whose SDK is installed: az:// needs azure-storage-blob, "
+                "pip install 'gtbarrier[azure]'",
+            ) from err
 
         az = self.config.azure
         credential: Any

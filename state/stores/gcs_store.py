@@ -135,7 +135,17 @@ class GcsStore(StateStore):
             return self._client
 
     def _make_client(self) -> Client:
-        from google.cloud import storage
+        try:
+            # The full module path: a "from google.cloud import" would find an attribute of
+            # the google.cloud namespace even where the module cannot be imported.
+            import google.cloud.storage
+        except ImportError as err:
+            raise StoreConfigError(
+                "state.uri",
+                self.uri,
+                "a store whose SDK is installed: gs:// needs google-cloud-storage, "
+                "pip install 'gtbarrier[gcs]'",
+            ) from err
 
         gcs = self.config.gcs
         credentials: Any = None
@@ -149,7 +159,9 @@ class GcsStore(StateStore):
             credentials = self._credentials_from_file(gcs.credentials_file)
         options = {"api_endpoint": gcs.endpoint} if gcs.endpoint else None
         try:
-            return storage.Client(project=project, credentials=credentials, client_options=options)
+            return google.cloud.storage.Client(
+                project=project, credentials=credentials, client_options=options
+            )
         except Exception as err:
             from google.auth.exceptions import DefaultCredentialsError
 
