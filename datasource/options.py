@@ -43,7 +43,7 @@ from state.option_table import (
     StringOption,
 )
 from state.options import Options
-from state.stores.state_store import S3_OPTIONS, StoreConfig
+from state.stores.state_store import AZURE_OPTIONS, GCS_OPTIONS, S3_OPTIONS, StoreConfig
 
 TimestampStrategy = Literal["error", "latest"]
 ReadClient = Literal["kafka-python", "confluent"]
@@ -285,6 +285,8 @@ SOURCE_OPTIONS = OptionTable(
         EPOCHS_RETAINED,
         START_AT_FLOOR,
         Shared(S3_OPTIONS, default_doc=_SEE_STORES, doc="S3 settings of the state store"),
+        Shared(GCS_OPTIONS, default_doc=_SEE_STORES, doc="GCS settings of the state store"),
+        Shared(AZURE_OPTIONS, default_doc=_SEE_STORES, doc="Azure settings of the state store"),
         KAFKA,
     ),
 )
@@ -355,8 +357,8 @@ class KafkaSourceOptions:
         store = None
         if STATE_URI.is_set(opts):
             store = StoreConfig.from_options(opts)
-        elif any(o in opts for o in S3_OPTIONS.names()):
-            present = [o for o in S3_OPTIONS.names() if o in opts]
+        elif any(o in opts for o in StoreConfig.OPTIONS):
+            present = [o for o in StoreConfig.OPTIONS if o in opts]
             raise opts.error(STATE_URI.name, f"a store URI, because {', '.join(present)} is set")
 
         client = CLIENT.read(opts)

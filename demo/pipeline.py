@@ -87,7 +87,7 @@ class DemoJob:
     topic: str
     bootstrap: str
     state_uri: str
-    s3_options: dict[str, str]
+    s3_options: dict[str, str]  # the state store's options (s3.*, and gcs.* or azure.*)
     zookeeper_hosts: str | None
     checkpoint: str
     consumer: str  # file | http | postgres | iceberg

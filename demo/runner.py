@@ -113,6 +113,8 @@ class Runner:
         self.pipeline_id = f"orders-demo-{suffix}"
         self.topic = f"shop-events-{suffix}"
         self.bucket = f"gtbarrier-demo-{suffix}"
+        self.state_uri = ""  # set once the services run (Services.state_store)
+        self.state_options: dict[str, str] = {}
         self.printed_batches: set[tuple[int, int]] = set()
 
     # --- output ---------------------------------------------------------------------
@@ -179,6 +181,10 @@ class Runner:
             kafka=args.kafka,
             s3=args.s3_endpoint,
             zookeeper=args.zookeeper,
+            gcs=args.gcs_endpoint,
+            azure=args.azure_endpoint,
+            parts=("kafka", "s3", "zookeeper")
+            + ((args.state_store,) if args.state_store != "s3" else ()),
         )
         receiver: Any = None
         self.postgres: Any = None
@@ -187,6 +193,8 @@ class Runner:
             for line in services.describe():
                 self.say(f"service: {line}")
             services.create_bucket(self.bucket)
+            self.state_uri, self.state_options = services.state_store(self.bucket)
+            self.say(f"state: {self.state_uri}")
             if args.consumer == "http":
                 receiver = self._start_receiver()
             if args.consumer == "postgres":
@@ -271,8 +279,8 @@ class Runner:
             pipeline_id=self.pipeline_id,
             topic=self.topic,
             bootstrap=services.bootstrap,
-            state_uri=f"s3://{self.bucket}/gtbarrier",
-            s3_options=services.s3_options(),
+            state_uri=self.state_uri,
+            s3_options=self.state_options,
             zookeeper_hosts=services.zookeeper_hosts,
             checkpoint="",
             consumer=args.consumer,
@@ -596,6 +604,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--s3-endpoint",
         help="use this S3 endpoint instead of starting SeaweedFS (or $GTB_S3_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--state-store",
+        choices=("s3", "gcs", "azure"),
+        default="s3",
+        help="where the state lives: s3 (SeaweedFS, the default), gcs (fake-gcs-server) or "
+        "azure (Azurite); the chosen emulator is started unless an endpoint is given",
+    )
+    parser.add_argument(
+        "--gcs-endpoint", help="with --state-store gcs: this GCS endpoint (or $GTB_GCS_ENDPOINT)"
+    )
+    parser.add_argument(
+        "--azure-endpoint",
+        help="with --state-store azure: this blob service URL (or $GTB_AZURE_ENDPOINT)",
     )
     parser.add_argument(
         "--zookeeper", help="use this ZooKeeper instead of starting one (or $GTB_ZK_HOSTS)"

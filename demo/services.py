@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from harness.azurite import AzuriteServer
+from harness.gcs import GcsServer
 from harness.kafka import KafkaBroker, KafkaHelper
 from harness.s3 import S3Server
 from harness.server import Server
@@ -37,7 +39,9 @@ class Endpoint:
 
 
 class Services:
-    """Kafka, S3 and ZooKeeper (or the ``parts`` named) for one demo run or notebook."""
+    """Kafka, S3 and ZooKeeper (or the ``parts`` named) for one demo run or notebook; with
+    ``gcs`` or ``azure`` among the parts, also a GCS or Azure Blob Storage emulator for the
+    state store (:meth:`state_store`)."""
 
     def __init__(
         self,
@@ -46,19 +50,31 @@ class Services:
         kafka: str | None = None,
         s3: str | None = None,
         zookeeper: str | None = None,
+        gcs: str | None = None,
+        azure: str | None = None,
         parts: tuple[str, ...] = ("kafka", "s3", "zookeeper"),
     ) -> None:
-        unknown = set(parts) - {"kafka", "s3", "zookeeper"}
+        unknown = set(parts) - {"kafka", "s3", "zookeeper", "gcs", "azure"}
         if unknown:
-            raise ValueError(f"unknown service(s) {sorted(unknown)}: kafka, s3, zookeeper")
+            raise ValueError(
+                f"unknown service(s) {sorted(unknown)}: kafka, s3, zookeeper, gcs, azure"
+            )
         self.parts = parts
         self.workdir = workdir
-        self._want = {"kafka": kafka, "s3": s3, "zookeeper": zookeeper}
+        self._want = {
+            "kafka": kafka,
+            "s3": s3,
+            "zookeeper": zookeeper,
+            "gcs": gcs,
+            "azure": azure,
+        }
         self._stops: list[Callable[[], None]] = []
         self.endpoints: list[Endpoint] = []
         self.broker: KafkaBroker | None = None
         self.s3: S3Server | None = None
         self.zk: ZooKeeperServer | None = None
+        self.gcs: GcsServer | None = None
+        self.azure: AzuriteServer | None = None
 
     def start(self) -> Services:
         try:
@@ -68,6 +84,12 @@ class Services:
                 self.s3 = self._start("S3 (SeaweedFS)", "s3", S3Server, S3Server)
             if "zookeeper" in self.parts:
                 self.zk = self._start("ZooKeeper", "zookeeper", ZooKeeperServer, ZooKeeperServer)
+            if "gcs" in self.parts:
+                self.gcs = self._start("GCS (fake-gcs-server)", "gcs", GcsServer, GcsServer)
+            if "azure" in self.parts:
+                self.azure = self._start(
+                    "Azure Blob (Azurite)", "azure", AzuriteServer, AzuriteServer
+                )
         except BaseException:
             self.stop()
             raise
@@ -117,6 +139,18 @@ class Services:
         """``s3.*`` options for the gtbarrier sources, sink and coordinator."""
         assert self.s3 is not None
         return self.s3.options()
+
+    def state_store(self, bucket: str) -> tuple[str, dict[str, str]]:
+        """A new bucket (or container) named ``bucket`` on the state store's server, and the
+        ``state.uri`` and store options that name it: Azure or GCS if that part was
+        started, else S3."""
+        if self.azure is not None:
+            self.azure.client().create_container(bucket)
+            return f"az://{bucket}/gtbarrier", {**self.s3_options(), **self.azure.options()}
+        if self.gcs is not None:
+            self.gcs.client().create_bucket(bucket)
+            return f"gs://{bucket}/gtbarrier", {**self.s3_options(), **self.gcs.options()}
+        return f"s3://{bucket}/gtbarrier", self.s3_options()
 
     def describe(self) -> list[str]:
         return [e.describe() for e in self.endpoints]

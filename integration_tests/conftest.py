@@ -10,6 +10,7 @@ pytest_plugins = [
     "integration_tests.fixtures.logs",
     "integration_tests.fixtures.process",
     "integration_tests.fixtures.s3",
+    "integration_tests.fixtures.object_stores",
     "integration_tests.fixtures.kafka",
     "integration_tests.fixtures.zookeeper",
     "integration_tests.fixtures.spark",

@@ -2,7 +2,8 @@
 the standalone cluster fixture. It kills its driver with SIGKILL part-way, deletes the
 checkpoint, recovers from the snapshot and must print a verification table with no
 duplicates, nothing missing and equal stateful results (the table is read, not only the
-exit code). The same demo in local mode is run and checked the same way by notebook 02's
+exit code). Also in local mode with its state on Azurite (``--state-store azure``). The same
+demo in local mode is run and checked the same way by notebook 02's
 test (integration_tests/test_notebooks.py), which is why it has no test of its own here."""
 
 from __future__ import annotations
@@ -69,3 +70,24 @@ def test_demo_small_on_the_standalone_cluster(
     )
     check_table(out, workdir)
     assert f"master={spark_cluster.master_url}" in out
+
+
+@pytest.mark.timeout(600)
+def test_demo_small_with_its_state_on_azure_blob_storage(
+    driver: DriverRunner, servers: list[str], azurite_server: Any, tmp_path: Path
+) -> None:
+    """The demo in local mode with ``state.uri=az://...`` on Azurite: the source, the sink
+    and the coordinator (its snapshots, the recovery after the driver's SIGKILL) on the
+    Azure store, verified by the same table."""
+    workdir = tmp_path / "demo"
+    out = run_demo(
+        driver,
+        workdir,
+        servers,
+        "--state-store",
+        "azure",
+        "--azure-endpoint",
+        azurite_server.endpoint,
+    )
+    check_table(out, workdir)
+    assert "state: az://" in out

@@ -5,6 +5,8 @@
 #      (as root, or with sudo when it is available).
 #   2. A virtualenv in .venv (VENV overrides), created only if missing.
 #   3. `pip install -e .[test]`, only when pyproject.toml changed since the last install.
+#   4. Azurite (Azure Blob Storage's emulator, an npm package) pinned in .services/azurite,
+#      only if that version is not there yet, for the azure state store's tests.
 #
 # Environment: VENV (default .venv), PYTHON (default python3), GTB_FORCE_PIP=1 to reinstall.
 set -euo pipefail
@@ -89,6 +91,21 @@ if [ "$want" != "$have" ] || [ "${GTB_FORCE_PIP:-0}" = 1 ] ||
     echo "$want" >"$STAMP"
 else
     say "$VENV is up to date with pyproject.toml"
+fi
+
+# --- Azurite (npm) ----------------------------------------------------------------------
+
+# The harness (harness/azurite.py) starts .services/azurite/node_modules/.bin/azurite-blob.
+AZURITE_VERSION=3.35.0
+AZURITE_DIR=.services/azurite
+azurite_have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$AZURITE_DIR/node_modules/azurite/package.json" 2>/dev/null | head -n1)"
+if [ "$azurite_have" != "$AZURITE_VERSION" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "npm install azurite@$AZURITE_VERSION into $AZURITE_DIR"
+    mkdir -p "$AZURITE_DIR"
+    npm install --silent --no-audit --no-fund --prefix "$AZURITE_DIR" "azurite@$AZURITE_VERSION"
+else
+    say "azurite $AZURITE_VERSION is in $AZURITE_DIR"
 fi
 
 say "ready: $("$VENV/bin/python" --version), $(java -version 2>&1 | head -n1), zookeeper at $ZOOKEEPER_JAR"

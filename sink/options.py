@@ -40,7 +40,7 @@ from state.option_table import (
 )
 from state.options import Options
 from state.stores import canonical_uri, is_s3_uri
-from state.stores.state_store import S3_OPTIONS, StoreConfig
+from state.stores.state_store import AZURE_OPTIONS, GCS_OPTIONS, S3_OPTIONS, StoreConfig
 
 WHERE = "barrier"
 
@@ -141,6 +141,14 @@ SINK_OPTIONS = OptionTable(
             S3_OPTIONS,
             default_doc="see docs/state-stores.md",
             doc="S3 settings for `state.uri` and for `consumer=s3`.",
+        ),
+        Shared(
+            GCS_OPTIONS, default_doc="see docs/state-stores.md", doc="GCS settings for `state.uri`."
+        ),
+        Shared(
+            AZURE_OPTIONS,
+            default_doc="see docs/state-stores.md",
+            doc="Azure settings for `state.uri`.",
         ),
         DELIVERY,
         ACK_TIMEOUT_MS,

@@ -216,7 +216,7 @@ def test_user_specified_schema_that_is_not_some_of_the_columns_is_refused_naming
         ("s3a:///state", "s3a://bucket[/prefix] with a bucket name"),
         ("s3n://bucket/state", "s3://bucket[/prefix] (or s3a://)"),
         ("hdfs:///state", "file:///absolute/path"),
-        ("gs://bucket/state", "memory://name"),
+        ("abfss://c@acct.dfs.core.windows.net/state", "az://container[/prefix]"),
         ("/var/lib/state", "file:///absolute/path"),
         ("file://relative/state", "file:///absolute/path (three slashes)"),
     ],

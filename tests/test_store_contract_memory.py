@@ -53,8 +53,16 @@ class TestFileStoreContract(StoreContract):
 @pytest.mark.parametrize(
     ("uri", "expected"),
     [
-        ("ftp://host/x", "memory://name, file:///absolute/path or s3://bucket"),
-        ("/just/a/path", "memory://name, file:///absolute/path or s3://bucket"),
+        (
+            "ftp://host/x",
+            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), gs://bucket[/prefix] "
+            "or az://",
+        ),
+        (
+            "/just/a/path",
+            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), gs://bucket[/prefix] "
+            "or az://",
+        ),
         ("file://relative/path", "file:///absolute/path (three slashes)"),
         ("file:relative", "file:///absolute/path (three slashes)"),
         ("s3:///no-bucket", "s3://bucket[/prefix] with a bucket name"),

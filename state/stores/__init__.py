@@ -1,5 +1,6 @@
-"""The state stores: one contract (:mod:`~state.stores.state_store`), three implementations
-(``memory://``, ``file://``, ``s3://`` or ``s3a://``) and the factory that opens one by URI
+"""The state stores: one contract (:mod:`~state.stores.state_store`), five implementations
+(``memory://``, ``file://``, ``s3://`` or ``s3a://``, ``gs://``, ``az://``) and the factory that
+opens one by URI
 (:mod:`~state.stores.factory`, shared per process by :mod:`~state.stores.shared`).
 
 Callers import from here; the implementations import only :mod:`state.stores.state_store`.
@@ -9,6 +10,8 @@ from state.stores.factory import close_all, new_store, open_store
 from state.stores.state_store import (
     STATE_URI,
     STORE_OPTIONS,
+    AzureSettings,
+    GcsSettings,
     S3Settings,
     StateStore,
     StoreConfig,
@@ -22,6 +25,8 @@ from state.stores.state_store import (
 __all__ = [
     "STATE_URI",
     "STORE_OPTIONS",
+    "AzureSettings",
+    "GcsSettings",
     "S3Settings",
     "StateStore",
     "StoreConfig",

@@ -1,9 +1,10 @@
 """Opening a store by URI: the one place that knows every implementation.
 
 The implementations (:mod:`state.stores.memory_store`, :mod:`state.stores.file_store`,
-:mod:`state.stores.s3_store`) import only the contract (:mod:`state.stores.state_store`);
+:mod:`state.stores.s3_store`, :mod:`state.stores.gcs_store`,
+:mod:`state.stores.azure_store`) import only the contract (:mod:`state.stores.state_store`);
 this module imports them, lazily, so that a process that never opens an ``s3://`` store never
-imports boto3.
+imports boto3 (nor the Google or Azure SDK without a ``gs://`` or ``az://`` store).
 """
 
 from __future__ import annotations
@@ -46,7 +47,16 @@ def new_store(config: StoreConfig | str) -> StateStore:
         from state.stores.s3_store import S3Store
 
         return S3Store(config)
-    raise StoreConfigError("state.uri", config.uri, "memory://, file:// or s3://")
+    if scheme == "gs":
+        from state.stores.gcs_store import GcsStore
+
+        return GcsStore(config)
+    if scheme == "az":
+        from state.stores.azure_store import AzureStore
+
+        return AzureStore(config)
+    validate_uri(config.uri)  # its refusal says what each scheme expects
+    raise StoreConfigError("state.uri", config.uri, "memory://, file://, s3://, gs:// or az://")
 
 
 def close_all() -> None:

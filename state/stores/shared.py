@@ -14,11 +14,13 @@ worker, never uses its parent's instances: their connections belong to the paren
 :func:`close_shared` releases them all, and runs at interpreter exit.
 
 The key is the :class:`~state.stores.state_store.StoreConfig` and, for ``s3://``, the ``AWS_*``
-environment, which supplies the settings a config leaves unset.
+environment (for ``gs://``, ``STORAGE_EMULATOR_HOST`` and ``GOOGLE_APPLICATION_CREDENTIALS``),
+which supplies the settings a config leaves unset.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 from urllib.parse import urlparse
 
@@ -58,6 +60,13 @@ def shared_count() -> int:
 
 
 def _key(config: StoreConfig) -> Hashable:
-    if urlparse(config.uri).scheme == "s3":
+    scheme = urlparse(config.uri).scheme
+    if scheme == "s3":
         return (config, aws_environment())
+    if scheme == "gs":
+        return (config, tuple((name, os.environ.get(name)) for name in _GOOGLE_ENVIRONMENT))
     return (config, ())
+
+
+# What google-cloud-storage reads from the environment when a config leaves it unset.
+_GOOGLE_ENVIRONMENT = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")

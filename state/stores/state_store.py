@@ -1,14 +1,17 @@
 """The state store contract: :class:`StateStore`, its configuration and its options.
 
 A store is a flat map from ``/``-separated keys to bytes, rooted at a URI:
-``memory://name``, ``file:///abs/path`` or ``s3://bucket/prefix`` (``s3a://``, Hadoop's name
-for S3, is the same store: :func:`canonical_uri`). Every value carries
-an opaque *version* (an ETag on S3, a content token on files) that changes on every
-write. Two operations are conditional and are what makes two drivers safe:
+``memory://name``, ``file:///abs/path``, ``s3://bucket/prefix`` (``s3a://``, Hadoop's
+name for S3, is the same store: :func:`canonical_uri`), ``gs://bucket/prefix`` (Google
+Cloud Storage) or ``az://container/prefix`` (Azure Blob Storage). Every value carries an
+opaque *version* (an ETag on S3 and Azure, a generation on GCS, a content token on files)
+that changes on every write. Two operations are conditional and are what makes two
+drivers safe:
 
-* :meth:`StateStore.create` writes only if the key is absent (S3 ``If-None-Match: *``);
+* :meth:`StateStore.create` writes only if the key is absent (S3 and Azure
+  ``If-None-Match: *``, GCS ``ifGenerationMatch=0``);
 * :meth:`StateStore.compare_and_swap` writes only if the key still has the version the
-  caller read (S3 ``If-Match``).
+  caller read (S3 and Azure ``If-Match``, GCS ``ifGenerationMatch=<generation>``).
 
 Stores hold configuration only until first use; clients (boto3) are created lazily and
 are dropped when a store is pickled, so a :class:`StoreConfig` or even a store may
@@ -67,6 +70,31 @@ class S3Settings:
     ca_bundle: str | None = None
 
 
+@dataclass(frozen=True)
+class GcsSettings:
+    """Explicit Google Cloud Storage settings (``gcs.*``); ``None``: Google's defaults
+    (Application Default Credentials, the public endpoint or ``STORAGE_EMULATOR_HOST``)."""
+
+    endpoint: str | None = None
+    project: str | None = None
+    credentials_file: str | None = None
+    anonymous: bool | None = None
+    retry_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    """Explicit Azure Blob Storage settings (``azure.*``). The account key and the SAS
+    token may be secret references (:mod:`state.secrets`), resolved where the client is
+    made; neither is in the repr."""
+
+    account_name: str | None = None
+    account_key: str | None = field(default=None, repr=False)
+    sas_token: str | None = field(default=None, repr=False)
+    endpoint: str | None = None
+    retry_deadline: float | None = None
+
+
 # --- options: state.uri and s3.*, shared by the source, the sink and the coordinator -----
 
 # The S3 defaults named here are applied by state.stores.s3_store (DEFAULT_CONNECT_TIMEOUT, ...);
@@ -77,7 +105,8 @@ STATE_URI = StringOption(
     name="state.uri",
     required=True,
     default_doc="(required; a component may supply a default)",
-    doc="`memory://name`, `file:///absolute/path` or `s3://bucket[/prefix]` (or `s3a://`)",
+    doc="`memory://name`, `file:///absolute/path`, `s3://bucket[/prefix]` (or `s3a://`), "
+    "`gs://bucket[/prefix]` or `az://container[/prefix]` (docs/state-stores.md)",
 )
 S3_ENDPOINT = StringOption(
     name="s3.endpoint", default_doc=_AWS_CHAIN, doc="endpoint URL, e.g. `http://127.0.0.1:9000`"
@@ -143,7 +172,77 @@ S3_OPTIONS = OptionTable(
         S3_CA_BUNDLE,
     ),
 )
-STORE_OPTIONS = OptionTable("state", (STATE_URI, *S3_OPTIONS.entries))
+
+# The gs:// store's settings (state.stores.gcs_store applies DEFAULT_RETRY_DEADLINE).
+_GOOGLE_DEFAULT = "Google's default"
+GCS_ENDPOINT = StringOption(
+    name="gcs.endpoint",
+    default_doc="`STORAGE_EMULATOR_HOST`, else Google's",
+    doc="the JSON API's base URL, for an emulator, e.g. `http://127.0.0.1:4443`",
+)
+GCS_PROJECT = StringOption(
+    name="gcs.project", default_doc=_GOOGLE_DEFAULT, doc="the Google Cloud project of the client"
+)
+GCS_CREDENTIALS_FILE = StringOption(
+    name="gcs.credentialsFile",
+    default_doc="Application Default Credentials",
+    doc="a service account key (JSON) file, on every host; not with `gcs.anonymous`",
+)
+GCS_ANONYMOUS = BooleanOption(
+    name="gcs.anonymous",
+    default=None,
+    default_doc="`false`",
+    doc="send no credentials (an emulator, or a bucket open to all)",
+)
+GCS_RETRY_DEADLINE = DurationOption(
+    name="gcs.retryDeadline",
+    default=None,
+    positive=True,
+    default_doc="`30s`",
+    doc="how long one operation keeps retrying transient failures",
+)
+GCS_OPTIONS = OptionTable(
+    "gcs", (GCS_ENDPOINT, GCS_PROJECT, GCS_CREDENTIALS_FILE, GCS_ANONYMOUS, GCS_RETRY_DEADLINE)
+)
+
+# The az:// store's settings (state.stores.azure_store applies DEFAULT_RETRY_DEADLINE).
+AZURE_ACCOUNT_NAME = StringOption(
+    name="azure.accountName",
+    default_doc="(required for `az://`)",
+    doc="the storage account's name",
+)
+AZURE_ACCOUNT_KEY = StringOption(
+    name="azure.accountKey",
+    default_doc="(one of the two for `az://`)",
+    doc="the account's shared key, best as a secret reference (`${env:NAME}`, `${file:/path}`); "
+    "or `azure.sasToken`",
+)
+AZURE_SAS_TOKEN = StringOption(
+    name="azure.sasToken",
+    default_doc="(one of the two for `az://`)",
+    doc="a shared access signature with read, add, create, write, delete and list permissions "
+    "on the container, best as a secret reference; or `azure.accountKey`",
+)
+AZURE_ENDPOINT = StringOption(
+    name="azure.endpoint",
+    default_doc="`https://<account>.blob.core.windows.net`",
+    doc="the account's blob service URL (Azurite: `http://127.0.0.1:10000/<account>`)",
+)
+AZURE_RETRY_DEADLINE = DurationOption(
+    name="azure.retryDeadline",
+    default=None,
+    positive=True,
+    default_doc="`30s`",
+    doc="how long one operation keeps retrying transient failures",
+)
+AZURE_OPTIONS = OptionTable(
+    "azure",
+    (AZURE_ACCOUNT_NAME, AZURE_ACCOUNT_KEY, AZURE_SAS_TOKEN, AZURE_ENDPOINT, AZURE_RETRY_DEADLINE),
+)
+
+STORE_OPTIONS = OptionTable(
+    "state", (STATE_URI, *S3_OPTIONS.entries, *GCS_OPTIONS.entries, *AZURE_OPTIONS.entries)
+)
 
 _Spec = TypeVar("_Spec", bound=OptionSpec)
 
@@ -154,13 +253,16 @@ def _under(prefix: str, spec: _Spec) -> _Spec:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Where state lives: a URI plus optional S3 settings. Small and picklable."""
+    """Where state lives: a URI plus the settings of the object store it may name (only
+    those of its scheme are used). Small and picklable."""
 
     uri: str
     s3: S3Settings = field(default_factory=S3Settings)
+    gcs: GcsSettings = field(default_factory=GcsSettings)
+    azure: AzureSettings = field(default_factory=AzureSettings)
 
-    SCHEMES = ("memory", "file", "s3", "s3a")
-    OPTIONS = S3_OPTIONS.names()
+    SCHEMES = ("memory", "file", "s3", "s3a", "gs", "az")
+    OPTIONS = S3_OPTIONS.names() + GCS_OPTIONS.names() + AZURE_OPTIONS.names()
 
     def __post_init__(self) -> None:
         # one spelling per store: s3a:// and s3:// name the same objects, so a source on
@@ -176,13 +278,12 @@ class StoreConfig:
         default_uri: str | None = None,
         s3_prefix: str = "",
     ) -> StoreConfig:
-        """Parse ``uri_option`` and the ``s3.*`` options (under ``s3_prefix``)."""
+        """Parse ``uri_option``, the ``s3.*`` options (under ``s3_prefix``) and the
+        ``gcs.*`` and ``azure.*`` options."""
         opts = options if isinstance(options, Options) else Options(options, where="state")
         uri = opts.string(uri_option, default_uri)
         if uri is None:
-            raise opts.error(
-                uri_option, "a store URI: memory://name, file:///abs/path or s3://bucket/prefix"
-            )
+            raise opts.error(uri_option, "a store URI: " + _EXPECTED_URI)
         validate_uri(uri, option=uri_option, where=opts.where)
         s3 = S3Settings(
             endpoint=_under(s3_prefix, S3_ENDPOINT).read(opts),
@@ -195,7 +296,32 @@ class StoreConfig:
             retry_deadline=_under(s3_prefix, S3_RETRY_DEADLINE).read(opts),
             ca_bundle=_under(s3_prefix, S3_CA_BUNDLE).read(opts),
         )
-        return cls(uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3)
+        gcs = GcsSettings(
+            endpoint=GCS_ENDPOINT.read(opts),
+            project=GCS_PROJECT.read(opts),
+            credentials_file=GCS_CREDENTIALS_FILE.read(opts),
+            anonymous=GCS_ANONYMOUS.read(opts),
+            retry_deadline=GCS_RETRY_DEADLINE.read(opts),
+        )
+        azure = AzureSettings(
+            account_name=AZURE_ACCOUNT_NAME.read(opts),
+            account_key=AZURE_ACCOUNT_KEY.read(opts),
+            sas_token=AZURE_SAS_TOKEN.read(opts),
+            endpoint=AZURE_ENDPOINT.read(opts),
+            retry_deadline=AZURE_RETRY_DEADLINE.read(opts),
+        )
+        return cls(
+            uri=uri.rstrip("/") if not uri.endswith("://") else uri, s3=s3, gcs=gcs, azure=azure
+        )
+
+
+_EXPECTED_URI = (
+    "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), "
+    "gs://bucket[/prefix] or az://container[/prefix]"
+)
+# Spark's and Hadoop's names for Azure storage: the blob service of the account they name
+# is what az:// reaches, with azure.accountName.
+_AZURE_HADOOP_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 
 
 S3_SCHEMES = ("s3", "s3a")
@@ -218,9 +344,16 @@ def is_s3_uri(uri: str) -> bool:
 def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> None:
     """Raise :class:`StoreConfigError` unless ``uri`` names a supported store."""
     parsed = urlparse(uri)
-    expected = "memory://name, file:///absolute/path or s3://bucket[/prefix] (or s3a://)"
+    if parsed.scheme in _AZURE_HADOOP_SCHEMES:
+        raise StoreConfigError(
+            option,
+            uri,
+            "az://container[/prefix], with the account in azure.accountName (Hadoop's "
+            f"{parsed.scheme}://container@account.../prefix names the same data)",
+            where=where,
+        )
     if parsed.scheme not in StoreConfig.SCHEMES:
-        raise StoreConfigError(option, uri, expected, where=where)
+        raise StoreConfigError(option, uri, _EXPECTED_URI, where=where)
     if parsed.scheme == "file" and (
         parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")
     ):
@@ -228,6 +361,12 @@ def validate_uri(uri: str, *, option: str = "state.uri", where: str = "") -> Non
     if parsed.scheme in S3_SCHEMES and not parsed.netloc:
         raise StoreConfigError(
             option, uri, f"{parsed.scheme}://bucket[/prefix] with a bucket name", where=where
+        )
+    if parsed.scheme == "gs" and not parsed.netloc:
+        raise StoreConfigError(option, uri, "gs://bucket[/prefix] with a bucket name", where=where)
+    if parsed.scheme == "az" and not parsed.netloc:
+        raise StoreConfigError(
+            option, uri, "az://container[/prefix] with a container name", where=where
         )
 
 
