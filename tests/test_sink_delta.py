@@ -480,3 +480,28 @@ def test_a_bundle_without_rows_commits_its_transaction_id(tmp_path: Path) -> Non
     lake.consumer.deliver(empty)
     assert lake.table().transaction_version("p1") == 4
     assert lake.values() == []
+
+
+def test_the_chaos_run_reads_each_bundle_from_the_commit_that_carries_its_id(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    from integration_tests.chaos.consumers import CONSUMERS, ConsumerSetup
+
+    setup = ConsumerSetup("r1", tmp_path / "round", "t", None, random.Random(1))  # type: ignore[arg-type]
+    chaos = CONSUMERS["delta"](setup)
+    options = SinkOptions.parse(
+        {"pipeline.id": "p1", "state.uri": f"memory://{tmp_path.name}", **chaos.sink_options()}
+    ).check_at_start(SCHEMA)
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    p.consumer = consumer  # type: ignore[assignment]
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0, 1])])], 0)
+    p.record_batch(1, 2)
+    p.barrier().commit([p.write(1, [gt_batch(2, 1, [5])])], 1)
+    found = chaos.read()
+    assert [b.bundle_id for b in found] == [1, 2]
+    assert [[r["value"] for r in b.rows] for b in found] == [[b"0:0", b"0:1"], [b"1:5"]]
