@@ -505,3 +505,19 @@ def test_the_chaos_run_reads_each_bundle_from_the_commit_that_carries_its_id(
     found = chaos.read()
     assert [b.bundle_id for b in found] == [1, 2]
     assert [[r["value"] for r in b.rows] for b in found] == [[b"0:0", b"0:1"], [b"1:5"]]
+
+
+def test_dead_letters_inside_the_table_directory_are_refused(tmp_path: Path) -> None:
+    """Delta's VACUUM deletes every file under the table that no version references: dead
+    letters there would be lost."""
+    with pytest.raises(ConfigError) as err:
+        SinkOptions.parse(
+            raw_options(
+                tmp_path,
+                **{
+                    "errors.tolerance": "all",
+                    "errors.deadLetter.path": f"file://{tmp_path}/table/dead",
+                },
+            )
+        )
+    assert "errors.deadLetter.path" in str(err.value) and "outside" in str(err.value)
