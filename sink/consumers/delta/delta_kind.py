@@ -63,7 +63,11 @@ class DeltaKind(ConsumerKind[DeltaSettings]):
         )
 
     def consumer_path(self, options: SinkView) -> str:
-        return self.settings(options).uri
+        """The table's directory (``file://`` read as its path) or S3 prefix: nothing else
+        may be written under it, as Delta's ``VACUUM`` deletes every file there that no
+        version of the table references (dead letters among them)."""
+        uri = self.settings(options).uri
+        return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 DELTA = DeltaKind()
