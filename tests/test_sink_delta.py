@@ -521,3 +521,30 @@ def test_dead_letters_inside_the_table_directory_are_refused(tmp_path: Path) -> 
             )
         )
     assert "errors.deadLetter.path" in str(err.value) and "outside" in str(err.value)
+
+
+def test_rows_with_a_null_in_a_not_null_column_go_to_dead_letters_and_the_rest_to_the_table(
+    tmp_path: Path,
+) -> None:
+    import pyarrow.parquet as pq
+
+    from sink.dead_letters.dead_letter_format import COLUMN_COLUMN, dead_letter_name
+
+    user_table(
+        tmp_path, pa.schema([pa.field("value", pa.binary(), nullable=False), ("gt", GT_ARROW)])
+    )
+    lake = Lake(
+        tmp_path,
+        **{"errors.tolerance": "all", "errors.deadLetter.path": f"file://{tmp_path}/dl"},
+    )
+    batch = gt_batch(2, 0, [0, 1, 2])
+    values = pa.array([None, b"0:1", None], pa.binary())
+    lake.p.record_batch(0, 2)
+    m = lake.p.write(0, [batch.set_column(0, "value", values)])
+    outcome = lake.p.barrier().commit([m], 0)
+    assert outcome.action == "delivered" and (outcome.rows, outcome.dead_letters) == (1, 2)
+    assert lake.values() == [b"0:1"]
+    assert lake.table().transaction_version("p1") == 2
+    dead = pq.read_table(tmp_path / "dl" / dead_letter_name(2))
+    assert dead.column("value").to_pylist() == [None, None]
+    assert dead.column(COLUMN_COLUMN).to_pylist() == ["value", "value"]
