@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -152,8 +153,6 @@ def _create(settings: DeltaSettings, arrow: pa.Schema) -> None:
     from deltalake import DeltaTable
 
     if settings.uri.startswith("file://"):
-        import os
-
         os.makedirs(settings.uri[len("file://") :], exist_ok=True)
     try:
         DeltaTable.create(
