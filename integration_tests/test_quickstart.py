@@ -1,8 +1,8 @@
 """docs/quickstart.md, run as written: the source block, then each consumer's block, in the
 session's Spark against the test servers (Tansu, PostgreSQL; Iceberg's SQL catalog on
-SQLite). Only hosts, ports, paths and topic names are replaced, each replacement must find
-its text (a drifted page fails here), and each consumer must then hold every input record
-exactly once."""
+SQLite; Delta on the local file system). Only hosts, ports, paths and topic names are
+replaced, each replacement must find its text (a drifted page fails here), and each
+consumer must then hold every input record exactly once."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def test_the_page_has_a_block_per_consumer() -> None:
         "File (Parquet files in a directory)",
         "PostgreSQL",
         "Apache Iceberg",
+        "Delta Lake",
         "Kafka (another topic)",
     ]
 
@@ -142,6 +143,25 @@ def test_iceberg(spark: Any, kafka: Any, tmp_path: Path) -> None:
     )
     table = catalog.load_table("shop.billing").scan().to_arrow()
     assert values(table.column("body").to_pylist()) == EXPECTED
+
+
+def test_delta(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    table = tmp_path / "delta" / "billing"
+    run_page(
+        spark,
+        kafka,
+        tmp_path,
+        "Delta Lake",
+        {
+            "file:///tmp/delta/billing": f"file://{table}",
+            '"/tmp/cp-delta"': repr(str(tmp_path / "cp")),
+        },
+    )
+    delta = DeltaTable(f"file://{table}")
+    assert values(delta.to_pyarrow_table().column("body").to_pylist()) == EXPECTED
+    assert delta.transaction_version(f"quickstart-{tmp_path.name}") is not None
 
 
 def test_kafka(spark: Any, kafka: Any, tmp_path: Path) -> None:

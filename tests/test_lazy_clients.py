@@ -22,11 +22,14 @@ CLIENTS = (
     "kafka",
     "psycopg",
     "pyiceberg",
+    "deltalake",
     "kazoo",
     "state.stores.s3_store",
     "sink.consumers.kafka.kafka_consumer",
     "sink.consumers.postgres.postgres_consumer",
     "sink.consumers.iceberg.iceberg_consumer",
+    "sink.consumers.delta.delta_consumer",
+    "sink.consumers.delta.delta_table",
 )
 
 QUERY_ONLY = (

@@ -56,6 +56,7 @@ def example(name: str, tmp_path: Path) -> dict[str, str]:
             "consumer.iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
             "consumer.iceberg.catalog.warehouse": f"file://{tmp_path}/warehouse",
         },
+        "delta": {"consumer.delta.uri": f"file://{tmp_path}/delta"},
     }
     assert set(own) == set(CONSUMER_NAMES), "every registered consumer needs an example here"
     return {
@@ -66,10 +67,10 @@ def example(name: str, tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_the_registry_lists_the_six_consumers_in_order() -> None:
-    assert CONSUMER_NAMES == ("file", "s3", "kafka", "http", "postgres", "iceberg")
+def test_the_registry_lists_the_seven_consumers_in_order() -> None:
+    assert CONSUMER_NAMES == ("file", "s3", "kafka", "http", "postgres", "iceberg", "delta")
     assert CONSUMER.choices == CONSUMER_NAMES and CONSUMER.default == "file"
-    assert CONSUMER.doc == "`file`, `s3`, `kafka`, `http`, `postgres` or `iceberg`."
+    assert CONSUMER.doc == "`file`, `s3`, `kafka`, `http`, `postgres`, `iceberg` or `delta`."
     kinds = list(CONSUMER_KINDS.values())
     assert all(isinstance(k, ConsumerKind) for k in kinds)
     assert len({id(k) for k in kinds}) == len(kinds), "one kind per name"
@@ -150,7 +151,7 @@ def test_start_checks_refuse_what_could_never_be_delivered(tmp_path: Path) -> No
 
 
 def test_an_unknown_consumer_lists_the_registered_ones(tmp_path: Path) -> None:
-    listed = "one of 'file', 's3', 'kafka', 'http', 'postgres', 'iceberg'"
+    listed = "one of 'file', 's3', 'kafka', 'http', 'postgres', 'iceberg', 'delta'"
     with pytest.raises(ConfigError) as info:
         SinkOptions.parse({**example("file", tmp_path), "consumer": "ftp"})
     assert info.value.option == "consumer" and listed in str(info.value)

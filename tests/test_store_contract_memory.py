@@ -55,12 +55,14 @@ class TestFileStoreContract(StoreContract):
     [
         (
             "ftp://host/x",
-            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), gs://bucket[/prefix] "
+            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), "
+            "gs://bucket[/prefix] "
             "or az://",
         ),
         (
             "/just/a/path",
-            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), gs://bucket[/prefix] "
+            "memory://name, file:///absolute/path, s3://bucket[/prefix] (or s3a://), "
+            "gs://bucket[/prefix] "
             "or az://",
         ),
         ("file://relative/path", "file:///absolute/path (three slashes)"),

@@ -6,7 +6,7 @@ consumer holds, in delivery order where the consumer shows it (kafka: topic orde
 the receiver's insertion order), else in bundle order (file and s3 name their objects by
 bundle). ``shape`` says what the sink input must look like (``"kafka"``: a ``value``
 column, see :meth:`~integration_tests.chaos.queries.Query.for_kafka`). A consumer added
-to the product later (iceberg) gets a class here and is drawn like the others.
+to the product later (iceberg, delta) gets a class here and is drawn like the others.
 """
 
 from __future__ import annotations
@@ -318,6 +318,48 @@ class IcebergConsumer(ChaosConsumer):
             found.setdefault(bundle, []).extend(rows)
         return [
             DeliveredBundle(k, sorted(rows, key=_gt_order)) for k, rows in sorted(found.items())
+        ]
+
+
+@register
+class DeltaConsumer(ChaosConsumer):
+    """A Delta table on the local file system; a bundle's rows are those of the data files
+    its commit added (the log entry that carries the pipeline's transaction id with the
+    bundle id as its version), put in ``gt`` order as a reader of the table does."""
+
+    name = "delta"
+    kill_steps = KILL_STEPS
+
+    @property
+    def directory(self) -> Path:
+        return self.setup.workdir / "delta"
+
+    def sink_options(self) -> dict[str, str]:
+        return {"consumer": "delta", "consumer.delta.uri": f"file://{self.directory}"}
+
+    def read(self) -> list[DeliveredBundle]:
+        import json
+
+        log = self.directory / "_delta_log"
+        if not log.is_dir():
+            return []
+        found: dict[int, list[dict[str, Any]]] = {}
+        for entry in sorted(log.glob("*.json")):
+            actions = [json.loads(line) for line in entry.read_text().splitlines() if line]
+            txns = [a["txn"]["version"] for a in actions if "txn" in a]
+            added = [a["add"]["path"] for a in actions if "add" in a]
+            if not txns:
+                assert not added, f"a commit without gtbarrier's transaction id: {entry.name}"
+                continue
+            (bundle,) = txns
+            assert bundle not in found, f"bundle {bundle} committed twice ({entry.name})"
+            found[bundle] = [
+                row for path in added for row in pq.read_table(self.directory / path).to_pylist()
+            ]
+        return [
+            DeliveredBundle(k, sorted(rows, key=_gt_order))
+            for k, rows in sorted(found.items())
+            if rows
         ]
 
 

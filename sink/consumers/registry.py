@@ -12,9 +12,9 @@ is declared by ``file`` and shared by ``s3``, so it applies to ``consumer=file/s
 
 Every Python process Spark starts for a query imports this table, and so every kind. A
 kind's module imports its client library (urllib3, botocore through the S3 store,
-kafka-python, psycopg, pyiceberg), and the consumer's own modules that use it
-(``kafka_consumer``, ``postgres_consumer``, ``iceberg_consumer``...), only inside the
-methods that run once the consumer is chosen.
+kafka-python, psycopg, pyiceberg, deltalake), and the consumer's own modules that use it
+(``kafka_consumer``, ``postgres_consumer``, ``iceberg_consumer``, ``delta_consumer``...),
+only inside the methods that run once the consumer is chosen.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sink.consumers.consumer_kind import ConsumerKind
+from sink.consumers.delta.delta_kind import DELTA
 from sink.consumers.file import FILE
 from sink.consumers.http import HTTP
 from sink.consumers.iceberg.iceberg_kind import ICEBERG
@@ -42,6 +43,7 @@ CONSUMER_KINDS: Mapping[str, ConsumerKind[Any]] = MappingProxyType(
         "http": HTTP,
         "postgres": POSTGRES,
         "iceberg": ICEBERG,
+        "delta": DELTA,
     }
 )
 """``consumer`` value -> kind, in the order the docs and error messages list them."""
