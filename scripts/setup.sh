@@ -98,7 +98,10 @@ fi
 # The harness (harness/azurite.py) starts .services/azurite/node_modules/.bin/azurite-blob.
 AZURITE_VERSION=3.35.0
 AZURITE_DIR=.services/azurite
-azurite_have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$AZURITE_DIR/node_modules/azurite/package.json" 2>/dev/null | head -n1)"
+azurite_have=""
+if [ -f "$AZURITE_DIR/node_modules/azurite/package.json" ]; then
+    azurite_have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$AZURITE_DIR/node_modules/azurite/package.json" | head -n1)"
+fi
 if [ "$azurite_have" != "$AZURITE_VERSION" ]; then
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     say "npm install azurite@$AZURITE_VERSION into $AZURITE_DIR"
