@@ -153,7 +153,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         None,
         "Serve Prometheus metrics at `/metrics` on this port while the coordinator is open "
         "(`0`: a free port, `coord.metrics_port` tells which); needs `gtbarrier[metrics]`; "
-        "`None`: no endpoint (docs/operating.md, Metrics).",
+        "`None`: no endpoint (docs/operations.md, Metrics).",
     ),
     Parameter(
         "metrics_address",
