@@ -35,11 +35,14 @@ from sink.dead_letters.dead_letter_files import (
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_COLUMN,
     COLUMN_COLUMN,
+    NO_GT,
     REASON_COLUMN,
     dead_letter_name,
     input_columns,
     nullable_schema,
+    pairs,
     recorded_against,
+    unmatched,
     without_rows,
 )
 from sink.dead_letters.dead_letter_settings import DeadLetterSettings
@@ -946,3 +949,15 @@ def test_a_superseded_run_sends_nothing_to_the_dead_letter_topic(
     assert commit_as(p, "run-b", None, 1, bundle_2, [], start_generation=1) == "delivered"
     action = commit_as(p, "run-a", a_remembers, 1, bundle_2, [b"0:3"], start_generation=0)
     assert action == "PipelineFenced" and sent == []
+
+
+def test_rows_without_a_gt_pair_with_each_other_after_an_upgrade() -> None:
+    """The sink refuses every row without a ``gt``, so such rows of an earlier attempt's
+    file pair one for one with those refused now, whatever values an upgraded query gives
+    them: the replay of a bundle whose file is already there is not stopped by them. Rows
+    sharing a real ``gt`` still pair only where one is left on each side."""
+    held = [(("v1-a",), NO_GT), (("v1-b",), NO_GT), (("v1-c",), ("t", 0, 7))]
+    now = [(("v2-a",), NO_GT), (("v2-x",), ("t", 0, 7)), (("v2-y",), ("t", 0, 7))]
+    paired = pairs(held, now)
+    assert paired == {0: 0}
+    assert unmatched(held, now) == ([1, 2], [1, 2])

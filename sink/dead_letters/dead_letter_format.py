@@ -154,7 +154,10 @@ def pairs(left: Sequence[Identity], right: Sequence[Identity]) -> dict[int, int]
     Rows made from one input record (an explode, a flatMap, a join's fan-out) share its
     ``gt``: two such rows left over on one side could each be the other side's row, so the
     ``gt`` pairs neither of them (a wrong pair would keep a row out twice and another
-    nowhere). A null ``gt`` (:data:`NO_GT`) names no record and never pairs.
+    nowhere). Rows with a null ``gt`` (:data:`NO_GT`) left over pair with each other, one
+    for one: the sink refuses every such row, so neither side ever delivers one, and a
+    pair of them cannot keep a delivered row out (an upgraded query computes other values
+    for its row without a ``gt`` as for any other).
     """
     paired = _equal_values(left, right)
     taken = set(paired.values())
@@ -164,6 +167,10 @@ def pairs(left: Sequence[Identity], right: Sequence[Identity]) -> dict[int, int]
         rights = right_by_gt.get(gt, [])
         if len(lefts) == 1 and len(rights) == 1:
             paired[lefts[0]] = rights[0]
+    taken = set(paired.values())
+    no_gt_left = [i for i in range(len(left)) if i not in paired and left[i][1] == NO_GT]
+    no_gt_right = [j for j in range(len(right)) if j not in taken and right[j][1] == NO_GT]
+    paired.update(zip(no_gt_left, no_gt_right, strict=False))
     return paired
 
 
