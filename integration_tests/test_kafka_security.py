@@ -527,20 +527,24 @@ class SecuredSink:
         )
         self.pipe = Pipeline(self.options)
         self.pipe.record_batch(0, epoch=1)
+        self.pipe.record_batch(1, epoch=2)
         self.texts = [repr(self.options)]
 
-    def commit(self, run_id: str, crash: str | None = None) -> Any:
-        """Batch 0 (epoch 1: 40 rows, those at :data:`REFUSED` without a gt) committed by a
-        new run with a new consumer, as a restarted driver commits it; None if it crashed."""
+    def commit(self, run_id: str, crash: str | None = None, batch_id: int = 0) -> Any:
+        """Batch ``batch_id`` (epoch ``batch_id + 1``: offsets ``40 * batch_id`` on, 40 rows,
+        those at :data:`REFUSED` in batch 0 without a gt) committed by a new run with a new
+        consumer, as a restarted driver commits it; None if it crashed."""
         p = self.pipe
         p.run_id = run_id
         consumer = open_consumer(self.options, p.store, FaultInjector())
         assert isinstance(consumer, KafkaTopicConsumer)
         p.consumer, p.staging = consumer, consumer.staging  # type: ignore[assignment]
-        rows = [note_batch(1, 0, range(40), null_gt=REFUSED)]
+        refused = REFUSED if batch_id == 0 else ()
+        offsets = range(40 * batch_id, 40 * batch_id + 40)
+        rows = [note_batch(batch_id + 1, 0, offsets, null_gt=refused)]
         barrier = p.barrier(faults=crash_at(crash) if crash else FaultInjector())
         try:
-            return barrier.commit([p.write(0, rows)], 0)
+            return barrier.commit([p.write(batch_id, rows)], batch_id)
         except InjectedFault as err:
             self.texts.append("".join(traceback.format_exception(err)))
             return None
@@ -561,8 +565,9 @@ def test_the_kafka_consumer_and_its_dead_letter_topic_take_their_passwords_by_re
     SASL PLAIN one over TLS, each password given as ``${env:...}``: the options and their
     pickle keep the references, and the clients resolve them where they are made. A bundle
     with refused rows is committed across a crash after its dead letters (the topic's
-    producer, then on the restart its tail scan, through their endpoint) and one after the
-    consumer acknowledged it (the restart's tail scan through the consumer's endpoint): the
+    producer through its endpoint); the restart resolves the bundle in flight with a tail
+    scan of the dead-letter topic through its endpoint, and a bundle acknowledged by the
+    consumer with a tail scan of the output topic through the consumer's: the
     output topic holds the accepted rows once and the dead-letter topic the refused ones
     once. Neither password is in any log record (at DEBUG, kafka-python's own included) nor
     in the text of any exception."""
@@ -582,21 +587,30 @@ def test_the_kafka_consumer_and_its_dead_letter_topic_take_their_passwords_by_re
     assert len(dead) == len(REFUSED) and kafka.consume_all(sink.out_topic) == []
     assert all(dict(m.headers)[H_PIPELINE] == sink.pipeline.encode() for m in dead)
 
+    # The crash left bundle 1 in flight with its dead letters written: the restart resolves
+    # it, scanning the dead-letter topic's tail through its endpoint, and delivers it; its
+    # own batch is then a replay.
     dlq_scans = tail_scan_fetches(dlq)
-    assert sink.commit("run-b", "after_ack") is None  # bundle 1 delivered, GT_last not moved
-    assert tail_scan_fetches(dlq) > dlq_scans, "no dead-letter tail scan went through"
-    assert sink.pipe.inflight().bundle_id == 1
-
-    out_scans = tail_scan_fetches(out)
-    outcome = sink.commit("run-c")
+    outcome = sink.commit("run-b")
     assert outcome is not None and outcome.recovered == 1, outcome
+    assert outcome.action == "dropped", outcome
+    assert tail_scan_fetches(dlq) > dlq_scans, "no dead-letter tail scan went through"
+    assert sink.pipe.state().gt_last == 1
+
+    # Bundle 2 acknowledged by the consumer, GT_last not moved: the restart finds it
+    # delivered by a tail scan of the output topic through the consumer's endpoint.
+    assert sink.commit("run-c", "after_ack", batch_id=1) is None
+    assert sink.pipe.inflight().bundle_id == 2
+    out_scans = tail_scan_fetches(out)
+    outcome = sink.commit("run-d", batch_id=1)
+    assert outcome is not None and outcome.recovered == 2, outcome
     assert tail_scan_fetches(out) > out_scans, "no tail scan went through the endpoint"
     state = sink.pipe.state()
-    assert state.gt_last == 1 and state.inflight is None
+    assert state.gt_last == 2 and state.inflight is None
 
     delivered = kafka.consume_all(sink.out_topic)
-    assert all(dict(r.headers)[H_BUNDLE] == b"1" for r in delivered)
-    expected = [f"0:{o}".encode() for o in range(40) if o not in REFUSED]
+    assert sorted({dict(r.headers)[H_BUNDLE] for r in delivered}) == [b"1", b"2"]
+    expected = [f"0:{o}".encode() for o in range(80) if o not in REFUSED]
     assert sorted(r.value for r in delivered) == sorted(expected), "not exactly once"
     refused = sorted(m.value for m in kafka.consume_all(sink.dlq_topic))
     assert refused == sorted(f"0:{o}".encode() for o in REFUSED), "not exactly once"
