@@ -32,7 +32,7 @@ OAUTH = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}
 FAKE_KEY_ID = "AKIAGTBTESTFAKEKEY01"
 
 
-class FixedProvider(AbstractTokenProvider):
+class FixedProvider(AbstractTokenProvider):  # type: ignore[misc]
     """A user's provider instance: kafka-python calls ``token()`` at each authentication."""
 
     def token(self) -> str:
