@@ -246,7 +246,10 @@ KAFKA = PrefixOption(
     name="kafka.",
     doc="kafka-python consumer settings (dots become underscores); `kafka.auto.offset.reset`, "
     "`kafka.enable.auto.commit`, the deserializers and `kafka.group.id` are refused; Java-only "
-    "settings (JKS stores) with what to use instead (docs/migrating.md)",
+    "settings (JKS stores) with what to use instead (docs/migrating.md); SASL OAUTHBEARER "
+    "takes `kafka.sasl.oauth.token.provider=module:callable`, and "
+    "`kafka.sasl.mechanism=AWS_MSK_IAM` (with `kafka.sasl.aws.region`) is OAUTHBEARER with "
+    "Amazon MSK's IAM tokens (docs/security.md)",
 )
 
 SOURCE_OPTIONS = OptionTable(

@@ -10,8 +10,12 @@ own SSL and SASL code, and the gateway forwards their authenticated requests to 
 One gateway is one listener with one of the three set-ups the tests need:
 
 * ``SSL``: TLS with a server certificate signed by a test CA; no SASL;
-* ``SASL_SSL`` / ``SASL_PLAINTEXT``: SASL ``PLAIN`` (RFC 4616) or ``SCRAM-SHA-256`` /
-  ``SCRAM-SHA-512`` (RFC 5802, 7677) over TLS or not.
+* ``SASL_SSL`` / ``SASL_PLAINTEXT``: SASL ``PLAIN`` (RFC 4616), ``SCRAM-SHA-256`` /
+  ``SCRAM-SHA-512`` (RFC 5802, 7677) or ``OAUTHBEARER`` (RFC 7628) over TLS or not.
+  OAUTHBEARER takes unsecured JWS tokens, as Kafka's own test mode does
+  (``OAuthBearerUnsecuredJws``): header ``{"alg":"none"}``, an empty signature, a ``sub``
+  claim that names a user of the users file (its password unused) and an ``exp`` claim in
+  the future (:func:`check_oauthbearer`); :mod:`harness.oauth_tokens` makes them.
 
 Per connection: the TLS handshake (a client that does not speak TLS is refused), then,
 with SASL, only ApiVersions (forwarded), SaslHandshake v1 and SaslAuthenticate (answered
@@ -30,7 +34,9 @@ authenticated and what it did.
 
 Limits: SASL handshake v0 (raw tokens) and re-authentication (KIP-368) are refused
 (session lifetime 0 tells clients not to re-authenticate); no client certificates (mTLS),
-no SCRAM extensions, no ACLs; an unknown SCRAM user is refused at the first message.
+no SCRAM extensions, no ACLs; an unknown SCRAM user is refused at the first message; a
+refused OAUTHBEARER token is answered at once with the authentication error (no RFC 7628
+error challenge first).
 
 Run it as ``python -m harness.kafka_gateway --upstream HOST:PORT --port N --events FILE
 [--tls-cert F --tls-key F] [--sasl MECHANISM --users FILE]``; :class:`KafkaGateway` does
@@ -55,11 +61,14 @@ import struct
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafka.net.sasl.oauth import AbstractTokenProvider
+
+from harness.oauth_tokens import PRINCIPAL, VALID_TOKEN, valid_token
 from harness.ports import LOOPBACK, free_port
 from harness.process import REPO_ROOT, ManagedProcess, repo_env
 from harness.server import Server
@@ -72,7 +81,7 @@ DESCRIBE_CLUSTER = 60
 UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, UNSUPPORTED_VERSION = 33, 34, 35
 SASL_AUTHENTICATION_FAILED = 58
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 SCRAM_ITERATIONS = 4096  # Kafka's minimum for SCRAM credentials
 MAX_FRAME = 64 << 20  # far above any test's request; a TLS record read as a size is refused
@@ -186,6 +195,43 @@ def check_plain(token: bytes, users: Mapping[str, str]) -> str:
     if known is None or not hmac.compare_digest(known.encode(), password.encode()):
         raise AuthenticationFailed(f"PLAIN: invalid user name or password for {user!r}")
     return user
+
+
+def check_oauthbearer(message: bytes, users: Collection[str], *, now: float) -> str:
+    """The principal an OAUTHBEARER initial client response (RFC 7628: ``n,[a=authzid],``
+    then ``\\x01``-separated ``key=value`` pairs, ``auth=Bearer <token>`` among them)
+    authenticates: its token an unsecured JWS whose ``sub`` is one of ``users`` and whose
+    ``exp`` (seconds since the epoch) is after ``now``."""
+    text = message.decode("utf-8", errors="replace")
+    gs2, _, rest = text.partition("\x01")
+    if not gs2.startswith("n,"):
+        raise AuthenticationFailed("OAUTHBEARER: expected a GS2 header 'n,,' (no channel binding)")
+    pairs = dict(p.split("=", 1) for p in rest.split("\x01") if "=" in p)
+    auth = pairs.get("auth", "")
+    if not auth.startswith("Bearer "):
+        raise AuthenticationFailed("OAUTHBEARER: no 'auth=Bearer <token>' in the message")
+    parts = auth.removeprefix("Bearer ").strip().split(".")
+    if len(parts) != 3:
+        raise AuthenticationFailed("OAUTHBEARER: a JWS has three dot-separated parts")
+    try:
+        header, claims = (json.loads(base64.urlsafe_b64decode(p + "==")) for p in parts[:2])
+    except ValueError:
+        raise AuthenticationFailed("OAUTHBEARER: a JWS part is not base64url JSON") from None
+    if not isinstance(header, dict) or header.get("alg") != "none":
+        raise AuthenticationFailed("OAUTHBEARER: expected an unsecured JWS (alg none)")
+    if not isinstance(claims, dict) or not isinstance(claims.get("sub"), str):
+        raise AuthenticationFailed("OAUTHBEARER: the token has no sub claim")
+    expires = claims.get("exp")
+    if not isinstance(expires, int | float):
+        raise AuthenticationFailed("OAUTHBEARER: the token has no exp claim")
+    principal = str(claims["sub"])
+    if expires <= now:
+        raise AuthenticationFailed(
+            f"OAUTHBEARER: the token of {principal!r} expired {now - expires:.0f}s ago"
+        )
+    if principal not in users:
+        raise AuthenticationFailed(f"OAUTHBEARER: unknown principal {principal!r}")
+    return principal
 
 
 @dataclass(frozen=True)
@@ -691,6 +737,9 @@ class Connection:
             if mechanism == "PLAIN":
                 self.principal = check_plain(token, self.config.users)
                 reply = b""
+            elif mechanism == "OAUTHBEARER":
+                self.principal = check_oauthbearer(token, self.config.users, now=time.time())
+                reply = b""
             elif scram is not None and not scram.started:
                 reply = scram.first(token)
             elif scram is not None:
@@ -877,7 +926,7 @@ class KafkaGateway(Server):
         *,
         tls: TlsFiles | None = None,
         mechanism: str | None = None,
-        user: str = "gtbarrier",
+        user: str = PRINCIPAL,
         password: str | None = None,
     ) -> None:
         """``password``: the SASL user's (default: a random one)."""
@@ -969,11 +1018,13 @@ class KafkaGateway(Server):
 
     def client_settings(self, *, password: str | None = None) -> dict[str, Any]:
         """kafka-python settings for a client of this gateway (``password`` overrides the
-        right one, for tests of a wrong one)."""
+        right one, for tests of a wrong one; OAUTHBEARER: a provider of valid tokens)."""
         settings: dict[str, Any] = {"security_protocol": self.security_protocol}
         if self.tls is not None:
             settings["ssl_cafile"] = str(self.tls.ca)
-        if self.mechanism is not None:
+        if self.mechanism == "OAUTHBEARER":
+            settings.update(sasl_mechanism=self.mechanism, sasl_oauth_token_provider=ValidTokens())
+        elif self.mechanism is not None:
             settings.update(
                 sasl_mechanism=self.mechanism,
                 sasl_plain_username=self.user,
@@ -983,11 +1034,22 @@ class KafkaGateway(Server):
 
     def options(self, prefix: str = "kafka.") -> dict[str, str]:
         """The settings as gtbarrier options under ``prefix`` (``kafka.`` for the source,
-        ``consumer.kafka.`` for the sink's kafka consumer)."""
-        return {
+        ``consumer.kafka.`` for the sink's kafka consumer); OAUTHBEARER's token provider as
+        its reference (:data:`harness.oauth_tokens.VALID_TOKEN`)."""
+        options = {
             prefix + name.replace("_", "."): str(value)
             for name, value in self.client_settings().items()
         }
+        if self.mechanism == "OAUTHBEARER":
+            options[prefix + "sasl.oauth.token.provider"] = VALID_TOKEN
+        return options
+
+
+class ValidTokens(AbstractTokenProvider):  # type: ignore[misc]
+    """Valid tokens of :data:`harness.oauth_tokens.PRINCIPAL`, for a kafka-python client."""
+
+    def token(self) -> str:
+        return valid_token()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """Every Kafka client gtbarrier creates, against real TLS, SASL PLAIN and SCRAM-SHA-512
 endpoints (the gateways of :mod:`harness.kafka_gateway` in front of Tansu).
 
+The OAUTHBEARER endpoint takes unsecured JWS tokens (Kafka's own test mode), made by
+the token providers of :mod:`harness.oauth_tokens`, which every client names by reference
+(``kafka.sasl.oauth.token.provider=harness.oauth_tokens:valid_token``) and makes where it
+is made, the executors' included.
+
 The endpoints refuse a client without the settings (plaintext on a TLS port, any request
 but the SASL exchange before authentication), so a client that gtbarrier creates without
 them cannot do its work and its test fails. Each client has a test of its own:
@@ -13,7 +18,9 @@ them cannot do its work and its test fails. Each client has a test of its own:
 * the kafka consumer and its dead-letter topic's producer and tail scan, each through
   another endpoint with its password given as ``${env:...}`` (``consumer.kafka.*``,
   ``errors.deadLetter.kafka.*``), exactly once across crashes, the passwords in no log
-  record and no exception;
+  record and no exception; and both through the OAUTHBEARER endpoint;
+* an expired token, and a token of a principal the endpoint does not know, refused by the
+  endpoint for that reason, failing the source's reader and the CLI within their time-outs;
 
 and a streaming query gtkafka -> barrier (file consumer) runs against each endpoint with
 every source client at once, exactly once, its group offsets and its lag checked; the
@@ -51,6 +58,7 @@ from harness.kafka_gateway import (
     PRODUCE,
     KafkaGateway,
 )
+from harness.oauth_tokens import EXPIRED_TOKEN, STRANGER_TOKEN, VALID_TOKEN, issued_tokens
 from harness.process import REPO_ROOT, repo_env, wait_until
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.source_support import Driver
@@ -61,11 +69,12 @@ from sink.consumers.kafka.kafka_rows import H_BUNDLE, H_COUNT, H_GT, H_INDEX
 from sink.dead_letters.dead_letter_topic import H_PIPELINE
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
+from state.errors import ConfigError
 from state.stores import open_store
 from tests.sink_helpers import Pipeline, gt_batch
 from tests.test_sink_dead_letters import crash_at, note_batch
 
-ENDPOINTS = ("kafka_tls", "kafka_sasl_plain", "kafka_sasl_scram")
+ENDPOINTS = ("kafka_tls", "kafka_sasl_plain", "kafka_sasl_scram", "kafka_sasl_oauth")
 QUERY_TIMEOUT = 300.0
 CLI_TIMEOUT = 120.0
 PASSWORD_ENV = "GTB_TEST_KAFKA_PASSWORD"
@@ -124,6 +133,13 @@ def test_the_executors_pooled_consumers_read_the_partitions(
     topic = kafka.create_topic(partitions=2)
     numbered(kafka, topic, 40, 2)
     # planned on the broker itself: only the read goes through the secured endpoint
+    if gateway.mechanism == "OAUTHBEARER" and read_client == "confluent":
+        # librdkafka takes a token callback, not kafka-python's provider: refused up front
+        with pytest.raises(ConfigError) as refused:
+            source_options(gateway, topic, **{"kafkaConsumer.client": read_client})
+        assert refused.value.option == "kafka.sasl.oauth.token.provider"
+        assert "kafkaConsumer.client=kafka-python" in str(refused.value)
+        return
     planner = Driver(kafka.bootstrap, topic)
     pool = ConsumerPool()
     try:
@@ -436,7 +452,7 @@ def test_secured_query_into_the_kafka_consumer_recovers_a_half_sent_bundle_by_it
     (the tail scan) and sends only the others: every record once in the output topic.
 
     One endpoint, ``SASL_SSL`` (TLS and SASL together): each client's handshake with each
-    endpoint (TLS, SASL PLAIN, SCRAM-SHA-512) is tested above, client by client, the
+    endpoint (TLS, SASL PLAIN, SCRAM-SHA-512, OAUTHBEARER) is tested above, client by client, the
     producer and the tail scan included; this is the whole query's path through them."""
     gateway = kafka_sasl_plain
     n, partitions = 2000, 2
@@ -491,8 +507,12 @@ REFUSED = (3, 17, 29)  # offsets of the rows without a gt: refused by every cons
 
 
 def by_reference(gateway: KafkaGateway, prefix: str, env: str) -> dict[str, str]:
-    """The settings of a client of ``gateway`` under ``prefix``, its password as ``${env:env}``."""
+    """The settings of a client of ``gateway`` under ``prefix``, its password as ``${env:env}``
+    (an OAUTHBEARER endpoint's token provider is a reference already)."""
     settings = gateway.options(prefix)
+    if gateway.mechanism == "OAUTHBEARER":
+        assert settings[prefix + "sasl.oauth.token.provider"] == VALID_TOKEN
+        return settings
     assert prefix + "sasl.plain.password" in settings
     settings[prefix + "sasl.plain.password"] = "${env:" + env + "}"
     return settings
@@ -693,3 +713,111 @@ def test_the_documented_sasl_ssl_scram_example_runs_end_to_end(
     if gateway.log_path is not None:
         logs.append(gateway.log_path.read_text())
     assert_no_password(gateway, *logs, str(status))
+
+
+# --- OAUTHBEARER: the dead-letter topic, and tokens the endpoint refuses ------------------
+
+
+def test_the_kafka_consumer_and_its_dead_letter_topic_authenticate_with_oauthbearer(
+    kafka_sasl_oauth: KafkaGateway,
+    kafka: KafkaHelper,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """consumer=kafka and its dead-letter topic both through the OAUTHBEARER endpoint,
+    each producer's token provider made from its reference where the producer is made: a
+    bundle with refused rows puts the accepted rows once in the output topic and the
+    refused ones once in the dead-letter topic; no token is in any log record at DEBUG."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="kafka")
+    gateway = kafka_sasl_oauth
+    sink = SecuredSink(gateway, gateway, kafka, tmp_path)
+    pickled = pickle.dumps(sink.options)
+    assert VALID_TOKEN.encode() in pickled and b"AbstractTokenProvider" not in pickled
+    outcome = sink.commit("run-a")
+    assert outcome is not None and outcome.action == "delivered", outcome
+
+    delivered = sorted(r.value for r in kafka.consume_all(sink.out_topic))
+    assert delivered == sorted(f"0:{o}".encode() for o in range(40) if o not in REFUSED)
+    dead = kafka.consume_all(sink.dlq_topic)
+    assert sorted(m.value for m in dead) == sorted(f"0:{o}".encode() for o in REFUSED)
+    authenticated = gateway.events("authenticated")
+    assert authenticated
+    assert {(e["mechanism"], e["principal"]) for e in authenticated} == {
+        ("OAUTHBEARER", gateway.user)
+    }
+    assert PRODUCE in {int(e["api_key"]) for e in gateway.events("request")}
+    tokens = issued_tokens()
+    assert tokens, "no token was made in this process"
+    texts = [*sink.texts, caplog.text, *(r.getMessage() for r in caplog.records)]
+    for text in texts:
+        for token in tokens:
+            assert token not in text, "an OAUTHBEARER token appears in a log, repr or message"
+
+
+REFUSED_TOKENS = {"expired": EXPIRED_TOKEN, "stranger": STRANGER_TOKEN}
+
+
+@pytest.mark.parametrize("token", sorted(REFUSED_TOKENS))
+def test_a_refused_token_fails_the_source_with_an_authentication_error(
+    kafka_sasl_oauth: KafkaGateway, kafka: KafkaHelper, token: str
+) -> None:
+    """The endpoint refuses an expired token, and the token of a principal it does not
+    know: the source's reader fails within its time-out (no hang), naming the servers, and
+    the endpoint saw the token and refused it for that reason. (kafka-python's bootstrap
+    retries a refused authentication until its time-out, so the error may be the SASL
+    failure or the time-out that follows it.)"""
+    gateway = kafka_sasl_oauth
+    topic = kafka.create_topic(partitions=1)
+    options = source_options(
+        gateway,
+        topic,
+        **{"kafka.sasl.oauth.token.provider": REFUSED_TOKENS[token], "pipeline.id": "sec-bad"},
+    )
+    reader = OffsetReader(options)
+    with pytest.raises(Exception) as caught:
+        try:
+            reader.topic_partitions()
+        finally:
+            reader.close()
+    text = "".join(traceback.format_exception(caught.value))
+    assert gateway.bootstrap in text
+    why = "expired" if token == "expired" else "unknown principal"
+    refused = [e for e in gateway.events("refused") if e.get("client_id") == "gtkafka-sec-bad"]
+    assert any(why in e["reason"] for e in refused), refused
+
+
+def test_a_refused_token_fails_gtbarrier_status_with_an_authentication_error(
+    kafka_sasl_oauth: KafkaGateway, tmp_path: Path
+) -> None:
+    """``gtbarrier status --bootstrap`` with an expired token: a non-zero exit within the
+    command's time-out, naming the servers; the endpoint refused the token as expired."""
+    from state.layout import PipelineLayout
+    from state.protocol.epoch_log import EpochLog
+    from state.records.source_offset import SourceOffset
+
+    gateway = kafka_sasl_oauth
+    state = f"file://{tmp_path / 'state'}"
+    store = open_store(_file_config(state))
+    EpochLog(store, PipelineLayout("sec-expired")).create_start(SourceOffset(0, {("t", 0): 0}))
+    settings = {**gateway.options("kafka."), "kafka.sasl.oauth.token.provider": EXPIRED_TOKEN}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gtbarrier",
+            "status",
+            *("--pipeline", "sec-expired", "--state-uri", state, "--bootstrap", gateway.bootstrap),
+            *(f"--option={k}={v}" for k, v in settings.items()),
+        ],
+        cwd=REPO_ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert gateway.bootstrap in proc.stderr, proc.stderr[-3000:]
+    refused = [e for e in gateway.events("refused") if e.get("client_id") == "gtkafka"]
+    assert any("expired" in e["reason"] for e in refused), refused

@@ -49,6 +49,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from state.errors import ConfigError, UnknownOptionError
+from state.kafka_oauth import (
+    AWS_REGION,
+    MSK_IAM,
+    MSK_IAM_PROVIDER,
+    REGION_ARG,
+    TOKEN_PROVIDER,
+    check_reference,
+    check_region,
+    check_signer,
+    token_provider,
+)
 from state.secrets import has_reference, resolve
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -158,7 +169,6 @@ NOT_SETTABLE = frozenset(
         "kafka_client",
         "ssl_context",
         "metric_reporters",
-        "sasl_oauth_token_provider",
         "socket_options",
     }
 )
@@ -243,6 +253,7 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
     unknown: list[str] = []
     jaas: str | None = None
     endpoint: str | None = None
+    region: str | None = None
     for name, value in sorted(settings.items()):
         if name == JAAS_SETTING:
             jaas = value
@@ -251,6 +262,9 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
         _refuse_java_only(name, value, prefix, where)
         if name == ENDPOINT_IDENTIFICATION:
             endpoint = value
+            continue
+        if name == AWS_REGION:
+            region = check_region(option, value, where)
             continue
         arg = argument_name(name)
         if arg in owned:
@@ -265,12 +279,7 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
                 f"not to be set: kafka-python's {arg} takes a Python object",
                 where=where,
             )
-        if arg in SECRET_ARGS:
-            config[arg] = Secret(value)  # as given: a password may begin or end with a space
-        elif arg in ("security_protocol", "sasl_mechanism"):
-            config[arg] = value.strip().upper()  # kafka-python compares them in upper case
-        else:
-            config[arg] = _typed(option, arg, value, defaults[arg], where)
+        config[arg] = _converted(option, arg, value, defaults[arg], where)
     if unknown:
         known = sorted(
             option_name(prefix, k) for k in defaults if k not in owned and k not in NOT_SETTABLE
@@ -280,8 +289,54 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
         config["ssl_check_hostname"] = _check_hostname(endpoint, config, where, prefix)
     if jaas is not None:
         config.update(_from_jaas(jaas, config, where, prefix))
+    config.update(_msk_iam(config, region, where, prefix))
     check_security(config, where, prefix)
     return config
+
+
+def _converted(option: str, arg: str, value: str, default: Any, where: str) -> Any:
+    """The value of the kafka-python argument ``arg`` for the setting ``option``."""
+    if arg in SECRET_ARGS:
+        return Secret(value)  # as given: a password may begin or end with a space
+    if option.endswith(TOKEN_PROVIDER):
+        # the reference only: the provider is made where each client is made
+        return check_reference(option, value, where)
+    if arg in ("security_protocol", "sasl_mechanism"):
+        return value.strip().upper()  # kafka-python compares them in upper case
+    return _typed(option, arg, value, default, where)
+
+
+def _msk_iam(
+    config: Mapping[str, Any], region: str | None, where: str, prefix: str
+) -> dict[str, Any]:
+    """``sasl.mechanism=AWS_MSK_IAM`` as OAUTHBEARER with the built-in provider of
+    :mod:`state.kafka_oauth` (and its region, if given): the arguments to add."""
+    if config.get("sasl_mechanism") != MSK_IAM:
+        if region is not None:
+            raise ConfigError(
+                prefix + AWS_REGION,
+                region,
+                f"to be set only with {prefix}sasl.mechanism={MSK_IAM} (the region of the "
+                "MSK cluster its tokens are signed for)",
+                where=where,
+            )
+        return {}
+    check_signer(prefix + "sasl.mechanism", where)
+    if "sasl_oauth_token_provider" in config:
+        raise ConfigError(
+            prefix + TOKEN_PROVIDER,
+            config["sasl_oauth_token_provider"],
+            f"not to be set: {MSK_IAM} brings its own token provider (leave "
+            f"{prefix}{TOKEN_PROVIDER} out, or use {prefix}sasl.mechanism=OAUTHBEARER with it)",
+            where=where,
+        )
+    added: dict[str, Any] = {
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_provider": MSK_IAM_PROVIDER,
+    }
+    if region is not None:
+        added[REGION_ARG] = region
+    return added
 
 
 def _refuse_java_only(name: str, value: str, prefix: str, where: str) -> None:
@@ -347,17 +402,34 @@ def check_security(config: Mapping[str, Any], where: str, prefix: str = "kafka."
             where=where,
         )
     mechanism = config.get("sasl_mechanism")
+    mechanisms = " or ".join((*SASL_MECHANISMS, MSK_IAM))
     if mechanism is not None and mechanism not in SASL_MECHANISMS:
-        raise ConfigError(
-            prefix + "sasl.mechanism", mechanism, " or ".join(SASL_MECHANISMS), where=where
-        )
+        raise ConfigError(prefix + "sasl.mechanism", mechanism, mechanisms, where=where)
     if not protocol.startswith("SASL_"):
         return
     if mechanism is None:
         raise ConfigError(
             prefix + "sasl.mechanism",
             None,
-            f"a SASL mechanism for security.protocol {protocol}: {' or '.join(SASL_MECHANISMS)}",
+            f"a SASL mechanism for security.protocol {protocol}: {mechanisms}",
+            where=where,
+        )
+    provider = config.get("sasl_oauth_token_provider")
+    if provider is not None and mechanism != "OAUTHBEARER":
+        raise ConfigError(
+            prefix + TOKEN_PROVIDER,
+            provider,
+            f"to be set only with {prefix}sasl.mechanism=OAUTHBEARER (the mechanism is "
+            f"{mechanism})",
+            where=where,
+        )
+    if provider is None and mechanism == "OAUTHBEARER":
+        raise ConfigError(
+            prefix + TOKEN_PROVIDER,
+            None,
+            "module:callable for SASL OAUTHBEARER: a callable that returns a token string or "
+            f"a kafka-python AbstractTokenProvider (or {prefix}sasl.mechanism={MSK_IAM} for "
+            "AWS MSK IAM)",
             where=where,
         )
     if mechanism == "PLAIN" or mechanism.startswith("SCRAM-"):
@@ -425,6 +497,16 @@ def resolve_secrets(
     ``prefix`` and the reference, never a value."""
     out: dict[str, Any] = {}
     for arg, given in settings.items():
+        if arg == REGION_ARG:
+            continue  # the MSK IAM provider's, never a kafka-python argument
+        if arg == "sasl_oauth_token_provider" and isinstance(given, str):
+            out[arg] = token_provider(
+                given,
+                option=option_name(prefix, arg),
+                where=where,
+                region=settings.get(REGION_ARG),
+            )
+            continue
         value = given
         if isinstance(given, str) and has_reference(given):
             value = resolve(given, option=option_name(prefix, arg), where=where)
