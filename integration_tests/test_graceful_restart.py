@@ -42,7 +42,8 @@ def _start(driver: Any, kafka: Any, topic: str, tmp_path: Path, **extra: str) ->
     ]  # fmt: skip
     for key, value in extra.items():
         args += [f"--{key.replace('_', '-')}", value]
-    return driver.run(PROGRAM, *args)
+    proc: DriverProcess = driver.run(PROGRAM, *args)
+    return proc
 
 
 def _commits(proc: DriverProcess) -> list[dict[str, Any]]:
