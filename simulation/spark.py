@@ -277,6 +277,10 @@ class SupervisedDriver:
             raise
         return None
 
+    @property
+    def stop_requested(self) -> bool:
+        return False  # the simulation sends no stop signals
+
     def call_build_query(self, build_query: Callable[..., Any]) -> Any:
         proc = self.proc
         try:

@@ -43,6 +43,7 @@ class Coord:
         self.watched = 0
         self.stop_error: GtBarrierError | None = None
         self.recover_errors: list[GtBarrierError] = []
+        self.stop_requested = False
 
     def recover(self, mode: str = "restore") -> None:
         self.recoveries.append(mode)

@@ -225,6 +225,13 @@ class DriverOwnership:
                 self._session = None
             self._token = None
 
+    def announce_stopping(self) -> None:
+        """Say on the ZooKeeper lock that this driver stops: a driver started meanwhile
+        waits for the lock instead of failing (no-op without ZooKeeper)."""
+        lock = self._lock
+        if lock is not None:
+            lock.announce_stopping()
+
     def revoke(self) -> None:
         """Forget the token: a newer driver took the pipeline (or the session expired)."""
         self._token = None

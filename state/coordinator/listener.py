@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotListener(StreamingQueryListener):
-    """Forwards completed batches (and terminations) of every query to callbacks.
+    """Forwards completed batches (and idle triggers, terminations) of every query to callbacks.
 
     The coordinator filters by query id. Exceptions in a callback are logged with
     their traceback and not re-raised: an exception escaping a listener would only be
@@ -40,9 +40,11 @@ class SnapshotListener(StreamingQueryListener):
         self,
         on_batch: Callable[[CompletedBatch], None],
         on_terminated: Callable[[str, str | None], None],
+        on_idle: Callable[[str], None] | None = None,
     ) -> None:
         self._on_batch = on_batch
         self._on_terminated = on_terminated
+        self._on_idle = on_idle
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         log.debug("query %s started (run %s)", event.id, event.runId)
@@ -55,7 +57,12 @@ class SnapshotListener(StreamingQueryListener):
             log.exception("gtbarrier coordinator: could not handle a progress event")
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        pass
+        if self._on_idle is None:
+            return
+        try:
+            self._on_idle(str(event.id))
+        except Exception:
+            log.exception("gtbarrier coordinator: could not handle an idle event")
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         try:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -45,6 +46,8 @@ from state.coordinator.batches import CompletedBatch
 from state.coordinator.checkpoint_recovery import MODES, RecoveryResult
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.graceful_stop import GracefulStop, stopping_on
+from state.coordinator.readiness import QueryLiveness, Readiness, readiness
 from state.coordinator.recovery_future import Recoverer, RecoveryFuture
 from state.coordinator.scheduler import SnapshotScheduler
 from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline, SnapshotStats
@@ -165,6 +168,12 @@ class SnapshotCoordinator:
             stop_snapshots=self._worker.end_generation,
             on_new_generation=self._worker.forget_snapshots,
         )
+        self._graceful = GracefulStop(
+            self.config.pipeline_id, announce=self.ownership.announce_stopping
+        )
+        self._heard: float | None = None  # the watched query's last commit or idle trigger
+        self._trigger_interval: float | None = None
+        self._closed = False
         self._listener: SnapshotListener | None = None
         self._metrics: DriverMetrics | None = None
         if self.config.metrics_port is not None:
@@ -332,9 +341,14 @@ class SnapshotCoordinator:
                 raise CoordinationError("watch() needs the SparkSession given to the coordinator")
             from state.coordinator.listener import SnapshotListener
 
-            self._listener = SnapshotListener(self.on_batch_completed, self._worker.on_terminated)
+            self._listener = SnapshotListener(
+                self.on_batch_completed, self._worker.on_terminated, on_idle=self.on_idle
+            )
             self.spark.streams.addListener(self._listener)
         self._worker.watch(query)
+        self._heard = time.time()
+        self._trigger_interval = _trigger_interval(query)
+        self._graceful.watch(query)
 
     def unwatch(self) -> None:
         """Stop snapshotting; a snapshot in progress finishes or is abandoned."""
@@ -343,9 +357,16 @@ class SnapshotCoordinator:
     def on_batch_completed(self, batch: CompletedBatch) -> None:
         """The minimal-time event (called by the listener; tests may call it directly)."""
         # the listener hears every query of the session: only the watched one is measured
-        if self._metrics is not None and batch.query_id == self._worker.query_id:
-            self._metrics.observe(batch)
+        if batch.query_id == self._worker.query_id:
+            self._heard = time.time()
+            if self._metrics is not None:
+                self._metrics.observe(batch)
         self._worker.offer(batch)
+
+    def on_idle(self, query_id: str) -> None:
+        """A trigger of a query found no new data (the listener's idle event)."""
+        if query_id == self._worker.query_id:
+            self._heard = time.time()
 
     def request_snapshot(self, wait: str | float | None = None) -> dict[str, Any] | None:
         """Snapshot the newest completed batch (the next one, if none completed yet).
@@ -364,7 +385,7 @@ class SnapshotCoordinator:
 
     # --- supervised runs ---------------------------------------------------------------
 
-    def run(
+    def run(  # noqa: PLR0913 - the public signature, keyword arguments as documented
         self,
         build_query: Callable[..., StreamingQuery],
         max_consecutive_reset_attempts: int = 5,
@@ -372,16 +393,41 @@ class SnapshotCoordinator:
         mode: str = "restore",
         backoff: str | float = "1s",
         max_backoff: str | float = "60s",
+        stop_signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
     ) -> StreamingQuery:
-        """Recover, start, watch and restart the query; see :mod:`state.coordinator.supervisor`."""
-        return Supervisor(
-            self,
-            build_query,
-            max_consecutive_reset_attempts,
-            mode=mode,
-            backoff=backoff,
-            max_backoff=max_backoff,
-        ).run()
+        """Recover, start, watch and restart the query; see :mod:`state.coordinator.supervisor`.
+
+        While it runs on the main thread, each of ``stop_signals`` (SIGTERM; ``()``: none)
+        requests a graceful stop (:meth:`request_stop`; the second one: at once). The run
+        then returns the stopped query with this coordinator closed (:meth:`close`): the
+        ZooKeeper lock is released at once, so the program may exit 0 and the next driver
+        take over without waiting for the session to time out.
+        """
+        with stopping_on(stop_signals, self._graceful):
+            query = Supervisor(
+                self,
+                build_query,
+                max_consecutive_reset_attempts,
+                mode=mode,
+                backoff=backoff,
+                max_backoff=max_backoff,
+            ).run()
+        if self._graceful.requested:
+            self.close()
+        return query
+
+    def request_stop(self, *, now: bool = False) -> None:
+        """Stop the watched query gracefully: at its next batch boundary (within
+        :data:`~state.coordinator.graceful_stop.STOP_GRACE`), at once with ``now`` or on a
+        second request (:mod:`state.coordinator.graceful_stop`). With ZooKeeper, the lock
+        says this driver is stopping, so a driver started meanwhile waits for it. Returns
+        at once; :meth:`run` then returns without restarting the query."""
+        self._graceful.request(now=now)
+
+    @property
+    def stop_requested(self) -> bool:
+        """:meth:`request_stop` was called (or a stop signal arrived during :meth:`run`)."""
+        return self._graceful.requested
 
     def call_build_query(self, build_query: Callable[..., StreamingQuery]) -> StreamingQuery:
         """``build_query(coord)`` if it takes an argument, else ``build_query()``.
@@ -445,11 +491,30 @@ class SnapshotCoordinator:
             out["barrier_error"] = str(err)
         return out
 
+    def readiness(self) -> Readiness:
+        """``/ready`` of the metrics endpoint (:mod:`state.coordinator.readiness`)."""
+        query = self._worker.query
+        try:
+            active = query is not None and bool(query.isActive)
+        except Exception:  # a Spark that cannot answer runs no query for this probe
+            active = False
+        liveness = QueryLiveness(
+            active=active,
+            owner=self.ownership.held,
+            stopping=self._graceful.requested,
+            trigger_interval=self._trigger_interval,
+            heard=self._heard,
+        )
+        return readiness(liveness, time.time())
+
     # --- shutting down -----------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the snapshot thread, remove the listener, release the lock, close ZooKeeper,
-        stop the metrics endpoint."""
+        stop the metrics endpoint (once; later calls do nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._metrics is not None:
             self._metrics.stop()
             self._metrics = None
@@ -467,6 +532,16 @@ class SnapshotCoordinator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _trigger_interval(query: StreamingQuery) -> float | None:
+    """The query's processing-time interval in seconds; None if unknown (a Spark Connect
+    query, another trigger) or 0 (the default trigger)."""
+    try:
+        trigger = query._jsq.streamingQuery().trigger()
+        return float(trigger.intervalMs()) / 1000.0
+    except Exception:
+        return None
 
 
 __all__ = ["SnapshotCoordinator", "SnapshotStats"]

@@ -9,9 +9,11 @@
 3. ``watch()`` it and wait for it to end.
 
 A query that ends by itself (``Trigger.AvailableNow``, or ``stop()`` from elsewhere) ends
-the run: the query is returned. A query that fails, or that the coordinator stopped
-because its ZooKeeper session expired, is a *failure*: after a backoff (``backoff``
-doubling up to ``max_backoff``) it is reset (recovered and started again). At most
+the run: the query is returned; so does one stopped on request (SIGTERM, see
+:mod:`state.coordinator.graceful_stop`), even if a second request stopped it inside a
+batch. A query that fails, or that the coordinator stopped because its ZooKeeper session
+expired, is a *failure*: after a backoff (``backoff`` doubling up to ``max_backoff``) it
+is reset (recovered and started again). At most
 ``max_consecutive_reset_attempts`` resets follow each other without an accepted snapshot
 in between: an accepted snapshot shows the pipeline makes progress and sets the count
 back to zero. One failure more, and the run stops with
@@ -64,6 +66,10 @@ class Supervised(Protocol):
     def take_stop_error(self) -> GtBarrierError | None:
         """Why the coordinator stopped the query, once."""
 
+    @property
+    def stop_requested(self) -> bool:
+        """A graceful stop was asked for (SIGTERM): the run ends with its query."""
+
 
 class Supervisor:
     """One supervised run of a pipeline (see the module docstring)."""
@@ -115,13 +121,14 @@ class Supervisor:
                 mode = "restore"
                 query = self.coord.call_build_query(self.build_query)
             except GtBarrierError as err:
-                if not err.retriable:
+                if not err.retriable or self.coord.stop_requested:
                     raise
                 error = f"recovery failed: {type(err).__name__}: {err}"
             else:
                 failed = self._await(query)
-                if failed is None:
-                    log.info("pipeline %s: query %s finished", self.coord.pipeline_id, query.id)
+                if failed is None or self.coord.stop_requested:
+                    how = "stopped on request" if self.coord.stop_requested else "finished"
+                    log.info("pipeline %s: query %s %s", self.coord.pipeline_id, query.id, how)
                     return query
                 error = failed
             if self.coord.accepted > accepted_before:
@@ -158,6 +165,11 @@ class Supervisor:
         try:
             query.awaitTermination()
         except StreamingQueryException as err:
+            if self.coord.stop_requested:
+                # stopped at once (a second SIGTERM) inside a batch: the next driver's
+                # recovery resolves that batch, as after a crash
+                log.info("pipeline %s: query stopped on request: %s", self.coord.pipeline_id, err)
+                return None
             stopped = self.coord.take_stop_error()
             if stopped is not None and not stopped.retriable:
                 raise stopped from err

@@ -568,6 +568,14 @@ def shown_acl(acl: list[ACL]) -> str:
     return "[" + ", ".join(shown) + "]"
 
 
+STOPPING = " (stopping)"
+"""Appended to a lock node's identifier by a driver that stops gracefully."""
+
+HANDOVER_WAIT = 60.0
+"""Seconds a new driver (``driver_wait=None``) waits for the lock of a driver that stops:
+more than :data:`state.coordinator.graceful_stop.STOP_GRACE` plus the time to close."""
+
+
 def driver_identifier() -> str:
     """Who holds the lock, for error messages: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -594,26 +602,27 @@ class DriverLock:
         )
 
     def acquire(self, wait: float | None) -> None:
-        """Take the lock. ``wait=None``: fail fast with :class:`DriverLockHeld`; else wait
-        up to ``wait`` seconds."""
+        """Take the lock. ``wait=None``: fail fast with :class:`DriverLockHeld`, unless the
+        holder announced that it is stopping (:meth:`announce_stopping`): then wait up to
+        :data:`HANDOVER_WAIT` seconds for it. Else wait up to ``wait`` seconds."""
         if self.held:
             return
         lock = Lock(self.session.client, self.path, self.identifier)
-        try:
-            if wait is None:
-                got = lock.acquire(blocking=False)
-            else:
-                got = lock.acquire(blocking=True, timeout=wait)
-        except KazooTimeoutError:
-            got = False
-        except _UNAVAILABLE as err:
-            raise ZooKeeperUnavailable(
-                f"ZooKeeper at {self.session.hosts}: taking lock {self.path} failed: {err}"
-            ) from err
-        except NoAuthError as err:
-            raise self.session.refused("taking the driver lock", self.path) from err
+        got = self._take(lock, wait)
+        holders = "" if got else self._holders(lock)
+        if not got and wait is None and holders.endswith(STOPPING):
+            log.info(
+                "pipeline %s: the driver holding lock %s is stopping (%s); waiting up to %gs "
+                "for it",
+                self.pipeline_id,
+                self.path,
+                holders,
+                HANDOVER_WAIT,
+            )
+            lock = Lock(self.session.client, self.path, self.identifier)
+            got = self._take(lock, HANDOVER_WAIT)
+            holders = "" if got else self._holders(lock)
         if not got:
-            holders = self._holders(lock)
             how = "is held" if wait is None else f"was not released within {wait:g}s"
             raise DriverLockHeld(
                 f"pipeline '{self.pipeline_id}' already has a driver: the lock {self.path} on "
@@ -626,6 +635,33 @@ class DriverLock:
         log.info(
             "pipeline %s: driver lock %s taken by %s", self.pipeline_id, self.path, self.identifier
         )
+
+    def _take(self, lock: Lock, wait: float | None) -> bool:
+        try:
+            if wait is None:
+                return bool(lock.acquire(blocking=False))
+            return bool(lock.acquire(blocking=True, timeout=wait))
+        except KazooTimeoutError:
+            return False
+        except _UNAVAILABLE as err:
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper at {self.session.hosts}: taking lock {self.path} failed: {err}"
+            ) from err
+        except NoAuthError as err:
+            raise self.session.refused("taking the driver lock", self.path) from err
+
+    def announce_stopping(self) -> None:
+        """Mark this driver's lock node as stopping: a driver started now waits for the
+        lock (:data:`HANDOVER_WAIT`) instead of failing. Best effort: an unreachable
+        ZooKeeper leaves the node as it was."""
+        lock = self._lock
+        if lock is None or lock.node is None or not self.held:
+            return
+        node = f"{self.path}/{lock.node}"
+        try:
+            self.session.client.set(node, f"{self.identifier}{STOPPING}".encode())
+        except (KazooException, *_UNAVAILABLE) as err:
+            log.info("driver lock %s: could not mark it as stopping: %s", node, err)
 
     @staticmethod
     def _holders(lock: Lock) -> str:

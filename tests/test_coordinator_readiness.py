@@ -1,0 +1,45 @@
+"""The pure decisions of a graceful stop and of ``/ready``."""
+
+from __future__ import annotations
+
+from state.coordinator.graceful_stop import Step, next_step
+from state.coordinator.readiness import QueryLiveness, readiness, ready_bound
+
+
+def _live(**changes: object) -> QueryLiveness:
+    base: dict[str, object] = {
+        "active": True,
+        "owner": True,
+        "stopping": False,
+        "trigger_interval": None,
+        "heard": 100.0,
+    }
+    base.update(changes)
+    return QueryLiveness(**base)  # type: ignore[arg-type]
+
+
+def test_bound_is_three_floored_intervals() -> None:
+    assert ready_bound(None) == 30.0
+    assert ready_bound(0.2) == 30.0
+    assert ready_bound(60.0) == 180.0
+
+
+def test_ready_within_the_bound_and_not_after() -> None:
+    assert readiness(_live(), 129.0).ready
+    late = readiness(_live(), 131.0)
+    assert not late.ready and "31s" in late.reason and "bound 30s" in late.reason
+
+
+def test_not_ready_without_a_query_an_owner_or_while_stopping() -> None:
+    assert readiness(_live(active=False), 100.0).reason == "no query is running"
+    assert not readiness(_live(heard=None), 100.0).ready
+    assert "does not hold" in readiness(_live(owner=False), 100.0).reason
+    assert "stopping" in readiness(_live(stopping=True), 100.0).reason
+
+
+def test_a_stop_waits_for_the_batch_boundary_or_the_grace() -> None:
+    wait = {"requests": 1, "trigger_active": True, "waited": 1.0, "grace": 30.0}
+    assert next_step(**wait) is Step.WAIT  # type: ignore[arg-type]
+    assert next_step(**{**wait, "trigger_active": False}) is Step.STOP  # type: ignore[arg-type]
+    assert next_step(**{**wait, "waited": 30.0}) is Step.STOP  # type: ignore[arg-type]
+    assert next_step(**{**wait, "requests": 2}) is Step.STOP  # type: ignore[arg-type]
