@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check test lint typecheck pytest unit integration volume demo bench soak breakdown counts chaos notebooks sim
+.PHONY: help setup check test lint typecheck pytest unit integration volume demo bench soak soak-lifetime soak-sparse breakdown counts chaos notebooks sim
 
 help:
 	@echo "make demo       install everything and run the demo job (python -m demo)"
@@ -27,7 +27,7 @@ help:
 	@echo "make setup      install only (idempotent)"
 	@echo "make notebooks  run notebooks/*.ipynb and store them with their outputs"
 	@echo "make sim        explore the protocol's interleavings, crashes and lost answers (~10 min)"
-	@echo "make lint | typecheck | unit | integration | volume | bench | soak | breakdown | counts | chaos"
+	@echo "make lint | typecheck | unit | integration | volume | bench | soak | soak-lifetime | soak-sparse | breakdown | counts | chaos"
 
 setup:
 	@./scripts/setup.sh
@@ -81,6 +81,14 @@ bench: setup
 SOAK_ARGS ?=
 soak: setup
 	$(PY) -m benchmarks.soak --minutes 60 $(SOAK_ARGS)
+
+# The same hour run by one driver that is never killed: does it grow? (docs/operations.md#soak)
+soak-lifetime: setup
+	$(PY) -m benchmarks.soak --minutes 60 --no-kills $(SOAK_ARGS)
+
+# The never-killed driver with sparse output: a row a minute, nearly every bundle empty.
+soak-sparse: setup
+	$(PY) -m benchmarks.soak --minutes 60 --no-kills --sparse $(SOAK_ARGS)
 
 breakdown: setup
 	$(PY) -m benchmarks.breakdown $(BENCH_ARGS)

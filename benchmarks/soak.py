@@ -1,6 +1,9 @@
-"""Soak: the demo's stateful query for an hour at a steady rate, killed every 15 minutes.
+"""Soak: the demo's stateful query for an hour at a steady rate, killed every 15 minutes,
+or run by one driver that is never killed.
 
     python -m benchmarks.soak --minutes 60                 # make soak
+    python -m benchmarks.soak --minutes 60 --no-kills      # make soak-lifetime
+    python -m benchmarks.soak --minutes 60 --no-kills --sparse   # make soak-sparse
     python -m benchmarks.soak --minutes 3 --kill-every-minutes 1 --sample-seconds 10
 
 One Kafka broker (Tansu) and one ZooKeeper, started here unless given (``--bootstrap`` /
@@ -32,11 +35,19 @@ a new driver starts at once on the same checkpoint and state: ``recover()`` find
 checkpoint, the source replays the recorded epochs, the barrier drops what the consumer
 already has. A kill falls due only once the driver running has delivered a bundle (after
 a kill: one beyond the killed driver's ``GT_last``), so it is put off while a driver
-starts or resumes.
+starts or resumes. With ``--no-kills`` one driver runs the whole hour: its targets
+compare one process with itself, which is what says whether a driver can live for months.
+
+**Sparse output** (``--sparse``): the query's output narrowed by a filter to about one
+row every sixtieth of the run (a minute of an hour; :func:`demo.pipeline.sparse_output`:
+the event rows whose offset is a multiple of ``rate x minutes``), every operator still
+running: nearly every bundle is empty. Latency is then that of the few rows kept.
 
 **Samples**, every ``--sample-seconds`` (60), one progress line each: RSS, open file
 descriptors and threads of the driver's JVM, its Python process and Spark's Python
 workers (the driver's process tree in ``/proc``, :mod:`benchmarks.soak_measures`);
+the driver JVM's heap in use, committed, and metaspace (``jcmd <pid> GC.heap_info``);
+the machine's load average;
 end-to-end latency p50 and p99 of the records first seen since the previous sample
 (a :class:`~benchmarks.latency.FileReader` polls the consumer every 200 ms; produce
 time -> first poll that listed the record's bundle); records a second delivered; stored
@@ -47,9 +58,11 @@ objects per prefix of the pipeline's state (:class:`~state.layout.PipelineLayout
 consumer is checked against a batch computation of everything in the topic
 (:func:`demo.verify.verify`: 0 lost, 0 duplicated, equal aggregates).
 
-Prints the table and the targets (``<measure> = <ratio> (target ...: met)``): RSS and fds
-at the end <= 1.1x a sixth in (minute 10 of an hour), p99 of the last sixth <= 1.2x that
-of minutes 5-15 of an hour (before the first kill), per prefix the last count <= the
+Prints the table and the targets (``<measure> = <ratio> (target ...: met)``): RSS, fds,
+threads, committed heap and metaspace at the end <= 1.1x a sixth in (minute 10 of an
+hour), the lowest heap in use of the last sixth <= 1.1x that of minutes 5-15, p50 of the
+last sixth <= 1.1x and p99 <= 1.2x those of minutes 5-15 of an hour (before the first
+kill), per prefix the last count <= the
 first half's max + a slack (max(5, 10%)), 0 lost, 0 duplicated. Writes
 ``<out>/soak.json`` (the ratios for ``python -m benchmarks``' format and every sample)
 and ``<out>/soak.png``. Exit code 1 when exactly-once fails, 2 when the run could not
@@ -76,7 +89,15 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, load_average, print_table, write_results
 from benchmarks.latency import FileReader, Visibility
 from benchmarks.sink_bench import percentile
-from benchmarks.soak_measures import Sample, plot, sample_processes, table_rows, targets
+from benchmarks.soak_measures import (
+    Sample,
+    jvm_heap,
+    jvm_pid,
+    plot,
+    sample_processes,
+    table_rows,
+    targets,
+)
 from demo.generator import GeneratorConfig, iso_millis, iter_events, ticks
 from demo.pipeline import DemoJob
 from demo.progress import ProgressTail
@@ -354,6 +375,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
             snapshot_period=f"{args.snapshot_seconds}s",
             shuffle_partitions=2,
             epochs_retained=args.epochs_retained,
+            sparse_modulus=sparse_modulus(args),
         )
         drivers = Drivers(job, workdir)
         stack.callback(drivers.close)
@@ -376,7 +398,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
         drivers.wait("driver 1's first bundle", drivers.delivering, args.timeout)
         t0_wall, t0 = time.time(), time.monotonic()
         print(f"driver 1 delivered its first bundle: minute 0 ({producer.sent:,} produced)")
-        next_sample, next_kill = args.sample_seconds, args.kill_every_minutes * 60
+        kill_seconds = None if args.no_kills else args.kill_every_minutes * 60
+        next_sample, next_kill = args.sample_seconds, kill_seconds
         previous = t0_wall
         probe = BrokerProbe(services.bootstrap, topic, PARTITIONS)
         stack.callback(probe.close)
@@ -387,24 +410,28 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
             drivers.check()
             reader.check()
             producer.check()
-            if next_kill < seconds and now >= next_kill and drivers.delivering():
+            if (
+                next_kill is not None
+                and next_kill < seconds
+                and now >= next_kill
+                and drivers.delivering()
+            ):
                 kill = drivers.kill_and_restart(now)
                 print(
                     f"[{now / 60:5.1f} min] SIGKILL driver {kill.driver} at GT_last "
                     f"{kill.gt_last}; driver {drivers.number} started on the same checkpoint",
                     flush=True,
                 )
-                next_kill += args.kill_every_minutes * 60
+                next_kill += kill_seconds
             if now >= next_sample:
                 wall = time.time()
                 latencies = book.seen_between(previous, wall)
                 batches = [e for e in drivers.track.events[counted:] if e["event"] == "batch"]
                 counted = len(drivers.track.events)
+                root = drivers.current.pid if drivers.current.running else None
                 sample = Sample(
                     t=now,
-                    procs=sample_processes(
-                        drivers.current.pid if drivers.current.running else None
-                    ),
+                    procs=sample_processes(root),
                     p50_ms=percentile(latencies, 0.5),
                     p99_ms=percentile(latencies, 0.99),
                     delivered=len(latencies),
@@ -415,6 +442,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
                     add_batch_ms=median_duration(batches, "addBatch"),
                     latest_offset_ms=median_duration(batches, "latestOffset"),
                     broker_ms=probe.list_offsets_ms(),
+                    heap=jvm_heap(jvm_pid(root)),
+                    load=os.getloadavg()[0],
                 )
                 previous = wall
                 samples.append(sample)
@@ -431,11 +460,18 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
             f"{len(drivers.kills)} kills; {drivers.snapshots} snapshots; waiting for the rest",
             flush=True,
         )
-        drivers.wait(
-            "every record to be visible",
-            lambda: len(book.first_seen) >= produced,
-            args.timeout,
-        )
+        if job.sparse_modulus is None:
+            drivers.wait(
+                "every record to be visible",
+                lambda: len(book.first_seen) >= produced,
+                args.timeout,
+            )
+        else:  # the consumer sees a few of them: every record read is the mark
+            drivers.wait(
+                "every record to be read",
+                lambda: drivers.track.max_offsets.get(drivers.number, 0) >= produced,
+                args.timeout,
+            )
         # Two rounds of heartbeats past the watermark close every window (python -m demo).
         stamp = last_ms + (WATERMARK_MINUTES + 2) * 60_000
         for round_ in (1, 2):
@@ -453,7 +489,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:  # noqa: PLR
         print(f"reading the topic back ({produced:,} records) to check exactly-once", flush=True)
         read_back = kafka.consume_all(topic, timeout=args.timeout)
         records = [(r.partition, r.offset, r.value) for r in read_back]
-        result = verify(read_file_consumer(consumer), expected_from_records(records))
+        expected = expected_from_records(records)
+        if job.sparse_modulus is not None:
+            expected = sparse_expected(expected, job.sparse_modulus)
+        result = verify(read_file_consumer(consumer), expected)
         seen = [
             (at - t0_wall, 1000.0 * (at - book.produced_at[k])) for k, at in book.first_seen.items()
         ]
@@ -501,6 +540,29 @@ def median_duration(batches: list[dict[str, Any]], phase: str) -> float:
     )
 
 
+def sparse_modulus(args: argparse.Namespace) -> int | None:
+    """``--sparse``: the offset modulus of :func:`demo.pipeline.sparse_output` that outputs
+    a row every sixtieth of the run (a minute of an hour) at ``--rate``; None without it."""
+    if not args.sparse:
+        return None
+    return max(1, round(float(args.rate) * float(args.minutes)))  # rate * (seconds / 60)
+
+
+def sparse_expected(expected: Any, modulus: int) -> Any:
+    """:class:`demo.verify.Expected` of :func:`demo.pipeline.sparse_output`: the records
+    whose offset is a multiple of ``modulus``, and no aggregates."""
+    from demo.verify import Expected
+
+    events = expected.events[expected.events["src_offset"] % modulus == 0]
+    return Expected(
+        records=len(events),
+        heartbeats=expected.heartbeats,
+        events=events.reset_index(drop=True),
+        windows=expected.windows.iloc[0:0],
+        customers=expected.customers.iloc[0:0],
+    )
+
+
 def _started(drivers: Drivers) -> set[int]:
     return {e["driver"] for e in drivers.track.events if e["event"] == "query_started"}
 
@@ -537,7 +599,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds between the producer's sends, each one record batch per partition (5)",
     )
     parser.add_argument(
-        "--kill-every-minutes", type=number, default=15.0, help="SIGKILL the driver (15)"
+        "--kill-every-minutes", type=number, default=None, help="SIGKILL the driver (15)"
+    )
+    parser.add_argument(
+        "--no-kills",
+        action="store_true",
+        help="one driver for the whole run, never killed: does its process grow?",
+    )
+    parser.add_argument(
+        "--sparse",
+        action="store_true",
+        help="output about one row every sixtieth of the run (a minute of an hour): only "
+        "the event rows whose offset is a multiple of rate x minutes",
     )
     parser.add_argument("--snapshot-seconds", type=integer, default=30, help="period (30)")
     parser.add_argument(
@@ -569,7 +642,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"--sample-seconds {args.sample_seconds:g}: at most a sixth of the run "
             f"({seconds / 6:g} s), so that every sixth has a sample"
         )
-    if args.kill_every_minutes >= args.minutes:
+    if args.no_kills and args.kill_every_minutes is not None:
+        parser.error(
+            f"--kill-every-minutes {args.kill_every_minutes:g}: not with --no-kills, which "
+            "never kills the driver"
+        )
+    if args.kill_every_minutes is None:
+        args.kill_every_minutes = 15.0
+    if not args.no_kills and args.kill_every_minutes >= args.minutes:
         parser.error(
             f"--kill-every-minutes {args.kill_every_minutes:g}: less than --minutes "
             f"{args.minutes:g}, or no driver is ever killed"
@@ -667,13 +747,19 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_results(args.out / "soak.json", ratios, _as_json(outcome, ratios, args))
     png = args.out / "soak.png"
+    kills = (
+        "one driver, never killed"
+        if args.no_kills
+        else f"SIGKILL every {args.kill_every_minutes:g} min"
+    )
+    sparse = f", sparse output (offset % {sparse_modulus(args)} == 0)" if args.sparse else ""
     plot(
         samples,
         [k.t for k in outcome["kills"]],
         png,
-        f"gtbarrier soak: demo query, {args.rate}/s, SIGKILL every {args.kill_every_minutes:g} "
-        f"min, snapshots every {args.snapshot_seconds} s ({os.cpu_count()} cores, load "
-        f"{load_average()})",
+        f"gtbarrier soak: demo query{sparse}, {args.rate}/s, {kills}, snapshots every "
+        f"{args.snapshot_seconds} s, {args.minutes:g} min ({os.cpu_count()} cores, load at "
+        f"the end {load_average()})",
     )
     print(f"results: {args.out / 'soak.json'}; plot: {png}", flush=True)
     return 0 if v.ok and outcome["reader_duplicates"] == 0 else 1

@@ -5,6 +5,8 @@
   JVM (``java``), the driver's Python process (the tree's root) and Spark's Python workers
   (every other Python process of the tree); per group the summed RSS, open file
   descriptors and threads, and how many processes it has.
+* :func:`jvm_heap`: the driver JVM's heap and metaspace as the JVM reports them
+  (``jcmd <pid> GC.heap_info``: no server, no agent, no collection forced).
 * :class:`Sample`: one line of the soak's progress and one row of its table.
 * :func:`targets`: the soak's targets as :class:`~benchmarks.common.Ratio` lines (pure
   decisions over the samples and the exactly-once counts).
@@ -15,6 +17,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +122,73 @@ def sample_processes(root: int | None) -> ProcessGroups:
     return groups
 
 
+# --- the JVM's heap ----------------------------------------------------------------------
+
+#: A generation's (or G1's whole heap's) line of ``GC.heap_info``:
+#: ``garbage-first heap   total 262144K, used 20479K [...]``,
+#: ``def new generation   total 78656K, used 33667K [...]``.
+_HEAP_LINE = re.compile(
+    r"^\s*(?P<name>[A-Za-z][\w -]*?)\s+total (?P<total>\d+)K, used (?P<used>\d+)K"
+)
+_METASPACE_LINE = re.compile(r"^\s*Metaspace\s+used (?P<used>\d+)K, committed (?P<committed>\d+)K")
+
+
+@dataclass(frozen=True)
+class Heap:
+    """The JVM's heap (every generation summed) and metaspace, in MB. ``used`` includes
+    garbage not yet collected: it saws between collections; ``committed`` is what the heap
+    holds from the OS (bounded by ``-Xmx``, ``spark.driver.memory``)."""
+
+    used_mb: float
+    committed_mb: float
+    metaspace_mb: float
+
+
+def parse_heap_info(text: str) -> Heap | None:
+    """``jcmd <pid> GC.heap_info``'s answer -> :class:`Heap` (None if it names no heap)."""
+    used = total = metaspace = 0
+    found = False
+    for line in text.splitlines():
+        meta = _METASPACE_LINE.match(line)
+        if meta:
+            metaspace = int(meta["used"])
+            continue
+        heap = _HEAP_LINE.match(line)
+        if heap:
+            found = True
+            used += int(heap["used"])
+            total += int(heap["total"])
+    if not found:
+        return None
+    return Heap(used / 1024, total / 1024, metaspace / 1024)
+
+
+def jvm_heap(pid: int | None, timeout: float = 20.0) -> Heap | None:
+    """The heap of the JVM ``pid`` by ``jcmd`` (the JDK's; None when there is no JVM, no
+    ``jcmd``, or it did not answer in ``timeout`` seconds: a sample without a heap)."""
+    jcmd = shutil.which("jcmd")
+    if pid is None or jcmd is None:
+        return None
+    try:
+        done = subprocess.run(
+            [jcmd, str(pid), "GC.heap_info"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_heap_info(done.stdout) if done.returncode == 0 else None
+
+
+def jvm_pid(root: int | None) -> int | None:
+    """The driver's JVM: the one ``java`` process of ``root``'s tree (None if none)."""
+    if root is None:
+        return None
+    return next((pid for pid in process_tree(root) if group_of(pid, root) == "jvm"), None)
+
+
 # --- samples ------------------------------------------------------------------------------
 
 
@@ -140,6 +212,8 @@ class Sample:
     add_batch_ms: float = float("nan")
     latest_offset_ms: float = float("nan")
     broker_ms: float = float("nan")
+    heap: Heap | None = None  # the driver JVM's (None: no JVM, or jcmd did not answer)
+    load: float = float("nan")  # the machine's 1-minute load average
 
     @property
     def minute(self) -> float:
@@ -152,13 +226,19 @@ class Sample:
         fds = "/".join(str(p.fds[g]) for g in GROUPS)
         threads = "/".join(str(p.threads[g]) for g in GROUPS)
         objects = " ".join(f"{k.rstrip('/')} {v}" for k, v in self.objects.items())
+        heap = (
+            "heap -"
+            if self.heap is None
+            else f"heap MB {self.heap.used_mb:,.0f} used/{self.heap.committed_mb:,.0f} "
+            f"committed, metaspace {self.heap.metaspace_mb:,.0f}"
+        )
         return (
             f"[{self.minute:5.1f} min] driver {self.driver}: RSS MB {rss} "
-            f"({p.processes['workers']} workers); fds {fds}; threads {threads}; "
+            f"({p.processes['workers']} workers); {heap}; fds {fds}; threads {threads}; "
             f"p50 {self.p50_ms:,.0f} ms p99 {self.p99_ms:,.0f} ms; {self.per_second:,.0f}/s; "
             f"addBatch {self.add_batch_ms:,.0f} ms latestOffset {self.latest_offset_ms:,.0f} ms; "
             f"broker ListOffsets {self.broker_ms:,.1f} ms; "
-            f"{self.snapshots} snapshots; objects: {objects}"
+            f"{self.snapshots} snapshots; objects: {objects}; load {self.load:.2f}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -179,6 +259,8 @@ class Sample:
             "add_batch_ms": self.add_batch_ms,
             "latest_offset_ms": self.latest_offset_ms,
             "broker_ms": self.broker_ms,
+            "heap": None if self.heap is None else vars(self.heap),
+            "load": self.load,
         }
 
 
@@ -189,6 +271,7 @@ def table_rows(samples: Sequence[Sample]) -> tuple[list[str], list[list[str]]]:
         "minute",
         "driver",
         "RSS MB jvm/py/workers",
+        "heap MB used/committed",
         "fds",
         "threads",
         "p50 ms",
@@ -199,12 +282,14 @@ def table_rows(samples: Sequence[Sample]) -> tuple[list[str], list[list[str]]]:
         "broker ms",
         "snapshots",
         *(p.rstrip("/") for p in prefixes),
+        "load",
     ]
     rows = [
         [
             f"{s.minute:.1f}",
             str(s.driver),
             "/".join(f"{s.procs.rss_mb[g]:,.0f}" for g in GROUPS),
+            "-" if s.heap is None else f"{s.heap.used_mb:,.0f}/{s.heap.committed_mb:,.0f}",
             "/".join(str(s.procs.fds[g]) for g in GROUPS),
             "/".join(str(s.procs.threads[g]) for g in GROUPS),
             f"{s.p50_ms:,.0f}",
@@ -215,6 +300,7 @@ def table_rows(samples: Sequence[Sample]) -> tuple[list[str], list[list[str]]]:
             f"{s.broker_ms:,.1f}",
             str(s.snapshots),
             *(str(s.objects.get(p, 0)) for p in prefixes),
+            f"{s.load:.2f}",
         ]
         for s in samples
     ]
@@ -268,6 +354,7 @@ def targets(
             for name, was, now, unit in (
                 ("RSS", ref.procs.rss_mb[g], end.procs.rss_mb[g], " MB"),
                 ("open fds", ref.procs.fds[g], end.procs.fds[g], ""),
+                ("threads", ref.procs.threads[g], end.procs.threads[g], ""),
             ):
                 if was > 0 and now > 0:
                     ratios.append(
@@ -279,8 +366,19 @@ def targets(
                             f"{now:,.0f} vs {was:,.0f}{unit} ({at})",
                         )
                     )
+        ratios += heap_ratios(samples, seconds, ref, end)
     steady, last = steady_reference(seen, seconds), sixth(seen, seconds, 5)
     if steady and last:
+        a, b = percentile(last, 0.5), percentile(steady, 0.5)
+        ratios.append(
+            target_ratio(
+                "soak",
+                "soak: p50 latency, last sixth / minutes 5-15 of an hour",
+                a / b,
+                GROWTH_TARGET,
+                f"{a:,.0f} vs {b:,.0f} ms ({len(last):,} and {len(steady):,} records)",
+            )
+        )
         a, b = percentile(last, 0.99), percentile(steady, 0.99)
         ratios.append(
             target_ratio(
@@ -310,6 +408,45 @@ def targets(
         print(f"soak: records {what} = {count} (target 0: {'met' if met else 'NOT met'})")
         ratios.append(Ratio("soak", f"soak: records {what}", float(count), "<= 0", met, "records"))
     return ratios
+
+
+def heap_ratios(samples: Sequence[Sample], seconds: float, ref: Sample, end: Sample) -> list[Ratio]:
+    """The driver JVM's heap against :data:`GROWTH_TARGET`: committed heap and metaspace at
+    the end / a sixth in; the heap in use as the lowest sample of the last sixth / of
+    minutes 5-15 of an hour. A single sample of the heap in use falls anywhere between two
+    collections; the lowest of ten is near what survives a collection, which is what a leak
+    raises."""
+    out: list[Ratio] = []
+    at = f"minute {end.minute:.1f} vs {ref.minute:.1f}"
+    if ref.heap is not None and end.heap is not None:
+        for name, was, now in (
+            ("heap committed", ref.heap.committed_mb, end.heap.committed_mb),
+            ("metaspace", ref.heap.metaspace_mb, end.heap.metaspace_mb),
+        ):
+            if was > 0:
+                out.append(
+                    target_ratio(
+                        "soak",
+                        f"soak: {name} of the driver JVM, end / a sixth in",
+                        now / was,
+                        GROWTH_TARGET,
+                        f"{now:,.0f} vs {was:,.0f} MB ({at})",
+                    )
+                )
+    steady = [s.heap.used_mb for s in samples if s.heap and seconds / 12 <= s.t <= seconds / 4]
+    last = [s.heap.used_mb for s in samples if s.heap and s.t > 5 * seconds / 6 - 1e-6]
+    if steady and last and min(steady) > 0:
+        now, was = min(last), min(steady)
+        out.append(
+            target_ratio(
+                "soak",
+                "soak: heap in use of the driver JVM (lowest), last sixth / minutes 5-15",
+                now / was,
+                GROWTH_TARGET,
+                f"{now:,.0f} vs {was:,.0f} MB ({len(last)} and {len(steady)} samples)",
+            )
+        )
+    return out
 
 
 def explanations(samples: Sequence[Sample], seconds: float) -> list[Ratio]:
@@ -352,8 +489,6 @@ def plot(
 
     fig = Figure(figsize=(14, 13))
     axes = fig.subplots(4, 2).flatten()
-    fig.delaxes(axes[7])
-    axes = axes[:7]
     minutes = [s.minute for s in samples]
 
     def lines(ax: Any, series: Mapping[str, Sequence[float]], ylabel: str) -> None:
@@ -393,6 +528,16 @@ def plot(
         "micro-batch and broker, ms (medians)",
     )
     axes[6].set_yscale("log")
+    heaps = [s.heap for s in samples]
+    lines(
+        axes[7],
+        {
+            "heap in use": [h.used_mb if h else math.nan for h in heaps],
+            "heap committed": [h.committed_mb if h else math.nan for h in heaps],
+            "metaspace": [h.metaspace_mb if h else math.nan for h in heaps],
+        },
+        "driver JVM heap, MB (jcmd GC.heap_info)",
+    )
     for ax in axes:
         for i, at in enumerate(kills):
             ax.axvline(at / 60, color="red", linestyle="--", linewidth=1, label=None)

@@ -114,6 +114,9 @@ class DemoJob:
     # epochs kept below GT_last (state.epochsRetained, the coordinator's epochs_retained);
     # None: their default
     epochs_retained: int | None = None
+    # Sparse output (the soak's): only the event rows whose Kafka offset is a multiple of
+    # this (:func:`sparse_output`); None: every row
+    sparse_modulus: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
@@ -377,11 +380,34 @@ def shop_outputs(events: Any, categories: Any, rates: Any, window: str) -> Any:
     return rows.unionByName(per_minute).unionByName(per_customer)
 
 
+def sparse_output(outputs: Any, modulus: int) -> Any:
+    """:func:`shop_outputs` narrowed to the event rows whose Kafka offset is a multiple of
+    ``modulus`` (at ``r`` records a second over the topic, about one row every ``modulus /
+    r`` seconds), with every operator of the query still running.
+
+    The aggregates' rows are dropped by a predicate on a column they compute (``orders <
+    0``: a count is never negative), not by ``kind``: Spark pushes the filter into each
+    branch of the union, where a predicate on the literal ``kind`` folds to false and Spark
+    prunes the branch, its stateful operators with it. The events' predicate reads the
+    event time (:func:`_above_watermark`), so that it stays above the watermark and the
+    shared exchange of :func:`read_once` (heartbeats still move the watermark)."""
+    from pyspark.sql import functions as F  # noqa: N812 - the usual PySpark alias
+
+    if modulus < 1:
+        raise ValueError(f"sparse_modulus: expected an integer >= 1, got {modulus}")
+    kept_event = _above_watermark(F.col("src_offset") % modulus == 0)
+    return outputs.where(
+        F.when(F.col("kind") == "event", kept_event).otherwise(F.col("orders") < 0)
+    )
+
+
 def build_query(spark: Any, job: DemoJob, fencing_token: int | None) -> Any:
     """Start the demo query (gtkafka -> ... -> barrier) on ``job.checkpoint``."""
     raw = read_source(spark, job.source_options())
     categories, rates = reference_tables(spark)
     out = shop_outputs(parse_events(raw, job.watermark_delay), categories, rates, job.window)
+    if job.sparse_modulus is not None:
+        out = sparse_output(out, job.sparse_modulus)
     if job.output_partitions:
         # Fewer, larger parts per bundle: each write task stages one part.
         out = out.coalesce(job.output_partitions)

@@ -97,3 +97,88 @@ def test_soak_benchmark_short_run(
     assert all(r["met"] for r in bounded.values()), bounded
     assert max(s["objects"]["epochs/"] for s in samples) < data["gt_last"], data["gt_last"]
     assert (tmp_path / "soak.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_soak_benchmark_one_driver_never_killed(
+    kafka: KafkaHelper, zk_server: ZooKeeperServer, tmp_path: Path, sparse: bool
+) -> None:
+    """``--no-kills`` (``make soak-lifetime``) for three minutes: one driver runs the whole
+    run, a sample (with the JVM's heap) is taken every interval, the output is exactly once
+    (with ``--sparse``: the few records the filter keeps, and only them), the table, the
+    JSON and the plot are written. The growth targets need the hour: printed only."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.soak",
+        "--minutes",
+        str(MINUTES),
+        "--no-kills",
+        "--sample-seconds",
+        str(SAMPLE_SECONDS),
+        "--snapshot-seconds",
+        "10",
+        "--rate",
+        "50",
+        "--bootstrap",
+        kafka.bootstrap,
+        "--zk-hosts",
+        zk_server.hosts,
+        "--out",
+        str(tmp_path),
+        *(["--sparse"] if sparse else []),
+    ]
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=1440,
+        check=False,
+    )
+    print(done.stdout[-12000:])
+    print(
+        f"soak (one driver, {'sparse' if sparse else 'dense'}) wall time: "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+
+    doc = json.loads((tmp_path / "soak.json").read_text())
+    data = doc["data"]
+    assert data["options"]["no_kills"] is True and data["options"]["sparse"] is sparse
+    assert data["kills"] == []
+    samples = data["samples"]
+    assert {s["driver"] for s in samples} == {1}
+    # A sample every interval, from the first to the end of the run.
+    times = [s["t"] for s in samples]
+    assert len(samples) == MINUTES * 60 // SAMPLE_SECONDS, times
+    assert all(b - a < 2 * SAMPLE_SECONDS for a, b in zip([0.0, *times], times, strict=False))
+    for measure in ("rss_mb", "fds", "threads"):
+        for group in ("jvm", "python", "workers"):
+            assert all(s[measure]["jvm"] > 0 for s in samples), (measure, group)
+            assert any(s[measure][group] > 0 for s in samples), (measure, group)
+    heaps = [s["heap"] for s in samples if s["heap"] is not None]
+    assert heaps, "jcmd never answered"
+    assert all(0 < h["used_mb"] <= h["committed_mb"] and h["metaspace_mb"] > 0 for h in heaps)
+    assert all(s["load"] >= 0 for s in samples)
+    assert data["snapshots"] >= 1
+
+    once = data["exactly_once"]
+    assert once["ok"], once["details"]
+    assert once["missing"] == 0 and once["duplicates"] == 0 and once["reader_duplicates"] == 0
+    assert once["event_rows"] == once["records_in"] > 0
+    if sparse:
+        # One record in rate x minutes (150) is output: a row every 3 s of the 3 minutes.
+        assert once["records_in"] <= data["produced"] // 100, (once, data["produced"])
+    else:
+        assert once["records_in"] == data["produced"]
+        assert any(s["p99_ms"] > 0 for s in samples if s["delivered"])
+
+    measures = {r["measure"] for r in doc["ratios"]}
+    assert "soak: heap committed of the driver JVM, end / a sixth in" in measures
+    assert "soak: threads of the driver JVM, end / a sixth in" in measures
+    assert "(target <= 1.1x:" in done.stdout  # the targets' table is printed
+    assert (tmp_path / "soak.png").stat().st_size > 10_000

@@ -4,6 +4,7 @@ targets' decisions, its options) and the latency pieces it shares with benchmark
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from datetime import UTC, datetime
@@ -14,19 +15,32 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.latency import FileReader, Visibility
-from benchmarks.soak import decode_row, event_key, median_duration, parse_args
+from benchmarks.soak import (
+    decode_row,
+    event_key,
+    median_duration,
+    parse_args,
+    sparse_expected,
+    sparse_modulus,
+)
 from benchmarks.soak_measures import (
+    Heap,
     ProcessGroups,
     Sample,
     bound_of,
     explanations,
     group_of,
+    heap_ratios,
+    jvm_heap,
+    jvm_pid,
+    parse_heap_info,
     process_tree,
     reference_sample,
     sample_processes,
     sixth,
     targets,
 )
+from demo.verify import expected_from_records
 
 pytestmark = pytest.mark.unit
 
@@ -144,6 +158,10 @@ def test_targets_flag_growth_unbounded_objects_and_lost_records() -> None:
         (["--snapshot-seconds", "-1"], "--snapshot-seconds: '-1': expected an integer"),
         (["--send-every", "0"], "--send-every: '0': expected a number greater than 0"),
         (["--send-every", "60"], "less than --sample-seconds 60"),
+        (
+            ["--no-kills", "--kill-every-minutes", "5"],
+            "--kill-every-minutes 5: not with --no-kills",
+        ),
     ],
 )
 def test_bad_options_are_refused_with_what_was_expected(
@@ -188,3 +206,133 @@ def test_a_phase_missing_from_every_batch_has_no_median() -> None:
     assert median_duration(batches, "addBatch") in (700.0, 900.0)
     assert math.isnan(median_duration(batches, "latestOffset"))
     assert math.isnan(median_duration([], "addBatch"))
+
+
+# --- the driver that is never killed, and sparse output --------------------------------
+
+G1_HEAP_INFO = """12345:
+ garbage-first heap   total 262144K, used 104857K [0x00000000c0000000, 0x0000000100000000)
+  region size 1024K, 40 young (40960K), 3 survivors (3072K)
+ Metaspace       used 153600K, committed 155648K, reserved 1179648K
+  class space    used 19456K, committed 20480K, reserved 1048576K
+"""
+
+SERIAL_HEAP_INFO = """605:
+ def new generation   total 78656K, used 33667K [0x00000000f0000000, 0x00000000f5550000)
+  eden space 69952K,  48% used [0x00000000f0000000, 0x00000000f20e0cd8, 0x00000000f4450000)
+  from space 8704K,   0% used [0x00000000f4450000, 0x00000000f4450000, 0x00000000f4cd0000)
+  to   space 8704K,   0% used [0x00000000f4cd0000, 0x00000000f4cd0000, 0x00000000f5550000)
+ tenured generation   total 174784K, used 1024K [0x00000000f5550000, 0x0000000100000000)
+   the space 174784K,   0% used [0x00000000f5550000, 0x00000000f5550000, 0x0000000100000000)
+ Metaspace       used 7310K, committed 7488K, reserved 1114112K
+  class space    used 826K, committed 896K, reserved 1048576K
+"""
+
+
+def test_the_heap_of_g1_is_its_one_line_and_metaspace_its_own() -> None:
+    heap = parse_heap_info(G1_HEAP_INFO)
+    assert heap is not None
+    assert (heap.used_mb, heap.committed_mb, heap.metaspace_mb) == pytest.approx(
+        (104857 / 1024, 256.0, 150.0)
+    )
+
+
+def test_the_heap_of_a_generational_collector_sums_its_generations() -> None:
+    heap = parse_heap_info(SERIAL_HEAP_INFO)
+    assert heap is not None
+    # the generations' lines only: eden/from/to are parts of the new generation
+    assert heap.used_mb == pytest.approx((33667 + 1024) / 1024)
+    assert heap.committed_mb == pytest.approx((78656 + 174784) / 1024)
+    assert heap.metaspace_mb == pytest.approx(7310 / 1024)
+
+
+def test_an_answer_without_a_heap_is_no_heap() -> None:
+    assert parse_heap_info("12345:\ncom.sun.tools.attach.AttachNotSupportedException\n") is None
+
+
+def test_no_jvm_has_no_heap() -> None:
+    assert jvm_heap(None) is None
+    assert jvm_pid(None) is None
+    assert jvm_pid(os.getpid()) is None  # this test's tree has no java process
+
+
+def heap_sample(t: float, used: float, committed: float, metaspace: float) -> Sample:
+    s = sample(t, 100, 50, 10)
+    return dataclasses.replace(s, heap=Heap(used, committed, metaspace))
+
+
+def test_the_heap_in_use_is_judged_by_its_lowest_samples_not_one_sawtooth_peak() -> None:
+    """Between collections the heap in use saws: a peak at the end is not growth, a higher
+    floor is."""
+    saw = [heap_sample(m * 60.0, 200.0 + 300 * (m % 2), 512, 100) for m in range(0, 61)]
+    ratios = {r.measure: r for r in heap_ratios(saw, 3600, saw[10], saw[-1])}
+    in_use = ratios["soak: heap in use of the driver JVM (lowest), last sixth / minutes 5-15"]
+    assert in_use.value == pytest.approx(1.0) and in_use.met is True
+    assert ratios["soak: heap committed of the driver JVM, end / a sixth in"].met is True
+
+    grown = saw[:50] + [heap_sample(m * 60.0, 300.0, 700, 130) for m in range(50, 61)]
+    ratios = {r.measure: r for r in heap_ratios(grown, 3600, grown[10], grown[-1])}
+    assert ratios[
+        "soak: heap in use of the driver JVM (lowest), last sixth / minutes 5-15"
+    ].value == pytest.approx(1.5)
+    assert ratios["soak: heap committed of the driver JVM, end / a sixth in"].met is False
+    assert ratios["soak: metaspace of the driver JVM, end / a sixth in"].met is False
+    assert (
+        heap_ratios([sample(600, 1, 1, 1)], 3600, sample(600, 1, 1, 1), sample(600, 1, 1, 1)) == []
+    )
+
+
+def test_threads_and_p50_have_the_growth_target() -> None:
+    def threads(t: float, n: int) -> Sample:
+        s = sample(t, 100, 50, 10)
+        s.procs.threads["jvm"] = n
+        return s
+
+    samples = [threads(10, 100), threads(30, 105), threads(60, 120)]
+    seen = [(10.0, 100.0), (55.0, 115.0)]
+    ratios = {r.measure: r for r in targets(samples, 60, seen, lost=0, duplicated=0)}
+    assert ratios["soak: threads of the driver JVM, end / a sixth in"].value == pytest.approx(1.2)
+    assert ratios["soak: threads of the driver JVM, end / a sixth in"].met is False
+    p50 = ratios["soak: p50 latency, last sixth / minutes 5-15 of an hour"]
+    assert p50.value == pytest.approx(1.15) and p50.met is False
+
+
+def test_no_kills_keeps_one_driver_and_sparse_outputs_a_row_a_sixtieth_of_the_run() -> None:
+    args = parse_args(["--no-kills"])
+    assert args.no_kills and args.minutes == 60 and args.snapshot_seconds == 30
+    assert sparse_modulus(args) is None
+    # an hour at 100/s: 6,000 records a minute, one of them kept
+    assert sparse_modulus(parse_args(["--no-kills", "--sparse"])) == 6_000
+    # three minutes at 50/s: a row every 3 s, one record in 150
+    assert (
+        sparse_modulus(parse_args(["--minutes", "3", "--no-kills", "--sparse", "--rate", "50"]))
+        == 150
+    )
+    # --no-kills lifts the rule that a kill falls within the run
+    assert parse_args(["--minutes", "3", "--no-kills"]).no_kills
+
+
+def _record(kind: str, number: int, partition: int, offset: int) -> tuple[int, int, bytes]:
+    body: dict[str, object] = {
+        "type": kind,
+        "customer_id": f"c-{number % 3}",
+        "currency": "USD",
+        "amount": 100 + number,
+        "ts": "2026-01-01T00:00:00.000Z",
+    }
+    if kind == "order":
+        body.update(order_id=f"o-{number:07d}", category="books")
+    else:
+        body.update(payment_id=f"p-{number:07d}", method="card")
+    return partition, offset, json.dumps(body).encode()
+
+
+def test_the_sparse_expectation_is_the_records_at_multiples_of_the_modulus() -> None:
+    records = [_record("order" if i % 2 else "payment", i, i % 2, i) for i in range(12)]
+    records.append((0, 12, json.dumps({"type": "tick", "ts": "2026-01-01T00:05:00.000Z"}).encode()))
+    full = expected_from_records(records)
+    sparse = sparse_expected(full, 4)
+    assert sorted(sparse.events["src_offset"]) == [0, 4, 8]
+    assert sparse.records == 3 and sparse.heartbeats == full.heartbeats == 1
+    assert len(sparse.windows) == 0 and len(sparse.customers) == 0
+    assert list(sparse.windows.columns) == list(full.windows.columns)
