@@ -460,9 +460,12 @@ def test_the_owner_deletes_parts_a_superseded_run_staged_after_its_claim_every_n
     p.run_id = "run-b"
     p.record_batch(1, epoch=2)
     p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)  # run-b claims and sweeps
-    # after that sweep, zombie run-a stages batch 2 and dies; a driver starting up stages too
+    # after that sweep, zombie run-a stages batch 2 and dies; a driver starting up stages
+    # too (both on checkpoints of their own: no batch of run-b's query cleans them)
+    query_b, p.query_id = p.query_id, "q-old"
     zombie = p.write(2, [gt_batch(3, 0, [2])], run_id="run-a")
     starting = p.write(2, [gt_batch(3, 0, [2])], run_id="run-starting")
+    p.query_id = query_b
     assert zombie.part is not None and starting.part is not None
     p.record_batch(2, epoch=3)
     p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2)  # bundle 3: not due
@@ -482,7 +485,9 @@ def test_the_owners_sweep_keeps_a_newer_runs_in_flight_parts() -> None:
     p.run_id = "run-b"
     p.record_batch(1, epoch=2)
     p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)  # run-b claims
+    query_b, p.query_id = p.query_id, "q-old"
     zombie = p.write(2, [gt_batch(3, 0, [2])], run_id="run-a")
+    p.query_id = query_b
     p.record_batch(2, epoch=3)
     p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2)
     p.record_batch(3, epoch=4)
