@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from sink.bundle import BarrierCommitMessage, Bundle
-from sink.cleanup import StagingCleanup
+from sink.cleanup import Authority, StagingCleanup, sweep_due
 from sink.commit_outcome import CommitOutcome
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite
@@ -326,6 +326,8 @@ class Barrier:
             cleanup = self._cleanup()
             auth = cleanup.verify(batch.run_id, batch.claimant, held.state)  # just swapped
             cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
+            if sweep_due(epoch, self.options.sweep_every):
+                self._sweep_superseded(cleanup, auth)
         self.faults.at("after_gt_last", epoch)
         outcome = batch.outcome("delivered" if bundle.rows else "empty", epoch, written)
         outcome.driver_bytes = ack.driver_bytes
@@ -495,6 +497,20 @@ class Barrier:
 
     def _cleanup(self) -> StagingCleanup:
         return StagingCleanup(self.states, self.staging)
+
+    def _sweep_superseded(self, cleanup: StagingCleanup, auth: Authority) -> None:
+        """The owner's periodic sweep (:func:`~sink.cleanup.sweep_due`), after the bundle is
+        delivered and ``GT_last`` advanced: a store that fails it fails no commit, the next
+        sweep deletes what this one left."""
+        try:
+            cleanup.sweep(auth)
+        except GtBarrierError as err:
+            log.warning(
+                "barrier: pipeline %s: sweeping the staged parts of superseded runs failed "
+                "(the next sweep deletes them): %s",
+                self.options.pipeline_id,
+                err,
+            )
 
     def _clean_up(self, batch: BatchCommit) -> None:
         """A dropped, empty or failed batch: delete what it staged, then its batch

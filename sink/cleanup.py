@@ -14,6 +14,12 @@ may delete
   and never deleted itself (its driver died before its abort), are left to
   ``gtbarrier sweep``.
 
+The owner also sweeps after a commit, every ``staging.sweepEvery`` bundles
+(:func:`sweep_due`): a zombie that staged after the claim's sweep and died before its
+abort leaves parts that only a later sweep finds. It runs once the bundle is delivered and
+``GT_last`` advanced, with the state that swap wrote, so the commit does not wait on it to
+be safe and a sweep that fails only leaves the parts to the next one.
+
 Ownership is verified on a barrier state read right before deleting (or the state this
 run has just written with a compare-and-swap), never on one read before another run could
 have claimed. The generation rule closes the window between that read and the deletion:
@@ -30,6 +36,12 @@ from dataclasses import dataclass
 from sink.staging import UNKNOWN_RUN, Staging, part_run_id
 from state.protocol.barrier_state import BarrierStateStore
 from state.records.barrier import BarrierState
+
+
+def sweep_due(bundle_id: int, every: int) -> bool:
+    """Whether the owner sweeps superseded runs' parts after committing ``bundle_id``:
+    every ``every``-th bundle (``staging.sweepEvery``; 0: never, only at a claim)."""
+    return every > 0 and bundle_id % every == 0
 
 
 @dataclass(frozen=True)

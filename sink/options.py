@@ -95,6 +95,15 @@ FENCING_TOKEN = IntegerOption(
     doc="A monotonic integer from an external lock (the snapshot coordinator's ZooKeeper "
     "lock): a commit with a lower token than the recorded one is fenced.",
 )
+SWEEP_EVERY = IntegerOption(
+    name="staging.sweepEvery",
+    default=100,
+    minimum=0,
+    doc="Every this many bundles (by id), the pipeline's owner deletes, after the bundle's "
+    "commit, the staged parts that runs it superseded left behind (what `gtbarrier sweep` "
+    "deletes of them, under the same ownership checks); `0`: only when a run claims the "
+    "pipeline. Parts of a run that never claimed are left to `gtbarrier sweep`.",
+)
 
 ERRORS_TOLERANCE = ChoiceOption[Tolerance](
     name="errors.tolerance",
@@ -155,6 +164,7 @@ SINK_OPTIONS = OptionTable(
         MAX_RETRIES,
         RETRY_BACKOFF_MS,
         FENCING_TOKEN,
+        SWEEP_EVERY,
         ERRORS_TOLERANCE,
         DEAD_LETTER_PATH,
         DEAD_LETTER_TOPIC,
@@ -182,6 +192,9 @@ class SinkOptions:
     max_retries: int = 3
     retry_backoff: float = 0.5
     fencing_token: int | None = None
+    sweep_every: int = 100
+    """``staging.sweepEvery``: the owner's sweep of superseded runs' parts, every this many
+    bundles (0: only at a claim)."""
     errors: DeadLetterSettings = field(default_factory=DeadLetterSettings)
     """``errors.*``: what happens to rows the consumer's target refuses."""
 
@@ -220,6 +233,7 @@ class SinkOptions:
         retries = MAX_RETRIES.read(opts)
         backoff_ms = RETRY_BACKOFF_MS.read(opts)
         token = FENCING_TOKEN.read(opts)
+        sweep_every = SWEEP_EVERY.read(opts)
         settings = kind_of(consumer).parse(opts)
         errors = _parse_errors(opts)
 
@@ -233,6 +247,7 @@ class SinkOptions:
             max_retries=retries,
             retry_backoff=backoff_ms / 1000.0,
             fencing_token=token,
+            sweep_every=sweep_every,
             errors=errors,
         )
         _check_dead_letters_outside_the_output(options)

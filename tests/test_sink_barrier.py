@@ -450,6 +450,63 @@ def test_a_new_run_sweeps_the_parts_superseded_runs_left_behind() -> None:
     assert p.staged() == [starting.part.location]  # only the unclaimed run's part is kept
 
 
+def test_the_owner_deletes_parts_a_superseded_run_staged_after_its_claim_every_n_bundles() -> None:
+    """A zombie that stages after the new run's claim (its sweep) and dies before its abort
+    left its parts to ``gtbarrier sweep``: the owner now deletes them itself, every
+    ``staging.sweepEvery`` bundles, after the bundle's commit."""
+    p = Pipeline(sink_options(**{"staging.sweepEvery": "2"}))
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)  # run-a
+    p.run_id = "run-b"
+    p.record_batch(1, epoch=2)
+    p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)  # run-b claims and sweeps
+    # after that sweep, zombie run-a stages batch 2 and dies; a driver starting up stages
+    # too (both on checkpoints of their own: no batch of run-b's query cleans them)
+    query_b, p.query_id = p.query_id, "q-old"
+    zombie = p.write(2, [gt_batch(3, 0, [2])], run_id="run-a")
+    starting = p.write(2, [gt_batch(3, 0, [2])], run_id="run-starting")
+    p.query_id = query_b
+    assert zombie.part is not None and starting.part is not None
+    p.record_batch(2, epoch=3)
+    p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2)  # bundle 3: not due
+    assert sorted(p.staged()) == sorted([zombie.part.location, starting.part.location])
+    p.record_batch(3, epoch=4)
+    p.barrier().commit([p.write(3, [gt_batch(4, 0, [3])])], 3)  # bundle 4: due
+    assert p.staged() == [starting.part.location]  # never a run that has not claimed
+    assert [d[0] for d in p.consumer.delivered] == [1, 2, 3, 4]
+
+
+def test_the_owners_sweep_keeps_a_newer_runs_in_flight_parts() -> None:
+    """A run that claims while the owner's periodic sweep deletes: its parts, those of the
+    bundle it records in flight included, stay (the generation rule of sink.cleanup)."""
+    p = Pipeline(sink_options(**{"staging.sweepEvery": "2"}))
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)  # run-a
+    p.run_id = "run-b"
+    p.record_batch(1, epoch=2)
+    p.barrier().commit([p.write(1, [gt_batch(2, 0, [1])])], 1)  # run-b claims
+    query_b, p.query_id = p.query_id, "q-old"
+    zombie = p.write(2, [gt_batch(3, 0, [2])], run_id="run-a")
+    p.query_id = query_b
+    p.record_batch(2, epoch=3)
+    p.barrier().commit([p.write(2, [gt_batch(3, 0, [2])])], 2)
+    p.record_batch(3, epoch=4)
+    p.record_batch(4, epoch=5)
+    own = p.write(3, [gt_batch(4, 0, [3])])
+    newer = p.write(4, [gt_batch(5, 0, [4])], run_id="run-c")  # run-c restored a checkpoint
+
+    def run_c_claims_and_dies_after_inflight() -> None:
+        with pytest.raises(InjectedFault):
+            p.barrier(faults=_CrashAt()).commit([newer], 4)
+
+    # run-b's commit of bundle 4 deletes its own parts first: run-c claims right then
+    outcome = _zombie(p, run_c_claims_and_dies_after_inflight).commit([own], 3)
+    assert outcome.action == "delivered"
+    assert zombie.part is not None and newer.part is not None
+    assert p.owner().run_id == "run-c" and p.inflight().locations == (newer.part.location,)
+    assert p.staged() == [newer.part.location]  # run-a's part went, run-c's stayed
+
+
 # --- staged parts are deleted only under verified ownership --------------------------------
 
 
