@@ -30,9 +30,6 @@ A request body larger than ``--max-body-bytes`` (default 64 MiB, ample for a bun
 a few hundred thousand rows; raise it for larger micro-batches) is answered ``413`` and
 nothing is stored; at most that many bytes of a body are held in memory. The token is
 checked first: an unauthenticated body is read and dropped, never held.
-
-Fault injection for tests: ``--drop-after-store N`` stores bundle ``N`` and then drops the
-connection without answering (once): the sink cannot tell whether it was stored.
 """
 
 from __future__ import annotations
@@ -56,6 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gtbarrier.help_text import plain_help
 from state.errors import SecretReferenceError
 from state.secrets import has_reference, resolve
 
@@ -373,7 +371,9 @@ class ReceiverOptions:
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog,
+        description=plain_help(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True, help="directory of the SQLite database")
@@ -410,7 +410,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="store bundle N, then drop the connection without answering (once)",
+        # A fault for the tests (integration_tests/chaos): store bundle N, then drop the
+        # connection without answering, once, so the sink cannot tell whether it was
+        # stored. Not an operator's option, so not in --help.
+        help=argparse.SUPPRESS,
     )
     return parser
 

@@ -1,10 +1,12 @@
-"""The package as a user gets it: a wheel, installed (not editable) into a fresh
-virtualenv with its dependencies from the package index, running the README quickstart
-against the test servers with no registration call, and the ``gtbarrier`` console script.
+"""The package as a user gets it: a wheel built with ``python -m build --wheel`` from the
+tree, installed (not editable) into a fresh virtualenv with its dependencies from the
+package index pip is set up with, running the README quickstart against the test servers
+with no registration call (so both data sources register by themselves), and the
+``gtbarrier`` console script.
 
-The virtualenv has none of the extras (no starlette, uvicorn, psycopg, pyiceberg,
-prometheus_client or matplotlib), so the quickstart also shows that the core imports none
-of them.
+The README quickstart writes to the file consumer, which needs no extra, so the
+virtualenv has none of them (no starlette, uvicorn, psycopg, pyiceberg, deltalake,
+prometheus_client or matplotlib): the quickstart also shows that the core imports none.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +28,15 @@ import pytest
 from harness.process import REPO_ROOT
 from integration_tests.sink_helpers import read_bundles
 
-SOURCES = ("datasource", "sink", "state", "gtbarrier")
-FILES = ("pyproject.toml", "README.md", "pyspark_gtkafka.py", "pyspark_barrier.py")
+#: What the plugin needs at run time: its packages and the two modules PySpark finds.
+RUNTIME_PACKAGES = frozenset({"datasource", "sink", "state", "gtbarrier"})
+RUNTIME_MODULES = frozenset({"pyspark_gtkafka.py", "pyspark_barrier.py"})
+#: The README quickstart's consumer (file) needs no extra.
+QUICKSTART_EXTRAS: tuple[str, ...] = ()
 INSTALL_TIMEOUT = 900.0
 RUN_TIMEOUT = 300.0
 PIPELINE = "orders-to-billing"
+RECORDS = 50
 # Settings for a local Spark on a shared machine (what `spark-submit --conf` would pass).
 SUBMIT_ARGS = (
     "--master local[2] --conf spark.ui.enabled=false --conf spark.driver.host=127.0.0.1 "
@@ -49,23 +56,43 @@ def quickstart_code() -> str:
     return code
 
 
-def build_wheel(tmp_path: Path) -> Path:
-    """``pip wheel --no-deps`` of a copy of the sources (the checkout stays clean)."""
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in SOURCES:
-        shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
-    for name in FILES:
-        shutil.copy2(REPO_ROOT / name, src / name)
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+def tree_files() -> list[str]:
+    """The checkout's files as a clone has them (tracked, or new and not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO_ROOT,
         check=True,
+        capture_output=True,
+        timeout=60,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (REPO_ROOT / name).is_file()]
+
+
+def build_wheel(workdir: Path) -> Path:
+    """``python -m build --wheel`` of a copy of the whole tree, tests and harness included
+    (the checkout stays clean; what the wheel leaves out is then the build's choice)."""
+    src = workdir / "src"
+    for name in tree_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, src / name)
+    dist = workdir / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(src)],
+        check=False,
+        capture_output=True,
+        text=True,
         timeout=INSTALL_TIMEOUT,
         env=clean_env(),
     )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     [wheel] = dist.glob("gtbarrier-*.whl")
     return wheel
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once per session."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def clean_env(venv: Path | None = None) -> dict[str, str]:
@@ -81,6 +108,11 @@ def clean_env(venv: Path | None = None) -> dict[str, str]:
     return env
 
 
+def requirement(wheel: Path) -> str:
+    """The wheel with the quickstart's extras, as ``pip install`` takes it."""
+    return f"{wheel}[{','.join(QUICKSTART_EXTRAS)}]" if QUICKSTART_EXTRAS else str(wheel)
+
+
 @pytest.fixture
 def venv(tmp_path: Path) -> Iterator[Path]:
     """A fresh virtualenv (about 900 MB once pyspark is in), deleted after the test."""
@@ -93,28 +125,42 @@ def venv(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
-    kafka: Any, venv: Path, tmp_path: Path
-) -> None:
-    wheel = build_wheel(tmp_path)
+def test_the_wheel_holds_the_runtime_packages_and_nothing_else(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "gtbarrier = gtbarrier.cli:main" in zf.read(entry_points).decode()
-    assert {"pyspark_gtkafka.py", "pyspark_barrier.py", "gtbarrier/cli/__init__.py"} <= names
-    assert not any(n.startswith(("harness/", "tests/", "integration_tests/")) for n in names)
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == RUNTIME_PACKAGES | RUNTIME_MODULES, (
+        f"the wheel's top-level entries {sorted(top)}: the runtime is "
+        f"{sorted(RUNTIME_PACKAGES | RUNTIME_MODULES)} (no tests, harness, demo, benchmarks)"
+    )
+    for package in RUNTIME_PACKAGES:
+        shipped = {n for n in names if n.startswith(f"{package}/") and n.endswith(".py")}
+        in_tree = {
+            p.relative_to(REPO_ROOT).as_posix()
+            for p in (REPO_ROOT / package).rglob("*.py")
+            if "__pycache__" not in p.parts
+        }
+        assert shipped == in_tree, f"{package}: missing from the wheel {sorted(in_tree - shipped)}"
+        assert f"{package}/py.typed" in names
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
+    kafka: Any, venv: Path, wheel: Path, tmp_path: Path
+) -> None:
     python = venv / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        [str(python), "-m", "pip", "install", "-q", requirement(wheel)],
         check=True,
         timeout=INSTALL_TIMEOUT,
         env=clean_env(venv),
     )
 
     topic = kafka.create_topic(partitions=2)
-    kafka.produce_values(topic, [str(i).encode() for i in range(50)])
+    kafka.produce_values(topic, [f"order-{i}".encode() for i in range(RECORDS)])
     state, out, cp = tmp_path / "state", tmp_path / "billing", tmp_path / "cp"
     code = (
         quickstart_code()
@@ -131,8 +177,8 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
         code
         + "\nq.processAllAvailable()\nq.stop()\n"
         + "import gtbarrier, sys\n"
-        + "loaded = sorted({'starlette', 'uvicorn', 'psycopg', 'pyiceberg', 'matplotlib',"
-        + " 'prometheus_client'}"
+        + "loaded = sorted({'starlette', 'uvicorn', 'psycopg', 'pyiceberg', 'deltalake',"
+        + " 'matplotlib', 'prometheus_client'}"
         + " & {m.split('.')[0] for m in sys.modules})\n"
         + "print('GTBARRIER FROM', gtbarrier.__file__, 'OPTIONAL LOADED', loaded)\n"
         + "spark.stop()\n"
@@ -155,7 +201,9 @@ def test_the_wheel_installs_and_the_readme_quickstart_runs_without_registration(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"GTBARRIER FROM {venv}" in proc.stdout, proc.stdout
     assert "OPTIONAL LOADED []" in proc.stdout, proc.stdout
-    assert read_bundles(out).num_rows == 50
+    values = read_bundles(out).column("value").to_pylist()
+    delivered = Counter(v.decode() if isinstance(v, bytes) else str(v) for v in values)
+    assert delivered == Counter(f"order-{i}" for i in range(RECORDS))  # each exactly once
     assert "delivered to file consumer" in proc.stderr  # the sink's decision log
 
     cli = venv / "bin" / "gtbarrier"

@@ -26,6 +26,7 @@ from gtbarrier.cli.common import (
     read_pipeline,
 )
 from gtbarrier.cli.output import Result, Table
+from gtbarrier.help_text import plain_help
 from sink.dead_letters.dead_letter_files import DeadLetterFile, DeadLetters
 from sink.dead_letters.dead_letter_format import (
     ADDED_COLUMNS,
@@ -45,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         COMMAND,
         help="the rows the consumer refused (dead letters): list, or read one bundle's",
-        description=__doc__,
+        description=plain_help(__doc__),
     )
     add_pipeline_arguments(parser)
     add_dead_letters_argument(parser, what="where the dead letters are")

@@ -13,6 +13,7 @@ from typing import Any
 from datasource.offsets import backlog
 from gtbarrier.cli.common import PipelineArgs, UsageError, add_pipeline_arguments, read_pipeline
 from gtbarrier.cli.output import Result, Table
+from gtbarrier.help_text import plain_help
 from state.layout import PipelineLayout
 from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
@@ -89,7 +90,7 @@ EPOCH_COLUMNS = ("epoch", "records", "partitions", "acknowledged", "ranges (part
 
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "epochs", help="the epoch log (a range of it)", description=__doc__
+        "epochs", help="the epoch log (a range of it)", description=plain_help(__doc__)
     )
     add_pipeline_arguments(parser)
     parser.add_argument("--from", dest="first", type=int, metavar="K", help="first epoch")

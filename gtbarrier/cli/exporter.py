@@ -40,6 +40,7 @@ from gtbarrier.cli.kafka_ends import source_options
 from gtbarrier.cli.output import Result
 from gtbarrier.cli.status import BOOTSTRAP_ENV, ZOOKEEPER_ENV, ZOOKEEPER_TIMEOUT
 from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
+from gtbarrier.help_text import plain_help
 from state.protocol.resume_point import StoreResumePoints, read_resume_point
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "exporter",
         help="serve a pipeline's Prometheus metrics at /metrics (needs gtbarrier[metrics])",
-        description=__doc__,
+        description=plain_help(__doc__),
     )
     add_pipeline_arguments(parser)
     parser.add_argument(

@@ -15,6 +15,7 @@ from typing import Any
 
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result
+from gtbarrier.help_text import plain_help
 
 COMMAND = "receiver"
 EXTRA_MODULES = ("starlette", "uvicorn")
@@ -24,7 +25,7 @@ def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         COMMAND,
         help="run the reference HTTP receiver (consumer=http; HTTPS and a bearer token)",
-        description=__doc__,
+        description=plain_help(__doc__),
         add_help=False,
     )
     parser.set_defaults(run=run)

@@ -37,6 +37,7 @@ from gtbarrier.cli.epochs import (
 from gtbarrier.cli.kafka_ends import end_offsets, source_options
 from gtbarrier.cli.output import Result, Table
 from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
+from gtbarrier.help_text import plain_help
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.protocol.fencing import read_driver_record
@@ -58,7 +59,7 @@ def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "status",
         help="GT_last, in-flight bundle, owner, epochs, resume point, lag",
-        description=__doc__,
+        description=plain_help(__doc__),
     )
     add_pipeline_arguments(parser)
     parser.add_argument(

@@ -41,6 +41,7 @@ from gtbarrier.cli.common import (
 )
 from gtbarrier.cli.output import Result, Table
 from gtbarrier.cli.zookeeper import add_zookeeper_auth_argument, open_session
+from gtbarrier.help_text import plain_help
 from sink.cleanup import Authority, StagingCleanup
 from sink.consumers import open_staging
 from sink.consumers.consumer_kind import ConsumerLeftover
@@ -82,7 +83,7 @@ def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "sweep",
         help="staged parts and consumer leftovers no bundle references",
-        description=__doc__,
+        description=plain_help(__doc__),
     )
     add_pipeline_arguments(parser)
     parser.add_argument("--delete", action="store_true", help="delete what is listed")
