@@ -5,17 +5,20 @@ parts are deleted for real, by path (what a zombie driver's cleanup did with a b
 state read before a new owner claimed the pipeline; see tests/test_sink_barrier.py for
 that race, now closed). The consumer never got bundle 2, so nothing can deliver it again:
 every restart must stop with an error that says what is lost and names the way out, and
-the way out (``gtbarrier.resolve_lost_inflight``, only with ``acknowledge_loss=True``) must
-let the pipeline continue with everything else delivered exactly once and the loss reported.
+the way out (``gtbarrier.resolve_lost_inflight``, only with ``acknowledge_loss=True``; the
+same from the shell, ``gtbarrier resolve-lost``) must let the pipeline continue with
+everything else delivered exactly once and the loss reported.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gtbarrier.cli import main as gtbarrier_cli
 from integration_tests.sink_helpers import read_bundles
 from integration_tests.test_sink_faults import DRIVER_TIMEOUT, Chain, killed
 from integration_tests.test_sink_pipeline import expected_survivors, produce_numbered
@@ -93,7 +96,7 @@ def commit_in_checkpoint(checkpoint: Path) -> None:
 
 @pytest.mark.timeout(900)
 def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
-    driver: Any, kafka: Any, tmp_path: Path
+    driver: Any, kafka: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     n, partitions = 4_000, 2  # 4 epochs of 1000 records
     topic = kafka.create_topic(partitions=partitions)
@@ -115,6 +118,7 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
             f"{len(inflight.locations)} of its {len(inflight.locations)} staged part(s) are gone",
             "gtbarrier.resolve_lost_inflight(",
             "bundle_id=2, acknowledge_loss=True",
+            f"gtbarrier resolve-lost --pipeline {c.pipeline} --bundle 2 --acknowledge-loss",
         ):
             assert expected in out, f"{expected!r} not in:\n{out[-3000:]}"
         assert c.progress() == (1, 2)
@@ -135,8 +139,26 @@ def test_lost_parts_of_an_inflight_bundle_need_an_acknowledged_loss(
     assert "acknowledge_loss=True" in report.describe()
     with pytest.raises(StateError, match="bundle 2 is in flight, not bundle 3"):
         resolve_lost_inflight(options, bundle_id=3, acknowledge_loss=True)
-    report = resolve_lost_inflight(options, bundle_id=2, acknowledge_loss=True)
-    assert report.applied and c.progress() == (2, None)
+    assert c.progress() == (1, 2)
+    # ... and so does the command, which skips the bundle with --acknowledge-loss
+    cli = [
+        "resolve-lost",
+        f"--pipeline={c.pipeline}",
+        f"--state-uri={c.state_uri}",
+        "--option=consumer=file",
+        f"--option=consumer.path={c.out}",
+        "--bundle=2",
+        "--json",
+    ]
+    assert gtbarrier_cli(cli) == 0
+    reported = json.loads(capsys.readouterr().out)
+    assert (reported["bundle"], reported["rows"], reported["applied"]) == (2, inflight.rows, False)
+    assert c.progress() == (1, 2)
+    assert gtbarrier_cli([*cli, "--bundle=3", "--acknowledge-loss"]) == 1
+    assert "bundle 2 is in flight, not bundle 3" in capsys.readouterr().err
+    assert gtbarrier_cli([*cli, "--acknowledge-loss"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["applied"] and c.progress() == (2, None)
     [skipped] = c.state().skipped
     assert (skipped.bundle_id, skipped.rows, skipped.parts_missing) == (
         2,

@@ -11,6 +11,9 @@ every restart stops with a :class:`~state.errors.StateError` that says what is l
     resolve_lost_inflight(sink_options, bundle_id=7)                         # reports only
     resolve_lost_inflight(sink_options, bundle_id=7, acknowledge_loss=True)  # skips it
 
+or from a shell, ``gtbarrier resolve-lost --pipeline ... --bundle 7 [--acknowledge-loss]``
+(:mod:`gtbarrier.cli.resolve_lost`).
+
 Skipping moves ``GT_last`` to the bundle (a replay of its epoch is then dropped), clears
 the in-flight record and records the loss under ``skipped`` in the barrier state
 (:class:`~state.records.barrier.SkippedBundle`), in one compare-and-swap
@@ -138,8 +141,10 @@ class LostBundle:
             f"{why} To skip it and "
             f"accept the loss of its {self.rows} rows, stop the query and run "
             f"gtbarrier.resolve_lost_inflight(<the sink's options>, bundle_id={self.bundle_id}, "
-            "acknowledge_loss=True), then restart; without acknowledge_loss it only reports "
-            '(docs/sink.md, "A lost in-flight bundle").'
+            "acknowledge_loss=True), or the command gtbarrier resolve-lost --pipeline "
+            f"{self.pipeline_id} --bundle {self.bundle_id} --acknowledge-loss (with the sink's "
+            "--state-uri and --option consumer...), then restart; without acknowledging the "
+            'loss both only report (docs/sink.md, "A lost in-flight bundle").'
         )
 
     def skipped(self, since: float) -> SkippedBundle:

@@ -1,13 +1,14 @@
 """The operator's command line: ``gtbarrier <command>`` (also ``python -m gtbarrier``).
 
-=============  ================================================================
-``status``     GT_last, in-flight bundle, owner, epochs, resume point, lag
-``epochs``     the epoch log, or a range of it
-``sweep``      staged parts and consumer leftovers no bundle references
-``deadletters`` the rows the consumer refused (errors.tolerance=all), per bundle
-``receiver``   the reference HTTP receiver (``consumer=http``)
-``exporter``   the pipeline's Prometheus metrics at ``/metrics``
-=============  ================================================================
+================  ======================================================================
+``status``        GT_last, in-flight bundle, owner, epochs, resume point, lag
+``epochs``        the epoch log, or a range of it
+``sweep``         staged parts and consumer leftovers no bundle references
+``resolve-lost``  an in-flight bundle whose staged parts are gone: report it, or skip it
+``deadletters``   the rows the consumer refused (errors.tolerance=all), per bundle
+``receiver``      the reference HTTP receiver (``consumer=http``)
+``exporter``      the pipeline's Prometheus metrics at ``/metrics``
+================  ======================================================================
 
 Each command prints tables, or one JSON document with ``--json``. Exit codes: 0 done;
 2 bad arguments, a pipeline that does not exist, or a store, Kafka or ZooKeeper that
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from gtbarrier._version import __version__
-from gtbarrier.cli import deadletters, epochs, exporter, receiver, status, sweep
+from gtbarrier.cli import deadletters, epochs, exporter, receiver, resolve_lost, status, sweep
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result, render
 from state.errors import (
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
-    for module in (status, epochs, sweep, deadletters, receiver, exporter):
+    for module in (status, epochs, sweep, resolve_lost, deadletters, receiver, exporter):
         module.add_parser(commands)
     return parser
 
