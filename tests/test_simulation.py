@@ -116,12 +116,19 @@ def test_at_none_the_query_stops_at_the_poison_bundle_until_the_operator_switche
     assert outcome.refused >= 2 * 4  # two task attempts, a first run and three resets
     assert outcome.delivered == [0, 1, 2]
     assert outcome.dead_letters == {1: 1, 2: 1}
-    # the operator switches while p1 still runs: p1 is stopped, p2 restarts on its
-    # checkpoint with errors.tolerance=all
-    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 33, "tolerate"),)))
+    # the operator switches while p1 still runs (p1's steps 34 to 44 fall after its
+    # bundle 0 and before it gives up): p1 is stopped, p2 restarts on its checkpoint with
+    # errors.tolerance=all
+    switched, _ = run_schedule(SWITCH, Schedule((Event("p1", 38, "tolerate"),)))
     assert switched.violation is None, switched.violation
-    assert switched.fired == [Event("p1", 33, "tolerate")]
+    assert switched.fired == [Event("p1", 38, "tolerate")]
     assert switched.delivered == [0, 1, 2]
+    assert switched.dead_letters == {1: 1, 2: 1}
+    # a switch before p1 planned epoch 2: the restarted query's batch reads epochs 1 and 2
+    # as one bundle, whose dead letters hold both poison rows
+    early, _ = run_schedule(SWITCH, Schedule((Event("p1", 20, "tolerate"),)))
+    assert early.violation is None, early.violation
+    assert (early.delivered, early.dead_letters) == ([0, 1], {1: 2})
 
 
 def test_a_poison_bundle_delivered_under_none_is_a_violation(
