@@ -3,8 +3,9 @@ destination, and reading a dead-letter file back.
 
 * :data:`SIM_KIND` is the simulated pipeline's consumer kind as the write tasks see it
   (:class:`~sink.write_task.RowChecks`): its ``validate`` refuses the ``bad`` rows of
-  poison records (:mod:`simulation.query`); the check every consumer shares refuses the
-  ``nogt`` rows (a null ``gt``). Both run in the product's ``stage_task``.
+  poison records (:mod:`simulation.query`) and the fan-out row its setting names
+  (:class:`SimSettings`); the check every consumer shares refuses the ``nogt`` rows (a
+  null ``gt``). Both run in the product's ``stage_task``.
 * The destination is the product's
   :class:`~sink.dead_letters.dead_letter_files.StoreDeadLetters` over a ``memory://``
   store of its own, seen by each process through a
@@ -17,12 +18,13 @@ destination, and reading a dead-letter file back.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simulation.query import BAD, Row, table_rows
+from simulation.query import BAD, SETTINGS, Row, table_rows
 from simulation.scheduler import Op
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
@@ -40,8 +42,12 @@ BAD_REASON = "simulated: a value the target refuses"
 DEAD_LETTER_PATH = "file:///simulated/dead-letters"
 
 
+@dataclass(frozen=True)
 class SimSettings(ConsumerSettings):
-    """The simulated kind's settings: none."""
+    """The simulated kind's settings: which of a fan-out record's two rows the target
+    refuses (:data:`simulation.query.SETTINGS`), as a column's type or constraint would."""
+
+    refuse: str = SETTINGS[0]
 
 
 class SimKind(ConsumerKind[SimSettings]):
@@ -54,9 +60,14 @@ class SimKind(ConsumerKind[SimSettings]):
         return SimSettings()
 
     def validate(self, settings: SimSettings, table: pa.Table) -> list[RowRejection]:
-        """The ``bad`` rows (a pure function of the rows, as the product requires)."""
+        """The ``bad`` rows and the fan-out rows of kind ``settings.refuse`` (a pure
+        function of the rows and the settings, as the product requires)."""
         kinds = table.column("kind").to_pylist()
-        return [RowRejection(i, "value", BAD_REASON) for i, k in enumerate(kinds) if k == BAD]
+        return [
+            RowRejection(i, "value", BAD_REASON)
+            for i, k in enumerate(kinds)
+            if k in (BAD, settings.refuse)
+        ]
 
     def open_consumer(self, options: SinkView, staging: Staging, faults: FaultInjector) -> Consumer:
         """Never called: the barrier is handed the simulated consumer."""
@@ -76,9 +87,9 @@ class _Unused(Consumer):
 SIM_KIND = SimKind()
 
 
-def row_checks(tolerance: Tolerance) -> RowChecks:
-    """What a simulated write task checks, at ``tolerance``."""
-    return RowChecks("sim", SIM_KIND, SimSettings(), tolerance)
+def row_checks(tolerance: Tolerance, setting: int = 0) -> RowChecks:
+    """What a simulated write task checks, at ``tolerance`` and consumer ``setting``."""
+    return RowChecks("sim", SIM_KIND, SimSettings(SETTINGS[setting]), tolerance)
 
 
 class DeadLetterHost(Protocol):

@@ -290,6 +290,14 @@ SWITCH = replace(DEAD_LETTERS, tolerance="none")
 SMALL_DEAD_LETTERS = replace(SMALL, poison=((0, 0),), tolerance="all")
 #: The same at errors.tolerance=none.
 SMALL_SWITCH = replace(SMALL_DEAD_LETTERS, tolerance="none")
+#: The default pipeline with a fan-out record at errors.tolerance=all (two rows sharing its
+#: gt, one refused), whose refused row depends on a consumer setting that changes between
+#: query runs (``SimConfig.flip``): an attempt refuses the other row than the one an
+#: earlier attempt's dead-letter file holds. No upgrade: an upgraded query computes other
+#: values for both rows, which then pair with the file's neither by value nor by their
+#: shared gt, and the commit stops for good (docs/bad-input.md E19, E23; the way out it
+#: names, the table as it was, does not bring back the old query's values).
+FANOUT = SimConfig(fanout=((0, 1),), flip=True, tolerance="all", max_upgrades=0)
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
 WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
 

@@ -26,9 +26,16 @@ total (a key touched only by poison records has no ``agg`` row in that epoch):
 * a ``nogt`` row, whose ``gt`` is null: every consumer refuses it (the write task's check
   every consumer shares).
 
-Which rows are refused is a function of the records alone, the same for every version, so
-an epoch's refused rows (:func:`refused`) and what is delivered of it are too; an epoch
-whose records are all poison has nothing to deliver.
+**Fan-out records** (``SimConfig.fanout``) are passed through as two rows that share the
+record's ``gt`` (as an explode or a join's fan-out makes them), ``fa`` and ``fb`` with
+different values, counted in no total. The consumer's target refuses one of them, which
+one a consumer setting says (:data:`SETTINGS`: the setting a query run reads, which can
+change between driver starts as a table's column or a topic's partitions can:
+``SimConfig.flip``).
+
+Which rows are refused is a function of the records and the setting alone, the same for
+every version, so an epoch's refused rows (:func:`refused`) and what is delivered of it
+are too; an epoch whose records are all poison has nothing to deliver.
 """
 
 from __future__ import annotations
@@ -48,8 +55,14 @@ TOPIC = "t"
 #: gt is None for a ``nogt`` row.
 Row = tuple[str, str, int, int, GtTuple | None]
 #: The record sorts, and the kinds of rows the consumer's target refuses.
-OK, BAD, NO_GT = "ok", "bad", "nogt"
+OK, BAD, NO_GT, FAN = "ok", "bad", "nogt", "fan"
 REFUSED_KINDS = frozenset({BAD, NO_GT})
+#: The two rows of a fan-out record, and the consumer settings: setting ``s`` refuses the
+#: row of kind ``SETTINGS[s]`` (the other is delivered).
+FAN_A, FAN_B = "fa", "fb"
+SETTINGS = (FAN_A, FAN_B)
+#: How much a fan-out record's ``fb`` row's value exceeds its ``fa`` row's.
+FAN_SPREAD = 100
 
 #: The query's state: key -> (running total, gt of the key's first record), sorted by key.
 QueryState = tuple[tuple[str, int, GtTuple], ...]
@@ -65,7 +78,8 @@ class Record:
     offset: int
     key: str
     value: int
-    #: ``ok``, or poison: ``bad`` (a value the target refuses), ``nogt`` (no gt).
+    #: ``ok``, or poison: ``bad`` (a value the target refuses), ``nogt`` (no gt); or
+    #: ``fan`` (two rows sharing its gt, one of which the target refuses).
     sort: str = OK
 
 
@@ -79,16 +93,25 @@ class InputLog:
     keys: int = 2
     poison: frozenset[tuple[int, int]] = frozenset()
     no_gt: frozenset[tuple[int, int]] = frozenset()
+    fanout: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def poisoned(self) -> bool:
         """Whether some record's row is refused by the consumer's target."""
-        return bool(self.poison or self.no_gt)
+        return bool(self.poison or self.no_gt or self.fanout)
 
     def record(self, partition: int, offset: int) -> Record:
         key = f"k{(partition + offset) % self.keys}"
         where = (partition, offset)
-        sort = BAD if where in self.poison else NO_GT if where in self.no_gt else OK
+        sort = (
+            BAD
+            if where in self.poison
+            else NO_GT
+            if where in self.no_gt
+            else FAN
+            if where in self.fanout
+            else OK
+        )
         return Record(partition, offset, key, 1 + offset + 10 * partition, sort)
 
     def zero(self) -> dict[TopicPartitionKey, int]:
@@ -120,12 +143,17 @@ def run_epoch(
     version: int, state: QueryState, records: Sequence[Record], epoch: int
 ) -> tuple[list[Row], QueryState]:
     """The rows of one epoch and the state after it (pure, deterministic); a poison
-    record is passed through as a row its target refuses and counted nowhere."""
+    record is passed through as a row its target refuses, a fan-out record as its two
+    rows, and neither is counted anywhere."""
     totals = {key: (total, first) for key, total, first in state}
     rows: list[Row] = []
     touched: list[str] = []
     for r in records:
         gt: GtTuple = (epoch, TOPIC, r.partition, r.offset)
+        if r.sort == FAN:
+            rows.append((FAN_A, r.key, r.value, version, gt))
+            rows.append((FAN_B, r.key, r.value + FAN_SPREAD, version, gt))
+            continue
         if r.sort != OK:
             rows.append((r.sort, r.key, r.value, version, gt if r.sort == BAD else None))
             continue
@@ -191,9 +219,10 @@ def table_rows(table: pa.Table) -> list[Row]:
     return out
 
 
-def refused(row: Row) -> bool:
-    """Whether the consumer's target refuses ``row`` (a poison record's)."""
-    return row[0] in REFUSED_KINDS
+def refused(row: Row, setting: int = 0) -> bool:
+    """Whether the consumer's target refuses ``row`` (a poison record's, or the fan-out
+    row the consumer ``setting`` refuses)."""
+    return row[0] in REFUSED_KINDS or row[0] == SETTINGS[setting]
 
 
 Identity = tuple[str, str, int | None, GtTuple | None]
@@ -232,13 +261,15 @@ class Reference:
         self._states[version] = state
         return outputs[epoch]
 
-    def accepted(self, version: int, epoch: int) -> list[Row]:
-        """The rows of :meth:`output` the consumer's target accepts (delivered)."""
-        return [r for r in self.output(version, epoch) if not refused(r)]
+    def accepted(self, version: int, epoch: int, setting: int = 0) -> list[Row]:
+        """The rows of :meth:`output` the consumer's target accepts (delivered) under the
+        consumer ``setting``."""
+        return [r for r in self.output(version, epoch) if not refused(r, setting)]
 
-    def refused(self, version: int, epoch: int) -> list[Row]:
-        """The rows of :meth:`output` the target refuses (the dead letters)."""
-        return [r for r in self.output(version, epoch) if refused(r)]
+    def refused(self, version: int, epoch: int, setting: int = 0) -> list[Row]:
+        """The rows of :meth:`output` the target refuses (the dead letters) under the
+        consumer ``setting``."""
+        return [r for r in self.output(version, epoch) if refused(r, setting)]
 
 
 def row_order(row: Row) -> tuple[object, ...]:
@@ -271,6 +302,13 @@ class SimConfig:
     #: null gt (module docstring).
     poison: tuple[tuple[int, int], ...] = ()
     no_gt: tuple[tuple[int, int], ...] = ()
+    #: Fan-out records, as (partition, offset) (module docstring).
+    fanout: tuple[tuple[int, int], ...] = ()
+    #: Whether the consumer setting changes between query runs (a run of driver ``pN``
+    #: reads setting ``(N + run number) % 2``); else every run reads setting 0. The
+    #: healthy driver starts at 0, and its operator switches it back when a run stops
+    #: because the target refuses rows it accepted before (the error's way out).
+    flip: bool = False
     #: The sink's errors.tolerance when the schedule starts: ``all`` (refused rows go to
     #: dead letters) or ``none`` (the query stops at a poison bundle until the operator
     #: switches to ``all``: the ``tolerate`` event, or the healthy driver's operator).
@@ -283,6 +321,7 @@ class SimConfig:
             self.keys,
             frozenset(self.poison),
             frozenset(self.no_gt),
+            frozenset(self.fanout),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -301,7 +340,7 @@ class SimConfig:
         """The configuration :meth:`to_json` wrote."""
         fields: dict[str, object] = {}
         for name, value in raw.items():
-            if name in ("poison", "no_gt"):
+            if name in ("poison", "no_gt", "fanout"):
                 assert isinstance(value, list)
                 fields[name] = tuple((int(p), int(o)) for p, o in value)
             elif name == "max_per_partition":

@@ -98,6 +98,9 @@ TASKS = 2
 TASK_ATTEMPTS = 2
 #: Restarts of a failed query run before the driver gives up.
 MAX_RESETS = 3
+#: What the commit's error says when the target refuses rows an earlier attempt's
+#: dead-letter file lacks (``DeadLetterSettlement`` in ``sink/dead_letters``).
+REFUSES_MORE = "the target refuses rows it accepted then"
 #: The pipeline's id (its keys in the store are under ``sim/``).
 PIPELINE = "sim"
 #: Snapshots the resume point retains.
@@ -434,6 +437,10 @@ class DriverProc:
         self.tolerance: Tolerance = tolerance
         #: A write task refused rows (at none) since the last reset.
         self.refused = False
+        #: The consumer setting the current query run read (``SimConfig.flip``).
+        self.setting = 0
+        #: A run stopped because the target refuses rows it accepted before.
+        self.refusal_changed = False
         self.healthy = healthy
         self.newest_unusable = newest_unusable
         #: The coordinator's ownership of the pipeline (the product's): its fencing token,
@@ -570,6 +577,7 @@ class DriverProc:
         if self.healthy:
             self.operator_resolve()
             self.operator_tolerate()
+            self.operator_accept()
         self.world.sleep(seconds)
 
     @property
@@ -644,6 +652,9 @@ class DriverProc:
     def run_query(self) -> None:
         """Micro-batches until the input has nothing new (module docstring)."""
         self.runs += 1
+        if self.world.config.flip and not self.healthy:
+            # A consumer setting read again at each start, changed since the last one.
+            self.setting = (self.number + self.runs) % 2
         run_id = f"{self.name}-r{self.runs}"
         self.run_id = run_id
         self.run_start = None
@@ -731,7 +742,9 @@ class DriverProc:
                 writer = WriteTask(self, query_id, batch_id, run_id, t, task_rows(rows, t), epoch)
                 messages.append(self.task(writer.run))
             self.barrier().commit(messages, batch_id)
-        except GtBarrierError:
+        except GtBarrierError as err:
+            if REFUSES_MORE in str(err):
+                self.refusal_changed = True
             try:
                 self.barrier().abort(messages, batch_id)
             except GtBarrierError as err:
@@ -777,7 +790,7 @@ class DriverProc:
                 task,
                 self.world.staging,
                 has_gt=True,
-                checks=row_checks(self.tolerance),
+                checks=row_checks(self.tolerance, self.setting),
                 bundle_of=lambda: epoch,
             )
         except RowsRefused:
@@ -826,6 +839,14 @@ class DriverProc:
             self.tolerance = "all"
             self.world.tolerance = "all"
         self.refused = False
+
+    def operator_accept(self) -> None:
+        """Before a reset of the healthy driver whose run stopped because the target
+        refuses rows an earlier attempt's dead-letter file lacks: the error's way out,
+        the setting of that attempt restored, the same checkpoint."""
+        if self.refusal_changed:
+            self.setting = 1 - self.setting
+        self.refusal_changed = False
 
     # --- the snapshot worker ---------------------------------------------------------------
 

@@ -28,12 +28,18 @@ The bugs:
    delivery of a bundle the consumer holds: a Kafka topic would hold it twice);
 8. a recomputable bundle left to the operator (``Barrier._clear_lost`` refuses the replay
    of the lost bundle's own epoch, so the operator skips a bundle a replay recomputes).
+
+The findings of the review of the newest paths, each fix reverted:
+
+9. reconciliation pairing rows that share a ``gt`` (``recorded_against`` pairs the file's
+   rows with this attempt's refused rows alone, falling back to a ``gt`` that fan-out rows
+   share), on the pipeline whose fan-out record's refused row changes between runs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from simulation.explore import DEAD_LETTERS, hunt, report, run_schedule, shortest
+from simulation.explore import DEAD_LETTERS, FANOUT, hunt, report, run_schedule, shortest
 from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
@@ -49,10 +55,13 @@ from sink import barrier as sink_barrier
 from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack
+from sink.dead_letters import dead_letter_format, dead_letter_settlement
 from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, StoreDeadLetters
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
+    NO_GT,
     PIPELINE_KEY,
+    Identity,
     dead_letter_name,
     dead_letter_table,
 )
@@ -329,3 +338,43 @@ def test_recomputable_bundle_skipped_is_found(monkeypatch: pytest.MonkeyPatch) -
     shortest, invariant = find_shortest("recomputable bundle skipped")
     assert invariant == "skipped only when unrecomputable"
     assert any(e.kind == "lose-part" for e in shortest.events)
+
+
+# --- 9. reconciliation pairing rows that share a gt ---------------------------------------------
+
+
+def test_reconciliation_pairing_rows_that_share_a_gt_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def paired_with_refused_alone(
+        recorded: pa.Table,
+        refused: pa.Table | None,
+        accepted: Callable[[], Sequence[pa.Table]],
+    ) -> tuple[int, list[Identity]]:
+        # The file's rows are paired with the rows refused now alone, by value, then by any
+        # equal gt: a fan-out row of the file pairs with its sibling refused now, though the
+        # file's row itself is accepted now.
+        columns = dead_letter_format.input_columns(recorded)
+        held = dead_letter_format.row_identities(recorded, columns)
+        now = dead_letter_format.row_identities(refused, columns) if refused is not None else []
+        taken: set[int] = set()
+        paired: dict[int, int] = {}
+        for i, (value, _) in enumerate(held):
+            same = [j for j in range(len(now)) if j not in taken and now[j][0] == value]
+            if same:
+                paired[i] = same[0]
+                taken.add(same[0])
+        for i, (_, gt) in enumerate(held):
+            shared = [j for j in range(len(now)) if j not in taken and now[j][1] == gt]
+            if i not in paired and gt != NO_GT and shared:
+                paired[i] = shared[0]
+                taken.add(shared[0])
+        kept_out = [held[i] for i in range(len(held)) if i not in paired]
+        return len(now) - len(taken), kept_out
+
+    monkeypatch.setattr(dead_letter_settlement, "recorded_against", paired_with_refused_alone)
+    shortest, invariant = find_shortest("reconciliation pairing rows that share a gt", FANOUT)
+    # The replay after a lost part refuses the other row of the fan-out record than the
+    # file holds: the file's row is delivered too.
+    assert invariant == "exactly once with dead letters"
+    assert [e.kind for e in shortest.events] == ["lose-part"]
