@@ -58,7 +58,6 @@ from state.kafka_oauth import (
     check_reference,
     check_region,
     check_signer,
-    token_provider,
 )
 from state.secrets import has_reference, resolve
 
@@ -500,6 +499,9 @@ def resolve_secrets(
         if arg == REGION_ARG:
             continue  # the MSK IAM provider's, never a kafka-python argument
         if arg == "sasl_oauth_token_provider" and isinstance(given, str):
+            # here a client is made, so kafka-python is loaded anyway
+            from state.kafka_token_providers import token_provider
+
             out[arg] = token_provider(
                 given,
                 option=option_name(prefix, arg),
