@@ -209,6 +209,14 @@ def test_basic_authentication(
             assert headers.get("WWW-Authenticate", "").startswith("Basic ")
         status, text, _ = get(server.url, ca=server_tls.ca, auth=("prometheus", PASSWORD))
         assert status == 200 and "gtbarrier_test_up" in text
+        # the probes read nothing with the process's credentials, and a kubelet's probe
+        # sends none: they answer without, over the same TLS, and show no metric
+        base = server.url.removesuffix("/metrics")
+        status, text, _ = get(f"{base}/healthz", ca=server_tls.ca, auth=None)
+        assert (status, text) == (200, "ok\n")
+        for path in ("/ready", "/healthz/", "/metrics/../healthz"):
+            status, text, _ = get(f"{base}{path}", ca=server_tls.ca, auth=None)
+            assert status in (401, 404) and "gtbarrier_test_up" not in text, (path, status)
     finally:
         server.stop()
     assert all(PASSWORD not in m for m in caplog.messages)

@@ -3,6 +3,7 @@ and fed by the watched query's batches only."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -65,3 +66,41 @@ def test_the_endpoint_serves_the_watched_querys_batches_until_closed(tmp_path: P
     assert coord.metrics_port is None
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    """``(status, body)`` of a GET of ``path``; an HTTP error's status and body too."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_healthz_answers_while_ready_follows_the_watched_query(tmp_path: Path) -> None:
+    coord = SnapshotCoordinator(
+        fake_spark(),
+        "p1",
+        "memory://metrics-probes",
+        tmp_path / "cp",
+        snapshot_period="1h",
+        metrics_port=0,
+        metrics_address="127.0.0.1",
+    )
+    port = coord.metrics_port
+    assert port is not None
+    try:
+        assert _probe(port, "/healthz") == (200, "ok\n")
+        status, body = _probe(port, "/ready")
+        assert (status, body) == (503, "not ready: no query is running\n")
+        query = FakeQuery("q-1")
+        coord.watch(query)  # type: ignore[arg-type]
+        status, body = _probe(port, "/ready")
+        assert status == 200 and body.startswith("ready: last heard from the query"), body
+        query.isActive = False  # the query ended (failed, or stopped)
+        assert _probe(port, "/ready") == (503, "not ready: no query is running\n")
+        assert _probe(port, "/healthz") == (200, "ok\n")
+        # the probes are not metrics: /metrics still answers with the families
+        assert any(name == "gtbarrier_gt_last" for name, _ in _scrape(port))
+    finally:
+        coord.close()
