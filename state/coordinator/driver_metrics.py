@@ -5,7 +5,9 @@ state store (a store of its own, so a scrape never waits behind a snapshot's upl
 and the resume point through the coordinator (its ZooKeeper session, or the store), and
 adds what this driver process observed: the lag and duration of each completed
 micro-batch as Spark's progress reports them (:class:`DriverObservations`), and the
-snapshots it accepted and abandoned. Dead-letter rows need the sink's dead-letter path,
+snapshots it accepted and abandoned. ``/ready`` is the coordinator's readiness
+(:mod:`state.coordinator.readiness`), ``/healthz`` answers while the process serves.
+Dead-letter rows need the sink's dead-letter path,
 which the coordinator does not know: ``gtbarrier exporter --dead-letters`` shows them.
 """
 
@@ -18,6 +20,7 @@ from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.metric_families import DriverObservations, PipelineReading, SnapshotCounts
 from state.coordinator.metrics_server import MetricsServer, PipelineCollector, StateReader
+from state.coordinator.readiness import Readiness
 from state.errors import MalformedOffset
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import Frontier, parse_frontier_json
@@ -45,6 +48,8 @@ class Coordinated(Protocol):
     @property
     def abandoned(self) -> int: ...
 
+    def readiness(self) -> Readiness: ...
+
 
 class DriverMetrics:
     """The endpoint of one coordinator: its server, its store and its observations."""
@@ -59,6 +64,7 @@ class DriverMetrics:
             server_port,
             coordinator.config.metrics_address,
             access=coordinator.config.metrics_access,
+            ready=coordinator.readiness,
         )
 
     @classmethod

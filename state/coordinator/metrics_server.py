@@ -14,6 +14,13 @@ the endpoint listens on ``127.0.0.1`` unless given another address, and
 :class:`MetricsAccess` adds HTTPS (a certificate and key; client certificates required
 when a client CA is given) and basic authentication (a user and a password that may be a
 secret reference, compared in constant time).
+
+Beside ``/metrics`` it answers two probes, for a kubelet or a load balancer: ``/healthz``
+(200 ``ok`` while the process serves) and ``/ready`` (200 or 503 with a one-line reason,
+from the readiness function it is given; 404 without one, as for ``gtbarrier
+exporter``). The probes read nothing with the process's credentials and show no metric,
+so they answer without basic authentication (a kubelet's probe sends none), over the
+same TLS; client certificates, when required, hold for them too.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from state.coordinator.metrics_access import (
     MetricsAccess,
     basic_auth_app,
 )
+from state.coordinator.readiness import Readiness
 from state.errors import ConfigError, GtBarrierError
 from state.lag import Lag
 from state.layout import PipelineLayout
@@ -55,7 +63,8 @@ from state.secrets import redact
 from state.stores import StateStore
 
 if TYPE_CHECKING:
-    from wsgiref.types import WSGIApplication
+    from collections.abc import Iterable
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 __all__ = [
     "COORDINATOR_NAMES",
@@ -73,6 +82,50 @@ log = logging.getLogger("gtbarrier.metrics")
 
 HANDLER_TIMEOUT = 30.0
 """Seconds a connection may take to send its request (a TLS handshake included)."""
+
+HEALTHZ = "/healthz"
+"""The liveness probe's path: 200 while the process serves."""
+READY = "/ready"
+"""The readiness probe's path: 200 or 503 with the reason (404 without a readiness)."""
+
+
+def probes_app(metrics: WSGIApplication, ready: Callable[[], Readiness] | None) -> WSGIApplication:
+    """``metrics`` (every other path) with the probes :data:`HEALTHZ` and :data:`READY` in
+    front of it; ``ready`` decides :data:`READY`. A readiness that raises answers 503
+    with the error's type, logged with its text, secrets masked."""
+
+    def answer(start_response: StartResponse, status: str, text: str) -> list[bytes]:
+        body = text.encode()
+        start_response(
+            status,
+            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == HEALTHZ:
+            return answer(start_response, "200 OK", "ok\n")
+        if path != READY:
+            return metrics(environ, start_response)
+        if ready is None:
+            return answer(start_response, "404 Not Found", "no readiness here: no query runs\n")
+        try:
+            decided = ready()
+        except Exception as err:
+            log.warning(
+                "gtbarrier metrics: the readiness check failed: %s: %s",
+                type(err).__name__,
+                redact(str(err)),
+            )
+            return answer(
+                start_response, "503 Service Unavailable", f"not ready: {type(err).__name__}\n"
+            )
+        if decided.ready:
+            return answer(start_response, "200 OK", f"{decided.reason}\n")
+        return answer(start_response, "503 Service Unavailable", f"not ready: {decided.reason}\n")
+
+    return app
 
 
 @dataclass(frozen=True)
@@ -214,8 +267,9 @@ class _Server6(_Server):
 class MetricsServer:
     """``/metrics`` of ``collector`` on ``address:port`` (0: a free port; default
     ``127.0.0.1``), from a daemon thread, until :meth:`stop`; over HTTPS and behind basic
-    authentication as ``access`` says. Each connection is served on a thread of its own,
-    its TLS handshake there too, so a client that stalls holds up no other."""
+    authentication as ``access`` says; the probes beside it (:func:`probes_app`, ``ready``
+    deciding ``/ready``). Each connection is served on a thread of its own, its TLS
+    handshake there too, so a client that stalls holds up no other."""
 
     def __init__(  # noqa: PLR0913 - keyword-only after the address, each named at the call
         self,
@@ -224,6 +278,7 @@ class MetricsServer:
         address: str = DEFAULT_ADDRESS,
         *,
         access: MetricsAccess | None = None,
+        ready: Callable[[], Readiness] | None = None,
         option: str = "metrics_port",
         where: str = "",
     ) -> None:
@@ -237,6 +292,7 @@ class MetricsServer:
         app: WSGIApplication = make_wsgi_app(self.registry)
         if credentials is not None:
             app = basic_auth_app(app, *credentials)
+        app = probes_app(app, ready)
         server_class = _Server6 if ":" in address else _Server
         try:
             server = make_server(address, port, app, server_class, handler_class=_QuietHandler)
