@@ -5,12 +5,14 @@ SeaweedFS S3 and the coordinator on ZooKeeper with ``metrics_port=0``; ``python 
 gtbarrier exporter`` runs beside it as a subprocess, given the S3 keys as secret
 references. Both endpoints are scraped twice while batches run: GT_last and the bundles
 delivered grow, the offsets behind are there for every partition, and after a snapshot
-its age is finite. Neither the exporter's output nor a scrape shows the secret.
+its age is finite. Neither the exporter's output nor a scrape shows the secret. The
+driver's ``/ready`` is 200 while the query runs and 503 once it stopped; ``/healthz`` is 200.
 """
 
 from __future__ import annotations
 
 import math
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,15 @@ def test_metrics_move_during_a_real_run(
         urllib.request.urlopen(driver_url, timeout=5)
 
 
+def probe(url: str) -> tuple[int, str]:
+    """``(status, body)`` of a GET of ``url``, an error's too."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
 def run_and_scrape(
     coord: SnapshotCoordinator,
     *,
@@ -166,6 +177,17 @@ def run_and_scrape(
         assert metric(driver, "gtbarrier_snapshots_total", outcome="accepted") == 1
         assert (metric(driver, "gtbarrier_bundle_delivery_seconds_count") or 0) >= 2
         assert metric(driver, "gtbarrier_replayed_bundles_dropped_total") == 0
+        # the probes: the process serves, and the running query is ready
+        base = driver_url.removesuffix("/metrics")
+        assert probe(f"{base}/healthz") == (200, "ok\n")
+        status, body = probe(f"{base}/ready")
+        assert status == 200 and body.startswith("ready: last heard from the query"), body
+        exporter_base = exporter_url.removesuffix("/metrics")
+        assert probe(f"{exporter_base}/healthz") == (200, "ok\n")
+        assert probe(f"{exporter_base}/ready")[0] == 404
+        q.stop()
+        status, body = probe(f"{base}/ready")
+        assert (status, body) == (503, "not ready: no query is running\n")
     except BaseException:
         if q is not None:
             q.stop()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from state.coordinator.graceful_stop import Step, next_step
+import threading
+import time
+
+from state.coordinator.graceful_stop import GracefulStop, Step, next_step
 from state.coordinator.readiness import QueryLiveness, readiness, ready_bound
 
 
@@ -38,8 +41,50 @@ def test_not_ready_without_a_query_an_owner_or_while_stopping() -> None:
 
 
 def test_a_stop_waits_for_the_batch_boundary_or_the_grace() -> None:
-    wait = {"requests": 1, "trigger_active": True, "waited": 1.0, "grace": 30.0}
+    wait = {"requests": 1, "trigger_active": True, "committed": False, "waited": 1.0, "grace": 30.0}
     assert next_step(**wait) is Step.WAIT  # type: ignore[arg-type]
+    assert next_step(**{**wait, "committed": True}) is Step.STOP  # type: ignore[arg-type]
     assert next_step(**{**wait, "trigger_active": False}) is Step.STOP  # type: ignore[arg-type]
     assert next_step(**{**wait, "waited": 30.0}) is Step.STOP  # type: ignore[arg-type]
     assert next_step(**{**wait, "requests": 2}) is Step.STOP  # type: ignore[arg-type]
+
+
+class _BusyQuery:
+    """A query whose triggers run back to back: Spark's status always shows one active."""
+
+    def __init__(self) -> None:
+        self.id = "q-busy"
+        self.isActive = True
+        self.status = {"isTriggerActive": True}
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.isActive = False
+        self.stopped.set()
+
+
+def test_back_to_back_triggers_stop_at_the_next_commit_not_after_the_grace() -> None:
+    # A status poll rarely sees the instant between two triggers: the committed batch
+    # the listener hears is the boundary to stop at.
+    stop = GracefulStop("p1", grace=30.0)
+    query = _BusyQuery()
+    stop.watch(query)  # type: ignore[arg-type]
+    stop.request()
+    assert not query.stopped.wait(0.5), "stopped before any batch boundary"
+    began = time.monotonic()
+    stop.on_batch_completed()
+    assert query.stopped.wait(5.0), "not stopped at the commit"
+    assert time.monotonic() - began < 5.0
+    stop.join(5.0)
+
+
+def test_a_commit_before_the_request_is_no_boundary_for_it() -> None:
+    stop = GracefulStop("p1", grace=30.0)
+    query = _BusyQuery()
+    stop.watch(query)  # type: ignore[arg-type]
+    stop.on_batch_completed()  # heard before anyone asked to stop
+    stop.request()
+    assert not query.stopped.wait(0.5)
+    stop.request()  # the second request: at once
+    assert query.stopped.wait(5.0)
+    stop.join(5.0)
