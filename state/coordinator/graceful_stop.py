@@ -4,12 +4,14 @@ The first request (:meth:`GracefulStop.request`, or the first SIGTERM while
 ``SnapshotCoordinator.run()`` runs on the main thread) announces the stop (with ZooKeeper,
 the driver lock's node says so, and a driver started meanwhile waits for the lock instead
 of failing with ``DriverLockHeld``) and, on a thread of its own, waits until no trigger
-of the query is running, then calls Spark's ``query.stop()``: the stop falls between two
-micro-batches, the last one committed. If the query stays in a trigger for
-:data:`STOP_GRACE` seconds (a long batch, or back-to-back triggers with no pause between
-them), it is stopped then. A second request stops it at once. Neither can duplicate
-output: a batch interrupted in the barrier sink is resolved by the next driver's
-recovery, as after a crash.
+of the query is running, or until the listener hears a batch commit after the request
+(:meth:`GracefulStop.on_batch_completed`: with back-to-back triggers a status poll rarely
+sees the instant between two of them), then calls Spark's ``query.stop()``: the stop falls
+at a batch boundary, the last batch committed (a trigger that began in the moment since is
+interrupted). If no boundary comes for :data:`STOP_GRACE` seconds (a long batch), it is
+stopped then. A second request stops it at once. Neither can duplicate output: a batch
+interrupted in the barrier sink is resolved by the next driver's recovery, as after a
+crash.
 
 :func:`next_step` is the decision alone, apart from Spark; :class:`GracefulStop` applies it.
 Signal handlers only set state and start a thread: they run on the main thread between
@@ -46,10 +48,13 @@ class Step(enum.Enum):
     STOP = "stop"
 
 
-def next_step(*, requests: int, trigger_active: bool, waited: float, grace: float) -> Step:
-    """Stop once no trigger runs (a batch boundary), once ``grace`` seconds have been
-    waited, or at once after a second request; otherwise wait."""
-    if requests >= 2 or not trigger_active or waited >= grace:
+def next_step(
+    *, requests: int, trigger_active: bool, committed: bool, waited: float, grace: float
+) -> Step:
+    """Stop once no trigger runs or a batch committed since the request (a batch
+    boundary), once ``grace`` seconds have been waited, or at once after a second request;
+    otherwise wait."""
+    if requests >= 2 or not trigger_active or committed or waited >= grace:
         return Step.STOP
     return Step.WAIT
 
@@ -73,18 +78,18 @@ class GracefulStop:
         announce: Callable[[], None] = _ignore,
         grace: float = STOP_GRACE,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.pipeline_id = pipeline_id
         self._announce = announce
         self._grace = grace
         self._clock = clock
-        self._sleep = sleep
         self._lock = threading.Lock()
         self._requests = 0
         self._query: StreamingQuery | None = None
         self._thread: threading.Thread | None = None
         self._announced = False
+        # set by a commit heard after the first request: the boundary to stop at
+        self._boundary = threading.Event()
 
     @property
     def requested(self) -> bool:
@@ -103,8 +108,17 @@ class GracefulStop:
         """Stop the query at its next batch boundary; at once if ``now`` or if this is the
         second request. Returns at once (the stop runs on a thread of its own)."""
         with self._lock:
+            if self._requests == 0:
+                self._boundary.clear()  # only a commit after the request is its boundary
             self._requests = max(self._requests + 1, 2 if now else 1)
         self._start()
+
+    def on_batch_completed(self) -> None:
+        """The watched query committed a batch (the listener's progress event): a
+        requested stop happens now."""
+        with self._lock:
+            if self._requests > 0:
+                self._boundary.set()
 
     def reset(self) -> None:
         """Forget the requests (a new run)."""
@@ -112,6 +126,7 @@ class GracefulStop:
             self._requests = 0
             self._query = None
             self._announced = False
+            self._boundary.clear()
 
     def join(self, timeout: float) -> None:
         """Wait for the stopping thread to end."""
@@ -146,12 +161,13 @@ class GracefulStop:
             step = next_step(
                 requests=requests,
                 trigger_active=_trigger_active(query),
+                committed=self._boundary.is_set(),
                 waited=self._clock() - began,
                 grace=self._grace,
             )
             if step is Step.STOP:
                 break
-            self._sleep(POLL)
+            self._boundary.wait(POLL)  # a commit ends the wait at once
         how = "at once" if requests >= 2 else "at a batch boundary"
         log.info("pipeline %s: stopping query %s %s", self.pipeline_id, query.id, how)
         try:

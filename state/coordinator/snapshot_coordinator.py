@@ -359,6 +359,7 @@ class SnapshotCoordinator:
         # the listener hears every query of the session: only the watched one is measured
         if batch.query_id == self._worker.query_id:
             self._heard = time.time()
+            self._graceful.on_batch_completed()
             if self._metrics is not None:
                 self._metrics.observe(batch)
         self._worker.offer(batch)
