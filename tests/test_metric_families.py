@@ -129,19 +129,45 @@ def test_observations_ignore_negative_and_infinite_durations() -> None:
     assert obs.histogram().count == 0
 
 
-def test_the_collector_answers_a_failed_read_with_no_family() -> None:
-    def failing() -> PipelineReading:
-        raise CoordinationError("ZooKeeper 127.0.0.1:1 cannot be reached")
+def test_a_failed_read_shows_as_up_0_and_a_counted_scrape_error() -> None:
+    # An empty answer would look like a pipeline with nothing to say: the scrape says it
+    # could not read, and how often that happened, so that an alert can fire on it.
+    fail = [True]
+
+    def read() -> PipelineReading:
+        if fail[0]:
+            raise CoordinationError("ZooKeeper 127.0.0.1:1 cannot be reached")
+        return PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=4))
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PipelineCollector(failing))
-    assert generate_latest(registry) == b""
+    registry.register(PipelineCollector(read, pipeline="p1"))
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = generate_latest(registry).decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    first = scrape()
+    p1 = (("pipeline", "p1"),)
+    assert first[("gtbarrier_up", p1)] == 0
+    assert first[("gtbarrier_scrape_errors_total", (("error", "CoordinationError"), *p1))] == 1
+    assert ("gtbarrier_gt_last", p1) not in first
+    second = scrape()
+    assert second[("gtbarrier_scrape_errors_total", (("error", "CoordinationError"), *p1))] == 2
+    fail[0] = False
+    third = scrape()
+    assert third[("gtbarrier_up", p1)] == 1 and third[("gtbarrier_gt_last", p1)] == 4
+    # the count stays, as a counter does
+    assert third[("gtbarrier_scrape_errors_total", (("error", "CoordinationError"), *p1))] == 2
 
 
 def test_the_exposition_parses_back() -> None:
     registry = CollectorRegistry(auto_describe=False)
     reading = PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=2))
-    registry.register(PipelineCollector(lambda: reading, clock=lambda: 0.0))
+    registry.register(PipelineCollector(lambda: reading, pipeline="p1", clock=lambda: 0.0))
     text = generate_latest(registry).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["gtbarrier_gt_last"].samples[0].value == 2
