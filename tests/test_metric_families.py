@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from state.coordinator.batches import completed_batch_from_progress
 from state.coordinator.metric_families import (
+    SCRAPE_SERIES,
     SERIES_NAMES,
     DriverObservations,
     EpochFacts,
@@ -103,7 +104,7 @@ def test_families_from_a_full_reading() -> None:
     assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=+Inf", "pipeline=p1"))] == 2
     assert got[("gtbarrier_bundle_delivery_seconds_count", p)] == 2
     assert got[("gtbarrier_bundle_delivery_seconds_sum", p)] == 3.5
-    assert {name for name, _ in got} == SERIES_NAMES
+    assert {name for name, _ in got} == SERIES_NAMES - SCRAPE_SERIES
     # the observed lag is Kafka's latest minus the batch's end, per partition of the end
     assert obs.behind() == {("t", 0): 4}
 
@@ -231,8 +232,10 @@ def test_an_unexpected_error_of_a_read_is_logged_without_the_secret_and_answered
         raise RuntimeError("the client said: key s3cr3t-value-for-metrics refused")
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PipelineCollector(failing))
+    registry.register(PipelineCollector(failing, pipeline="p1"))
     with caplog.at_level("WARNING", logger="gtbarrier.metrics"):
-        assert generate_latest(registry) == b""
+        answered = generate_latest(registry).decode()
+    assert 'gtbarrier_up{pipeline="p1"} 0.0' in answered
+    assert 'error="RuntimeError"' in answered and "s3cr3t" not in answered
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert "RuntimeError" in logged and "s3cr3t-value-for-metrics" not in logged

@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> Result | None:
     reading = ExporterReading.from_args(args)
     try:
         server = MetricsServer(
-            PipelineCollector(reading.read),
+            PipelineCollector(reading.read, pipeline=reading.pipeline.pipeline_id),
             args.port,
             args.address,
             access=access,

@@ -60,7 +60,7 @@ class DriverMetrics:
         self.observations = DriverObservations()
         self._reader = StateReader(store, coordinator.config.layout)
         self.server = MetricsServer(
-            PipelineCollector(self.read),
+            PipelineCollector(self.read, pipeline=coordinator.config.pipeline_id),
             server_port,
             coordinator.config.metrics_address,
             access=coordinator.config.metrics_access,

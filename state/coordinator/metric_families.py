@@ -43,6 +43,11 @@ OFFSETS_BEHIND = "gtbarrier_source_offsets_behind"
 SNAPSHOT_AGE = "gtbarrier_snapshot_age_seconds"
 SNAPSHOTS = "gtbarrier_snapshots"
 OWNER_GENERATION = "gtbarrier_owner_generation"
+UP = "gtbarrier_up"
+SCRAPE_ERRORS = "gtbarrier_scrape_errors"
+
+# The series every scrape adds to the pipeline's own (:func:`scrape_families`).
+SCRAPE_SERIES: frozenset[str] = frozenset({UP, f"{SCRAPE_ERRORS}_total"})
 
 # Every series name a scrape may show (a counter's with its _total, a histogram's with
 # _bucket, _sum and _count): what the dashboard's expressions may name.
@@ -59,6 +64,7 @@ SERIES_NAMES: frozenset[str] = frozenset(
         SNAPSHOT_AGE,
         f"{SNAPSHOTS}_total",
         OWNER_GENERATION,
+        *SCRAPE_SERIES,
     }
 )
 
@@ -299,3 +305,24 @@ def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
         )
         out.append(hist)
     return out
+
+
+def scrape_families(pipeline: str, *, up: bool, errors: Mapping[str, int]) -> list[Metric]:
+    """Whether this scrape read the pipeline (``up``), and the reads that failed in this
+    process so far, by error type: a scrape that cannot read shows up 0, not nothing."""
+    gauge = GaugeMetricFamily(
+        UP,
+        "1: this scrape read the pipeline's state; 0: it could not (the store, ZooKeeper or "
+        "Kafka did not answer; the other families are then left out)",
+        labels=["pipeline"],
+    )
+    gauge.add_metric([pipeline], 1.0 if up else 0.0)
+    counter = CounterMetricFamily(
+        SCRAPE_ERRORS,
+        "Scrapes of this process that could not read the pipeline, by error type (per "
+        "process: a restart starts again at 0)",
+        labels=["pipeline", "error"],
+    )
+    for error, count in sorted(errors.items()):
+        counter.add_metric([pipeline, error], count)
+    return [gauge, counter]

@@ -40,7 +40,12 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from state.coordinator.metric_families import EpochFacts, PipelineReading, metric_families
+from state.coordinator.metric_families import (
+    EpochFacts,
+    PipelineReading,
+    metric_families,
+    scrape_families,
+)
 from state.coordinator.metrics_access import (
     COORDINATOR_NAMES,
     DEFAULT_ADDRESS,
@@ -200,20 +205,28 @@ class StateReader:
 
 
 class PipelineCollector(Collector):
-    """Reads the pipeline with ``read`` at each scrape and yields its metric families.
+    """Reads the pipeline with ``read`` at each scrape and yields its metric families,
+    with ``gtbarrier_up`` and ``gtbarrier_scrape_errors_total``
+    (:func:`~state.coordinator.metric_families.scrape_families`).
 
     A read that fails with a gtbarrier error (a store or ZooKeeper that cannot be
-    reached) yields no family and logs one warning, its text without secrets; any other
-    error is logged with its traceback, secrets masked as in every log record. The scrape
-    still answers, and the missing series say that nothing was read.
+    reached) yields only those two, ``up`` 0 and the error counted, and logs one warning,
+    its text without secrets; any other error too, logged with its traceback, secrets
+    masked as in every log record.
     """
 
     def __init__(
-        self, read: Callable[[], PipelineReading], clock: Callable[[], float] = time.time
+        self,
+        read: Callable[[], PipelineReading],
+        *,
+        pipeline: str,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._read = read
+        self._pipeline = pipeline
         self._clock = clock
         self._lock = threading.Lock()
+        self._errors: Counter[str] = Counter()
 
     def collect(self) -> Iterator[Any]:
         with self._lock:  # one read at a time: scrapes may overlap
@@ -225,13 +238,18 @@ class PipelineCollector(Collector):
                     type(err).__name__,
                     redact(str(err)),
                 )
+                self._errors[type(err).__name__] += 1
+                yield from scrape_families(self._pipeline, up=False, errors=self._errors)
                 return
-            except Exception:
+            except Exception as err:
                 # Not left to the HTTP server, which prints the traceback unmasked: a log
                 # record has every secret given to a client masked (state.secrets).
                 log.exception("gtbarrier metrics: reading the pipeline failed unexpectedly")
+                self._errors[type(err).__name__] += 1
+                yield from scrape_families(self._pipeline, up=False, errors=self._errors)
                 return
             yield from metric_families(reading, self._clock())
+            yield from scrape_families(self._pipeline, up=True, errors=self._errors)
 
     def describe(self) -> Sequence[Any]:
         # Nothing is read when the collector is registered: only at a scrape.
