@@ -14,6 +14,7 @@ from state.coordinator.batches import completed_batch_from_progress
 from state.coordinator.metric_families import (
     SCRAPE_SERIES,
     SERIES_NAMES,
+    ProgressWatch,
     DriverObservations,
     EpochFacts,
     PipelineReading,
@@ -211,6 +212,7 @@ def test_the_state_reader_counts_bundles_and_replays_from_the_records() -> None:
     before = reader.read()
     assert before.barrier is None and before.epochs == ()
     assert before.planned == ends[3]  # the newest epoch's end
+    assert before.planned_epoch == 3
     store.put_json(layout.barrier_state, BarrierState(gt_last=1).to_json())
     facts = reader.read()
     assert facts.barrier == BarrierState(gt_last=1)
@@ -239,3 +241,84 @@ def test_an_unexpected_error_of_a_read_is_logged_without_the_secret_and_answered
     assert 'error="RuntimeError"' in answered and "s3cr3t" not in answered
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert "RuntimeError" in logged and "s3cr3t-value-for-metrics" not in logged
+
+
+def test_the_progress_watch_dates_the_bundle_in_flight_and_the_last_progress() -> None:
+    watch = ProgressWatch()
+    first = watch.observe(progress=3, inflight=4, now=100.0)
+    assert (first.inflight_since, first.progressed_at) == (100.0, 100.0)
+    later = watch.observe(progress=3, inflight=4, now=160.0)
+    assert (later.inflight_since, later.progressed_at) == (100.0, 100.0)  # nothing moved
+    moved = watch.observe(progress=4, inflight=None, now=200.0)
+    assert (moved.inflight_since, moved.progressed_at) == (None, 200.0)
+    nxt = watch.observe(progress=4, inflight=5, now=300.0)
+    assert (nxt.inflight_since, nxt.progressed_at) == (300.0, 200.0)
+
+
+def test_progress_families_tell_planned_delivered_and_in_flight_apart() -> None:
+    from state.records.inflight_bundle import InflightBundle
+
+    inflight = InflightBundle(
+        epoch=4, query_id="q", batch_id=4, run_id=None, parts=(), has_gt=True, ordered=True
+    )
+    reading = PipelineReading(
+        pipeline="p1",
+        barrier=BarrierState(gt_last=3, inflight=inflight),
+        planned_epoch=6,
+        ends={("t", 0): 120, ("t", 1): 80},
+    )
+    watch = ProgressWatch()
+    watch.observe(progress=3, inflight=4, now=900.0)
+    got = {
+        (s.name, tuple(f"{k}={v}" for k, v in sorted(s.labels.items()))): s.value
+        for family in metric_families(
+            reading, 1000.0, progress=watch.observe(progress=3, inflight=4, now=1000.0)
+        )
+        for s in family.samples
+    }
+    p = ("pipeline=p1",)
+    assert got[("gtbarrier_planned_epoch", p)] == 6
+    assert got[("gtbarrier_delivered_epoch", p)] == 3
+    assert got[("gtbarrier_inflight_epoch", p)] == 4
+    assert got[("gtbarrier_inflight_age_seconds", p)] == 100.0
+    assert got[("gtbarrier_last_progress_timestamp_seconds", p)] == 900.0
+    assert got[("gtbarrier_source_end_offset", ("partition=0", "pipeline=p1", "topic=t"))] == 120
+    # nothing in flight: the epoch is -1 and the age 0, so an alert's expression needs no absent()
+    idle = PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=6), planned_epoch=6)
+    quiet = {
+        (s.name, tuple(f"{k}={v}" for k, v in sorted(s.labels.items()))): s.value
+        for family in metric_families(
+            idle, 1000.0, progress=ProgressWatch().observe(progress=6, inflight=None, now=1000.0)
+        )
+        for s in family.samples
+    }
+    assert quiet[("gtbarrier_inflight_epoch", p)] == -1
+    assert quiet[("gtbarrier_inflight_age_seconds", p)] == 0
+    assert quiet[("gtbarrier_planned_epoch", p)] == quiet[("gtbarrier_delivered_epoch", p)] == 6
+
+
+def test_the_collector_dates_progress_across_scrapes() -> None:
+    from state.records.inflight_bundle import InflightBundle
+
+    inflight = InflightBundle(
+        epoch=2, query_id="q", batch_id=2, run_id=None, parts=(), has_gt=True, ordered=True
+    )
+    readings = iter(
+        [
+            PipelineReading(
+                pipeline="p1", barrier=BarrierState(gt_last=1, inflight=inflight), planned_epoch=2
+            ),
+            PipelineReading(
+                pipeline="p1", barrier=BarrierState(gt_last=1, inflight=inflight), planned_epoch=2
+            ),
+        ]
+    )
+    clock = iter([50.0, 80.0])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        PipelineCollector(lambda: next(readings), pipeline="p1", clock=lambda: next(clock))
+    )
+    generate_latest(registry)
+    text = generate_latest(registry).decode()
+    assert 'gtbarrier_inflight_age_seconds{pipeline="p1"} 30.0' in text
+    assert 'gtbarrier_last_progress_timestamp_seconds{pipeline="p1"} 50.0' in text
