@@ -14,10 +14,11 @@ from state.coordinator.batches import completed_batch_from_progress
 from state.coordinator.metric_families import (
     SCRAPE_SERIES,
     SERIES_NAMES,
-    ProgressWatch,
     DriverObservations,
     EpochFacts,
     PipelineReading,
+    ProgressTimes,
+    ProgressWatch,
     SnapshotCounts,
     bundles_delivered,
     metric_families,
@@ -35,10 +36,10 @@ from state.stores import new_store
 
 
 def _samples(
-    reading: PipelineReading, now: float = 1000.0
+    reading: PipelineReading, now: float = 1000.0, progress: ProgressTimes | None = None
 ) -> dict[tuple[str, tuple[str, ...]], float]:
     out: dict[tuple[str, tuple[str, ...]], float] = {}
-    for family in metric_families(reading, now):
+    for family in metric_families(reading, now, progress):
         for s in family.samples:
             out[(s.name, tuple(f"{k}={v}" for k, v in sorted(s.labels.items())))] = s.value
     return out
@@ -87,8 +88,10 @@ def test_families_from_a_full_reading() -> None:
         dead_letter_rows=7,
         delivery=obs.histogram(),
         snapshots=SnapshotCounts(accepted=2, abandoned=1),
+        planned_epoch=4,
+        ends={("t", 0): 9, ("t", 1): 2},
     )
-    got = _samples(reading)
+    got = _samples(reading, progress=ProgressTimes(inflight_since=None, progressed_at=950.0))
     p = ("pipeline=p1",)
     assert got[("gtbarrier_gt_last", p)] == 3
     assert got[("gtbarrier_owner_generation", p)] == 4
@@ -113,7 +116,10 @@ def test_families_from_a_full_reading() -> None:
 def test_what_was_not_read_is_left_out() -> None:
     assert _samples(PipelineReading(pipeline="p1")) == {}
     bare = _samples(PipelineReading(pipeline="p1", barrier=BarrierState()))
-    assert bare == {("gtbarrier_gt_last", ("pipeline=p1",)): -1}
+    assert bare == {
+        (name, ("pipeline=p1",)): -1
+        for name in ("gtbarrier_gt_last", "gtbarrier_delivered_epoch", "gtbarrier_inflight_epoch")
+    }
     no_snapshot = ResumePoint.empty(generation=1, token=1, created_at=5.0)
     assert _samples(PipelineReading(pipeline="p1", resume=no_snapshot)) == {}
 
@@ -212,7 +218,7 @@ def test_the_state_reader_counts_bundles_and_replays_from_the_records() -> None:
     before = reader.read()
     assert before.barrier is None and before.epochs == ()
     assert before.planned == ends[3]  # the newest epoch's end
-    assert before.planned_epoch == 3
+    assert before.planned_epoch == 2  # three epochs recorded, 0 to 2
     store.put_json(layout.barrier_state, BarrierState(gt_last=1).to_json())
     facts = reader.read()
     assert facts.barrier == BarrierState(gt_last=1)

@@ -158,7 +158,7 @@ class ExporterReading:
         from state.coordinator.metric_families import PipelineReading, offsets_behind
 
         facts = self._state.read()
-        behind = None
+        behind = ends = None
         if self.args.bootstrap and facts.planned is not None:
             ends = self._end_offsets({t for t, _ in facts.planned})
             behind = offsets_behind(facts.planned, ends)
@@ -169,6 +169,8 @@ class ExporterReading:
         return PipelineReading(
             pipeline=self.pipeline.pipeline_id,
             barrier=facts.barrier,
+            planned_epoch=facts.planned_epoch,
+            ends=ends,
             epochs=facts.epochs,
             batches_per_epoch=facts.batches_per_epoch,
             floor=facts.floor,

@@ -83,6 +83,7 @@ class DriverMetrics:
         return PipelineReading(
             pipeline=self.coordinator.config.pipeline_id,
             barrier=facts.barrier,
+            planned_epoch=facts.planned_epoch,
             epochs=facts.epochs,
             batches_per_epoch=facts.batches_per_epoch,
             floor=facts.floor,

@@ -44,6 +44,12 @@ SNAPSHOT_AGE = "gtbarrier_snapshot_age_seconds"
 SNAPSHOTS = "gtbarrier_snapshots"
 OWNER_GENERATION = "gtbarrier_owner_generation"
 UP = "gtbarrier_up"
+PLANNED_EPOCH = "gtbarrier_planned_epoch"
+DELIVERED_EPOCH = "gtbarrier_delivered_epoch"
+INFLIGHT_EPOCH = "gtbarrier_inflight_epoch"
+INFLIGHT_AGE = "gtbarrier_inflight_age_seconds"
+LAST_PROGRESS = "gtbarrier_last_progress_timestamp_seconds"
+SOURCE_END = "gtbarrier_source_end_offset"
 SCRAPE_ERRORS = "gtbarrier_scrape_errors"
 
 # The series every scrape adds to the pipeline's own (:func:`scrape_families`).
@@ -64,6 +70,12 @@ SERIES_NAMES: frozenset[str] = frozenset(
         SNAPSHOT_AGE,
         f"{SNAPSHOTS}_total",
         OWNER_GENERATION,
+        PLANNED_EPOCH,
+        DELIVERED_EPOCH,
+        INFLIGHT_EPOCH,
+        INFLIGHT_AGE,
+        LAST_PROGRESS,
+        SOURCE_END,
         *SCRAPE_SERIES,
     }
 )
@@ -163,8 +175,10 @@ class PipelineReading:
     records read it. ``floor``: where the pruned epoch log begins; ``epochs`` and
     ``batches_per_epoch`` then cover only what lies at or above it, and the floor's
     counts what lay below. ``resume``: the resume point. ``behind``: offsets behind Kafka's end per
-    partition. ``dead_letter_rows``: rows in the pipeline's dead-letter files.
-    ``delivery`` and ``snapshots``: what the driver process observed.
+    partition; ``ends``: Kafka's end offsets read at the scrape (their rate is the input
+    rate). ``planned_epoch``: the newest epoch the source recorded (None: none yet).
+    ``dead_letter_rows``: rows in the pipeline's dead-letter files. ``delivery`` and
+    ``snapshots``: what the driver process observed.
     """
 
     pipeline: str
@@ -177,6 +191,8 @@ class PipelineReading:
     dead_letter_rows: int | None = None
     delivery: DeliveryHistogram | None = None
     snapshots: SnapshotCounts | None = None
+    planned_epoch: int | None = None
+    ends: Mapping[TopicPartitionKey, int] | None = None
 
 
 def bundles_delivered(
@@ -206,11 +222,45 @@ def replays_dropped(
     )
 
 
-def metric_families(reading: PipelineReading, now: float) -> list[Metric]:
-    """The pipeline's metric families at time ``now`` (Unix seconds)."""
+@dataclass(frozen=True)
+class ProgressTimes:
+    """When this process first saw the bundle now in flight (None: none in flight), and
+    when it last saw the barrier's progress move (or first saw it at all)."""
+
+    inflight_since: float | None
+    progressed_at: float
+
+
+class ProgressWatch:
+    """Dates what the stored records do not: the bundle in flight and the barrier's last
+    progress, as this process sees them from scrape to scrape (a restarted exporter dates
+    them from its first scrape). Pure: the caller gives the time."""
+
+    def __init__(self) -> None:
+        self._progress: int | None = None
+        self._progressed_at = 0.0
+        self._inflight: int | None = None
+        self._inflight_since: float | None = None
+
+    def observe(self, *, progress: int, inflight: int | None, now: float) -> ProgressTimes:
+        """The barrier's ``progress`` and the epoch ``inflight`` (None: none) at ``now``."""
+        if self._progress is None or progress != self._progress:
+            self._progress, self._progressed_at = progress, now
+        if inflight != self._inflight:
+            self._inflight = inflight
+            self._inflight_since = None if inflight is None else now
+        return ProgressTimes(self._inflight_since, self._progressed_at)
+
+
+def metric_families(
+    reading: PipelineReading, now: float, progress: ProgressTimes | None = None
+) -> list[Metric]:
+    """The pipeline's metric families at time ``now`` (Unix seconds); with ``progress``
+    (:class:`ProgressWatch`), the age of the bundle in flight and the last progress."""
     label = [reading.pipeline]
     out: list[Metric] = []
     barrier = reading.barrier
+    out += _progress_families(reading, now, progress)
     if barrier is not None:
         gt = GaugeMetricFamily(
             GT_LAST,
@@ -326,3 +376,78 @@ def scrape_families(pipeline: str, *, up: bool, errors: Mapping[str, int]) -> li
     for error, count in sorted(errors.items()):
         counter.add_metric([pipeline, error], count)
     return [gauge, counter]
+
+
+def _gauge(name: str, doc: str, pipeline: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["pipeline"])
+    family.add_metric([pipeline], value)
+    return family
+
+
+def _progress_families(
+    reading: PipelineReading, now: float, progress: ProgressTimes | None
+) -> list[Metric]:
+    """Where the pipeline is: planned, delivered, in flight and since when; Kafka's end."""
+    out: list[Metric] = []
+    name = reading.pipeline
+    if reading.planned_epoch is not None:
+        out.append(
+            _gauge(
+                PLANNED_EPOCH,
+                "The newest epoch the source planned (-1: none); from the epoch log. Above "
+                "gtbarrier_delivered_epoch: work waits for the sink",
+                name,
+                reading.planned_epoch,
+            )
+        )
+    barrier = reading.barrier
+    if barrier is not None:
+        inflight = barrier.inflight
+        out.append(
+            _gauge(
+                DELIVERED_EPOCH,
+                "The newest epoch the barrier finished: GT_last, or a later epoch committed "
+                "with an empty bundle (-1: none); from the barrier state",
+                name,
+                barrier.progress,
+            )
+        )
+        out.append(
+            _gauge(
+                INFLIGHT_EPOCH,
+                "The epoch of the bundle in flight (-1: none); from the barrier state",
+                name,
+                -1 if inflight is None else inflight.epoch,
+            )
+        )
+        if progress is not None:
+            since = progress.inflight_since
+            out.append(
+                _gauge(
+                    INFLIGHT_AGE,
+                    "Seconds the bundle now in flight has been in flight, as this process "
+                    "saw it from scrape to scrape (0: none in flight)",
+                    name,
+                    0.0 if since is None or inflight is None else max(0.0, now - since),
+                )
+            )
+            out.append(
+                _gauge(
+                    LAST_PROGRESS,
+                    "Unix time this process last saw the barrier's progress move (or first "
+                    "read it): time() minus it is how long nothing was delivered",
+                    name,
+                    progress.progressed_at,
+                )
+            )
+    if reading.ends is not None:
+        ends = GaugeMetricFamily(
+            SOURCE_END,
+            "Kafka's end offset per partition, read at the scrape: its rate() is the input "
+            "rate, so no input and a stuck pipeline differ",
+            labels=["pipeline", "topic", "partition"],
+        )
+        for (topic, partition), n in sorted(reading.ends.items()):
+            ends.add_metric([name, topic, str(partition)], n)
+        out.append(ends)
+    return out

@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from state.coordinator.metric_families import (
     EpochFacts,
     PipelineReading,
+    ProgressWatch,
     metric_families,
     scrape_families,
 )
@@ -142,7 +143,8 @@ class StoreFacts:
     ``planned``: where the newest planned epoch ends (the source's start before any),
     per partition; None before the source started. ``floor``: where the pruned epoch log
     begins (None: nothing pruned); ``epochs`` and ``batches_per_epoch`` hold only what
-    lies at or above it, the floor's counts the rest.
+    lies at or above it, the floor's counts the rest. ``planned_epoch``: the newest
+    recorded epoch (None: none).
     """
 
     barrier: BarrierState | None
@@ -150,6 +152,7 @@ class StoreFacts:
     batches_per_epoch: dict[int, int]
     planned: Frontier | None
     floor: FloorRecord | None = None
+    planned_epoch: int | None = None
 
 
 class StateReader:
@@ -201,6 +204,7 @@ class StateReader:
             batches_per_epoch=dict(per_epoch),
             planned=planned,
             floor=floor,
+            planned_epoch=max(numbers) if numbers else None,
         )
 
 
@@ -227,6 +231,7 @@ class PipelineCollector(Collector):
         self._clock = clock
         self._lock = threading.Lock()
         self._errors: Counter[str] = Counter()
+        self._watch = ProgressWatch()
 
     def collect(self) -> Iterator[Any]:
         with self._lock:  # one read at a time: scrapes may overlap
@@ -248,7 +253,16 @@ class PipelineCollector(Collector):
                 self._errors[type(err).__name__] += 1
                 yield from scrape_families(self._pipeline, up=False, errors=self._errors)
                 return
-            yield from metric_families(reading, self._clock())
+            now = self._clock()
+            progress = None
+            if reading.barrier is not None:
+                inflight = reading.barrier.inflight
+                progress = self._watch.observe(
+                    progress=reading.barrier.progress,
+                    inflight=None if inflight is None else inflight.epoch,
+                    now=now,
+                )
+            yield from metric_families(reading, now, progress)
             yield from scrape_families(self._pipeline, up=True, errors=self._errors)
 
     def describe(self) -> Sequence[Any]:
