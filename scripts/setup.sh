@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything gtbarrier's tests and demo need; safe to run again (idempotent).
 #
-#   1. Java 17 and Debian's zookeeper and postgresql packages, through apt-get, only if missing
+#   1. Java 17 and Debian's zookeeper, postgresql and prometheus packages, through apt-get,
+#      only if missing
 #      (as root, or with sudo when it is available).
 #   2. A virtualenv in .venv (VENV overrides), created only if missing.
 #   3. `pip install -e .[test]`, only when pyproject.toml changed since the last install.
@@ -62,6 +63,12 @@ fi
 # the harness; the harness starts its own server in a temporary data directory.
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
     apt_install postgresql
+fi
+
+# Prometheus's promtool unit-tests docs/alerts.yml (tests/test_alert_rules.py); only the
+# binaries are used, no service is started.
+if ! command -v promtool >/dev/null 2>&1; then
+    apt_install --no-install-recommends prometheus
 fi
 
 # --- Python ----------------------------------------------------------------------------
