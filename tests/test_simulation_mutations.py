@@ -33,7 +33,12 @@ The findings of the review of the newest paths, each fix reverted:
 
 9. reconciliation pairing rows that share a ``gt`` (``recorded_against`` pairs the file's
    rows with this attempt's refused rows alone, falling back to a ``gt`` that fan-out rows
-   share), on the pipeline whose fan-out record's refused row changes between runs.
+   share), on the pipeline whose fan-out record's refused row changes between runs;
+10. dead letters written before the barrier's compare-and-swap (the bundle's dead-letter
+    file created when a commit finds none, before the swap that records the bundle in
+    flight: a run that swap fences, a zombie or one deciding from a stale remembered
+    state, has written it already), on the pipeline with poison rows at
+    ``errors.tolerance=all``.
 """
 
 from __future__ import annotations
@@ -56,7 +61,12 @@ from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack
 from sink.dead_letters import dead_letter_format, dead_letter_settlement
-from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, StoreDeadLetters
+from sink.dead_letters.dead_letter_files import (
+    DeadLetterFile,
+    DeadLetters,
+    DeadLetterWrite,
+    StoreDeadLetters,
+)
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
     NO_GT,
@@ -65,9 +75,11 @@ from sink.dead_letters.dead_letter_format import (
     dead_letter_name,
     dead_letter_table,
 )
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
 from state.errors import PipelineFenced, StateError
+from state.profiling import StepTimer
 from state.protocol import resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
@@ -378,3 +390,29 @@ def test_reconciliation_pairing_rows_that_share_a_gt_is_found(
     # file holds: the file's row is delivered too.
     assert invariant == "exactly once with dead letters"
     assert [e.kind for e in shortest.events] == ["lose-part"]
+
+
+# --- 10. dead letters written before the barrier's compare-and-swap --------------------------
+
+
+def test_dead_letters_written_before_the_swap_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    reconcile = DeadLetterSettlement.reconcile
+
+    def created_first(
+        self: DeadLetterSettlement, bundle: Bundle, timer: StepTimer, held: HeldState, *, batch: str
+    ) -> tuple[Bundle, DeadLetterFile | None]:
+        # The file is created as soon as a commit finds none, before the swap that records
+        # the bundle in flight: nothing fences the write of a run that swap would refuse.
+        bundle, found = reconcile(self, bundle, timer, held, batch=batch)
+        destination = self.destination()
+        if found is None and destination is not None and bundle.dead_letters:
+            self.publish(bundle, timer, found=None)
+            found = destination.find(self.pipeline_id, bundle.bundle_id)
+        return bundle, found
+
+    monkeypatch.setattr(DeadLetterSettlement, "reconcile", created_first)
+    shortest, invariant = find_shortest("dead letters written before the swap", DEAD_LETTERS)
+    # Every commit writes before its swap, a failure-free one too: whether a later swap
+    # would fence the writer is no longer what decides the write.
+    assert invariant == "dead letters fenced"
+    assert shortest.events == ()
