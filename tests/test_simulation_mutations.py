@@ -52,7 +52,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from simulation.explore import DEAD_LETTERS, FANOUT, hunt, report, run_schedule, shortest
+from datasource import log_pruner
+from simulation.explore import (
+    DEAD_LETTERS,
+    FANOUT,
+    LONG,
+    PRUNING,
+    SPARSE,
+    hunt,
+    report,
+    run_schedule,
+    shortest,
+)
 from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
@@ -79,8 +90,9 @@ from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
 from state.errors import PipelineFenced, StateError
+from state.layout import PipelineLayout
 from state.profiling import StepTimer
-from state.protocol import resume_point
+from state.protocol import barrier_state, epoch_floor, resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
     Claim,
@@ -92,6 +104,7 @@ from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import delivery
 from state.spark_task import StreamingTask
+from state.stores import StateStore
 
 CONFIG = SimConfig()
 #: Random walks after the exhaustive search of one-event schedules (fixed seeds: the
@@ -416,3 +429,55 @@ def test_dead_letters_written_before_the_swap_are_found(monkeypatch: pytest.Monk
     # would fence the writer is no longer what decides the write.
     assert invariant == "dead letters fenced"
     assert shortest.events == ()
+
+
+# --- 11. the driver's pruner deleting epochs its own query still reads ------------------------
+
+
+def test_pruner_passing_its_own_query_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = epoch_floor.floor_target
+
+    def from_the_barrier_alone(
+        progress: int, inflight_epoch: int | None, retained: int, *, query_next: int | None = None
+    ) -> int:
+        # Where the pruning query reads next is ignored: a query behind the barrier (a
+        # replay on a new checkpoint) has the epochs it still reads deleted ahead of it.
+        return target(progress, inflight_epoch, retained)
+
+    monkeypatch.setattr(log_pruner, "floor_target", from_the_barrier_alone)
+    shortest, invariant = find_shortest("pruner passing its own query", PRUNING)
+    # The driver dies with its first pruning due and its checkpoint; the next one replays
+    # from the persisted start, and its first pruning passes it.
+    assert invariant == "the pruner spares its query"
+    assert [(e.kind, e.arg) for e in shortest.events] == [("crash", "lose")]
+
+
+# --- 12. pruning stalled by sparse output -------------------------------------------------------
+
+
+def test_pruning_stalled_by_empty_bundles_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_recorded(state: BarrierState, epoch: int) -> BarrierState | None:
+        # Epochs committed with empty bundles are not recorded: the barrier's progress stays
+        # at GT_last, and so does the pruning target.
+        return None
+
+    monkeypatch.setattr(barrier_state, "decide_committed", never_recorded)
+    shortest, invariant = find_shortest("pruning stalled by empty bundles", SPARSE)
+    # A failure-free run keeps every epoch after the only one with output.
+    assert invariant == "the epoch log stays bounded"
+    assert shortest.events == ()
+
+
+# --- 13. a sweep turning the driver's pruning off ----------------------------------------------
+
+
+def test_pruning_turned_off_by_a_sweep_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def any_driver_record(store: StateStore, layout: PipelineLayout) -> bool:
+        # A driver record means "the coordinator prunes here", whoever took its token: the
+        # operator's sweep takes one too, and the pipeline is never pruned again.
+        return store.get_or_none(layout.driver) is not None
+
+    monkeypatch.setattr(log_pruner, "read_coordinated", any_driver_record)
+    shortest, invariant = find_shortest("pruning turned off by a sweep", LONG)
+    assert invariant == "the epoch log stays bounded"
+    assert [e.kind for e in shortest.events] == ["sweep"]
