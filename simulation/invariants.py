@@ -44,6 +44,14 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 * ``nothing of a poison bundle under none``: a run at ``errors.tolerance=none`` never
   records a bundle with refused rows in flight, and the consumer never stores one from it.
 
+Pruning (the pipelines without the coordinator whose drivers prune,
+``SimConfig.epochs_retained``), after every step too:
+
+* ``the pruner spares its query``: a query run never asks for an epoch below a floor its
+  own pruner wrote (a replay that meets such an epoch is a violation; one another run's
+  pruning removed is the product's documented stop, ``EpochsPruned``, after which the
+  schedule gets no liveness verdict).
+
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
 (``epochs tile the input``: the epoch log's epochs 0 to the last follow each other from
@@ -52,7 +60,8 @@ bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
 dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
 unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
-left. A product error that
+left; on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
 """
