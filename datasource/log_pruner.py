@@ -11,7 +11,9 @@ memory alone whether work may be due:
   (:data:`~state.protocol.epoch_floor.SEGMENT_EPOCHS`) may be stored one object each
   above the segments.
 
-Only then does a background thread read the barrier state and do it
+Only then does a background thread (with ``background=False``, the caller itself: a
+deterministic caller that interleaves work at the store's calls) read the barrier state
+and do it
 (:func:`~state.protocol.epoch_floor.prune_below` to
 :func:`~state.protocol.epoch_floor.floor_target`, then
 :func:`~state.protocol.epoch_floor.compact` below
@@ -59,7 +61,14 @@ class EpochLogPruner:
     """Prunes one pipeline's epoch log from the driver, ``retained`` epochs below the
     barrier's progress, and compacts it."""
 
-    def __init__(self, store: StateStore, layout: PipelineLayout, retained: int) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        layout: PipelineLayout,
+        retained: int,
+        *,
+        background: bool = True,
+    ) -> None:
         self.store = store
         self.layout = layout
         self.retained = retained
@@ -68,6 +77,7 @@ class EpochLogPruner:
         self._segments_end: int | None = None  # None: not read yet
         self._coordinated = False
         self._thread: threading.Thread | None = None
+        self._background = background
 
     def after_commit(self, end_epoch: int) -> None:
         """Batch ``end_epoch - 1`` was committed: start a pruning if one may be due."""
@@ -80,6 +90,9 @@ class EpochLogPruner:
             self._segments_end is None or end_epoch - self._segments_end >= 2 * SEGMENT_EPOCHS
         )
         if not (prune_due or compact_due):
+            return
+        if not self._background:
+            self._prune(end_epoch)
             return
         self._thread = threading.Thread(
             target=self._prune,

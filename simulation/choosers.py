@@ -31,6 +31,7 @@ ALL_KINDS = frozenset(
         "lose-part",
         "operator",
         "tolerate",
+        "sweep",
     }
 )
 #: What the exhaustive search branches on (read failures only end a run early, as a lost
@@ -70,7 +71,8 @@ def _faults(world: World, actor: Actor) -> list[tuple[str, str]]:
 
 def _environment(world: World) -> list[tuple[str, str]]:
     """A second driver, an upgrade, a lost staged part, the operator (skipping a lost
-    bundle; switching a pipeline with poison rows to ``errors.tolerance=all``)."""
+    bundle; switching a pipeline with poison rows to ``errors.tolerance=all``; once, on a
+    pipeline without the coordinator whose drivers prune, ``gtbarrier sweep --delete``)."""
     out: list[tuple[str, str]] = []
     official = world.official
     if official is not None and official.status == "running":
@@ -83,6 +85,9 @@ def _environment(world: World) -> list[tuple[str, str]]:
         out.append(("operator", ""))
     if world.tolerance == "none" and world.input.poisoned and official is not None:
         out.append(("tolerate", ""))
+    config = world.config
+    if not config.coordinator and config.epochs_retained and world.sweeps == 0:
+        out.append(("sweep", ""))
     return out
 
 
@@ -154,7 +159,7 @@ def walk_for(seed: int) -> RandomWalk:
 
 
 _FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
-_ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator", "tolerate"})
+_ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator", "tolerate", "sweep"})
 
 
 class RandomChooser:

@@ -298,6 +298,24 @@ SMALL_SWITCH = replace(SMALL_DEAD_LETTERS, tolerance="none")
 #: shared gt, and the commit stops for good (docs/bad-input.md E19, E23; the way out it
 #: names, the table as it was, does not bring back the old query's values).
 FANOUT = SimConfig(fanout=((0, 1),), flip=True, tolerance="all", max_upgrades=0)
+#: A pipeline without the snapshot coordinator whose drivers prune the epoch log
+#: (``state.epochsRetained=8``, a pruning step of 2) after each batch: one partition of 12
+#: records, one an epoch, so that the first pruning is due after epoch 9. No upgrade (it
+#: is the coordinator's ``recover(mode="replay")``).
+PRUNING = SimConfig(
+    partitions=1,
+    per_partition=12,
+    max_per_partition=(1,),
+    coordinator=False,
+    epochs_retained=8,
+    max_upgrades=0,
+)
+#: The same, 22 records pruned at ``state.epochsRetained=1``: more epochs than the log
+#: keeps at the end (``the epoch log stays bounded``: 20) unless the drivers prune.
+LONG = replace(PRUNING, per_partition=22, epochs_retained=1)
+#: Sparse output: the query filters out every record but the first (epochs 1 to 21 have
+#: empty bundles); the barrier records empty bundles' epochs 16 at a time.
+SPARSE = replace(LONG, dropped=tuple((0, o) for o in range(1, 22)))
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
 WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
 

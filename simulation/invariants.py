@@ -44,6 +44,14 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 * ``nothing of a poison bundle under none``: a run at ``errors.tolerance=none`` never
   records a bundle with refused rows in flight, and the consumer never stores one from it.
 
+Pruning (the pipelines without the coordinator whose drivers prune,
+``SimConfig.epochs_retained``), after every step too:
+
+* ``the pruner spares its query``: a query run never asks for an epoch below a floor its
+  own pruner wrote (a replay that meets such an epoch is a violation; one another run's
+  pruning removed is the product's documented stop, ``EpochsPruned``, after which the
+  schedule gets no liveness verdict).
+
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
 (``epochs tile the input``: the epoch log's epochs 0 to the last follow each other from
@@ -52,7 +60,8 @@ bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
 dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
 unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
-left. A product error that
+left; on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
 """
@@ -79,11 +88,13 @@ from simulation.query import (
     row_order,
     same_rows,
 )
-from simulation.scheduler import Actor
+from simulation.scheduler import Actor, Event
 from simulation.spark import DriverProc
 from sink.dead_letters.dead_letter_format import bundle_of_name
 from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
+from state.protocol.barrier_state import COMMITTED_STEP
+from state.protocol.epoch_floor import pruning_step, read_floor
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
 from state.records.resume_point import ResumePoint
@@ -123,6 +134,8 @@ class CheckedWorld(Protocol):
     barrier_changed: bool
     staging_changed: bool
     official: DriverProc | None
+    pruned_stops: set[str]
+    fired: list[Event]
 
     def current_run(self) -> str | None:
         """The run id of the running actor's query (None outside a query)."""
@@ -147,6 +160,8 @@ class Checker:
         self.max_token = 0
         self.accepted: dict[int, str] = {}
         self.inflight_owners: dict[int, set[str]] = {}
+        #: Every epoch recorded, as it was recorded (pruning deletes them from the store).
+        self.epochs: dict[int, tuple[SourceOffset, SourceOffset]] = {}
         self.reference = Reference(world.input, self.epoch_bounds)
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
@@ -225,7 +240,10 @@ class Checker:
                 )
             self.max_generation = max(self.max_generation, owner.generation)
             token = owner.token or 0
-            if token < self.max_token:
+            # Without the coordinator drivers take no token: only the operator's sweep
+            # does, and the runs after it own the barrier without one.
+            tokenless = owner.token is None and not self.world.config.coordinator
+            if token < self.max_token and not tokenless:
                 self.fail(
                     "fencing token never moves back", f"token {self.max_token} -> {token} ({who})"
                 )
@@ -492,19 +510,36 @@ class Checker:
 
     # --- the end ------------------------------------------------------------------------------
 
+    def epoch_written(self, key: str) -> None:
+        """A write of ``key``, under the epoch log's prefix, took effect: remember the
+        epoch it records, if it does (a segment, a deletion: nothing)."""
+        match = _EPOCH_KEY.search(key)
+        if match is not None:
+            self._recorded(int(match.group(1)))
+
+    def _recorded(self, k: int) -> tuple[SourceOffset, SourceOffset] | None:
+        """Epoch ``k`` as the epoch log recorded it; None if it is not (yet)."""
+        if k not in self.epochs:
+            w = self.world
+            hit = w.inner.get_or_none(w.layout.epoch(k))
+            if hit is None:
+                return None
+            record = EpochRecord.from_json(json.loads(hit.data))
+            self.epochs[k] = (record.start, record.end)
+        return self.epochs[k]
+
     def epoch_bounds(self, k: int) -> tuple[SourceOffset, SourceOffset]:
-        """Epoch ``k`` as the epoch log recorded it."""
-        w = self.world
-        hit = w.inner.get(w.layout.epoch(k))
-        record = EpochRecord.from_json(json.loads(hit.data))
-        return record.start, record.end
+        """Epoch ``k`` as the epoch log recorded it (it must be recorded)."""
+        bounds = self._recorded(k)
+        assert bounds is not None, f"epoch {k} is not recorded"
+        return bounds
 
     def last_epoch(self) -> int | None:
         """The epoch that ends at the end of the input, if it is recorded."""
         w = self.world
         end = w.input.end()
         k = 0
-        while w.inner.get_or_none(w.layout.epoch(k)) is not None:
+        while self._recorded(k) is not None:
             if dict(self.epoch_bounds(k)[1].offsets) == end:
                 return k
             k += 1
@@ -539,6 +574,11 @@ class Checker:
         """After the healthy driver's run: liveness, then exactly-once."""
         w = self.world
         healthy = w.official
+        if healthy is not None and healthy.status != "finished" and healthy.name in w.pruned_stops:
+            # The product's documented stop (EpochsPruned): a query on a new checkpoint, or
+            # far behind, after another query's pruning; the operator restores a snapshot or
+            # starts at the floor. No verdict.
+            return
         if healthy is None or healthy.status != "finished":
             status = "not started" if healthy is None else healthy.status
             errors = [] if healthy is None else healthy.errors[-2:]
@@ -601,6 +641,33 @@ class Checker:
             self.fail("exactly once with dead letters", f"dead letters of bundles {extra}")
             return
         self.leftover_parts()
+        self.pruned_enough(last, delivering)
+
+    def pruned_enough(self, last: int, delivering: int) -> None:
+        """Without the coordinator, the drivers' pruning kept the epoch log bounded (``the
+        epoch log stays bounded``): at the end, at most ``state.epochsRetained`` and a
+        pruning step are kept below the barrier's progress, 2 more (the last batches'), and
+        one for each fault of the schedule (a pruning it cut off); the progress lags the
+        last epoch ``delivering`` delivered by fewer than the epochs the barrier records
+        committed at once (empty bundles after it)."""
+        w = self.world
+        retained = w.config.epochs_retained
+        if w.violation is not None or not retained or w.config.coordinator:
+            return
+        floor = read_floor(w.inner, w.layout)
+        kept = last + 1 - (0 if floor is None else floor.epoch)
+        lag = min(COMMITTED_STEP - 1, last - delivering)
+        # A fault may cut a pruning off (it is tried again after a later batch, and the
+        # input ends): one more epoch each.
+        faults = sum(1 for e in w.fired if e.kind not in ("switch", "sweep"))
+        bound = retained + pruning_step(retained) + 2 + lag + faults
+        if kept > bound:
+            self.fail(
+                "the epoch log stays bounded",
+                f"{kept} epochs are kept below the end (floor "
+                f"{0 if floor is None else floor.epoch}, epochs 0 to {last}, the last with "
+                f"output {delivering}), more than {bound} (state.epochsRetained={retained})",
+            )
 
     def leftover_parts(self) -> None:
         """At the end only the parts of runs that never claimed the barrier remain
@@ -619,6 +686,7 @@ class Checker:
             )
 
 
+_EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json\Z")
 _PART_RUN = re.compile(r"-r([A-Za-z0-9-]+)\.parquet$")
 
 

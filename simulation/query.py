@@ -26,6 +26,10 @@ total (a key touched only by poison records has no ``agg`` row in that epoch):
 * a ``nogt`` row, whose ``gt`` is null: every consumer refuses it (the write task's check
   every consumer shares).
 
+**Dropped records** (``SimConfig.dropped``) are filtered out by the query (a ``where``
+clause): they produce no row and count in no total, so an epoch of them only has an
+empty bundle (nothing to deliver, nothing refused): sparse output.
+
 **Fan-out records** (``SimConfig.fanout``) are passed through as two rows that share the
 record's ``gt`` (as an explode or a join's fan-out makes them), ``fa`` and ``fb`` with
 different values, counted in no total. The consumer's target refuses one of them, which
@@ -55,7 +59,7 @@ TOPIC = "t"
 #: gt is None for a ``nogt`` row.
 Row = tuple[str, str, int, int, GtTuple | None]
 #: The record sorts, and the kinds of rows the consumer's target refuses.
-OK, BAD, NO_GT, FAN = "ok", "bad", "nogt", "fan"
+OK, BAD, NO_GT, FAN, DROP = "ok", "bad", "nogt", "fan", "drop"
 REFUSED_KINDS = frozenset({BAD, NO_GT})
 #: The two rows of a fan-out record, and the consumer settings: setting ``s`` refuses the
 #: row of kind ``SETTINGS[s]`` (the other is delivered).
@@ -79,7 +83,8 @@ class Record:
     key: str
     value: int
     #: ``ok``, or poison: ``bad`` (a value the target refuses), ``nogt`` (no gt); or
-    #: ``fan`` (two rows sharing its gt, one of which the target refuses).
+    #: ``fan`` (two rows sharing its gt, one of which the target refuses); or ``drop``
+    #: (filtered out by the query: no row).
     sort: str = OK
 
 
@@ -94,6 +99,7 @@ class InputLog:
     poison: frozenset[tuple[int, int]] = frozenset()
     no_gt: frozenset[tuple[int, int]] = frozenset()
     fanout: frozenset[tuple[int, int]] = frozenset()
+    dropped: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def poisoned(self) -> bool:
@@ -110,6 +116,8 @@ class InputLog:
             if where in self.no_gt
             else FAN
             if where in self.fanout
+            else DROP
+            if where in self.dropped
             else OK
         )
         return Record(partition, offset, key, 1 + offset + 10 * partition, sort)
@@ -150,6 +158,8 @@ def run_epoch(
     touched: list[str] = []
     for r in records:
         gt: GtTuple = (epoch, TOPIC, r.partition, r.offset)
+        if r.sort == DROP:
+            continue
         if r.sort == FAN:
             rows.append((FAN_A, r.key, r.value, version, gt))
             rows.append((FAN_B, r.key, r.value + FAN_SPREAD, version, gt))
@@ -313,6 +323,16 @@ class SimConfig:
     #: dead letters) or ``none`` (the query stops at a poison bundle until the operator
     #: switches to ``all``: the ``tolerate`` event, or the healthy driver's operator).
     tolerance: str = "none"
+    #: Records the query filters out, as (partition, offset): no row (module docstring).
+    dropped: tuple[tuple[int, int], ...] = ()
+    #: Whether the drivers run the snapshot coordinator (a fencing token, snapshots, the
+    #: resume point); without it a driver recovers only from its checkpoint (the
+    #: supervisor's restarts stand for the scheduler that restarts a failed job).
+    coordinator: bool = True
+    #: The source's ``state.epochsRetained``; 0: the epoch log is not pruned. With it, every
+    #: query run prunes through the product's driver pruner after each batch's commit, and a
+    #: query on a new checkpoint starts where the product's ``initialOffset`` does.
+    epochs_retained: int = 0
 
     def input_log(self) -> InputLog:
         return InputLog(
@@ -322,6 +342,7 @@ class SimConfig:
             frozenset(self.poison),
             frozenset(self.no_gt),
             frozenset(self.fanout),
+            frozenset(self.dropped),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -340,7 +361,7 @@ class SimConfig:
         """The configuration :meth:`to_json` wrote."""
         fields: dict[str, object] = {}
         for name, value in raw.items():
-            if name in ("poison", "no_gt", "fanout"):
+            if name in ("poison", "no_gt", "fanout", "dropped"):
                 assert isinstance(value, list)
                 fields[name] = tuple((int(p), int(o)) for p, o in value)
             elif name == "max_per_partition":

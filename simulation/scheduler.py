@@ -63,6 +63,8 @@ class Event:
     * ``operator``: the operator skips the in-flight bundle, acknowledging its loss;
     * ``tolerate``: the operator restarts the driver on its checkpoint with
       ``errors.tolerance=all`` (a pipeline with poison rows that started at ``none``);
+    * ``sweep``: the operator's ``gtbarrier sweep --delete`` takes the pipeline (a pruning
+      pipeline without the coordinator), at once;
     * ``heal``/``keep``|``lose``: faults end; every actor stops and one healthy driver
       runs alone to the end (liveness), with the last driver's checkpoint or without.
     """

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from datasource import log_pruner
 from simulation.consumer import SimConsumer
 from simulation.dead_letters import DEAD_LETTER_PATH, row_checks
 from simulation.query import (
@@ -70,6 +71,7 @@ from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.supervisor import Supervisor
 from state.errors import (
     CoordinationError,
+    EpochsPruned,
     GtBarrierError,
     KeyExists,
     PipelineFenced,
@@ -78,7 +80,7 @@ from state.errors import (
     SnapshotCorrupted,
 )
 from state.layout import PipelineLayout
-from state.protocol import barrier_state, batch_records, fencing, resume_point
+from state.protocol import barrier_state, batch_records, epoch_floor, fencing, resume_point
 from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
@@ -150,6 +152,10 @@ class World(Protocol):
 
     def checkpoint_point(self, what: str, batch_id: int) -> None:
         """Writing a checkpoint log entry (a scheduling point)."""
+
+    def met_pruned(self, query_id: str, epoch: int) -> None:
+        """Query ``query_id`` of the running driver asked for epoch ``epoch``, which is
+        below the epoch log's floor (the product raises ``EpochsPruned``)."""
 
 
 class SparkQueryError(RetriableError):
@@ -272,7 +278,7 @@ class SupervisedDriver:
     def recover(self, mode: str = "restore") -> object:
         proc = self.proc
         try:
-            if proc.token is None:
+            if proc.token is None and proc.world.config.coordinator:
                 proc.acquire()
             proc.recover()
         except GtBarrierError as err:
@@ -379,6 +385,24 @@ def skip_lost_bundle(
         errors.append(f"operator: {type(err).__name__}: {err}")
 
 
+def sweep_take(world: World, store: SimStore, name: str, errors: list[str]) -> None:
+    """The operator's ``gtbarrier sweep --delete`` takes the pipeline as the product's
+    sweep does (``_take_pipeline``: a fencing token that is not a coordinator's, then the
+    barrier's driver claim, which fences every earlier run); its deletion of leftovers is
+    not modelled."""
+    identity = f"{fencing.SWEEP_IDENTITY}:sim:{name}"
+    try:
+        token = fencing.take_token(
+            store, world.layout, identifier=identity, races=world.retry(), coordinator=False
+        )
+        states = barrier_state.BarrierStateStore(
+            store, world.layout, clock=world.clock, races=world.retry()
+        )
+        states.claim_driver(token, driver=identity)
+    except GtBarrierError as err:  # a driver with a newer token: the sweep refuses
+        errors.append(f"{name}: {type(err).__name__}: {err}")
+
+
 def task_rows(rows: list[Row], task: int) -> list[Row]:
     """The rows write task ``task`` gets (by key, as after a shuffle)."""
     return [r for r in rows if sum(map(ord, r[1])) % TASKS == task]
@@ -481,7 +505,8 @@ class DriverProc:
     def main(self) -> None:
         """``pN``: start the snapshot worker; then, for a query version whose generation is
         not written yet, ``recover(mode="replay")``; then the supervised query."""
-        self.world.spawn(f"{self.name}s", self.snapshot_loop, self)
+        if self.world.config.coordinator:
+            self.world.spawn(f"{self.name}s", self.snapshot_loop, self)
         if self.version in self.world.generations or self.new_generation():
             self.supervise()
 
@@ -663,25 +688,20 @@ class DriverProc:
             ck.query_id = self.world.new_query_id()
         query_id = ck.query_id
         epoch_log = EpochLog(self.store, self.layout)
-        replay: tuple[SourceOffset, SourceOffset] | None = None
-        if ck.offsets:
-            last = max(ck.offsets)
-            if last in ck.commits:
-                b, start = last + 1, ck.offsets[last][1]
-            else:
-                b, replay = last, ck.offsets[last]
-                start = replay[0]
-        else:
-            b = 0
-            begun = epoch_log.start()
-            if begun is None:
-                begun = epoch_log.create_start(SourceOffset(0, self.world.input.zero()))
-            start = begun
+        retained = self.world.config.epochs_retained
+        # The source's driver pruner: one per query run, as the stream reader makes it, run
+        # in the driver's own steps after each batch's commit (the source's ``commit``).
+        pruner = (
+            log_pruner.EpochLogPruner(self.store, self.layout, retained, background=False)
+            if retained
+            else None
+        )
+        b, start, replay = self.first_batch(ck, epoch_log, query_id)
         while True:
             if replay is not None:
                 start, end = replay
             else:
-                recorded = epoch_log.recorded_end(start)
+                recorded = self.recorded_end(epoch_log, start, query_id)
                 if recorded is None:
                     planned = self.world.input.plan(start, self.max_per_partition)
                     if planned is None:
@@ -691,8 +711,58 @@ class DriverProc:
                 self.log_entry(ck.offsets, b, (start, end), "offsets")
             self.run_batch(ck, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id)
             self.log_entry(ck.commits, b, None, "commits")
-            self.queue.append(CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b)))
+            if pruner is not None:
+                pruner.after_commit(end.epoch)
+            if self.world.config.coordinator:
+                self.queue.append(
+                    CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b))
+                )
             b, start, replay = b + 1, end, None
+
+    def first_batch(
+        self, ck: Checkpoint, epoch_log: EpochLog, query_id: str
+    ) -> tuple[int, SourceOffset, tuple[SourceOffset, SourceOffset] | None]:
+        """The run's first batch id, its start, and its (start, end) if it replays the
+        checkpoint's last planned but uncommitted batch."""
+        if ck.offsets:
+            last = max(ck.offsets)
+            if last in ck.commits:
+                return last + 1, ck.offsets[last][1], None
+            return last, ck.offsets[last][0], ck.offsets[last]
+        begun = epoch_log.start()
+        if begun is None:
+            begun = epoch_log.create_start(SourceOffset(0, self.world.input.zero()))
+        if self.world.config.epochs_retained:
+            begun = self.new_checkpoint_start(epoch_log, begun, query_id)
+        return 0, begun, None
+
+    def recorded_end(
+        self, epoch_log: EpochLog, start: SourceOffset, query_id: str
+    ) -> SourceOffset | None:
+        """The epoch log's recorded end of the epoch at ``start`` (None: not recorded)."""
+        try:
+            return epoch_log.recorded_end(start)
+        except EpochsPruned:
+            self.world.met_pruned(query_id, start.epoch)
+            raise
+
+    def new_checkpoint_start(
+        self, epoch_log: EpochLog, persisted: SourceOffset, query_id: str
+    ) -> SourceOffset:
+        """Where the product's ``initialOffset`` starts a query on a new checkpoint: the
+        persisted start while nothing was pruned, else :class:`EpochsPruned` (the sink's
+        ``state.startAtFloor`` is not set: a stateful query cannot start at the floor)."""
+        try:
+            return epoch_floor.new_checkpoint_start(
+                epoch_log.floor(),
+                persisted,
+                pipeline_id=PIPELINE,
+                retained=self.world.config.epochs_retained,
+                start_at_floor=False,
+            )
+        except EpochsPruned:
+            self.world.met_pruned(query_id, persisted.epoch)
+            raise
 
     def log_entry(
         self,

@@ -30,13 +30,14 @@ from simulation.dead_letters import DeadLetterStoreHost
 from simulation.invariants import Checker, Violation
 from simulation.query import InputLog, Row, SimConfig
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
-from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle
+from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle, sweep_take
 from simulation.staging import SimStaging
 from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
 from state.protocol import resume_point
+from state.protocol.epoch_floor import read_floor
 from state.records.barrier import BarrierState
 from state.records.resume_point import ResumePoint
 from state.retry import Retry, cas_loop
@@ -166,6 +167,14 @@ class World:
         self.violation: Violation | None = None
         self.heal_step: int | None = None
         self.heal_state: str | None = None
+        #: The highest floor each query run's own pruner wrote, by run id.
+        self.floor_by: dict[str, int] = {}
+        #: Drivers that asked for an epoch another query's pruning had removed (the
+        #: product's documented stop, ``EpochsPruned``: restore a snapshot, or start at the
+        #: floor).
+        self.pruned_stops: set[str] = set()
+        #: Runs of ``gtbarrier sweep --delete`` (the ``sweep`` event).
+        self.sweeps = 0
 
     # --- what the simulated processes call ------------------------------------------------
 
@@ -227,16 +236,44 @@ class World:
     def skipper_next_epoch(self) -> int | bool | None:
         """See :meth:`simulation.invariants.CheckedWorld.skipper_next_epoch`."""
         proc = self._proc(self.current)
-        if proc is None or not proc.healthy:
+        if proc is None or not proc.healthy or proc.name in self.pruned_stops:
+            # A driver that met a pruned epoch (the product's documented stop) replays
+            # nothing: no verdict on its operator's skip.
             return False
         return proc.checkpoint.next_epoch()
 
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
 
+    def met_pruned(self, query_id: str, epoch: int) -> None:
+        """See :meth:`simulation.spark.World.met_pruned`: a violation if the pruner of the
+        asking query run removed the epoch (``the pruner spares its query``), else the
+        product's documented stop (another run's pruning: a query far behind, or on a new
+        checkpoint)."""
+        proc = self._proc(self.current)
+        if proc is None:
+            return
+        own = self.floor_by.get(proc.run_id or "")
+        if own is not None and own > epoch:
+            self.checker.fail(
+                "the pruner spares its query",
+                f"query {query_id} (run {proc.run_id}) asks for epoch {epoch}, but its own "
+                f"pruning raised the epoch log's floor to {own}",
+            )
+        else:
+            self.pruned_stops.add(proc.name)
+
     def wrote(self, key: str) -> None:
         """A store write took effect (the invariants look at what it changed)."""
-        if key == self.layout.barrier_state:
+        if key.startswith(self.layout.epochs_prefix):
+            self.checker.epoch_written(key)
+        elif key == self.layout.source_floor:
+            floor = read_floor(self.inner, self.layout)
+            proc = self._proc(self.current)
+            run_id = None if proc is None else proc.run_id
+            if floor is not None and run_id is not None:
+                self.floor_by[run_id] = max(self.floor_by.get(run_id, 0), floor.epoch)
+        elif key == self.layout.barrier_state:
             self.barrier_changed = True
         elif key == self.layout.resume_point:
             hit = self.inner.get_or_none(key)
@@ -367,6 +404,16 @@ class World:
         store = self.view(name)
         dead = self.dead_view(name)
         self.spawn(name, lambda: skip_lost_bundle(self, store, self.operator_errors, dead), None)
+
+    def sweep(self) -> Actor:
+        """The operator runs ``gtbarrier sweep --delete`` on the pipeline without the
+        coordinator (concurrently with whatever runs: its ZooKeeper check finds no lock).
+        It runs at once (a preemption): a command of a few requests, which the running
+        driver meets at its next commit."""
+        self.sweeps += 1
+        name = f"sw{self.sweeps}"
+        store = self.view(name)
+        return self.spawn(name, lambda: sweep_take(self, store, name, self.operator_errors), None)
 
     def heal(self, how: str) -> None:
         """Faults end: every actor stops, and one healthy driver runs alone."""
@@ -506,7 +553,7 @@ class World:
             self.chooser.observe(self, actor)
         return actor, fault, tuple(fired)
 
-    def _apply(self, event: Event, actor: Actor) -> Actor | str | None:
+    def _apply(self, event: Event, actor: Actor) -> Actor | str | None:  # noqa: PLR0911 - one return per outcome
         """Apply ``event`` where ``actor`` stands. Returns the actor to run instead (a
         preemption), the fault for its pending point, ``""`` if the world changed, or None
         if the event does not apply there."""
@@ -525,6 +572,8 @@ class World:
             if event.arg not in self.parts:
                 return None
             self.lose_part(event.arg)
+        elif event.kind == "sweep":
+            return self.sweep()
         elif event.kind in self._environment:
             self._environment[event.kind](self, event.arg)
         else:

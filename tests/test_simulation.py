@@ -19,8 +19,10 @@ import pytest
 from simulation.choosers import ALL_KINDS
 from simulation.explore import (
     DEAD_LETTERS,
+    PRUNING,
     SMALL,
     SMALL_DEAD_LETTERS,
+    SPARSE,
     SWITCH,
     exhaustive,
     run_schedule,
@@ -66,8 +68,9 @@ def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, with
     and without poison rows at errors.tolerance=all, then random walks over the default
     pipeline without poison, at all and at none (``make sim`` runs every one-event
-    schedule at none too), in which every kind of event takes effect: the unmodified
-    product violates nothing (about 15 s of CPU)."""
+    schedule at none too), and over the pipelines whose drivers prune without the
+    coordinator, in which every kind of event takes effect: the unmodified product
+    violates nothing (about 15 s of CPU)."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
@@ -79,6 +82,13 @@ def test_bounded_exploration_finds_no_violation() -> None:
     for seed in range(1000, 1450):
         outcome, schedule = run_seed(walk_config(seed), seed)
         assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
+        schedules, steps = schedules + 1, steps + outcome.steps
+        fired.update(e.kind for e in schedule.events)
+    # The pipelines without the coordinator whose drivers prune (the sweep is theirs).
+    for seed in range(1000, 1040):
+        config = walk_config(seed, (PRUNING, SPARSE))
+        outcome, schedule = run_seed(config, seed)
+        assert outcome.violation is None, f"{config} seed {seed}: {outcome.violation}"
         schedules, steps = schedules + 1, steps + outcome.steps
         fired.update(e.kind for e in schedule.events)
     elapsed = time.monotonic() - started

@@ -33,7 +33,12 @@ The findings of the review of the newest paths, each fix reverted:
 
 9. reconciliation pairing rows that share a ``gt`` (``recorded_against`` pairs the file's
    rows with this attempt's refused rows alone, falling back to a ``gt`` that fan-out rows
-   share), on the pipeline whose fan-out record's refused row changes between runs.
+   share), on the pipeline whose fan-out record's refused row changes between runs;
+10. dead letters written before the barrier's compare-and-swap (the bundle's dead-letter
+    file created when a commit finds none, before the swap that records the bundle in
+    flight: a run that swap fences, a zombie or one deciding from a stale remembered
+    state, has written it already), on the pipeline with poison rows at
+    ``errors.tolerance=all``.
 """
 
 from __future__ import annotations
@@ -47,7 +52,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from simulation.explore import DEAD_LETTERS, FANOUT, hunt, report, run_schedule, shortest
+from datasource import log_pruner
+from simulation.explore import (
+    DEAD_LETTERS,
+    FANOUT,
+    LONG,
+    PRUNING,
+    SPARSE,
+    hunt,
+    report,
+    run_schedule,
+    shortest,
+)
 from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
@@ -56,7 +72,12 @@ from sink import cleanup, write_task
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack
 from sink.dead_letters import dead_letter_format, dead_letter_settlement
-from sink.dead_letters.dead_letter_files import DeadLetters, DeadLetterWrite, StoreDeadLetters
+from sink.dead_letters.dead_letter_files import (
+    DeadLetterFile,
+    DeadLetters,
+    DeadLetterWrite,
+    StoreDeadLetters,
+)
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
     NO_GT,
@@ -65,10 +86,13 @@ from sink.dead_letters.dead_letter_format import (
     dead_letter_name,
     dead_letter_table,
 )
+from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
 from state.errors import PipelineFenced, StateError
-from state.protocol import resume_point
+from state.layout import PipelineLayout
+from state.profiling import StepTimer
+from state.protocol import barrier_state, epoch_floor, resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
     Claim,
@@ -80,6 +104,7 @@ from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.retry import delivery
 from state.spark_task import StreamingTask
+from state.stores import StateStore
 
 CONFIG = SimConfig()
 #: Random walks after the exhaustive search of one-event schedules (fixed seeds: the
@@ -378,3 +403,81 @@ def test_reconciliation_pairing_rows_that_share_a_gt_is_found(
     # file holds: the file's row is delivered too.
     assert invariant == "exactly once with dead letters"
     assert [e.kind for e in shortest.events] == ["lose-part"]
+
+
+# --- 10. dead letters written before the barrier's compare-and-swap --------------------------
+
+
+def test_dead_letters_written_before_the_swap_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    reconcile = DeadLetterSettlement.reconcile
+
+    def created_first(
+        self: DeadLetterSettlement, bundle: Bundle, timer: StepTimer, held: HeldState, *, batch: str
+    ) -> tuple[Bundle, DeadLetterFile | None]:
+        # The file is created as soon as a commit finds none, before the swap that records
+        # the bundle in flight: nothing fences the write of a run that swap would refuse.
+        bundle, found = reconcile(self, bundle, timer, held, batch=batch)
+        destination = self.destination()
+        if found is None and destination is not None and bundle.dead_letters:
+            self.publish(bundle, timer, found=None)
+            found = destination.find(self.pipeline_id, bundle.bundle_id)
+        return bundle, found
+
+    monkeypatch.setattr(DeadLetterSettlement, "reconcile", created_first)
+    shortest, invariant = find_shortest("dead letters written before the swap", DEAD_LETTERS)
+    # Every commit writes before its swap, a failure-free one too: whether a later swap
+    # would fence the writer is no longer what decides the write.
+    assert invariant == "dead letters fenced"
+    assert shortest.events == ()
+
+
+# --- 11. the driver's pruner deleting epochs its own query still reads ------------------------
+
+
+def test_pruner_passing_its_own_query_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = epoch_floor.floor_target
+
+    def from_the_barrier_alone(
+        progress: int, inflight_epoch: int | None, retained: int, *, query_next: int | None = None
+    ) -> int:
+        # Where the pruning query reads next is ignored: a query behind the barrier (a
+        # replay on a new checkpoint) has the epochs it still reads deleted ahead of it.
+        return target(progress, inflight_epoch, retained)
+
+    monkeypatch.setattr(log_pruner, "floor_target", from_the_barrier_alone)
+    shortest, invariant = find_shortest("pruner passing its own query", PRUNING)
+    # The driver dies with its first pruning due and its checkpoint; the next one replays
+    # from the persisted start, and its first pruning passes it.
+    assert invariant == "the pruner spares its query"
+    assert [(e.kind, e.arg) for e in shortest.events] == [("crash", "lose")]
+
+
+# --- 12. pruning stalled by sparse output -------------------------------------------------------
+
+
+def test_pruning_stalled_by_empty_bundles_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_recorded(state: BarrierState, epoch: int) -> BarrierState | None:
+        # Epochs committed with empty bundles are not recorded: the barrier's progress stays
+        # at GT_last, and so does the pruning target.
+        return None
+
+    monkeypatch.setattr(barrier_state, "decide_committed", never_recorded)
+    shortest, invariant = find_shortest("pruning stalled by empty bundles", SPARSE)
+    # A failure-free run keeps every epoch after the only one with output.
+    assert invariant == "the epoch log stays bounded"
+    assert shortest.events == ()
+
+
+# --- 13. a sweep turning the driver's pruning off ----------------------------------------------
+
+
+def test_pruning_turned_off_by_a_sweep_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def any_driver_record(store: StateStore, layout: PipelineLayout) -> bool:
+        # A driver record means "the coordinator prunes here", whoever took its token: the
+        # operator's sweep takes one too, and the pipeline is never pruned again.
+        return store.get_or_none(layout.driver) is not None
+
+    monkeypatch.setattr(log_pruner, "read_coordinated", any_driver_record)
+    shortest, invariant = find_shortest("pruning turned off by a sweep", LONG)
+    assert invariant == "the epoch log stays bounded"
+    assert [e.kind for e in shortest.events] == ["sweep"]
