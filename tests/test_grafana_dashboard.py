@@ -20,6 +20,14 @@ REQUIRED = {
     "gtbarrier_snapshot_age_seconds",
     "gtbarrier_deadletter_rows_total",
     "gtbarrier_owner_generation",
+    "gtbarrier_planned_epoch",
+    "gtbarrier_delivered_epoch",
+    "gtbarrier_inflight_epoch",
+    "gtbarrier_inflight_age_seconds",
+    "gtbarrier_last_progress_timestamp_seconds",
+    "gtbarrier_source_end_offset",
+    "gtbarrier_up",
+    "gtbarrier_scrape_errors_total",
 }
 
 
