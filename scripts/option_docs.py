@@ -1,4 +1,5 @@
-"""The option tables of README.md and docs/, rendered from the components' option tables.
+"""The option tables of README.md and docs/, rendered from the components' option tables,
+and the metrics table of docs/operations.md, rendered from the metric definitions.
 
     python -m scripts.option_docs            print every table
     python -m scripts.option_docs --check    exit 1 when a document differs from the code
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
 from state.coordinator.config import PARAMETERS
+from state.coordinator.metric_definitions import markdown_table as metrics_table
 from state.option_table import HEADERS, Documented, render_markdown
 from state.stores import STORE_OPTIONS
 
@@ -81,8 +83,14 @@ def key_table(name: str) -> Table:
 
 TABLES |= {f"key-{name}": key_table(name) for name in KEY_OPTIONS}
 
+#: Tables rendered by a function of their own (not option rows), and where they come from.
+RENDERED: dict[str, tuple[Callable[[], str], str]] = {
+    "metrics": (metrics_table, "METRICS in state/coordinator/metric_definitions.py"),
+}
+
 # Each document (relative to the repository root) and the tables it holds.
 DOCS: dict[str, tuple[str, ...]] = {
+    "docs/operations.md": ("metrics",),
     "README.md": ("key-gtkafka", "key-barrier"),
     "docs/source.md": ("gtkafka",),
     "docs/sink.md": ("barrier",),
@@ -93,6 +101,10 @@ DOCS: dict[str, tuple[str, ...]] = {
 
 def render(name: str) -> str:
     """The block between the markers of table ``name``."""
+    if name in RENDERED:
+        table_of, origin = RENDERED[name]
+        note = f"<!-- generated from {origin} by {COMMAND}; edit the definitions there -->"
+        return f"{note}\n\n{table_of()}"
     table = TABLES[name]
     note = f"<!-- generated from {table.origin} by {COMMAND}; edit the table there -->"
     return f"{note}\n\n{render_markdown(table.rows, table.headers)}\n"
@@ -144,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for doc in docs:
             print(f"{doc}: option tables differ from the code; run {COMMAND}", file=sys.stderr)
         return 1 if docs else 0
-    for name in TABLES:
+    for name in [*TABLES, *RENDERED]:
         print(f"<!-- options:{name} -->\n{render(name)}")
     return 0
 

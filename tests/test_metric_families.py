@@ -23,6 +23,7 @@ from state.coordinator.metric_families import (
     bundles_delivered,
     metric_families,
     replays_dropped,
+    scrape_families,
 )
 from state.coordinator.metrics_server import PipelineCollector, StateReader
 from state.errors import CoordinationError
@@ -328,3 +329,39 @@ def test_the_collector_dates_progress_across_scrapes() -> None:
     text = generate_latest(registry).decode()
     assert 'gtbarrier_inflight_age_seconds{pipeline="p1"} 30.0' in text
     assert 'gtbarrier_last_progress_timestamp_seconds{pipeline="p1"} 50.0' in text
+
+
+def test_every_family_a_scrape_serves_is_its_definition() -> None:
+    # One declaration per metric: the name, type, labels and HELP a scrape serves are the
+    # definition's, and the docs table is rendered from the same definitions.
+    from state.coordinator.metric_definitions import METRICS, markdown_table
+
+    obs = DriverObservations(bounds=(1.0,))
+    obs.observe_batch(rows=1, seconds=0.5, end={("t", 0): 1}, latest={("t", 0): 2})
+    point = ResumePoint(1, 1, 0, 0, "q", None, 990.0, (SnapshotRef(1, "m", "sha", 0, 0),))
+    reading = PipelineReading(
+        pipeline="p1",
+        barrier=BarrierState(gt_last=0, owner=Owner("run", "q", generation=1, since=1.0)),
+        epochs=[EpochFacts(0, 1)],
+        batches_per_epoch={0: 1},
+        resume=point,
+        behind={("t", 0): 1},
+        dead_letter_rows=0,
+        delivery=obs.histogram(),
+        snapshots=SnapshotCounts(accepted=1, abandoned=0),
+        planned_epoch=1,
+        ends={("t", 0): 2},
+    )
+    served = [
+        *metric_families(reading, 1000.0, ProgressTimes(None, 999.0)),
+        *scrape_families("p1", up=True, errors={"StoreUnavailable": 1}),
+    ]
+    defined = {m.name: m for m in METRICS}
+    assert sorted(f.name for f in served) == sorted(defined)
+    for family in served:
+        metric = defined[family.name]
+        assert (family.type, family.documentation) == (metric.kind, metric.help)
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == set(metric.labels), (family.name, sample)
+    table = markdown_table()
+    assert all(f"`{m.series[0] if m.kind == 'counter' else m.name}`" in table for m in METRICS)

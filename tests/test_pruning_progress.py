@@ -21,12 +21,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from gtbarrier.cli import main
-from state.coordinator.metric_families import (
-    BUNDLES_DELIVERED,
-    REPLAYED_DROPPED,
-    PipelineReading,
-    metric_families,
-)
+from state.coordinator.metric_definitions import BUNDLES_DELIVERED, REPLAYED_DROPPED
+from state.coordinator.metric_families import PipelineReading, metric_families
 from state.coordinator.metrics_server import StateReader
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import COMMITTED_STEP, decide_committed
@@ -251,13 +247,13 @@ def test_the_metrics_do_not_jump_when_the_epochs_of_empty_bundles_are_pruned() -
         reading = PipelineReading(
             "p", facts.barrier, facts.epochs, facts.batches_per_epoch, facts.floor
         )
-        names = (BUNDLES_DELIVERED, REPLAYED_DROPPED)
+        names = (BUNDLES_DELIVERED.name, REPLAYED_DROPPED.name)
         return {
             f.name: f.samples[0].value for f in metric_families(reading, 0.0) if f.name in names
         }
 
     before = counters()
-    assert before == {BUNDLES_DELIVERED: 10, REPLAYED_DROPPED: 3}
+    assert before == {BUNDLES_DELIVERED.name: 10, REPLAYED_DROPPED.name: 3}
     assert prune_below(store, layout, 6).raised
     assert counters() == before
 

@@ -19,12 +19,32 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 
+from state.coordinator.metric_definitions import (
+    BUNDLE_DELIVERY_SECONDS,
+    BUNDLES_DELIVERED,
+    DEADLETTER_ROWS,
+    DELIVERED_EPOCH,
+    GT_LAST,
+    INFLIGHT_AGE,
+    INFLIGHT_EPOCH,
+    LAST_PROGRESS,
+    METRICS,
+    OFFSETS_BEHIND,
+    OWNER_GENERATION,
+    PLANNED_EPOCH,
+    REPLAYED_DROPPED,
+    SCRAPE_ERRORS,
+    SCRAPE_SERIES,
+    SERIES_NAMES,
+    SNAPSHOT_AGE,
+    SNAPSHOTS,
+    SOURCE_END,
+    UP,
+    MetricDef,
+)
 from state.lag import Lag
 from state.records.barrier import BarrierState
 from state.records.floor import FloorRecord
@@ -34,51 +54,24 @@ from state.records.source_offset import TopicPartitionKey
 # Upper bounds (seconds) of the delivery histogram's buckets; +Inf is added.
 DELIVERY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
-GT_LAST = "gtbarrier_gt_last"
-BUNDLES_DELIVERED = "gtbarrier_bundles_delivered"
-BUNDLE_DELIVERY_SECONDS = "gtbarrier_bundle_delivery_seconds"
-REPLAYED_DROPPED = "gtbarrier_replayed_bundles_dropped"
-DEADLETTER_ROWS = "gtbarrier_deadletter_rows"
-OFFSETS_BEHIND = "gtbarrier_source_offsets_behind"
-SNAPSHOT_AGE = "gtbarrier_snapshot_age_seconds"
-SNAPSHOTS = "gtbarrier_snapshots"
-OWNER_GENERATION = "gtbarrier_owner_generation"
-UP = "gtbarrier_up"
-PLANNED_EPOCH = "gtbarrier_planned_epoch"
-DELIVERED_EPOCH = "gtbarrier_delivered_epoch"
-INFLIGHT_EPOCH = "gtbarrier_inflight_epoch"
-INFLIGHT_AGE = "gtbarrier_inflight_age_seconds"
-LAST_PROGRESS = "gtbarrier_last_progress_timestamp_seconds"
-SOURCE_END = "gtbarrier_source_end_offset"
-SCRAPE_ERRORS = "gtbarrier_scrape_errors"
-
-# The series every scrape adds to the pipeline's own (:func:`scrape_families`).
-SCRAPE_SERIES: frozenset[str] = frozenset({UP, f"{SCRAPE_ERRORS}_total"})
-
-# Every series name a scrape may show (a counter's with its _total, a histogram's with
-# _bucket, _sum and _count): what the dashboard's expressions may name.
-SERIES_NAMES: frozenset[str] = frozenset(
-    {
-        GT_LAST,
-        f"{BUNDLES_DELIVERED}_total",
-        f"{BUNDLE_DELIVERY_SECONDS}_bucket",
-        f"{BUNDLE_DELIVERY_SECONDS}_sum",
-        f"{BUNDLE_DELIVERY_SECONDS}_count",
-        f"{REPLAYED_DROPPED}_total",
-        f"{DEADLETTER_ROWS}_total",
-        OFFSETS_BEHIND,
-        SNAPSHOT_AGE,
-        f"{SNAPSHOTS}_total",
-        OWNER_GENERATION,
-        PLANNED_EPOCH,
-        DELIVERED_EPOCH,
-        INFLIGHT_EPOCH,
-        INFLIGHT_AGE,
-        LAST_PROGRESS,
-        SOURCE_END,
-        *SCRAPE_SERIES,
-    }
-)
+__all__ = [
+    "DELIVERY_BUCKETS",
+    "METRICS",
+    "SCRAPE_SERIES",
+    "SERIES_NAMES",
+    "DeliveryHistogram",
+    "DriverObservations",
+    "EpochFacts",
+    "PipelineReading",
+    "ProgressTimes",
+    "ProgressWatch",
+    "SnapshotCounts",
+    "bundles_delivered",
+    "metric_families",
+    "offsets_behind",
+    "replays_dropped",
+    "scrape_families",
+]
 
 
 @dataclass(frozen=True)
@@ -262,92 +255,44 @@ def metric_families(
     barrier = reading.barrier
     out += _progress_families(reading, now, progress)
     if barrier is not None:
-        gt = GaugeMetricFamily(
-            GT_LAST,
-            "GT_last: the epoch of the last bundle the consumer acknowledged (-1: none); "
-            "from the barrier state",
-            labels=["pipeline"],
-        )
+        gt = GT_LAST.gauge()
         gt.add_metric(label, barrier.gt_last)
         out.append(gt)
         if barrier.owner is not None:
-            generation = GaugeMetricFamily(
-                OWNER_GENERATION,
-                "The generation of the driver run that owns the barrier (grows by one at "
-                "every claim); from the barrier state",
-                labels=["pipeline"],
-            )
+            generation = OWNER_GENERATION.gauge()
             generation.add_metric(label, barrier.owner.generation)
             out.append(generation)
         if reading.epochs is not None:
-            delivered = CounterMetricFamily(
-                BUNDLES_DELIVERED,
-                "Bundles the consumer acknowledged: epochs at or below GT_last (or a later "
-                "epoch committed with an empty bundle) that read records, less bundles "
-                "skipped as lost; from the barrier state and the epoch log",
-                labels=["pipeline"],
-            )
+            delivered = BUNDLES_DELIVERED.counter()
             delivered.add_metric(label, bundles_delivered(barrier, reading.epochs, reading.floor))
             out.append(delivered)
         if reading.batches_per_epoch is not None:
-            dropped = CounterMetricFamily(
-                REPLAYED_DROPPED,
-                "Replayed batches whose bundle the barrier dropped: batches that read an "
-                "epoch at or below GT_last (or a later epoch committed with an empty "
-                "bundle) another batch had read; from the batch records",
-                labels=["pipeline"],
-            )
+            dropped = REPLAYED_DROPPED.counter()
             dropped.add_metric(
                 label, replays_dropped(barrier.progress, reading.batches_per_epoch, reading.floor)
             )
             out.append(dropped)
     if reading.dead_letter_rows is not None:
-        refused = CounterMetricFamily(
-            DEADLETTER_ROWS,
-            "Rows the consumer's target refused, written to dead letters "
-            "(errors.tolerance=all); from the pipeline's dead-letter files",
-            labels=["pipeline"],
-        )
+        refused = DEADLETTER_ROWS.counter()
         refused.add_metric(label, reading.dead_letter_rows)
         out.append(refused)
     if reading.behind is not None:
-        behind = GaugeMetricFamily(
-            OFFSETS_BEHIND,
-            "Offsets between Kafka's end and the end of the newest epoch the source "
-            "planned, per partition; the source's lag reading",
-            labels=["pipeline", "topic", "partition"],
-        )
+        behind = OFFSETS_BEHIND.gauge()
         for (topic, partition), n in sorted(reading.behind.items()):
             behind.add_metric([reading.pipeline, topic, str(partition)], n)
         out.append(behind)
     point = reading.resume
     if point is not None and point.snapshot is not None:
-        age = GaugeMetricFamily(
-            SNAPSHOT_AGE,
-            "Seconds since the snapshot of the resume point was accepted; from the resume "
-            "point (ZooKeeper, or the state store without it)",
-            labels=["pipeline"],
-        )
+        age = SNAPSHOT_AGE.gauge()
         age.add_metric(label, max(0.0, now - point.created_at))
         out.append(age)
     if reading.snapshots is not None:
-        snapshots = CounterMetricFamily(
-            SNAPSHOTS,
-            "Snapshots this driver process took, by outcome (accepted: the resume point "
-            "moved to it; abandoned: not accepted in time); per process, from 0 at its start",
-            labels=["pipeline", "outcome"],
-        )
+        snapshots = SNAPSHOTS.counter()
         snapshots.add_metric([reading.pipeline, "accepted"], reading.snapshots.accepted)
         snapshots.add_metric([reading.pipeline, "abandoned"], reading.snapshots.abandoned)
         out.append(snapshots)
     if reading.delivery is not None:
-        hist = HistogramMetricFamily(
-            BUNDLE_DELIVERY_SECONDS,
-            "Duration of each micro-batch that read rows, as Spark's progress reports it "
-            "(planning, reading, staging and the barrier's delivery); per process, observed "
-            "by the driver since it started",
-            labels=["pipeline"],
-        )
+        hist = BUNDLE_DELIVERY_SECONDS.histogram()
         hist.add_metric(
             label,
             buckets=[(le, float(n)) for le, n in reading.delivery.buckets],
@@ -360,26 +305,16 @@ def metric_families(
 def scrape_families(pipeline: str, *, up: bool, errors: Mapping[str, int]) -> list[Metric]:
     """Whether this scrape read the pipeline (``up``), and the reads that failed in this
     process so far, by error type: a scrape that cannot read shows up 0, not nothing."""
-    gauge = GaugeMetricFamily(
-        UP,
-        "1: this scrape read the pipeline's state; 0: it could not (the store, ZooKeeper or "
-        "Kafka did not answer; the other families are then left out)",
-        labels=["pipeline"],
-    )
+    gauge = UP.gauge()
     gauge.add_metric([pipeline], 1.0 if up else 0.0)
-    counter = CounterMetricFamily(
-        SCRAPE_ERRORS,
-        "Scrapes of this process that could not read the pipeline, by error type (per "
-        "process: a restart starts again at 0)",
-        labels=["pipeline", "error"],
-    )
+    counter = SCRAPE_ERRORS.counter()
     for error, count in sorted(errors.items()):
         counter.add_metric([pipeline, error], count)
     return [gauge, counter]
 
 
-def _gauge(name: str, doc: str, pipeline: str, value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=["pipeline"])
+def _gauge(metric: MetricDef, pipeline: str, value: float) -> Metric:
+    family = metric.gauge()
     family.add_metric([pipeline], value)
     return family
 
@@ -394,8 +329,6 @@ def _progress_families(
         out.append(
             _gauge(
                 PLANNED_EPOCH,
-                "The newest epoch the source planned (-1: none); from the epoch log. Above "
-                "gtbarrier_delivered_epoch: work waits for the sink",
                 name,
                 reading.planned_epoch,
             )
@@ -406,8 +339,6 @@ def _progress_families(
         out.append(
             _gauge(
                 DELIVERED_EPOCH,
-                "The newest epoch the barrier finished: GT_last, or a later epoch committed "
-                "with an empty bundle (-1: none); from the barrier state",
                 name,
                 barrier.progress,
             )
@@ -415,7 +346,6 @@ def _progress_families(
         out.append(
             _gauge(
                 INFLIGHT_EPOCH,
-                "The epoch of the bundle in flight (-1: none); from the barrier state",
                 name,
                 -1 if inflight is None else inflight.epoch,
             )
@@ -425,8 +355,6 @@ def _progress_families(
             out.append(
                 _gauge(
                     INFLIGHT_AGE,
-                    "Seconds the bundle now in flight has been in flight, as this process "
-                    "saw it from scrape to scrape (0: none in flight)",
                     name,
                     0.0 if since is None or inflight is None else max(0.0, now - since),
                 )
@@ -434,19 +362,12 @@ def _progress_families(
             out.append(
                 _gauge(
                     LAST_PROGRESS,
-                    "Unix time this process last saw the barrier's progress move (or first "
-                    "read it): time() minus it is how long nothing was delivered",
                     name,
                     progress.progressed_at,
                 )
             )
     if reading.ends is not None:
-        ends = GaugeMetricFamily(
-            SOURCE_END,
-            "Kafka's end offset per partition, read at the scrape: its rate() is the input "
-            "rate, so no input and a stuck pipeline differ",
-            labels=["pipeline", "topic", "partition"],
-        )
+        ends = SOURCE_END.gauge()
         for (topic, partition), n in sorted(reading.ends.items()):
             ends.add_metric([name, topic, str(partition)], n)
         out.append(ends)
