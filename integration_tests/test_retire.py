@@ -122,3 +122,26 @@ def test_retire_refuses_while_a_driver_holds_the_lock_then_deletes_every_key_and
 
     gone = retire(s3, zk, "old")
     assert gone.returncode == 2 and "pipeline 'old' not found in s3://" in gone.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_pipeline_without_znodes_is_listed_unchanged_then_retired_leaving_none(
+    s3: Any, zk: Any, tmp_path: Path
+) -> None:
+    p = Pipeline(
+        sink_options(**{"state.uri": s3.uri("state"), "pipeline.id": "loose", **s3.options()})
+    )
+    EpochLog(p.store, p.layout).create_start(SourceOffset(0, {("t", 0): 0}))
+    keys = p.store.list("loose/")
+
+    dry = retire(s3, zk, "loose", "--json")
+    assert dry.returncode == 0, dry.stderr
+    listed = json.loads(dry.stdout)
+    assert listed["keys"] == keys and listed["znodes"] == []
+    assert listed["driver_lock_holders"] == []
+    assert znodes(zk, "/gtbarrier/loose") == [] and p.store.list("loose/") == keys
+
+    done = retire(s3, zk, "loose", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "retire loose: 3 key(s) deleted" in done.stdout  # the start, the token, the claim
+    assert p.store.list("loose/") == [] and znodes(zk, "/gtbarrier/loose") == []
