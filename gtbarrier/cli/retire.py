@@ -212,6 +212,8 @@ def _lock_holders(session: ZooKeeperSession, layout: PipelineLayout) -> list[str
     from kazoo.recipe.lock import Lock
 
     path = layout.zookeeper_driver_lock
+    if not session.exists(path):
+        return []  # kazoo's contenders() would create the lock's node: a dry run changes nothing
     try:
         return [str(h) for h in Lock(session.client, path).contenders()]
     except NoAuthError as err:
