@@ -11,6 +11,7 @@ retire deletes every key and znode of the pipeline, and nothing of the one besid
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,8 @@ def written_pipeline(s3: Any, zk: Any, tmp_path: Path, pipeline_id: str) -> Pipe
     return p
 
 
-def znodes(zk: Any, root: str) -> list[str]:
-    client = zk.client()
+def znodes(zk: Any, root: str, *, admin: bool = False) -> list[str]:
+    client = zk.admin() if admin else zk.client()
     found, stack = [], [root]
     while stack:
         path = stack.pop()
@@ -145,3 +146,40 @@ def test_a_pipeline_without_znodes_is_listed_unchanged_then_retired_leaving_none
     assert done.returncode == 0, done.stderr
     assert "retire loose: 3 key(s) deleted" in done.stdout  # the start, the token, the claim
     assert p.store.list("loose/") == [] and znodes(zk, "/gtbarrier/loose") == []
+
+
+@pytest.mark.timeout(300)
+def test_znodes_made_with_credentials_are_retired_only_with_them(
+    zk_auth: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gtbarrier.cli import main
+
+    password = "zk-" + secrets.token_hex(8)
+    auth = f"digest:gtb:{password}"
+    state = f"file://{tmp_path}/state"
+    config = CoordinatorConfig.from_arguments(
+        "authp", state, tmp_path / "cp", zookeeper_hosts=zk_auth.hosts, zookeeper_auth=auth
+    )
+    p = Pipeline(sink_options(**{"state.uri": state, "pipeline.id": "authp"}))
+    with DriverOwnership(config, p.store) as owner:
+        p.record_batch(0, epoch=0)
+        p.barrier().commit([p.write(0, [gt_batch(0, 0, [0])])], 0)
+        owner.backend.write({"written": "by a test"}, None)
+    keys = p.store.list("authp/")
+    nodes = znodes(zk_auth, "/gtbarrier/authp", admin=True)
+    assert "/gtbarrier/authp/resume" in nodes
+    ids = ["--pipeline", "authp", "--state-uri", state, "--zookeeper", zk_auth.hosts]
+
+    assert main(["retire", *ids, "--yes"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "refused (NoAuth)" in err
+    assert p.store.list("authp/") == keys
+    assert znodes(zk_auth, "/gtbarrier/authp", admin=True) == nodes
+
+    assert main(["retire", *ids, "--zookeeper-auth", auth, "--yes"]) == 0
+    out, err = capsys.readouterr()
+    assert password not in out + err
+    assert p.store.list("authp/") == []
+    # deleting the root needs DELETE on the shared /gtbarrier, which no identity has
+    assert znodes(zk_auth, "/gtbarrier/authp", admin=True) == ["/gtbarrier/authp"]
+    assert "/gtbarrier/authp kept: deleting it needs DELETE on /gtbarrier" in out
