@@ -15,7 +15,9 @@ driver runs. Neither check sees a driver that runs without the coordinator, so r
 takes the pipeline first, as ``gtbarrier sweep --delete`` does: it takes the next fencing
 token and claims the barrier with it, so such a driver is fenced at its next commit; a
 driver that took a newer token makes retire refuse. The barrier state and the driver
-record, which fence that driver, are deleted last.
+record, which fence that driver, are deleted last. Znodes made with credentials are
+deleted only with them (``--zookeeper-auth``), and their root is kept, empty: the shared
+``/gtbarrier`` lets no identity delete a pipeline's root (ZooKeeper's superuser can).
 
 The consumer's output and the dead letters are not touched: they belong to the consumer's
 target, not to the pipeline's state (delete them there if you must).
@@ -188,8 +190,8 @@ def _retire_with_zookeeper(
             _delete_znodes(session, layout, nodes)
         finally:
             lock.release()
-        _delete_lock_and_root(session, layout, args.zookeeper)
-        return _result(pipeline, store, keys, nodes, args, token=token, holders=[])
+        kept = _delete_lock_and_root(session, layout, args.zookeeper)
+        return _result(pipeline, store, keys, nodes, args, token=token, holders=[], kept=kept)
     finally:
         session.stop()
 
@@ -248,19 +250,28 @@ def _delete_znodes(session: ZooKeeperSession, layout: PipelineLayout, nodes: lis
         session.delete(path)
 
 
-def _delete_lock_and_root(session: ZooKeeperSession, layout: PipelineLayout, hosts: str) -> None:
+def _delete_lock_and_root(
+    session: ZooKeeperSession, layout: PipelineLayout, hosts: str
+) -> list[str]:
     """Once the lock is released: the lock's node and the root, each only if empty, so a
-    driver that queued for the lock meanwhile keeps its node."""
-    from kazoo.exceptions import NotEmptyError
+    driver that queued for the lock meanwhile keeps its node; the nodes kept: the root,
+    when its parent lets nobody delete it (the shared parent pipelines with credentials
+    make, so that no identity can delete another's root)."""
+    from kazoo.exceptions import NoAuthError, NotEmptyError
 
     for path in (layout.zookeeper_driver_lock, layout.zookeeper_root):
         try:
             session.delete(path)
+        except CoordinationError as err:
+            if path == layout.zookeeper_root and isinstance(err.__cause__, NoAuthError):
+                return [path]
+            raise
         except NotEmptyError as err:
             raise CoordinationError(
                 f"ZooKeeper at {hosts}: {path} was not deleted: a driver started on pipeline "
                 f"{layout.pipeline_id!r} while it was retired ({', '.join(session.children(path))})"
             ) from err
+    return []
 
 
 def _result(  # noqa: PLR0913 - what the answer shows
@@ -272,6 +283,7 @@ def _result(  # noqa: PLR0913 - what the answer shows
     *,
     token: int | None,
     holders: list[str],
+    kept: list[str] | None = None,
 ) -> Result:
     layout = pipeline.layout
     groups = group_keys(layout, keys)
@@ -285,10 +297,17 @@ def _result(  # noqa: PLR0913 - what the answer shows
         "driver_lock_holders": holders,
         "deleted": bool(args.yes),
         "fencing_token": token,
+        "znodes_kept": kept or [],
     }
     if args.yes:
         title = f"retire {pipeline.pipeline_id}: {len(keys)} key(s) deleted from {store.uri}"
-        node_title = f"znodes on ZooKeeper {args.zookeeper}: {len(nodes)} deleted"
+        node_title = f"znodes on ZooKeeper {args.zookeeper}: {len(nodes) - len(kept or [])} deleted"
+        for path in kept or []:
+            parent = path.rsplit("/", 1)[0]
+            node_title += (
+                f"; {path} kept: deleting it needs DELETE on {parent}, which nobody but "
+                "ZooKeeper's superuser has (empty, it holds nothing)"
+            )
     else:
         title = (
             f"retire {pipeline.pipeline_id}: {len(keys)} key(s) would be deleted (nothing "
