@@ -30,6 +30,10 @@ A request body larger than ``--max-body-bytes`` (default 64 MiB, ample for a bun
 a few hundred thousand rows; raise it for larger micro-batches) is answered ``413`` and
 nothing is stored; at most that many bytes of a body are held in memory. The token is
 checked first: an unauthenticated body is read and dropped, never held.
+
+Each stream keeps its newest ``--keep-bundles`` bundles (default 10000; 0 keeps every
+one): storing a bundle deletes, in the same transaction, the stream's bundles older than
+that. The newest is never deleted, so ``GET /<stream>/last`` always answers.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ log = logging.getLogger("gtbarrier.receiver")
 DB_NAME = "receiver.sqlite3"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """``--max-body-bytes``'s default: a bundle is one micro-batch in one request."""
+DEFAULT_KEEP_BUNDLES = 10_000
+"""``--keep-bundles``'s default: a stream's history stays bounded, enough to inspect."""
 NO_TOKEN = "--insecure-no-token"
 OPEN_PATHS = frozenset({"/_health"})
 """Paths served without the token: they say nothing of what is stored."""
@@ -81,9 +87,14 @@ CREATE TABLE IF NOT EXISTS bundles (
 
 
 class BundleDb:
-    """Bundles in SQLite (WAL, synchronous=FULL): each insert is one durable transaction."""
+    """Bundles in SQLite (WAL, synchronous=FULL): each insert is one durable transaction,
+    which also deletes the stream's bundles older than its newest ``keep_bundles`` (0:
+    none deleted)."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, keep_bundles: int = DEFAULT_KEEP_BUNDLES) -> None:
+        if keep_bundles < 0:
+            raise ValueError(f"keep_bundles {keep_bundles}: expected 0 (keep all) or more")
+        self.keep_bundles = keep_bundles
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, DB_NAME)
         self._lock = threading.Lock()
@@ -97,22 +108,46 @@ class BundleDb:
     ) -> bool:
         """Insert the bundle unless present; True if it was stored now."""
         with self._lock:
-            cur = self._conn.execute(
-                "INSERT OR IGNORE INTO bundles "
-                "(stream, bundle_id, gt, pipeline, rows, content_type, body, received_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    stream,
-                    bundle_id,
-                    gt,
-                    meta.get("pipeline"),
-                    meta.get("rows"),
-                    meta.get("content_type"),
-                    body,
-                    time.time(),
-                ),
-            )
-            return cur.rowcount == 1
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                stored = self._insert(stream, bundle_id, gt, meta, body)
+                if stored and self.keep_bundles:
+                    self._prune(stream)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return stored
+
+    def _insert(
+        self, stream: str, bundle_id: int, gt: int, meta: dict[str, Any], body: bytes
+    ) -> bool:
+        cur = self._conn.execute(
+            "INSERT OR IGNORE INTO bundles "
+            "(stream, bundle_id, gt, pipeline, rows, content_type, body, received_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                stream,
+                bundle_id,
+                gt,
+                meta.get("pipeline"),
+                meta.get("rows"),
+                meta.get("content_type"),
+                body,
+                time.time(),
+            ),
+        )
+        return cur.rowcount == 1
+
+    def _prune(self, stream: str) -> None:
+        """Delete the stream's bundles below its ``keep_bundles``-th newest (by bundle id,
+        as ``last`` orders them: the newest stays whatever the setting)."""
+        self._conn.execute(
+            "DELETE FROM bundles WHERE stream = ? AND bundle_id < ("
+            "SELECT bundle_id FROM bundles WHERE stream = ? "
+            "ORDER BY bundle_id DESC LIMIT 1 OFFSET ?)",
+            (stream, stream, self.keep_bundles - 1),
+        )
 
     def last(self, stream: str) -> tuple[int, int] | None:
         with self._lock:
@@ -292,11 +327,13 @@ def create_app(
     drop_after_store: int | None = None,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    keep_bundles: int = DEFAULT_KEEP_BUNDLES,
 ) -> ASGIApp:
     """The receiver storing into ``directory``; a body over ``max_body_bytes`` is answered
     413 (:class:`BodyLimit`); with ``token``, every request but ``GET /_health`` must carry
-    it as a bearer token (:class:`BearerToken`), checked before the body's size."""
-    db = BundleDb(directory)
+    it as a bearer token (:class:`BearerToken`), checked before the body's size. Each
+    stream keeps its newest ``keep_bundles`` bundles (0: all)."""
+    db = BundleDb(directory, keep_bundles)
     pending_drop = {drop_after_store} if drop_after_store is not None else set()
 
     def stream_of(request: Request) -> str:
@@ -367,6 +404,7 @@ class ReceiverOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    keep_bundles: int = DEFAULT_KEEP_BUNDLES
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -404,6 +442,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help="answer 413 to a request body larger than N bytes "
         f"(default {DEFAULT_MAX_BODY_BYTES}, 64 MiB)",
+    )
+    parser.add_argument(
+        "--keep-bundles",
+        type=int,
+        default=DEFAULT_KEEP_BUNDLES,
+        metavar="N",
+        help="keep each stream's newest N bundles, deleting older ones as new ones are "
+        f"stored; the newest is always kept (default {DEFAULT_KEEP_BUNDLES}; 0 keeps all)",
     )
     parser.add_argument(
         "--drop-after-store",
@@ -450,6 +496,10 @@ def receiver_options(
         )
     if args.max_body_bytes < 1:
         parser.error(f"--max-body-bytes {args.max_body_bytes}: expected a positive number of bytes")
+    if args.keep_bundles < 0:
+        parser.error(
+            f"--keep-bundles {args.keep_bundles}: expected a number of bundles, 0 to keep all"
+        )
     return ReceiverOptions(
         port=args.port,
         dir=args.dir,
@@ -459,6 +509,7 @@ def receiver_options(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         max_body_bytes=args.max_body_bytes,
+        keep_bundles=args.keep_bundles,
     )
 
 
@@ -479,6 +530,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m gtbarrier.http
         drop_after_store=options.drop_after_store,
         token=options.token,
         max_body_bytes=options.max_body_bytes,
+        keep_bundles=options.keep_bundles,
     )
     uvicorn.run(
         app,

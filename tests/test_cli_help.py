@@ -34,7 +34,7 @@ def help_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 def test_the_commands_include_the_lost_bundle_way_out() -> None:
     assert {"status", "epochs", "sweep", "deadletters", "receiver", "exporter"} < set(commands())
-    assert "resolve-lost" in commands()
+    assert "resolve-lost" in commands() and "retire" in commands()
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gtbarrier.http_receiver import BundleDb, create_app
 
 
@@ -95,3 +97,45 @@ def test_drop_after_store_stores_then_answers_nothing_once(tmp_path: Path) -> No
     assert [m["type"] for m in dropped] == ["http.response.start"]  # no body: uvicorn closes
     assert status_and_json(call(app, "GET", "/s/last")) == (200, {"bundle_id": 2, "gt": 2})
     assert status_and_json(post(app, "s", 2)) == (200, {"bundle_id": 2, "stored": False})
+
+
+def test_the_history_keeps_the_newest_bundles_of_each_stream(tmp_path: Path) -> None:
+    db = BundleDb(str(tmp_path), keep_bundles=3)
+    for bundle_id in range(1, 8):
+        assert db.store("/s", bundle_id, bundle_id, {}, b"x")
+        assert db.last("/s") == (bundle_id, bundle_id)  # the newest is never deleted
+    assert db.store("/other", 1, 1, {}, b"y")
+    assert [b["bundle_id"] for b in db.listing("/s")] == [5, 6, 7]
+    assert [b["bundle_id"] for b in db.listing("/other")] == [1]
+    assert not db.store("/s", 7, 7, {}, b"x")  # a re-delivery is still recognised
+    db.close()
+
+    one = BundleDb(str(tmp_path), keep_bundles=1)
+    assert one.store("/s", 8, 8, {}, b"x")
+    assert [b["bundle_id"] for b in one.listing("/s")] == [8] and one.last("/s") == (8, 8)
+    one.close()
+
+    every = BundleDb(str(tmp_path / "all"), keep_bundles=0)
+    for bundle_id in range(20):
+        every.store("/s", bundle_id, bundle_id, {}, b"x")
+    assert len(every.listing("/s")) == 20
+    every.close()
+
+
+def test_keep_bundles_defaults_to_ten_thousand_and_reaches_the_app(tmp_path: Path) -> None:
+    from gtbarrier.http_receiver import DEFAULT_KEEP_BUNDLES, receiver_options
+
+    base = ["--port", "1", "--dir", str(tmp_path), "--insecure-no-token"]
+    assert DEFAULT_KEEP_BUNDLES == 10_000
+    assert receiver_options(base).keep_bundles == DEFAULT_KEEP_BUNDLES
+    assert receiver_options([*base, "--keep-bundles", "0"]).keep_bundles == 0
+    with pytest.raises(SystemExit) as exit_:
+        receiver_options([*base, "--keep-bundles", "-1"])
+    assert exit_.value.code == 2
+
+    app = create_app(str(tmp_path), keep_bundles=2)
+    for bundle_id in (1, 2, 3):
+        post(app, "orders", bundle_id)
+    status, listing = status_and_json(call(app, "GET", "/orders/bundles"))
+    assert status == 200 and [b["bundle_id"] for b in listing] == [2, 3]
+    assert status_and_json(call(app, "GET", "/orders/last")) == (200, {"bundle_id": 3, "gt": 3})

@@ -5,6 +5,7 @@
 ``epochs``        the epoch log, or a range of it
 ``sweep``         staged parts and consumer leftovers no bundle references
 ``resolve-lost``  an in-flight bundle whose staged parts are gone: report it, or skip it
+``retire``        a retired pipeline's state (store objects, znodes): list it, or delete it
 ``deadletters``   the rows the consumer refused (errors.tolerance=all), per bundle
 ``receiver``      the reference HTTP receiver (``consumer=http``)
 ``exporter``      the pipeline's Prometheus metrics at ``/metrics``
@@ -23,7 +24,16 @@ import sys
 from collections.abc import Sequence
 
 from gtbarrier._version import __version__
-from gtbarrier.cli import deadletters, epochs, exporter, receiver, resolve_lost, status, sweep
+from gtbarrier.cli import (
+    deadletters,
+    epochs,
+    exporter,
+    receiver,
+    resolve_lost,
+    retire,
+    status,
+    sweep,
+)
 from gtbarrier.cli.common import UsageError
 from gtbarrier.cli.output import Result, render
 from state.errors import (
@@ -41,12 +51,21 @@ USAGE_EXIT = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Operate gtbarrier pipelines: status, epoch log, leftovers, dead letters, "
-        "receiver, metrics exporter.",
+        description="Operate gtbarrier pipelines: status, epoch log, leftovers, retiring, dead "
+        "letters, receiver, metrics exporter.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
-    for module in (status, epochs, sweep, resolve_lost, deadletters, receiver, exporter):
+    for module in (
+        status,
+        epochs,
+        sweep,
+        resolve_lost,
+        retire,
+        deadletters,
+        receiver,
+        exporter,
+    ):
         module.add_parser(commands)
     return parser
 

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> Result:
         if args.delete:
             if args.zookeeper:
                 _check_no_driver(args.zookeeper, pipeline.layout, args.zookeeper_auth)
-            _take_pipeline(store, pipeline.layout)
+            take_pipeline(store, pipeline.layout)
             deleted = _delete_parts(store, pipeline.layout, staging, found)
             deleted += sink.kind.delete_leftovers(sink, [o for o in own if not o.kept])
     finally:
@@ -176,11 +176,11 @@ def _check_no_driver(zookeeper: str, layout: PipelineLayout, auth: str | None = 
         )
 
 
-def _take_pipeline(store: StateStore, layout: PipelineLayout) -> None:
-    """Take the next fencing token and claim the barrier with it, so that a driver still
-    running is fenced before it can record a batch in flight; :class:`UsageError` if a
-    driver with a newer token holds the pipeline."""
-    identity = f"{SWEEP_IDENTITY}:{socket.gethostname()}:{os.getpid()}"
+def take_pipeline(store: StateStore, layout: PipelineLayout, taker: str = SWEEP_IDENTITY) -> int:
+    """Take the next fencing token and claim the barrier with it, as ``taker:<host>:<pid>``,
+    so that a driver still running is fenced before it can record a batch in flight; the
+    token. :class:`UsageError` if a driver with a newer token holds the pipeline."""
+    identity = f"{taker}:{socket.gethostname()}:{os.getpid()}"
     # not a coordinator: a pipeline without one is still pruned by its driver's source
     token = take_token(store, layout, identifier=identity, coordinator=False)
     try:
@@ -189,6 +189,7 @@ def _take_pipeline(store: StateStore, layout: PipelineLayout) -> None:
         raise UsageError(
             f"a driver took pipeline {layout.pipeline_id!r}: {err}; nothing deleted"
         ) from err
+    return token
 
 
 def _delete_parts(

@@ -408,6 +408,15 @@ class ZooKeeperSession:
         stat = self._wait("set", path, self.client.set_async(path, data, version=version))
         return int(stat.version)
 
+    def delete(self, path: str) -> bool:
+        """Delete ``path`` alone (kazoo's ``NotEmptyError`` if it has children, so that a
+        node made meanwhile is never deleted unseen); False if it did not exist."""
+        try:
+            self._wait("deleting", path, self.client.delete_async(path))
+        except NoNodeError:
+            return False
+        return True
+
     def ensure_path(self, path: str) -> None:
         if path in ("", "/"):
             return
