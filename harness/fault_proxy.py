@@ -14,7 +14,9 @@ when it is accepted:
 * ``HTTP_503``: read the request (head and ``Content-Length`` body), answer
   ``503 Slow Down`` with S3's error body and close. Nothing reaches the server.
 
-``inject(kind, count=n)`` faults the next ``n`` connections; ``always(kind)`` every new
+``inject(kind, count=n)`` faults the next ``n`` connections (with ``method="POST"``, the next
+``n`` whose request has that method; the fault is chosen when a connection's request
+begins, not when it is accepted); ``always(kind)`` every new
 connection until ``clear()``. Arming a fault closes the idle pass-through connections
 that HTTP clients keep in their pools, so the next request opens a new connection and
 meets the fault. ``stats()`` counts accepted and faulted connections.
@@ -28,6 +30,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,6 +39,7 @@ from harness.ports import LOOPBACK
 
 _CHUNK = 65536
 _TICK = 0.05
+_HEAD = 16  # bytes enough for an HTTP method and the space after it
 
 
 class Fault(enum.Enum):
@@ -51,6 +55,7 @@ class Fault(enum.Enum):
 class _Armed:
     kind: Fault
     delay: float = 0.0
+    method: bytes | None = None  # only a connection whose request has this method
 
 
 @dataclass(frozen=True)
@@ -107,10 +112,15 @@ class FaultProxy:
     ) -> None:
         self.stop()
 
-    def inject(self, kind: Fault, count: int = 1, *, delay: float = 0.0) -> None:
-        """Fault the next ``count`` connections with ``kind``."""
+    def inject(
+        self, kind: Fault, count: int = 1, *, delay: float = 0.0, method: str | None = None
+    ) -> None:
+        """Fault the next ``count`` connections with ``kind``; with ``method`` (``"POST"``),
+        only connections whose first request has that method, so that a client's own
+        background requests (an SDK fetching metadata) pass and leave the fault armed."""
+        prefix = None if method is None else method.encode() + b" "
         with self._lock:
-            self._queue.extend(_Armed(kind, delay) for _ in range(count))
+            self._queue.extend(_Armed(kind, delay, prefix) for _ in range(count))
         self.drop_all()
 
     def always(self, kind: Fault, *, delay: float = 0.0) -> None:
@@ -145,14 +155,34 @@ class FaultProxy:
 
     # --- forwarding ----------------------------------------------------------------
 
-    def _next(self) -> _Armed:
+    def _next(self, head: bytes) -> _Armed:
+        """The fault of a connection whose request begins with ``head``: the first armed
+        one whose method it has (or that names none), else ``always``'s, else none."""
         with self._lock:
-            self._accepted += 1
-            armed = self._queue.popleft() if self._queue else self._always
-            armed = armed or _Armed(Fault.PASS)
+            armed = None
+            for i, queued in enumerate(self._queue):
+                if queued.method is None or head.startswith(queued.method):
+                    armed = queued
+                    del self._queue[i]
+                    break
+            armed = armed or self._always or _Armed(Fault.PASS)
             if armed.kind is not Fault.PASS:
                 self._faulted[armed.kind.value] = self._faulted.get(armed.kind.value, 0) + 1
             return armed
+
+    def _peek_head(self, client: socket.socket) -> bytes | None:
+        """The first bytes of the client's request, left unread (None: it sent nothing)."""
+        while not self._stop.is_set():
+            try:
+                data = client.recv(_HEAD, socket.MSG_PEEK)
+            except TimeoutError:
+                continue
+            if not data:
+                return None
+            if b" " in data or len(data) >= _HEAD:
+                return data
+            time.sleep(0.001)  # part of the request line: wait for the rest of it
+        return None
 
     def _accept_loop(self) -> None:
         while not self._stop.is_set():
@@ -164,17 +194,23 @@ class FaultProxy:
                 if self._stop.is_set():
                     return
                 raise
-            armed = self._next()
-            t = threading.Thread(target=self._serve, args=(client, armed), daemon=True)
+            t = threading.Thread(target=self._serve, args=(client,), daemon=True)
             with self._lock:
+                self._accepted += 1
                 self._active.add(client)
                 self._threads = [x for x in self._threads if x.is_alive()] + [t]
             t.start()
 
-    def _serve(self, client: socket.socket, armed: _Armed) -> None:
+    def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         try:
             client.settimeout(_TICK)
+            # Decided on the request, not at accept: a fault for one method stays armed
+            # until a connection of that method comes.
+            head = self._peek_head(client)
+            if head is None:
+                return
+            armed = self._next(head)
             if armed.kind is Fault.RESET:
                 self._read_some(client)
                 _reset(client)

@@ -129,6 +129,11 @@ def cloud(request: pytest.FixtureRequest) -> Iterator[tuple[Any, FaultProxy]]:
         yield holder, proxy
 
 
+def _write_method(holder: Any) -> str:
+    """The HTTP method of the store's writes: GCS uploads with POST, Azure puts blobs."""
+    return "POST" if isinstance(holder, GcsBucket) else "PUT"
+
+
 def _faulty(holder: Any, proxy: FaultProxy) -> StateStore:
     retry = Retry(max_attempts=20, base_delay=0.05, max_delay=0.4, deadline=5.0)
     store: StateStore = holder.store(
@@ -149,7 +154,7 @@ def test_lost_answer_to_a_conditional_write_is_resolved(
     holder, proxy = cloud
     store = _faulty(holder, proxy)
     expected = store.put("k", b"old") if op == "cas" else None
-    proxy.inject(Fault.DROP_RESPONSE)
+    proxy.inject(Fault.DROP_RESPONSE, method=_write_method(holder))
     if op == "create":
         version = store.create("c", b"mine")
         key = "c"
@@ -180,9 +185,10 @@ def test_lost_answer_then_another_writer_is_reported_as_lost(
         return real(*args, **kwargs)
 
     store._write_once = write_then_interfere  # type: ignore[attr-defined]
-    proxy.inject(Fault.DROP_RESPONSE)
+    proxy.inject(Fault.DROP_RESPONSE, method=_write_method(holder))
     with pytest.raises(KeyExists) as info:
         store.create("c", b"mine")
+    assert calls["n"] == 2 and proxy.stats().by_kind == {"drop-response": 1}
     assert "never took effect, or another writer has replaced it" in "".join(info.value.__notes__)
     assert other.get("c").data == b"theirs"
 

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -253,7 +255,14 @@ def test_an_answer_without_a_heap_is_no_heap() -> None:
 def test_no_jvm_has_no_heap() -> None:
     assert jvm_heap(None) is None
     assert jvm_pid(None) is None
-    assert jvm_pid(os.getpid()) is None  # this test's tree has no java process
+    # A process of its own, without children: the test worker's tree may hold the JVMs of
+    # the servers and Spark sessions other tests started in it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert jvm_pid(child.pid) is None
+    finally:
+        child.kill()
+        child.wait(10)
 
 
 def heap_sample(t: float, used: float, committed: float, metaspace: float) -> Sample:
