@@ -13,6 +13,9 @@ when it is accepted:
 * ``BLACKHOLE``: accept and read, never answer (the client runs into its read timeout).
 * ``HTTP_503``: read the request (head and ``Content-Length`` body), answer
   ``503 Slow Down`` with S3's error body and close. Nothing reaches the server.
+* ``HEAD_ONLY``: forward the request's head alone, then close both sides, the server's
+  with an orderly FIN: what a server sees from a writer killed after its request head
+  (a client waiting for ``100 Continue``, say). The server must store nothing.
 
 ``inject(kind, count=n)`` faults the next ``n`` connections (with ``method="POST"``, the next
 ``n`` whose request has that method; the fault is chosen when a connection's request
@@ -49,6 +52,7 @@ class Fault(enum.Enum):
     DELAY = "delay"
     BLACKHOLE = "blackhole"
     HTTP_503 = "http-503"
+    HEAD_ONLY = "head-only"
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,10 @@ class FaultProxy:
             if armed.kind is Fault.HTTP_503:
                 self._answer_503(client)
                 return
+            if armed.kind is Fault.HEAD_ONLY:
+                upstream = socket.create_connection(self.target, timeout=5)
+                self._forward_head(client, upstream)
+                return
             if armed.kind is Fault.BLACKHOLE:
                 while not self._stop.is_set() and self._read_some(client) is not None:
                     pass
@@ -233,6 +241,25 @@ class FaultProxy:
                 if s is not None:
                     with contextlib.suppress(OSError):
                         s.close()
+
+    def _forward_head(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Send the server the request's head (not a byte of its body), then end the
+        request with a FIN and leave the client with a reset."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self._read_some(client)
+            if chunk is None:
+                return
+            data += chunk
+        head = data.partition(b"\r\n\r\n")[0]
+        upstream.sendall(head + b"\r\n\r\n")
+        upstream.shutdown(socket.SHUT_WR)
+        # Wait for the server to take in the end of the request before going away.
+        upstream.settimeout(2.0)
+        with contextlib.suppress(OSError):
+            while upstream.recv(_CHUNK):
+                pass
+        _reset(client)
 
     def _answer_503(self, client: socket.socket) -> None:
         """Read one HTTP request (unless the client waits for ``100 Continue``), answer 503."""

@@ -193,6 +193,26 @@ def test_lost_answer_then_another_writer_is_reported_as_lost(
     assert other.get("c").data == b"theirs"
 
 
+@pytest.mark.parametrize("op", ["create", "cas"])
+def test_a_writer_dead_after_its_request_head_stores_nothing(
+    cloud: tuple[Any, FaultProxy], op: str
+) -> None:
+    """A writer killed after its request's head leaves the server a request without its
+    body: the emulator must store nothing, and the retry the whole value."""
+    holder, proxy = cloud
+    store = _faulty(holder, proxy)
+    plain = holder.store("faults")
+    old = plain.put("k", b"old") if op == "cas" else None
+    proxy.inject(Fault.HEAD_ONLY, method=_write_method(holder))
+    if op == "create":
+        store.create("k", b"mine")
+    else:
+        assert old is not None
+        store.compare_and_swap("k", b"mine", old)
+    assert proxy.stats().by_kind == {"head-only": 1}
+    assert plain.get("k").data == b"mine"
+
+
 # --- configuration and refusals -------------------------------------------------------
 
 

@@ -27,7 +27,9 @@ from harness.fault_proxy import Fault, FaultProxy
 from harness.s3 import S3Bucket, S3Server
 from state.errors import (
     ConcurrentModification,
+    GtBarrierError,
     KeyExists,
+    KeyNotFound,
     StoreConfigError,
     StoreUnavailable,
     StoreWriteUnknown,
@@ -332,6 +334,45 @@ def test_lost_response_to_a_conditional_write_is_resolved(
     assert sleeps.delays, "the first attempt's answer was lost, so there was a retry"
     got = store.get(key)
     assert got.data == b"mine" and got.version == version
+
+
+@pytest.mark.parametrize("op", ["create", "cas", "put"])
+def test_a_writer_dead_after_its_request_head_stores_nothing(
+    s3: S3Bucket, proxy: FaultProxy, op: str
+) -> None:
+    """A process killed between its request's head and its body (its client waiting for
+    ``100 Continue``) leaves the server a request with no body. SeaweedFS stores such a
+    request as an empty object unless a checksum names the body, so a record would read
+    as empty, and stay so: the store sends one with every write. The retry then writes
+    the whole value, and nothing else is ever stored."""
+    store, sleeps = proxied(s3, proxy)
+    plain = s3.store("faults")
+    old = plain.put("k", b"old") if op != "create" else None
+    proxy.inject(Fault.HEAD_ONLY)
+    if op == "create":
+        store.create("k", b"mine")
+    elif op == "cas":
+        assert old is not None
+        store.compare_and_swap("k", b"mine", old)
+    else:
+        store.put("k", b"mine")
+    assert proxy.stats().by_kind == {"head-only": 1}
+    assert sleeps.delays, "the first attempt failed, so there was a retry"
+    assert plain.get("k").data == b"mine"
+
+
+def test_a_writer_killed_after_its_request_head_leaves_no_record(
+    s3: S3Bucket, proxy: FaultProxy
+) -> None:
+    """The same, with no retry (the writing process is gone): the key stays absent."""
+    retry = Retry(max_attempts=1, base_delay=0.05, max_delay=0.4, deadline=3.0, sleep=Sleeps())
+    store = s3.store("faults", retry=retry, endpoint=proxy.endpoint, read_timeout=1.0)
+    proxy.inject(Fault.HEAD_ONLY)
+    with pytest.raises(GtBarrierError):
+        store.create("k", b"mine")
+    assert proxy.stats().by_kind == {"head-only": 1}
+    with pytest.raises(KeyNotFound):
+        s3.store("faults").get("k")
 
 
 def test_lost_response_then_another_writer_is_reported_as_lost(
