@@ -44,6 +44,8 @@ fork-safe).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import threading
@@ -240,11 +242,16 @@ class S3Store(StateStore):
     def put(self, key: str, data: bytes) -> str:
         name = self._object(key)
         token = uuid.uuid4().hex
+        digest = content_md5(data)
 
         def attempt() -> str:
             try:
                 resp = self.client.put_object(
-                    Bucket=self.bucket, Key=name, Body=data, Metadata={TOKEN_METADATA: token}
+                    Bucket=self.bucket,
+                    Key=name,
+                    Body=data,
+                    ContentMD5=digest,
+                    Metadata={TOKEN_METADATA: token},
                 )
             except Exception as err:
                 raise self.translate_error(err, key, "put") from err
@@ -345,17 +352,29 @@ class S3Store(StateStore):
                 return head["ETag"]  # our earlier attempt did write
             raise lost(head["ETag"], _SUPERSEDED) from first
 
+        digest = content_md5(data)
+
         def attempt() -> str:
             nonlocal ambiguous
             meta = {TOKEN_METADATA: token}
             try:
                 if expected is None:
                     resp = self.client.put_object(
-                        Bucket=self.bucket, Key=name, Body=data, Metadata=meta, IfNoneMatch="*"
+                        Bucket=self.bucket,
+                        Key=name,
+                        Body=data,
+                        ContentMD5=digest,
+                        Metadata=meta,
+                        IfNoneMatch="*",
                     )
                 else:
                     resp = self.client.put_object(
-                        Bucket=self.bucket, Key=name, Body=data, Metadata=meta, IfMatch=expected
+                        Bucket=self.bucket,
+                        Key=name,
+                        Body=data,
+                        ContentMD5=digest,
+                        Metadata=meta,
+                        IfMatch=expected,
                     )
             except Exception as err:
                 code = error_code(err)
@@ -424,6 +443,14 @@ class S3Store(StateStore):
     def _where(self) -> str:
         s3 = self._s3
         return str(s3.meta.endpoint_url) if s3 is not None else "the S3 endpoint"
+
+
+def content_md5(data: bytes) -> str:
+    """``Content-MD5`` for a write of ``data``: a server must refuse a request whose body
+    does not match it. Without it, SeaweedFS stores a request cut off after its head (a
+    writer killed while its client waited for ``100 Continue``) as an empty object, which
+    a conditional write's retry would then take for its own."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
 
 
 def _secret(value: str | None, option: str) -> str | None:
