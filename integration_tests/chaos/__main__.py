@@ -70,6 +70,8 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
                 cluster_share=options.cluster_share,
                 fault_kinds=options.fault_kinds,
                 poison_share=options.poison_share,
+                setting_share=options.setting_share,
+                sparse_share=options.sparse_share,
             )
             starts.append(time.monotonic() - t0)
             result = RoundRunner(plan, servers, out, timeout=options.round_timeout, say=say).run()

@@ -11,6 +11,13 @@ in another bundle, items nobody expected, poison rows in the consumer and other 
 the dead letters. Order: bundles arrive in strictly increasing bundle id (where the
 consumer shows the order), and rows within a bundle in ascending ``gt``. The barrier must
 end drained at the last epoch.
+
+A round whose consumer setting changed between driver starts (:mod:`.variants`) has rows
+that one setting refuses and the other accepts (``Item.dead`` None): each may be in
+either place, but in exactly one, and the rows of one bundle all follow one setting (a
+bundle's refused set is its dead-letter file's, written once): a bundle with some of
+them delivered and others dead-lettered is ``differing``. A sparse round's state must stay
+bounded: at the end at most ``epoch_bound`` epochs stored.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from integration_tests.chaos.consumers import DeliveredBundle
-from integration_tests.chaos.queries import Item, Query
+from integration_tests.chaos.queries import Item, Query, Refusal
 from integration_tests.chaos.reference import EpochedInput
 from state.records.barrier import BarrierState
 
@@ -40,8 +47,10 @@ class Verdict:
     differing: int
     order_errors: int
     problems: list[str] = field(default_factory=list)
-    #: Rows in the dead letters (poison rounds).
+    #: Rows in the dead letters (poison rounds, setting changes).
     dead_letters: int = 0
+    #: Epochs stored at the end (sparse rounds; None: not counted).
+    stored_epochs: int | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -80,11 +89,22 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
     *,
     dead_letters: Sequence[DeliveredBundle] = (),
     poison: Collection[int] = (),
+    refused: Refusal | None = None,
+    keep_divisor: int = 0,
+    stored_epochs: int | None = None,
+    epoch_bound: int | None = None,
 ) -> Verdict:
     """The round's verdict (module docstring): ``bundles`` as the consumer holds them,
     ``dead_letters`` the dead-letter files' rows by bundle, ``poison`` the input record
-    numbers whose rows the target refuses."""
-    expected = {item.identity: item for item in query.expected(epoched.records, shape, poison)}
+    numbers whose rows the target refuses, ``refused`` which other rows it refuses (None:
+    under one setting of the round only), ``keep_divisor`` the sparse filter's;
+    ``stored_epochs`` how many epochs the log stores at the end, at most ``epoch_bound``."""
+    expected = {
+        item.identity: item
+        for item in query.expected(
+            epoched.records, shape, poison, refused=refused, keep_divisor=keep_divisor
+        )
+    }
     delivered: list[Item] = [i for b in bundles for i in query.items(b.bundle_id, b.rows, shape)]
     dead: list[Item] = [
         replace(i, dead=True) for b in dead_letters for i in query.items(b.bundle_id, b.rows, shape)
@@ -108,9 +128,11 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
         i.identity
         for i in got
         if i.identity in expected
+        and expected[i.identity].dead is not None
         and i.dead != expected[i.identity].dead
         and i.identity not in wrong
     ]
+    mixed = mixed_bundles(got, expected)
     problems = list(epoched.problems)
     if lost:
         problems.append(f"lost {len(lost)}, e.g. {sorted(lost, key=repr)[:EXAMPLES]}")
@@ -134,6 +156,16 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
             f"misplaced: {k!r} {where}, expected "
             + ("in the dead letters (refused)" if expected[k].dead else "in the consumer")
         )
+    for bundle, (kept, dropped) in list(mixed.items())[:EXAMPLES]:
+        problems.append(
+            f"bundle {bundle} follows two settings: rows refused by one setting only are "
+            f"both delivered ({kept[:EXAMPLES]}) and dead-lettered ({dropped[:EXAMPLES]})"
+        )
+    if stored_epochs is not None and epoch_bound is not None and stored_epochs > epoch_bound:
+        problems.append(
+            f"state not bounded: {stored_epochs} epochs stored at the end, at most "
+            f"{epoch_bound} expected"
+        )
     if unexpected:
         problems.append(
             f"unexpected {len(unexpected)}, e.g. "
@@ -156,8 +188,24 @@ def judge(  # noqa: PLR0917 - the round's facts, each named at the call
         bundles=len(bundles),
         lost=len(lost) + (len(epoched.unread) if query.name == "stateless" else 0),
         duplicated=sum(duplicated.values()) - len(duplicated),
-        differing=len(wrong) + len(unexpected) + len(misplaced),
+        differing=len(wrong) + len(unexpected) + len(misplaced) + len(mixed),
         order_errors=len(order),
         problems=problems,
         dead_letters=len(dead),
+        stored_epochs=stored_epochs,
     )
+
+
+def mixed_bundles(
+    got: Sequence[Item], expected: dict[Any, Item]
+) -> dict[int, tuple[list[Any], list[Any]]]:
+    """The bundles whose rows that one setting only refuses (expected ``dead`` None) are
+    some delivered and some dead-lettered: bundle -> (delivered, dead-lettered)."""
+    split: dict[int, tuple[list[Any], list[Any]]] = {}
+    for i in got:
+        e = expected.get(i.identity)
+        if e is None or e.dead is not None:
+            continue
+        kept, dropped = split.setdefault(i.bundle, ([], []))
+        (dropped if i.dead else kept).append(i.identity)
+    return {b: (sorted(k), sorted(d)) for b, (k, d) in sorted(split.items()) if k and d}

@@ -241,6 +241,31 @@ class PostgresConsumer(ChaosConsumer):
             "consumer.postgres.table": f"chaos.{self.table}",
         }
 
+    def create_labelled(self, length: int) -> None:
+        """Create the round's table before the driver does, with the stateless query's
+        columns and ``label varchar(length)`` (a setting change, :mod:`.variants`)."""
+        server = self.setup.servers.postgres
+        assert server is not None
+        with server.connect() as conn:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS chaos")
+            conn.execute(
+                f"CREATE TABLE chaos.{self.table} (key bytea, value bytea, gt_epoch bigint, "
+                f"gt_topic text, gt_partition integer, gt_offset bigint, "
+                f"label varchar({int(length)}))"
+            )
+
+    def widen_label(self, length: int) -> None:
+        """``ALTER TABLE``: the ``label`` column becomes ``varchar(length)``. The killed
+        driver's connections may hold a lock until the server sees them gone: the
+        statement waits for it (``lock_timeout``)."""
+        server = self.setup.servers.postgres
+        assert server is not None
+        with server.connect() as conn:
+            conn.execute("SET lock_timeout = '60s'")
+            conn.execute(
+                f"ALTER TABLE chaos.{self.table} ALTER COLUMN label TYPE varchar({int(length)})"
+            )
+
     def read(self) -> list[DeliveredBundle]:
         server = self.setup.servers.postgres
         assert server is not None

@@ -70,10 +70,13 @@ def start_query(spark: Any, job: DriverJob, token: int) -> Any:
         .option("maxOffsetsPerTrigger", str(job.max_offsets))
         .option("pipeline.id", job.pipeline)
         .option("state.uri", job.state_uri)
+        .option("state.epochsRetained", str(job.epochs_retained))
         .options(**job.s3_options)
         .load()
     )
-    out = query.build(df, job.poison)
+    out = query.build(
+        df, job.poison, label_modulus=job.label_modulus, keep_divisor=job.keep_divisor
+    )
     if job.shape == "kafka":
         out = query.for_kafka(out)
     return (
@@ -162,6 +165,7 @@ def main(argv: list[str]) -> int:
         state_options=job.s3_options,
         driver_wait=job.driver_wait,
         zookeeper_session_timeout=job.session_timeout,
+        epochs_retained=job.epochs_retained,
     )
     monitor = Monitor(job, coord)
     monitor.start()

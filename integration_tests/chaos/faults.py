@@ -38,6 +38,12 @@ from integration_tests.chaos.consumers import CONSUMERS
 from integration_tests.chaos.plan import FaultSpec, RoundPlan, Sizing
 from integration_tests.chaos.poison import draw_poison
 from integration_tests.chaos.queries import QUERIES
+from integration_tests.chaos.variants import (
+    SETTING_FAULT,
+    draw_setting,
+    draw_sparse,
+    setting_fault_position,
+)
 from state.layout import PipelineLayout
 
 if TYPE_CHECKING:
@@ -92,6 +98,8 @@ class FaultTarget(Protocol):
 
     def start_successor(self) -> DriverLife: ...
 
+    def change_setting(self) -> str: ...
+
 
 Params = dict[str, Any]
 
@@ -107,6 +115,9 @@ class FaultKind(ABC):
     weight: ClassVar[float] = 1.0  # how often it is drawn, relative to the others
     armed_at_start: ClassVar[bool] = False
     kills_driver: ClassVar[bool] = False  # the round restarts the driver afterwards
+    #: Drawn at random among the others (False: :func:`draw_plan` adds it to the rounds
+    #: that need it, from a draw of its own).
+    drawn_at_random: ClassVar[bool] = True
 
     def applies(self, plan: RoundPlan) -> bool:
         """Whether this kind can be drawn for ``plan`` (its consumer, its master)."""
@@ -198,6 +209,10 @@ class KillAtStep(FaultKind):
             # Without a bundle: the first bundle with refused rows, the poison's, whichever
             # epoch reads it.
             return "after_dead_letters"
+        if r.plan.sparse is not None:
+            # Most bundles of a sparse round are empty and pass no step: without a bundle,
+            # the step of the first bundle with rows that this driver delivers.
+            return str(params["step"])
         # A bundle left in flight is resolved at the restart without these steps (the
         # consumer has it: acknowledged as it is): aim past it.
         state = r.barrier()
@@ -215,6 +230,8 @@ class KillAtStep(FaultKind):
             # driver armed with after_dead_letters by one armed the same way.
             if not r.live_driver().running:
                 return True
+            if r.plan.sparse is not None:  # a step of the next bundle with rows
+                return False
             if epoch is None:  # after_dead_letters: no bundle with dead letters is left
                 return r.poison_passed()
             return bool(r.gt_last() > epoch)
@@ -222,7 +239,13 @@ class KillAtStep(FaultKind):
         r.feed_until(settled, 240.0, f"the driver to die at {where}")
         driver = r.live_driver()
         if not driver.running and driver.sigkilled and driver.fault_env:
-            bundle = "the first bundle with dead letters" if epoch is None else f"bundle {epoch}"
+            bundle = (
+                f"bundle {epoch}"
+                if epoch is not None
+                else "the first bundle with rows"
+                if r.plan.sparse is not None
+                else "the first bundle with dead letters"
+            )
             return f"SIGKILL at {params['step']} of {bundle}"
         raise NotFired(
             f"{where} did not fire (driver exit {driver.returncode}, GT_last {r.gt_last()})"
@@ -482,6 +505,33 @@ class Zombie(FaultKind):
 
 
 @register
+class SettingChanged(FaultKind):
+    """A round's setting change (:mod:`integration_tests.chaos.variants`): SIGKILL the
+    driver at a drawn moment, change the consumer's setting (widen the ``varchar``
+    column), and let the round restart the driver, which reads the new setting."""
+
+    name = SETTING_FAULT
+    kills_driver = True
+    drawn_at_random = False
+
+    def applies(self, plan: RoundPlan) -> bool:
+        return plan.setting is not None
+
+    def params(self, rng: random.Random, plan: RoundPlan) -> Params:
+        return {"moment": _moment(rng)}
+
+    def inject(self, r: FaultTarget, params: Params) -> str:
+        r.wait_moment(params["moment"])
+        driver = r.live_driver()
+        if not driver.running:
+            raise NotFired(f"the driver had exited (code {driver.returncode})")
+        gt = r.gt_last()
+        driver.kill()
+        changed = r.change_setting()
+        return f"SIGKILL at GT_last {gt}, then {changed}"
+
+
+@register
 class ReceiverKilled(FaultKind):
     """SIGKILL the HTTP receiver (by pid), start it again ``down`` seconds later: the
     consumer crashes before or after it acknowledges, whichever the moment hits."""
@@ -514,7 +564,8 @@ class ReceiverDropsAnswer(FaultKind):
     name = "receiver_drop"
 
     def applies(self, plan: RoundPlan) -> bool:
-        return plan.consumer == "http"
+        # Its bundle is GT_last + ahead: in a sparse round mostly an empty one, never sent.
+        return plan.consumer == "http" and plan.sparse is None
 
     def params(self, rng: random.Random, plan: RoundPlan) -> Params:
         return {"moment": _moment(rng), "ahead": rng.choice((1, 1, 2))}
@@ -542,10 +593,16 @@ def draw_plan(
     cluster_share: float,
     fault_kinds: list[str] | None = None,
     poison_share: float = 0.0,
+    setting_share: float = 0.0,
+    sparse_share: float = 0.0,
 ) -> RoundPlan:
     """Round ``index`` of the run with ``seed`` (see the module docstring); a share
     ``poison_share`` of its stateless rounds has poison rows
-    (:func:`~integration_tests.chaos.poison.draw_poison`, a draw of its own)."""
+    (:func:`~integration_tests.chaos.poison.draw_poison`, a draw of its own), a share
+    ``setting_share`` of its ``stateless -> postgres`` rounds a setting change and a share
+    ``sparse_share`` of the other stateless rounds without poison sparse output
+    (:mod:`integration_tests.chaos.variants`, draws of their own: the main generator's
+    draws are the same with or without them)."""
     pairs = [(q, c) for q in queries for c in consumers]
     random.Random(f"{seed}:pairs").shuffle(pairs)
     query, consumer = pairs[index % len(pairs)]
@@ -568,10 +625,20 @@ def draw_plan(
         return [
             k
             for k in FAULTS.values()
-            if k.applies(plan) and (fault_kinds is None or k.name in fault_kinds)
+            if k.drawn_at_random
+            and k.applies(plan)
+            and (fault_kinds is None or k.name in fault_kinds)
         ]
 
     plan = replace(plan, poison=draw_poison(seed, index, plan.query, plan.records, poison_share))
+    setting = draw_setting(seed, index, plan.query, plan.consumer, setting_share)
+    if setting is not None:
+        # The labels are refused from the first bundle on: the round runs at
+        # errors.tolerance=all throughout (a poison at none would stop at a label's row).
+        poison = None if plan.poison is None else replace(plan.poison, tolerance="all")
+        plan = replace(plan, setting=setting, poison=poison)
+    elif plan.poison is None and (sparse := draw_sparse(seed, index, plan.query, sparse_share)):
+        plan = replace(plan, sparse=sparse, max_offsets=sparse.max_offsets)
     kinds = applicable(plan)
     if not kinds and cluster_share > 0:  # only kinds that need the cluster were chosen
         plan = replace(plan, cluster=True)
@@ -583,5 +650,11 @@ def draw_plan(
     # A kind armed at start goes into the environment of the next driver: the first one,
     # or the restart after the previous armed fault killed its driver.
     drawn.sort(key=lambda k: not k.armed_at_start)
-    faults = tuple(FaultSpec(k.name, k.params(rng, plan)) for k in drawn)
-    return replace(plan, faults=faults)
+    faults = [FaultSpec(k.name, k.params(rng, plan)) for k in drawn]
+    if plan.setting is not None:
+        change = FAULTS[SETTING_FAULT]
+        armed = sum(1 for k in drawn if k.armed_at_start)
+        at = setting_fault_position(seed, index, armed, len(drawn) - armed)
+        own = random.Random(f"{seed}:{index}:setting:params")
+        faults.insert(at, FaultSpec(change.name, change.params(own, plan)))
+    return replace(plan, faults=tuple(faults))

@@ -35,6 +35,12 @@ class DriverJob:
     reset_attempts: int = 8
     #: Input record numbers whose rows the consumer refuses (``stateless``: a null gt).
     poison: list[int] = field(default_factory=list)
+    #: > 0: the stateless query adds a ``label`` of ``n % label_modulus`` characters.
+    label_modulus: int = 0
+    #: > 0: the stateless query keeps only the records ``n % keep_divisor == 0`` (sparse).
+    keep_divisor: int = 0
+    #: ``state.epochsRetained`` of the source and the coordinator's ``epochs_retained``.
+    epochs_retained: int = 1000
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))

@@ -13,6 +13,7 @@ from integration_tests.chaos.faults import FAULTS
 from integration_tests.chaos.plan import Sizing
 from integration_tests.chaos.poison import DEFAULT_SHARE
 from integration_tests.chaos.queries import QUERIES
+from integration_tests.chaos.variants import DEFAULT_SETTING_SHARE, DEFAULT_SPARSE_SHARE
 
 QUICK_FAULTS = 10
 QUICK_SIZING = Sizing(
@@ -34,6 +35,8 @@ class ChaosOptions:
     cluster_share: float = 0.15  # rounds on the standalone cluster (0: no cluster started)
     round_timeout: float = 900.0
     poison_share: float = DEFAULT_SHARE  # stateless rounds with poison rows
+    setting_share: float = DEFAULT_SETTING_SHARE  # stateless -> postgres: a setting change
+    sparse_share: float = DEFAULT_SPARSE_SHARE  # stateless rounds without poison: sparse
 
     def enough(self, rounds: int, faults: int) -> bool:
         """Whether a run that did ``rounds`` rounds and injected ``faults`` faults is done."""
@@ -107,6 +110,20 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         help=f"share of stateless rounds with poison rows (default {DEFAULT_SHARE})",
     )
     p.add_argument(
+        "--setting-share",
+        type=float,
+        default=DEFAULT_SETTING_SHARE,
+        help="share of stateless -> postgres rounds whose consumer setting changes between "
+        f"driver starts (default {DEFAULT_SETTING_SHARE})",
+    )
+    p.add_argument(
+        "--sparse-share",
+        type=float,
+        default=DEFAULT_SPARSE_SHARE,
+        help="share of stateless rounds without poison rows that have sparse output "
+        f"(default {DEFAULT_SPARSE_SHARE})",
+    )
+    p.add_argument(
         "--round-timeout",
         type=float,
         default=900.0,
@@ -134,4 +151,6 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         else (0.0 if a.quick else 0.15),
         round_timeout=a.round_timeout,
         poison_share=a.poison_share,
+        setting_share=a.setting_share,
+        sparse_share=a.sparse_share,
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from integration_tests.chaos.poison import Poison
+    from integration_tests.chaos.variants import SettingChange, Sparse
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,12 @@ class RoundPlan:
     #: Input records whose rows the consumer refuses, and the tolerance the round starts
     #: at (None: no poison; :mod:`integration_tests.chaos.poison`).
     poison: Poison | None = None
+    #: A consumer setting the round changes between driver starts, so that the refused
+    #: set changes (None: none; :mod:`integration_tests.chaos.variants`).
+    setting: SettingChange | None = None
+    #: Sparse output: a filter that keeps few rows, many small epochs, a small
+    #: ``state.epochsRetained`` (None: the query's full output).
+    sparse: Sparse | None = None
 
     @property
     def round_id(self) -> str:
@@ -53,8 +60,10 @@ class RoundPlan:
 
     def describe(self) -> str:
         where = "cluster" if self.cluster else "local"
-        poison = "" if self.poison is None else f", {self.poison.describe()}"
+        extra = "".join(
+            f", {v.describe()}" for v in (self.poison, self.setting, self.sparse) if v is not None
+        )
         return (
             f"{self.query} -> {self.consumer}, {self.records} records in {self.partitions} "
-            f"partition(s), {self.max_offsets}/batch, {where}{poison}"
+            f"partition(s), {self.max_offsets}/batch, {where}{extra}"
         )

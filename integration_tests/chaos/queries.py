@@ -9,7 +9,10 @@ deliver follows from the input and the recorded epochs (:mod:`.reference`):
 * ``stateless``: every record as ``key, value, gt``: one row per record, in the bundle of
   its epoch (ticks included). In a poison round (:mod:`.poison`) the rows of the poison
   records have a null ``gt``: every consumer refuses them, and they must be in the dead
-  letters of the bundle of their epoch instead (:attr:`Item.dead`).
+  letters of the bundle of their epoch instead (:attr:`Item.dead`). A round with a setting
+  change (:mod:`.variants`) adds a string column ``label`` of ``n % label_modulus``
+  characters, which the consumer refuses when it is longer than its column holds; a
+  sparse round keeps only the records ``n % keep_divisor == 0`` (and the ticks).
 * ``windowed``: event time ``i`` seconds, 100-second tumbling windows, a 30-second
   watermark, ``count`` and ``sum`` per window, output mode append: every window of the
   records before the ticks exactly once, with its full count and sum (the first tick moves
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,6 +45,9 @@ WATERMARK_DELAY = "30 seconds"
 
 Identity = Hashable
 Value = tuple[Any, ...]
+#: Whether the consumer refuses input record ``n``'s row: True, False, or None when one
+#: setting of the round refuses it and another does not.
+Refusal = Callable[[int], "bool | None"]
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,13 @@ class Item:
     """One unit of output that must arrive exactly once: its identity, what it must hold,
     and the bundle it came in (``-1`` in the reference when the bundle is not modelled).
     ``dead``: in the reference, a row the consumer's target refuses, which must be in the
-    dead letters and not in the consumer."""
+    dead letters and not in the consumer; None: a row that one setting of the round
+    refuses and another accepts, which may be in either (but in one)."""
 
     identity: Identity
     value: Value
     bundle: int
-    dead: bool = False
+    dead: bool | None = False
 
 
 def record_key(i: int) -> bytes:
@@ -70,9 +77,18 @@ class Query(ABC):
     first_output_epoch: ClassVar[int] = 0  # the first epoch that delivers a bundle
 
     @abstractmethod
-    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+    def build(
+        self,
+        df: Any,
+        poison: Collection[int] = (),
+        *,
+        label_modulus: int = 0,
+        keep_divisor: int = 0,
+    ) -> Any:
         """The query's output, from gtkafka's DataFrame ``df``; ``poison``: the input
-        record numbers whose rows the consumer must refuse (only ``stateless`` has any)."""
+        record numbers whose rows the consumer must refuse; ``label_modulus`` (> 0): add
+        the ``label`` column; ``keep_divisor`` (> 0): keep only the records ``n %
+        keep_divisor == 0`` and the ticks (only ``stateless`` has any of these)."""
 
     @abstractmethod
     def for_kafka(self, out: Any) -> Any:
@@ -80,11 +96,19 @@ class Query(ABC):
 
     @abstractmethod
     def expected(
-        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+        self,
+        records: list[InputRecord],
+        shape: str,
+        poison: Collection[int] = (),
+        *,
+        refused: Refusal | None = None,
+        keep_divisor: int = 0,
     ) -> list[Item]:
         """What a failure-free run delivers, from every input record and its epoch, as
         :meth:`item` reads it from a consumer of ``shape``; the rows of ``poison`` records
-        as the dead letters hold them (``dead``)."""
+        as the dead letters hold them (``dead``), and those that ``refused`` says the
+        consumer refuses (or may refuse); with ``keep_divisor``, only the rows the sparse
+        filter keeps."""
 
     @abstractmethod
     def item(self, bundle: int, row: dict[str, Any], shape: str) -> Item:
@@ -103,14 +127,29 @@ def _number(df: Any) -> Any:
 class Stateless(Query):
     name = "stateless"
 
-    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+    def build(
+        self,
+        df: Any,
+        poison: Collection[int] = (),
+        *,
+        label_modulus: int = 0,
+        keep_divisor: int = 0,
+    ) -> Any:
         from pyspark.sql import functions as sf
 
         gt = sf.col("gt")
         if poison:
             # A row without a gt: every consumer refuses it (docs/sink.md).
             gt = sf.when(_number(df).isin(sorted(poison)), sf.lit(None)).otherwise(gt)
-        return df.select("key", "value", gt.alias("gt"))
+        columns = [sf.col("key"), sf.col("value"), gt.alias("gt")]
+        if label_modulus:
+            # n % label_modulus characters: a varchar(k) column refuses those above k.
+            length = f"cast(cast(cast(value AS string) AS bigint) % {label_modulus} AS int)"
+            columns.append(sf.expr(f"repeat('x', {length})").alias("label"))
+        if keep_divisor:
+            n = _number(df)
+            df = df.where((n >= TICK_BASE) | (n % keep_divisor == 0))
+        return df.select(*columns)
 
     def for_kafka(self, out: Any) -> Any:
         # gt stays in the sink input (the kafka consumer orders by it, does not send it, and
@@ -118,10 +157,21 @@ class Stateless(Query):
         return out.select("key", "value", "gt")
 
     def expected(
-        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+        self,
+        records: list[InputRecord],
+        shape: str,
+        poison: Collection[int] = (),
+        *,
+        refused: Refusal | None = None,
+        keep_divisor: int = 0,
     ) -> list[Item]:
         # The kafka consumer sends key and value only: the gt column is not in the topic.
         # A poison row's gt is null, in the dead letters as the query produced it.
+        def dead(n: int) -> bool | None:
+            if n in poison:
+                return True
+            return False if refused is None else refused(n)
+
         return [
             Item(
                 r.number,
@@ -132,9 +182,10 @@ class Stateless(Query):
                     else (r.epoch, r.partition, r.offset),
                 ),
                 r.epoch,
-                dead=r.number in poison,
+                dead=dead(r.number),
             )
             for r in records
+            if not keep_divisor or r.number >= TICK_BASE or r.number % keep_divisor == 0
         ]
 
     def item(self, bundle: int, row: dict[str, Any], shape: str) -> Item:
@@ -150,7 +201,14 @@ class Windowed(Query):
     single_partition = True
     first_output_epoch = 1  # the first epoch only sets the watermark
 
-    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+    def build(
+        self,
+        df: Any,
+        poison: Collection[int] = (),
+        *,
+        label_modulus: int = 0,
+        keep_divisor: int = 0,
+    ) -> Any:
         from pyspark.sql import functions as sf
 
         n = _number(df)
@@ -168,7 +226,13 @@ class Windowed(Query):
         return out.select(sf.to_json(sf.struct("start", "n", "total")).alias("value"))
 
     def expected(
-        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+        self,
+        records: list[InputRecord],
+        shape: str,
+        poison: Collection[int] = (),
+        *,
+        refused: Refusal | None = None,
+        keep_divisor: int = 0,
     ) -> list[Item]:
         windows: dict[int, tuple[int, int]] = {}
         for r in records:
@@ -188,7 +252,14 @@ class Windowed(Query):
 class Keyed(Query):
     name = "keyed"
 
-    def build(self, df: Any, poison: Collection[int] = ()) -> Any:
+    def build(
+        self,
+        df: Any,
+        poison: Collection[int] = (),
+        *,
+        label_modulus: int = 0,
+        keep_divisor: int = 0,
+    ) -> Any:
         from integration_tests.coordinator_support import KEYED_SCHEMA, KEYED_STATE, keyed_update
 
         return df.groupBy("key").applyInPandasWithState(
@@ -202,7 +273,13 @@ class Keyed(Query):
         return out.select("key", sf.to_json(row).alias("value"))
 
     def expected(
-        self, records: list[InputRecord], shape: str, poison: Collection[int] = ()
+        self,
+        records: list[InputRecord],
+        shape: str,
+        poison: Collection[int] = (),
+        *,
+        refused: Refusal | None = None,
+        keep_divisor: int = 0,
     ) -> list[Item]:
         state: dict[bytes, tuple[int, int, int]] = {}
         by_epoch: dict[int, list[InputRecord]] = {}

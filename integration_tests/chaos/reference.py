@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.layout import PipelineLayout
+from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.stores import StateStore
 
@@ -39,13 +40,22 @@ class EpochedInput:
     problems: list[str]
 
 
-def read_epochs(store: StateStore, pipeline: str) -> list[EpochRecord]:
-    """Every epoch record of ``pipeline``, in epoch order."""
-    layout = PipelineLayout(pipeline)
-    keys = sorted(k for k in store.list(layout.epochs_prefix) if k.endswith(".json"))
-    return sorted(
-        (EpochRecord.from_json(store.get_json(k)[0]) for k in keys), key=lambda e: e.epoch
-    )
+def read_epochs(
+    store: StateStore, pipeline: str, known: dict[int, EpochRecord] | None = None
+) -> list[EpochRecord]:
+    """Every epoch record of ``pipeline`` stored now (one object each, or in the
+    compacted segments), with those of ``known``, in epoch order; ``known`` (records read
+    before, which a pruning may have deleted since) gets the new ones. An epoch record
+    never changes once written, so one read before its pruning is as good as one now."""
+    log = EpochLog(store, PipelineLayout(pipeline))
+    seen: dict[int, EpochRecord] = {} if known is None else known
+    seen.update(log.read_epochs(n for n in log.epoch_numbers() if n not in seen))
+    return [seen[n] for n in sorted(seen)]
+
+
+def stored_epochs(store: StateStore, pipeline: str) -> int:
+    """How many epochs ``pipeline``'s log stores now (above its floor, compacted or not)."""
+    return len(EpochLog(store, PipelineLayout(pipeline)).epoch_numbers())
 
 
 def check_log(epochs: list[EpochRecord]) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from integration_tests.chaos.rounds import RoundResult
+from integration_tests.chaos.variants import SETTING_FAULT
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class RunSummary:
     poisoned: int = 0  # rounds with poison rows
     switched: int = 0  # ... of them switched from errors.tolerance=none to all
     dead_letters: int = 0  # rows in the dead letters, every round
+    settings_changed: int = 0  # rounds whose consumer setting changed between driver starts
+    sparse: int = 0  # rounds with sparse output
+    stored_epochs_max: int = 0  # the most epochs a sparse round stored at its end
 
     @property
     def clean(self) -> bool:
@@ -75,6 +79,11 @@ def summarize(
         poisoned=sum(1 for r in results if r.plan.poison is not None),
         switched=sum(1 for r in results if r.switched),
         dead_letters=sum(v.dead_letters for v in verdicts),
+        settings_changed=sum(1 for r in results for f in r.fired if f.kind == SETTING_FAULT),
+        sparse=sum(1 for r in results if r.plan.sparse is not None),
+        stored_epochs_max=max(
+            (v.stored_epochs for v in verdicts if v.stored_epochs is not None), default=0
+        ),
     )
 
 
@@ -85,6 +94,10 @@ def round_line(r: RoundResult) -> str:
         if v is not None
         else "no verdict"
     )
+    if v is not None and r.plan.poison is None and r.plan.setting is not None:
+        counts += f", dead letters {v.dead_letters}"
+    if v is not None and r.plan.sparse is not None:
+        counts += f", {v.stored_epochs} epochs stored (at most {r.plan.sparse.bound()})"
     if v is not None and r.plan.poison is not None:
         switched = ", switched none -> all" if r.switched else ""
         counts += f", dead letters {v.dead_letters}{switched}"
@@ -126,6 +139,11 @@ def table(s: RunSummary) -> str:
             f"{s.poisoned} ({s.switched} switched from errors.tolerance=none)",
         ),
         ("dead letters", f"{s.dead_letters} rows"),
+        ("setting changes", f"{s.settings_changed} (rounds whose refused set changed)"),
+        (
+            "sparse rounds",
+            f"{s.sparse} (at most {s.stored_epochs_max} epochs stored at a round's end)",
+        ),
         ("lost", str(s.lost)),
         ("duplicated", str(s.duplicated)),
         ("differing", str(s.differing)),

@@ -12,6 +12,13 @@
 5. The verdict (:mod:`.checks`) against the reference (:mod:`.reference`), the consumer's
    content and the dead letters together.
 
+A round with a setting change (:mod:`.variants`) creates the PostgreSQL table with its
+narrow ``label`` column before the first driver starts, and widens it when its
+``setting_change`` fault has killed the driver, before the restart
+(:meth:`RoundRunner.change_setting`). A sparse round keeps every epoch record it has seen
+(a thread reads the log twice a second: the pruning deletes them), for the reference, and
+at the end waits for the pruning after the last epoch before it counts the epochs stored.
+
 A poison round (:mod:`.poison`) that starts at ``errors.tolerance=none`` is switched by the
 round, as an operator would: once the driver's query failed at the poison bundle
 (``RowsRefused``), the round checks that nothing of that bundle was delivered, stops the
@@ -28,6 +35,7 @@ import functools
 import logging
 import random
 import shutil
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -40,7 +48,12 @@ from kazoo.exceptions import NoNodeError
 
 from harness.driver import DriverRunner
 from integration_tests.chaos.checks import Verdict, judge
-from integration_tests.chaos.consumers import CONSUMERS, ChaosConsumer, ConsumerSetup
+from integration_tests.chaos.consumers import (
+    CONSUMERS,
+    ChaosConsumer,
+    ConsumerSetup,
+    PostgresConsumer,
+)
 from integration_tests.chaos.drivers import DriverLife
 from integration_tests.chaos.faults import FAULTS, NotFired
 from integration_tests.chaos.job import DriverJob
@@ -52,17 +65,29 @@ from integration_tests.chaos.poison import (
     read_dead_letters,
 )
 from integration_tests.chaos.queries import QUERIES, TICK_BASE, TICK_KEY, record_key
-from integration_tests.chaos.reference import assign_epochs, read_epochs, read_input
+from integration_tests.chaos.reference import (
+    assign_epochs,
+    read_epochs,
+    read_input,
+    stored_epochs,
+)
 from integration_tests.chaos.servers import ChaosServers
 from state.layout import PipelineLayout
 from state.protocol.barrier_state import read_barrier_state
 from state.records.barrier import BarrierState
+from state.records.epoch import EpochRecord
 from state.stores import StateStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 POLL = 0.3
 STOP_TIMEOUT = 60.0
+#: How often a sparse round reads the epoch log (its pruning keeps at least 8 epochs,
+#: each at least one 500 ms trigger).
+EPOCH_WATCH = 0.5
+#: How long a sparse round waits, once the last epoch is committed, for the pruning after
+#: it (the coordinator's, after its next snapshot).
+PRUNE_WAIT = 90.0
 
 
 def _started_or_ended(driver: DriverLife) -> bool:
@@ -150,6 +175,15 @@ class RoundRunner:
         )
         #: What the round saw go wrong outside the verdict's counts (poison delivered).
         self.problems: list[str] = []
+        if plan.setting is not None:
+            self.tolerance = "all"  # the labels are refused from the first bundle on
+        #: Every epoch record read so far (a sparse round's pruning deletes them).
+        self.known_epochs: dict[int, EpochRecord] = {}
+        self._epochs_lock = threading.Lock()
+        self._watching = threading.Event()
+        self._watcher: threading.Thread | None = None
+        #: Epochs the log stores at the end (sparse rounds).
+        self.stored: int | None = None
 
     # --- time ---------------------------------------------------------------------------
 
@@ -216,14 +250,29 @@ class RoundRunner:
         known = [e for e in epochs if e is not None]
         return len(known) == len(epochs) and self.gt_last() >= max(known, default=-1)
 
+    def epochs(self, store: StateStore | None = None) -> list[EpochRecord]:
+        """Every epoch record of the pipeline, those pruned since they were read too."""
+        with self._epochs_lock:
+            return read_epochs(store or self.store, self.pipeline, self.known_epochs)
+
+    def _watch_epochs(self, store: StateStore) -> None:
+        try:
+            while not self._watching.wait(EPOCH_WATCH):
+                try:
+                    self.epochs(store)
+                except Exception as err:  # the next read tries again; the verdict sees gaps
+                    log.warning("%s: reading the epoch log: %s", self.plan.round_id, err)
+        finally:
+            store.close()
+
     def caught_up(self) -> bool:
         """Whether the recorded epochs cover every record produced so far."""
-        epochs = read_epochs(self.store, self.pipeline)
+        epochs = self.epochs()
         return bool(epochs) and sum(epochs[-1].end.offsets.values()) >= self.produced
 
     def epoch_covering(self, partition: int, offset: int) -> int | None:
         """The recorded epoch that reads ``offset`` of ``partition``, if any yet."""
-        for e in read_epochs(self.store, self.pipeline):
+        for e in self.epochs():
             start = e.start.offsets.get((self.topic, partition), 0)
             end = e.end.offsets.get((self.topic, partition), 0)
             if start <= offset < end:
@@ -389,6 +438,15 @@ class RoundRunner:
             "driver",
         )
 
+    def change_setting(self) -> str:
+        """The round's setting change (the driver is down): widen the ``label`` column."""
+        setting = self.plan.setting
+        assert setting is not None and isinstance(self.consumer, PostgresConsumer)
+        self.consumer.widen_label(setting.after)
+        what = f"label varchar({setting.before}) widened to varchar({setting.after})"
+        self.note(what, "setting")
+        return what
+
     def check_poison_held(self) -> None:
         """Under ``errors.tolerance=none`` nothing at or after the first poison bundle may
         have been delivered (the consumer, ``GT_last`` and the in-flight record)."""
@@ -481,6 +539,14 @@ class RoundRunner:
 
     def _setup(self) -> None:
         self.topic = self.kafka.create_topic(self.plan.partitions, name=self.pipeline)
+        if self.plan.sparse is not None:
+            self._watcher = threading.Thread(
+                target=self._watch_epochs,
+                args=(self.servers.store(f"{self.plan.round_id}/state"),),
+                name=f"chaos-epochs-{self.plan.round_id}",
+                daemon=True,
+            )
+            self._watcher.start()
         consumer = CONSUMERS[self.plan.consumer](
             ConsumerSetup(
                 self.plan.round_id,
@@ -492,6 +558,11 @@ class RoundRunner:
         )
         self.consumer = consumer
         self.result.consumer = consumer.describe()
+        setting, sparse = self.plan.setting, self.plan.sparse
+        if setting is not None:
+            assert isinstance(consumer, PostgresConsumer), consumer
+            consumer.create_labelled(setting.before)
+            self.note(f"table created with label varchar({setting.before})", "setting")
         assert self.servers.broker is not None
         cluster = self.servers.cluster if self.plan.cluster else None
         self._job = DriverJob(
@@ -513,6 +584,9 @@ class RoundRunner:
             session_path="",
             max_offsets=self.plan.max_offsets,
             poison=list(self.plan.poison.numbers) if self.plan.poison is not None else [],
+            label_modulus=setting.modulus if setting is not None else 0,
+            keep_divisor=sparse.divisor if sparse is not None else 0,
+            epochs_retained=sparse.retained if sparse is not None else 1000,
         )
         if cluster is not None:
             self._job = replace(
@@ -561,15 +635,22 @@ class RoundRunner:
             self.check_deadline()
             time.sleep(POLL)
         self.note(f"GT_last {final}: finished", "end")
+        sparse = self.plan.sparse
+        if sparse is not None:
+            self.wait(
+                lambda: stored_epochs(self.store, self.pipeline) <= sparse.bound(),
+                PRUNE_WAIT,
+                f"at most {sparse.bound()} epochs stored",
+            )
+            self.stored = stored_epochs(self.store, self.pipeline)
+            self.note(f"{self.stored} epochs stored (at most {sparse.bound()})", "end")
         self.live_driver().stop(STOP_TIMEOUT)
         return final
 
     def _judge(self, final: int | None) -> Verdict:
         assert self.consumer is not None and self.servers.s3 is not None
-        epoched = assign_epochs(
-            self.topic, read_input(self.kafka, self.topic), read_epochs(self.store, self.pipeline)
-        )
-        poison = self.plan.poison
+        epoched = assign_epochs(self.topic, read_input(self.kafka, self.topic), self.epochs())
+        poison, setting, sparse = self.plan.poison, self.plan.setting, self.plan.sparse
         verdict = judge(
             self.query,
             self.consumer.shape,
@@ -580,10 +661,14 @@ class RoundRunner:
             final,
             dead_letters=(
                 read_dead_letters(self.dead_letters, self.servers.s3.settings())
-                if poison is not None
+                if poison is not None or setting is not None
                 else []
             ),
             poison=poison.numbers if poison is not None else (),
+            refused=setting.refused if setting is not None else None,
+            keep_divisor=sparse.divisor if sparse is not None else 0,
+            stored_epochs=self.stored,
+            epoch_bound=sparse.bound() if sparse is not None else None,
         )
         if self.problems:
             verdict = replace(verdict, problems=[*verdict.problems, *self.problems])
@@ -602,6 +687,9 @@ class RoundRunner:
             self.result.notes.append(f"no verdict: {type(err).__name__}: {err}")
 
     def _cleanup(self) -> None:
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join(10.0)
         for d in self.drivers:
             try:
                 if d.running:
