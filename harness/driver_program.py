@@ -4,6 +4,8 @@ streaming query, so that every such program reports the same way.
 * :func:`program_session`: a local SparkSession with :func:`harness.spark.local_spark_conf`
   in a new work directory under the current one (the runner's), gtbarrier's data sources
   registered unless told otherwise;
+* :func:`emit`: one JSON event line on stdout (``event``, the wall time ``t``, fields),
+  the lines a test reads from a program it drives;
 * :func:`run_query`: prints ``STARTED query <id> run <runId>``, waits for the query to
   end and stops the session. Exit code 0 after ``QUERY FINISHED``; 1 after
   ``QUERY FAILED: <error>`` on stderr. A test that SIGKILLs the program sees neither.
@@ -14,10 +16,17 @@ only then.
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Print one event line (flushed at once: the program may be SIGKILLed next)."""
+    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
 
 
 def program_session(prefix: str, *, master: str = "local[2]", register: bool = True) -> Any:

@@ -18,7 +18,6 @@ query finished (``--trigger available-now``), 3 when a query failed.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import threading
@@ -26,11 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.driver_program import emit
 from integration_tests.coordinator_support import start_pipeline
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

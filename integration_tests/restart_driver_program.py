@@ -17,18 +17,13 @@ Exit code 0 after ``stopped``, once the coordinator is closed and Spark stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from harness.driver_program import emit
 from integration_tests.coordinator_support import start_pipeline
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

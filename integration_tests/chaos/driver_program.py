@@ -18,17 +18,13 @@ import logging
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from harness.driver_program import emit
 from integration_tests.chaos.job import DriverJob
 from integration_tests.chaos.queries import QUERIES
 from state.errors import CoordinationError
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
 
 
 def spark_session(job: DriverJob) -> Any:
