@@ -41,7 +41,7 @@ REFUSED_KAFKA = {
 
 def consumer_settings(opts: Options) -> dict[str, Any]:
     """``kafka.*`` options (but ``kafka.bootstrap.servers``) as ``KafkaConsumer`` arguments:
-    typed, secrets as :class:`~state.kafka_settings.Secret`, secret references kept (each
+    typed, secrets as :class:`~state.kafka_redaction.Secret`, secret references kept (each
     client resolves them where it is made, :func:`~state.kafka_settings.resolve_secrets`)."""
     from kafka import KafkaConsumer
 

@@ -60,7 +60,7 @@ from typing import Any
 
 from datasource.record_rows import NO_HEADERS, Row
 from state.errors import ConfigError
-from state.kafka_settings import REDACT
+from state.kafka_redaction import REDACT
 
 log = logging.getLogger(__name__)
 

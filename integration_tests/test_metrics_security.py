@@ -278,7 +278,7 @@ def test_the_exporter_keeps_one_zookeeper_session_and_one_kafka_reader(
 ) -> None:
     from datasource import offset_reader
     from gtbarrier.cli import exporter as exporter_command
-    from state.coordinator import zookeeper
+    from state.coordinator import zookeeper_session
 
     topic = kafka.create_topic(partitions=2)
     state = f"file://{tmp_path / 'state'}"
@@ -286,7 +286,7 @@ def test_the_exporter_keeps_one_zookeeper_session_and_one_kafka_reader(
 
     sessions: list[object] = []
     readers: list[object] = []
-    start_session = zookeeper.ZooKeeperSession.start
+    start_session = zookeeper_session.ZooKeeperSession.start
     make_reader = offset_reader.OffsetReader.__init__
 
     def counted_start(self: Any, *a: Any, **k: Any) -> Any:
@@ -297,7 +297,7 @@ def test_the_exporter_keeps_one_zookeeper_session_and_one_kafka_reader(
         readers.append(self)
         make_reader(self, *a, **k)
 
-    monkeypatch.setattr(zookeeper.ZooKeeperSession, "start", counted_start)
+    monkeypatch.setattr(zookeeper_session.ZooKeeperSession, "start", counted_start)
     monkeypatch.setattr(offset_reader.OffsetReader, "__init__", counted_reader)
     args = build_parser().parse_args(
         [

@@ -20,8 +20,9 @@ import pytest
 
 from harness.process import run_python
 from state.coordinator.config import CoordinatorConfig
+from state.coordinator.driver_lock import DriverLock
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.zookeeper import DriverLock, ZooKeeperSession
+from state.coordinator.zookeeper_session import ZooKeeperSession
 from state.layout import PipelineLayout
 from state.protocol.epoch_log import EpochLog
 from state.protocol.fencing import read_token

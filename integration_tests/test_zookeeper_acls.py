@@ -225,7 +225,7 @@ def test_turning_auth_on_restricts_the_nodes_of_an_open_pipeline(
     first.recover(mode="replay")
     first.close()  # an open pipeline, its lock released
     coord = coordinators(zookeeper_auth=AUTH)
-    with caplog.at_level(logging.WARNING, logger="state.coordinator.zookeeper"):
+    with caplog.at_level(logging.WARNING, logger="state.coordinator.zookeeper_session"):
         coord.recover()
     admin = zk_auth.admin()
     for node in NODES:

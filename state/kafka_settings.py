@@ -13,11 +13,9 @@ layers its own refusals on :func:`kafka_arguments`, the one conversion:
   (:data:`NOT_SETTABLE`) and those the caller refuses are refused with the reason. Unknown
   settings are named with the prefix, never with their values (a misspelt password setting
   would otherwise show the password).
-* **Java-only settings** (:data:`JAVA_ONLY`), pasted from a Spark job: a JKS truststore or
-  keystore, Java's TLS engine, Java classes. Each is refused with what to use instead
-  (:func:`java_only_hint`: for a JKS store, the commands that convert it to PEM).
-  ``ssl.endpoint.identification.algorithm`` is kafka-python's ``ssl_check_hostname``:
-  ``https`` checks the host name (the default), empty turns the check off.
+* **Java-only settings** pasted from a Spark job are refused with what to use instead, and
+  ``ssl.endpoint.identification.algorithm`` is mapped to kafka-python's
+  ``ssl_check_hostname`` (:mod:`state.kafka_java_settings`).
 * **Types.** A value takes the type of the argument's default (``ssl.check.hostname=false``
   is ``False``, not the truthy string ``"false"``).
 * **TLS and SASL** (:func:`check_security`): ``security.protocol`` is one of
@@ -26,29 +24,26 @@ layers its own refusals on :func:`kafka_arguments`, the one conversion:
   protocol needs ``sasl.mechanism``, and PLAIN or SCRAM a user name and password, given as
   ``sasl.plain.username``/``...password`` or, as Spark's Kafka source takes them, in
   ``sasl.jaas.config``.
-* **Secrets.** Values of :data:`SECRET_ARGS` are :class:`Secret` strings, whose ``repr``
-  (options, settings, pool keys, error messages) is a fingerprint, never the text. A value
-  may be a secret reference (``${env:NAME}``, ``${file:/path}``, ``${file:/path:key}``,
+* **Secrets.** Values of :data:`SECRET_ARGS` are
+  :class:`~state.kafka_redaction.Secret` strings, whose ``repr`` (options, settings, pool
+  keys, error messages) is a fingerprint, never the text. A value may be a secret
+  reference (``${env:NAME}``, ``${file:/path}``, ``${file:/path:key}``,
   :mod:`state.secrets`): the conversion keeps the reference (parsed options are planned,
   checkpointed and pickled to tasks), and :func:`resolve_secrets` turns it into the secret
   where a client is made. kafka-python 3 logs every request it sends at DEBUG, a SASL
   PLAIN authentication's password among them, and the bytes on the wire: every secret
   :func:`resolve_secrets` hands a client is taken out of kafka-python's log records
-  (:class:`RedactSecrets`), shown as its fingerprint.
+  (:data:`~state.kafka_redaction.REDACT`), shown as its fingerprint.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import logging
 import re
-import secrets
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from state.errors import ConfigError, UnknownOptionError
+from state.kafka_java_settings import ENDPOINT_IDENTIFICATION, check_hostname, refuse_java_only
 from state.kafka_oauth import (
     AWS_REGION,
     MSK_IAM,
@@ -59,6 +54,7 @@ from state.kafka_oauth import (
     check_region,
     check_signer,
 )
+from state.kafka_redaction import REDACT, Secret
 from state.secrets import has_reference, resolve
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -76,73 +72,6 @@ _JAAS_MODULES = {
 }
 _JAAS = re.compile(r"\s*(?P<module>[\w.$]+)\s+required\s*(?P<pairs>.*?)\s*;?\s*", re.DOTALL)
 _JAAS_PAIR = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-# A key for fingerprints that lives as long as the process: a fingerprint tells two
-# secrets apart within a process (pool keys) and says nothing outside it.
-_FINGERPRINT_KEY = secrets.token_bytes(16)
-
-ENDPOINT_IDENTIFICATION = "ssl.endpoint.identification.algorithm"
-"""Java's switch of the host name check: ``https`` (on) or empty (off), kafka-python's
-``ssl_check_hostname``."""
-
-_TRUSTSTORE = (
-    "use PEM CA certificates in {p}ssl.cafile (kafka-python reads no Java key store): "
-    "convert the JKS or PKCS12 truststore, one certificate with "
-    "`keytool -exportcert -rfc -keystore truststore.jks -storepass <password> -alias <alias> "
-    "-file ca.pem`, or every one with "
-    "`keytool -importkeystore -srckeystore truststore.jks -srcstorepass <password> "
-    "-destkeystore truststore.p12 -deststoretype PKCS12 -deststorepass <password>` then "
-    "`openssl pkcs12 -in truststore.p12 -passin pass:<password> -nokeys -out ca.pem`, "
-    "and set {p}ssl.cafile=/path/ca.pem (a PEM file needs no password)"
-)
-_KEYSTORE = (
-    "use the client certificate and key as PEM in {p}ssl.certfile and {p}ssl.keyfile, the key's "
-    "passphrase in {p}ssl.password (kafka-python reads no Java key store): convert the "
-    "keystore with `keytool -importkeystore -srckeystore keystore.jks -srcstorepass <password> "
-    "-destkeystore keystore.p12 -deststoretype PKCS12 -deststorepass <password>`, then "
-    "`openssl pkcs12 -in keystore.p12 -passin pass:<password> -clcerts -nokeys -out client.pem` "
-    "and `openssl pkcs12 -in keystore.p12 -passin pass:<password> -nocerts "
-    "-passout pass:<password> -out client.key`"
-)
-_PEM_FILES = (
-    "use PEM in files: CA certificates in {p}ssl.cafile, the client certificate in "
-    "{p}ssl.certfile and its key in {p}ssl.keyfile"
-)
-_JAVA_TLS = (
-    "leave it out: it configures Java's TLS engine, which Python's ssl module replaces "
-    "(it negotiates the highest TLS version both ends support)"
-)
-_JAVA_CLASS = (
-    "leave it out: it names a Java class (SASL PLAIN and SCRAM take "
-    "{p}sasl.plain.username and {p}sasl.plain.password, GSSAPI a Kerberos ticket from kinit "
-    "and {p}sasl.kerberos.service.name)"
-)
-JAVA_ONLY: dict[str, str] = {
-    "ssl.truststore.location": _TRUSTSTORE,
-    "ssl.truststore.password": _TRUSTSTORE,
-    "ssl.truststore.type": _TRUSTSTORE,
-    "ssl.truststore.certificates": _PEM_FILES,
-    "ssl.keystore.location": _KEYSTORE,
-    "ssl.keystore.password": _KEYSTORE,
-    "ssl.keystore.type": _KEYSTORE,
-    "ssl.keystore.key": _PEM_FILES,
-    "ssl.keystore.certificate.chain": _PEM_FILES,
-    "ssl.protocol": _JAVA_TLS,
-    "ssl.enabled.protocols": _JAVA_TLS,
-    "ssl.provider": _JAVA_TLS,
-    "ssl.keymanager.algorithm": _JAVA_TLS,
-    "ssl.trustmanager.algorithm": _JAVA_TLS,
-    "ssl.secure.random.implementation": _JAVA_TLS,
-    "ssl.engine.factory.class": _JAVA_TLS,
-    "ssl.cipher.suites": "use an OpenSSL cipher list in {p}ssl.ciphers "
-    "(e.g. ECDHE+AESGCM; OpenSSL names the suites otherwise than Java)",
-    "interceptor.classes": "leave it out: interceptors are Java classes that run inside "
-    "Java's client (transform the rows in Spark)",
-    "sasl.login.class": _JAVA_CLASS,
-    "sasl.login.callback.handler.class": _JAVA_CLASS,
-    "sasl.client.callback.handler.class": _JAVA_CLASS,
-}
-"""Settings of Java's Kafka client that users paste from Spark jobs, with what to use
-instead (``{p}``: the prefix of the client's options); see :func:`java_only_hint`."""
 
 # Login modules of a jaas.config that kafka-python serves otherwise, and how.
 _JAAS_ELSEWHERE = {
@@ -150,14 +79,6 @@ _JAAS_ELSEWHERE = {
     "ticket from kinit (or KRB5CCNAME) and {p}sasl.kerberos.service.name "
     "(the gssapi package installed)",
 }
-
-
-def java_only_hint(prefix: str, name: str) -> str:
-    """What to use instead of the Java-only setting ``name`` (under ``prefix``, lower-cased,
-    a key of :data:`JAVA_ONLY`), with the options named under ``prefix``."""
-    hint = JAVA_ONLY[name].format(p=prefix)
-    return f"not to be set: it is a setting of Java's Kafka client; {hint}"
-
 
 NOT_SETTABLE = frozenset(
     {
@@ -183,11 +104,6 @@ ALIASES = {
 }
 """librdkafka-style names with another kafka-python spelling."""
 
-# kafka-python's loggers that log what goes on the wire: each request (connection), the
-# bytes (parser). Every other logger of the kafka package present when a secret is
-# resolved gets the filter too.
-_WIRE_LOGGERS = ("kafka.net.connection", "kafka.protocol.parser")
-
 # Arguments whose kafka-python default does not say their type: None, or the producer's
 # retries=inf (a float) where a count of retries is an int.
 _TYPES: dict[str, type] = {
@@ -196,19 +112,6 @@ _TYPES: dict[str, type] = {
     "send_buffer_bytes": int,
     "retries": int,
 }
-
-
-class Secret(str):
-    """A secret setting's text. Clients get the text; ``repr`` shows a fingerprint only."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        digest = hmac.new(_FINGERPRINT_KEY, self.encode(), hashlib.sha256).hexdigest()
-        return f"<secret {digest[:12]}>"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Secret, (str.__str__(self),))
 
 
 def argument_name(name: str) -> str:
@@ -258,7 +161,7 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
             jaas = value
             continue
         option = prefix + name
-        _refuse_java_only(name, value, prefix, where)
+        refuse_java_only(name, value, prefix, where)
         if name == ENDPOINT_IDENTIFICATION:
             endpoint = value
             continue
@@ -285,7 +188,7 @@ def kafka_arguments(  # noqa: PLR0913 - keyword-only, each named at the call
         )
         raise UnknownOptionError(unknown, known, where=f"{where} (kafka-python {client} settings)")
     if endpoint is not None:
-        config["ssl_check_hostname"] = _check_hostname(endpoint, config, where, prefix)
+        config["ssl_check_hostname"] = check_hostname(endpoint, config, where, prefix)
     if jaas is not None:
         config.update(_from_jaas(jaas, config, where, prefix))
     config.update(_msk_iam(config, region, where, prefix))
@@ -336,38 +239,6 @@ def _msk_iam(
     if region is not None:
         added[REGION_ARG] = region
     return added
-
-
-def _refuse_java_only(name: str, value: str, prefix: str, where: str) -> None:
-    """:class:`ConfigError` with what to use instead if ``name`` is a Java-only setting
-    (a password or a key shown as its fingerprint only)."""
-    if name in JAVA_ONLY:
-        shown = Secret(value) if "password" in name or name.endswith(".key") else value
-        raise ConfigError(prefix + name, shown, java_only_hint(prefix, name), where=where)
-
-
-def _check_hostname(value: str, config: Mapping[str, Any], where: str, prefix: str) -> bool:
-    """``ssl.endpoint.identification.algorithm`` as kafka-python's ``ssl_check_hostname``:
-    ``https`` is the check (its default), empty is none (as Java's client reads them)."""
-    option = prefix + ENDPOINT_IDENTIFICATION
-    algorithm = value.strip().lower()
-    if algorithm not in ("", "https"):
-        raise ConfigError(
-            option,
-            value,
-            f"'https' (check the broker's host name, the default) or empty (no check), as "
-            f"{prefix}ssl.check.hostname=true or false",
-            where=where,
-        )
-    check = algorithm == "https"
-    if config.get("ssl_check_hostname", check) != check:
-        raise ConfigError(
-            option,
-            value,
-            f"{option} or {prefix}ssl.check.hostname, not both (they disagree)",
-            where=where,
-        )
-    return check
 
 
 def check_security(config: Mapping[str, Any], where: str, prefix: str = "kafka.") -> None:
@@ -490,10 +361,11 @@ def resolve_secrets(
 ) -> dict[str, Any]:
     """``settings`` (kafka-python arguments) with every secret reference resolved
     (:mod:`state.secrets`), as a new dict: called where a client is made, on the driver or
-    in an executor's task. Secret settings come back as :class:`Secret`, and kafka-python's
-    log records of this process never show them (:class:`RedactSecrets`); an unresolvable
-    reference is a :class:`~state.errors.SecretReferenceError` naming the option under
-    ``prefix`` and the reference, never a value."""
+    in an executor's task. Secret settings come back as
+    :class:`~state.kafka_redaction.Secret`, and kafka-python's log records of this process
+    never show them (:data:`~state.kafka_redaction.REDACT`); an unresolvable reference is a
+    :class:`~state.errors.SecretReferenceError` naming the option under ``prefix`` and the
+    reference, never a value."""
     out: dict[str, Any] = {}
     for arg, given in settings.items():
         if arg == REGION_ARG:
@@ -517,96 +389,6 @@ def resolve_secrets(
             REDACT.add(value)
         out[arg] = value
     return out
-
-
-class RedactSecrets(logging.Filter):
-    """Takes the secrets given to it (:meth:`add`) out of the log records of the loggers it
-    is installed on: each is replaced by its fingerprint (``<secret 1f3a...>``), as text
-    and as a ``bytes`` repr shows it (quotes and backslashes escaped, UTF-8 as ``\\x..``).
-
-    Installed on kafka-python's loggers when a Kafka client is given a secret: at DEBUG it
-    logs each request (a SASL PLAIN authentication holds the password) and the bytes it
-    sends. A record is only formatted here when its logger is enabled for its level, so
-    the filter costs nothing at INFO.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        # (form as it may appear, replacement); replaced whole, never changed in place:
-        # kafka-python's IO threads read it while a client of another thread adds one
-        self._forms: tuple[tuple[str, str], ...] = ()
-        self._secrets: tuple[str, ...] = ()
-
-    def add(self, secret: str) -> None:
-        """Redact ``secret`` from now on (an empty one is nothing to hide), and make sure the
-        filter is on every kafka-python logger."""
-        if not secret:
-            return
-        text = str.__str__(secret)
-        with self._lock:
-            if text not in self._secrets:
-                # every secret given, never forgotten: a client made with one may log it
-                # for as long as it lives (the reasons in state.secrets, "no secret is
-                # ever forgotten")
-                kept = (*self._secrets, text)
-                self._secrets = kept
-                self._forms = tuple(
-                    (form, repr(Secret(s)))
-                    for s in sorted(kept, key=len, reverse=True)  # a longer one first
-                    for form in _shown_forms(s)
-                )
-        self.install()
-
-    def install(self) -> None:
-        """Put the filter on kafka-python's wire loggers and on every other logger of the
-        ``kafka`` package that exists (loggers are made when their modules are imported)."""
-        names = {
-            name
-            for name, logger in list(logging.root.manager.loggerDict.items())
-            if (name == "kafka" or name.startswith("kafka.")) and isinstance(logger, logging.Logger)
-        }
-        for name in names.union(_WIRE_LOGGERS):
-            logger = logging.getLogger(name)
-            if self not in logger.filters:
-                logger.addFilter(self)
-
-    def redact(self, text: str) -> str:
-        """``text`` with every secret given replaced by its fingerprint."""
-        for form, shown in self._forms:
-            if form in text:
-                text = text.replace(form, shown)
-        return text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._forms:
-            return True
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed call: the handler reports it when it formats it
-            return True
-        redacted = self.redact(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
-
-
-def _shown_forms(secret: str) -> set[str]:
-    """How ``secret`` may appear in a log line: as text, in a ``str`` repr, and in a
-    ``bytes``/``bytearray`` repr quoted either way (its UTF-8 bytes)."""
-    raw = secret.encode()
-    forms = {
-        secret,
-        repr(secret)[1:-1],
-        repr(raw)[2:-1],
-        # with both quote characters about, a repr quotes with ' and escapes it
-        repr(b"'\"" + raw)[5:-1],
-    }
-    return {form for form in forms if form}
-
-
-REDACT = RedactSecrets()
-"""The one filter of the process: every secret a Kafka client was given."""
 
 
 def _typed(option: str, arg: str, value: str, default: Any, where: str) -> Any:

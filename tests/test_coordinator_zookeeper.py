@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from state.coordinator.zookeeper import split_hosts
+from state.coordinator.zookeeper_session import split_hosts
 from state.layout import PipelineLayout
 
 

@@ -17,7 +17,7 @@ from kazoo.security import CREATOR_ALL_ACL
 from gtbarrier.cli import build_parser
 from state.coordinator import CoordinatorConfig, SnapshotCoordinator
 from state.coordinator.config import PARAMETERS, ZooKeeperAuth
-from state.coordinator.zookeeper import ZooKeeperSession
+from state.coordinator.zookeeper_session import ZooKeeperSession
 from state.errors import ConfigError
 
 SECRET = "s3cr3t-Zk-pw"

@@ -19,7 +19,7 @@ from datasource.options import KafkaSourceOptions
 from sink.consumers.kafka.kafka_options import KafkaTopicSettings, client_arguments
 from sink.options import SinkOptions
 from state.errors import ConfigError
-from state.kafka_settings import JAVA_ONLY, java_only_hint
+from state.kafka_java_settings import JAVA_ONLY, java_only_hint
 
 SECRET = "pw-marker-77c3"
 SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}

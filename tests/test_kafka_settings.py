@@ -15,14 +15,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from state.errors import ConfigError, SecretReferenceError, UnknownOptionError
-from state.kafka_settings import (
-    RedactSecrets,
-    Secret,
-    check_security,
-    is_secret,
-    kafka_arguments,
-    resolve_secrets,
-)
+from state.kafka_redaction import RedactSecrets, Secret
+from state.kafka_settings import check_security, is_secret, kafka_arguments, resolve_secrets
 
 SECRET = "pw-marker-41d7"
 PREFIX = "consumer.kafka."

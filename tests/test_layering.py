@@ -209,10 +209,6 @@ SHARED_NAMES: dict[str, tuple[set[str], str]] = {
         {"state/records/barrier.py", "sink/barrier.py"},
         "the barrier's records, and the commit that advances them",
     ),
-    "zookeeper.py": (
-        {"state/coordinator/zookeeper.py", "gtbarrier/cli/zookeeper.py"},
-        "the pipeline's ZooKeeper session, and the commands' arguments for it",
-    ),
 }
 
 

@@ -26,7 +26,7 @@ from sink.dead_letters.dead_letter_topic import DeadLetterTopic
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.errors import ConfigError, SecretReferenceError
-from state.kafka_settings import Secret
+from state.kafka_redaction import Secret
 from state.stores import open_store
 
 SECRET = "pw-marker-0e6a"

@@ -16,9 +16,9 @@ import pytest
 from kazoo.exceptions import AuthFailedError, ConnectionLoss
 from kazoo.protocol.states import KazooState, KeeperState
 
-import state.coordinator.zookeeper as zookeeper_module
+from state.coordinator import zookeeper_session
 from state.coordinator.config import ZooKeeperAuth
-from state.coordinator.zookeeper import ZooKeeperSession
+from state.coordinator.zookeeper_session import ZooKeeperSession
 from state.coordinator.zookeeper_start import StartEvent, StartOutcome, decide_start
 from state.errors import CoordinationError, ZooKeeperUnavailable
 
@@ -153,7 +153,7 @@ def test_the_session_reports_the_refusal_whichever_event_comes_first(
             self.refusal_first = refusal_first
             made.append(self)
 
-    monkeypatch.setattr(zookeeper_module, "KazooClient", Client)
+    monkeypatch.setattr(zookeeper_session, "KazooClient", Client)
     session = ZooKeeperSession(
         "127.0.0.1:2181", call_timeout=1.0, auth=ZooKeeperAuth.parse("kerberos:someone")
     )

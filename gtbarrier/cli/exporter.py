@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from sink.dead_letters.dead_letter_files import DeadLetters
     from state.coordinator.metric_families import PipelineReading
     from state.coordinator.metrics_server import StateReader
-    from state.coordinator.zookeeper import ZooKeeperSession
+    from state.coordinator.zookeeper_session import ZooKeeperSession
     from state.records.resume_point import ResumePoint
     from state.records.source_offset import Frontier
     from state.stores import StateStore
@@ -183,7 +183,7 @@ class ExporterReading:
         if not self.args.zookeeper:
             point, _ = read_resume_point(StoreResumePoints(self.store, self.pipeline.layout))
             return point
-        from state.coordinator.zookeeper import ZooKeeperResumePoints
+        from state.coordinator.zookeeper_resume_points import ZooKeeperResumePoints
 
         if self._session is None:
             self._session = open_session(

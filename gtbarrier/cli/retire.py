@@ -39,7 +39,7 @@ from state.layout import PipelineLayout
 from state.stores import StateStore
 
 if TYPE_CHECKING:
-    from state.coordinator.zookeeper import ZooKeeperSession
+    from state.coordinator.zookeeper_session import ZooKeeperSession
 
 COMMAND = "retire"
 #: The identity retire takes the fencing token and the driver lock under.
@@ -151,7 +151,7 @@ def _existing(
 def _retire_with_zookeeper(
     args: argparse.Namespace, pipeline: PipelineArgs, store: StateStore
 ) -> Result:
-    from state.coordinator.zookeeper import DriverLock
+    from state.coordinator.driver_lock import DriverLock
     from state.errors import DriverLockHeld
 
     layout = pipeline.layout

@@ -174,7 +174,7 @@ def read_resume(
         backend: ResumePointBackend = StoreResumePoints(store, layout)
         point, _ = read_resume_point(backend)
         return point, None if point is None else backend.description
-    from state.coordinator.zookeeper import ZooKeeperResumePoints
+    from state.coordinator.zookeeper_resume_points import ZooKeeperResumePoints
 
     session = open_session(zookeeper, auth, ZOOKEEPER_TIMEOUT)
     try:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from state.coordinator.config import ZooKeeperAuth
 
 if TYPE_CHECKING:
-    from state.coordinator.zookeeper import ZooKeeperSession
+    from state.coordinator.zookeeper_session import ZooKeeperSession
 
 ZOOKEEPER_AUTH_ENV = "GTBARRIER_ZOOKEEPER_AUTH"
 
@@ -37,7 +37,7 @@ def open_session(hosts: str, auth: str | None, timeout: float) -> ZooKeeperSessi
     """A started session on ``hosts`` (the caller stops it), authenticated with ``auth``
     if given; :class:`~state.errors.ConfigError` naming ``--zookeeper-auth`` if it is
     malformed (without showing it)."""
-    from state.coordinator.zookeeper import ZooKeeperSession
+    from state.coordinator.zookeeper_session import ZooKeeperSession
 
     parsed = (
         None if auth is None else ZooKeeperAuth.parse(auth, option="--zookeeper-auth", where="")

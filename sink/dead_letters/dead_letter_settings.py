@@ -25,7 +25,7 @@ class DeadLetterSettings:
     kafka: tuple[tuple[str, str], ...] = ()
     """The other ``errors.deadLetter.kafka.*`` producer settings (names lower-cased), sorted,
     as given: a secret reference unresolved, a secret a
-    :class:`~state.kafka_settings.Secret` (its ``repr`` a fingerprint)."""
+    :class:`~state.kafka_redaction.Secret` (its ``repr`` a fingerprint)."""
 
     @property
     def tolerant(self) -> bool:

@@ -6,16 +6,17 @@
         sink_options["fencing.token"] = owner.token
         ...                                           # release(): lock and session closed
 
-With ZooKeeper it owns the session (:class:`state.coordinator.zookeeper.ZooKeeperSession`),
-takes the driver lock (:class:`state.coordinator.zookeeper.DriverLock`) and keeps the resume
-point in ZooKeeper; without, the resume point lives in the state store and the fencing
-token (:mod:`state.protocol.fencing`) is the only protection. Every new token is also
-recorded as the barrier's owner at once
+With ZooKeeper it owns the session
+(:class:`state.coordinator.zookeeper_session.ZooKeeperSession`), takes the driver lock
+(:class:`state.coordinator.driver_lock.DriverLock`) and keeps the resume point in ZooKeeper
+(:class:`state.coordinator.zookeeper_resume_points.ZooKeeperResumePoints`); without, the
+resume point lives in the state store and the fencing token (:mod:`state.protocol.fencing`)
+is the only protection. Every new token is also recorded as the barrier's owner at once
 (:meth:`~state.protocol.barrier_state.BarrierStateStore.claim_driver`), so a zombie driver
 is refused at its next commit, before this driver's query has committed anything. An
 expired session (``LOST``, not a mere disconnection) voids the token at once and calls
-``on_lost``: another driver may own the pipeline now. :mod:`state.coordinator.zookeeper`
-(kazoo) is imported only when ZooKeeper is used. With ``zookeeper_auth`` every session
+``on_lost``: another driver may own the pipeline now. The ZooKeeper modules (kazoo) are
+imported only when ZooKeeper is used. With ``zookeeper_auth`` every session
 authenticates, and the pipeline's znodes are prepared (created, or restricted if they
 were open) for that identity alone before the lock is taken.
 
@@ -53,7 +54,8 @@ from state.retry import Retry, lost_race
 from state.stores import StateStore
 
 if TYPE_CHECKING:
-    from state.coordinator.zookeeper import DriverLock, ZooKeeperSession
+    from state.coordinator.driver_lock import DriverLock
+    from state.coordinator.zookeeper_session import ZooKeeperSession
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +153,8 @@ class DriverOwnership:
             return token
 
     def _lock_zookeeper(self, hosts: str) -> None:
-        from state.coordinator.zookeeper import DriverLock, ZooKeeperResumePoints
+        from state.coordinator.driver_lock import DriverLock
+        from state.coordinator.zookeeper_resume_points import ZooKeeperResumePoints
 
         if self._session is None:
             session = self._start_session(hosts, call_timeout=min(10.0, self.config.reset_timeout))
@@ -203,7 +206,7 @@ class DriverOwnership:
         self.started_generation = point.generation
 
     def _start_session(self, hosts: str, *, call_timeout: float = 10.0) -> ZooKeeperSession:
-        from state.coordinator.zookeeper import ZooKeeperSession
+        from state.coordinator.zookeeper_session import ZooKeeperSession
 
         session = ZooKeeperSession(
             hosts,
@@ -294,7 +297,7 @@ class DriverOwnership:
         hosts = self.config.zookeeper_hosts
         if hosts is None or self._session is not None:
             return read_resume_point(self.backend)[0]
-        from state.coordinator.zookeeper import ZooKeeperResumePoints
+        from state.coordinator.zookeeper_resume_points import ZooKeeperResumePoints
 
         session = self._start_session(hosts)
         try:

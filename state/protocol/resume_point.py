@@ -1,8 +1,9 @@
 """The resume point's rules and its two homes: it never moves back, stale drivers are fenced.
 
 The record itself (:class:`~state.records.resume_point.ResumePoint`, docs/PROTOCOL.md) is
-kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``, :mod:`state.coordinator.zookeeper`) or, without
-ZooKeeper, in the state store (``<pipeline>/resume.json``, :class:`StoreResumePoints`).
+kept in ZooKeeper (``/gtbarrier/<pipeline>/resume``,
+:mod:`state.coordinator.zookeeper_resume_points`) or, without ZooKeeper, in the state store
+(``<pipeline>/resume.json``, :class:`StoreResumePoints`).
 
 ``generation`` is bumped by ``recover(mode="replay")``: a query started on a fresh
 checkpoint begins a new lineage whose snapshots supersede every older one

@@ -18,7 +18,8 @@ from typing import Any
 
 from sink.consumers.consumer_kind import ConsumerSettings
 from sink.consumers.kafka.kafka_rows import MAX_REQUEST_SIZE, RowLimits, max_request_size
-from state.kafka_settings import Secret, is_secret, kafka_arguments, resolve_secrets
+from state.kafka_redaction import Secret
+from state.kafka_settings import is_secret, kafka_arguments, resolve_secrets
 from state.option_table import PrefixOption, StringOption
 from state.options import Options
 
@@ -59,7 +60,7 @@ class KafkaTopicSettings(ConsumerSettings):
     config: tuple[tuple[str, str], ...] = ()
     """``consumer.kafka.*`` producer settings (prefix removed, names lower-cased), sorted,
     as given (:func:`producer_settings`): a secret reference unresolved, a secret a
-    :class:`~state.kafka_settings.Secret` (its ``repr`` a fingerprint)."""
+    :class:`~state.kafka_redaction.Secret` (its ``repr`` a fingerprint)."""
     partitions: int | None = None
     """The topic's partition count when the micro-batch was planned, recorded by the start
     check when the sink input has a ``partition`` column (None: not recorded)."""
@@ -91,7 +92,7 @@ def producer_settings(opts: Options, prefix: str) -> tuple[tuple[str, str], ...]
     TLS and SASL together), none of those the sink owns (:data:`KAFKA_MANAGED`), a positive
     ``max.request.size`` and ``retries``. Kept as given: a secret reference is not resolved
     here (the settings are planned, checkpointed and pickled to the tasks), and a secret is
-    a :class:`~state.kafka_settings.Secret`, whose ``repr`` is a fingerprint.
+    a :class:`~state.kafka_redaction.Secret`, whose ``repr`` is a fingerprint.
     :func:`client_arguments` converts them where a client is made.
     """
     from kafka import KafkaProducer

@@ -1,18 +1,14 @@
-"""ZooKeeper for the coordinator (kazoo): the session, the driver lock and the resume point.
+"""The coordinator's ZooKeeper session (kazoo), with deadlines, state and ACLs.
 
-* :class:`ZooKeeperSession` owns one ``KazooClient``. Every call has a deadline
-  (kazoo's async API with a timeout), so a ZooKeeper that is down makes calls fail
-  with :class:`ZooKeeperUnavailable` instead of hanging. The session's state is
-  tracked: ``SUSPENDED`` (connection lost, the session and its ephemeral lock node may
-  still be alive) and ``LOST`` (the session expired: the lock is gone and another
-  driver may already own the pipeline). Callbacks run on a thread of their own, never
-  on kazoo's event thread.
-* :class:`DriverLock` is kazoo's ``Lock`` recipe on ``/gtbarrier/<pipeline>/driver``.
-  ``acquire(wait=None)`` fails fast with :class:`DriverLockHeld` naming the holder;
-  ``acquire(wait=seconds)`` waits that long (e.g. for a crashed driver's session to
-  expire).
-* :class:`ZooKeeperResumePoints` keeps the resume point in ``/gtbarrier/<pipeline>/resume``
-  and compare-and-swaps it on the znode version.
+:class:`ZooKeeperSession` owns one ``KazooClient``. Every call has a deadline (kazoo's
+async API with a timeout), so a ZooKeeper that is down makes calls fail with
+:class:`ZooKeeperUnavailable` instead of hanging. The session's state is tracked:
+``SUSPENDED`` (connection lost, the session and its ephemeral lock node may still be
+alive) and ``LOST`` (the session expired: the lock is gone and another driver may already
+own the pipeline). Callbacks run on a thread of their own, never on kazoo's event thread.
+What is kept on the session lives beside it: the driver lock
+(:mod:`state.coordinator.driver_lock`) and the resume point
+(:mod:`state.coordinator.zookeeper_resume_points`).
 
 **ACLs** (``zookeeper_auth``, :class:`~state.coordinator.config.ZooKeeperAuth`). With
 credentials the session authenticates on every connection (kazoo's ``auth_data``) and
@@ -23,9 +19,10 @@ list the lock's holders, or queue up for the lock). :meth:`ZooKeeperSession.prep
 creates the pipeline's root that way before anything else and requires the root, the lock
 node and the resume point to carry exactly this identity's ACL: another ACL (another
 tenant created the node first, or changed it) is refused naming the node and its ACL, a
-digest's hash hidden (:func:`shown_acl`); ZooKeeper's open ACL (a pipeline that ran
-without credentials) is restricted, with a warning. The shared parent ``/gtbarrier`` is
-created create-only for everybody (:data:`SHARED_PARENT_ACL`), so that nobody may delete a
+digest's hash hidden (:func:`~state.coordinator.zookeeper_acl.shown_acl`); ZooKeeper's
+open ACL (a pipeline that ran without credentials) is restricted, with a warning. The
+shared parent ``/gtbarrier`` is created create-only for everybody
+(:data:`~state.coordinator.zookeeper_acl.SHARED_PARENT_ACL`), so that nobody may delete a
 pipeline's root under it; a chroot keeps ZooKeeper's default ACL. Without credentials
 nothing changes: ZooKeeper's open ACL, nothing checked. A refusal (``NoAuth``) is a fatal
 :class:`CoordinationError` that names the node and says whether this client
@@ -39,13 +36,9 @@ a message or a log (kazoo logs the ``Auth`` packet it sends at DEBUG:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +46,6 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     AuthFailedError,
-    BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
@@ -66,32 +58,26 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Auth
 from kazoo.protocol.states import KazooState, KeeperState
-from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
-from kazoo.security import (
-    ACL,
-    CREATOR_ALL_ACL,
-    OPEN_ACL_UNSAFE,
-    Id,
-    Permissions,
-    make_digest_acl_credential,
-)
+from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from state import retry
 from state.coordinator.config import ZooKeeperAuth
-from state.coordinator.zookeeper_start import StartEvent, StartOutcome, decide_start
-from state.errors import (
-    ConcurrentModification,
-    CoordinationError,
-    DriverLockHeld,
-    ZooKeeperUnavailable,
+from state.coordinator.zookeeper_acl import (
+    SHARED_PARENT_ACL,
+    acl_is_own,
+    own_acl,
+    shared_parent_admits_anybody,
+    shown_acl,
 )
-from state.records.codec import dumps
+from state.coordinator.zookeeper_start import StartEvent, StartOutcome, decide_start
+from state.errors import CoordinationError, ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "ZooKeeper did not answer"; the same call may work later.
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
+#: Errors that mean "ZooKeeper did not answer"; the same call may work later. The driver
+#: lock's calls on the session's client translate them as the session's own calls do.
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionLoss,
     ConnectionClosedError,
     SessionExpiredError,
@@ -167,7 +153,7 @@ class _StartWatch:
             self.client.exists_async("/").get(timeout=timeout)
         except AuthFailedError:
             self.add(StartEvent.AUTH_REFUSED)
-        except (*_UNAVAILABLE, KazooException):
+        except (*UNAVAILABLE_ERRORS, KazooException):
             return  # no answer on this connection: the next attempt asks again
         else:
             self.add(StartEvent.AUTHENTICATED)
@@ -371,7 +357,7 @@ class ZooKeeperSession:
     def _wait(self, what: str, path: str, async_result: Any) -> Any:
         try:
             return async_result.get(timeout=self.call_timeout)
-        except _UNAVAILABLE as err:
+        except UNAVAILABLE_ERRORS as err:
             raise ZooKeeperUnavailable(
                 f"ZooKeeper at {self.hosts}: {what} {path} failed: {type(err).__name__}: {err}"
             ) from err
@@ -513,216 +499,3 @@ class ZooKeeperSession:
             why,
             shown_acl(acl) if acl is SHARED_PARENT_ACL else "restricted to this client's identity",
         )
-
-
-#: The ACL of the shared parent ``/gtbarrier`` that a session with credentials creates, or
-#: makes of ZooKeeper's open ACL: anybody may create a pipeline's root under it (pipelines
-#: of other identities, and without credentials, share it); nobody may list, delete or
-#: re-ACL what is there (deleting a child needs DELETE on the parent, whatever the child's
-#: own ACL), not even this identity: the parent is nobody's.
-SHARED_PARENT_ACL: list[ACL] = [ACL(Permissions.CREATE, Id("world", "anyone"))]
-
-# Ids that admit clients without credentials: anybody (world) or any address (ip).
-_ANYBODY_SCHEMES = ("world", "ip")
-_PERMISSION_LETTERS = (
-    (Permissions.CREATE, "c"),
-    (Permissions.DELETE, "d"),
-    (Permissions.READ, "r"),
-    (Permissions.WRITE, "w"),
-    (Permissions.ADMIN, "a"),
-)
-
-
-def own_acl(auth: ZooKeeperAuth) -> list[ACL] | None:
-    """The ACL ZooKeeper records for a node this identity creates with ``CREATOR_ALL_ACL``:
-    for ``digest``, ``digest:<user>:<base64 sha1 of user:password>`` with every
-    permission; None for another scheme, whose id only the server's provider knows."""
-    if auth.scheme != "digest":
-        return None
-    user, _, password = auth.credentials().partition(":")
-    return [ACL(Permissions.ALL, Id("digest", make_digest_acl_credential(user, password)))]
-
-
-def acl_is_own(acl: list[ACL], own: list[ACL] | None, auth: ZooKeeperAuth | None) -> bool:
-    """Whether ``acl`` is this identity's alone: exactly ``own`` (``digest``), or, for a
-    scheme whose id cannot be known here, one entry of that scheme with every permission."""
-    if own is not None:
-        return list(acl) == own
-    return (
-        auth is not None
-        and len(acl) == 1
-        and acl[0].perms == Permissions.ALL
-        and acl[0].id.scheme == auth.scheme
-    )
-
-
-def shared_parent_admits_anybody(acl: list[ACL]) -> bool:
-    """Whether the shared parent lets a client without credentials (``world``, ``ip``)
-    delete, write or re-ACL under it; creating and reading are shared by design."""
-    harmful = Permissions.DELETE | Permissions.WRITE | Permissions.ADMIN
-    return any(a.id.scheme in _ANYBODY_SCHEMES and a.perms & harmful for a in acl)
-
-
-def shown_acl(acl: list[ACL]) -> str:
-    """``acl`` as ZooKeeper's CLI shows it (``scheme:id:cdrwa``), a digest's hash hidden:
-    ``digest:user:<hash hidden>`` (the hash of the password can be attacked offline)."""
-    shown = []
-    for entry in acl:
-        if entry.id.scheme == "digest":
-            ident = f"digest:{entry.id.id.partition(':')[0]}:<hash hidden>"
-        else:
-            ident = f"{entry.id.scheme}:{entry.id.id}"
-        letters = "".join(c for bit, c in _PERMISSION_LETTERS if entry.perms & bit)
-        shown.append(f"{ident}:{letters or '-'}")
-    return "[" + ", ".join(shown) + "]"
-
-
-STOPPING = " (stopping)"
-"""Appended to a lock node's identifier by a driver that stops gracefully."""
-
-HANDOVER_WAIT = 60.0
-"""Seconds a new driver (``driver_wait=None``) waits for the lock of a driver that stops:
-more than :data:`state.coordinator.graceful_stop.STOP_GRACE` plus the time to close."""
-
-
-def driver_identifier() -> str:
-    """Who holds the lock, for error messages: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class DriverLock:
-    """The one-driver-per-pipeline lock (kazoo ``Lock`` recipe; ephemeral sequential nodes)."""
-
-    def __init__(self, session: ZooKeeperSession, path: str, pipeline_id: str) -> None:
-        self.session = session
-        self.path = path
-        self.pipeline_id = pipeline_id
-        self.identifier = driver_identifier()
-        self._lock: Lock | None = None
-        self._session_generation = -1
-
-    @property
-    def held(self) -> bool:
-        """Held and not invalidated by a session loss since it was taken."""
-        return (
-            self._lock is not None
-            and self._lock.is_acquired
-            and self._session_generation == self.session.lost_generation
-        )
-
-    def acquire(self, wait: float | None) -> None:
-        """Take the lock. ``wait=None``: fail fast with :class:`DriverLockHeld`, unless the
-        holder announced that it is stopping (:meth:`announce_stopping`): then wait up to
-        :data:`HANDOVER_WAIT` seconds for it. Else wait up to ``wait`` seconds."""
-        if self.held:
-            return
-        lock = Lock(self.session.client, self.path, self.identifier)
-        got = self._take(lock, wait)
-        holders = "" if got else self._holders(lock)
-        if not got and wait is None and holders.endswith(STOPPING):
-            log.info(
-                "pipeline %s: the driver holding lock %s is stopping (%s); waiting up to %gs "
-                "for it",
-                self.pipeline_id,
-                self.path,
-                holders,
-                HANDOVER_WAIT,
-            )
-            lock = Lock(self.session.client, self.path, self.identifier)
-            got = self._take(lock, HANDOVER_WAIT)
-            holders = "" if got else self._holders(lock)
-        if not got:
-            how = "is held" if wait is None else f"was not released within {wait:g}s"
-            raise DriverLockHeld(
-                f"pipeline '{self.pipeline_id}' already has a driver: the lock {self.path} on "
-                f"ZooKeeper {self.session.hosts} {how} (holder: {holders or 'unknown'}). "
-                "Stop that driver, or pass driver_wait='60s' to wait for it (a crashed "
-                "driver's lock is released when its ZooKeeper session times out)."
-            )
-        self._lock = lock
-        self._session_generation = self.session.lost_generation
-        log.info(
-            "pipeline %s: driver lock %s taken by %s", self.pipeline_id, self.path, self.identifier
-        )
-
-    def _take(self, lock: Lock, wait: float | None) -> bool:
-        try:
-            if wait is None:
-                return bool(lock.acquire(blocking=False))
-            return bool(lock.acquire(blocking=True, timeout=wait))
-        except KazooTimeoutError:
-            return False
-        except _UNAVAILABLE as err:
-            raise ZooKeeperUnavailable(
-                f"ZooKeeper at {self.session.hosts}: taking lock {self.path} failed: {err}"
-            ) from err
-        except NoAuthError as err:
-            raise self.session.refused("taking the driver lock", self.path) from err
-
-    def announce_stopping(self) -> None:
-        """Mark this driver's lock node as stopping: a driver started now waits for the
-        lock (:data:`HANDOVER_WAIT`) instead of failing. Best effort: an unreachable
-        ZooKeeper leaves the node as it was."""
-        lock = self._lock
-        if lock is None or lock.node is None or not self.held:
-            return
-        node = f"{self.path}/{lock.node}"
-        try:
-            self.session.client.set(node, f"{self.identifier}{STOPPING}".encode())
-        except (KazooException, *_UNAVAILABLE) as err:
-            log.info("driver lock %s: could not mark it as stopping: %s", node, err)
-
-    @staticmethod
-    def _holders(lock: Lock) -> str:
-        try:
-            return ", ".join(str(c) for c in lock.contenders()[:1])
-        except KazooException:
-            return ""
-
-    def release(self) -> None:
-        """Delete the lock node if ZooKeeper is reachable; otherwise the node ends with the
-        session (closing the session is what releases it then)."""
-        lock, self._lock = self._lock, None
-        if lock is None:
-            return
-        if self.session.state != KazooState.CONNECTED:
-            return  # a release would wait for a connection that may never come
-        try:
-            lock.release()
-        except (KazooException, *_UNAVAILABLE) as err:
-            # The node is ephemeral: it goes with the session, which the caller closes next.
-            log.info(
-                "driver lock %s not released explicitly (%s); it ends with the session",
-                self.path,
-                err,
-            )
-
-
-class ZooKeeperResumePoints:
-    """The resume point as JSON in one znode; versions are znode versions."""
-
-    def __init__(self, session: ZooKeeperSession, path: str) -> None:
-        self.session = session
-        self.path = path
-
-    @property
-    def description(self) -> str:
-        return f"ZooKeeper {self.session.hosts} node {self.path}"
-
-    def read(self) -> tuple[dict[str, Any] | None, str | None]:
-        hit = self.session.get(self.path)
-        if hit is None:
-            return None, None
-        data, version = hit
-        return json.loads(data), str(version)
-
-    def write(self, record: dict[str, Any], expected_version: str | None) -> str:
-        data = dumps(record)
-        try:
-            if expected_version is None:
-                return str(self.session.create(self.path, data))
-            return str(self.session.set(self.path, data, int(expected_version)))
-        except (NodeExistsError, BadVersionError, NoNodeError) as err:
-            raise ConcurrentModification(
-                f"zookeeper://{self.session.hosts}", self.path, expected_version
-            ) from err
