@@ -727,8 +727,10 @@ class DriverProc:
 
     @property
     def max_rows(self) -> int:
-        """This driver's ``maxOffsetsPerTrigger`` (:mod:`simulation.source`)."""
-        return self.max_per_partition * self.world.config.partitions
+        """This driver's ``maxOffsetsPerTrigger``, as its source's options hold it."""
+        rows = self.source_options().max_offsets_per_trigger
+        assert rows is not None
+        return rows
 
     def source_options(self) -> KafkaSourceOptions:
         config = self.world.config
