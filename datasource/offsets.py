@@ -11,7 +11,7 @@ replayed batch reads exactly the same records in the same splits.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from state.records.source_offset import Frontier, TopicPartitionKey
@@ -23,6 +23,7 @@ __all__ = [
     "backlog",
     "cap_frontier",
     "pack_ranges",
+    "plan_end",
     "ranges_between",
     "rate_limit",
     "split_ranges",
@@ -123,6 +124,62 @@ def rate_limit(
     for tp, n in grant.items():
         end[tp] = start_of(start, tp) + n
     return end
+
+
+def plan_end(  # noqa: PLR0913 - keyword-only limits, each one of the source's options
+    begin: Mapping[TopicPartitionKey, int],
+    latest: Mapping[TopicPartitionKey, int],
+    *,
+    restart: Mapping[TopicPartitionKey, int] | None = None,
+    target: Mapping[TopicPartitionKey, int] | None = None,
+    max_rows: int | None = None,
+    min_rows: int | None = None,
+    delay_passed: Callable[[], bool] = lambda: True,
+) -> Frontier | None:
+    """The end of the next epoch from ``begin``, or ``None``: no new epoch now.
+
+    The planning decision of the stream reader's ``latestOffset``, over answers it has
+    already got (no I/O here): ``latest`` is the broker's end of every partition, settled
+    (a partition that vanished or whose answer is stale carries its ``begin`` offset),
+    and ``restart`` the partitions that start again at a new log start (a recreated or
+    truncated one: the epoch ends there, an epoch of its own even without records).
+
+    * ``target`` (Trigger.AvailableNow): no partition goes past it, never backwards, and
+      a partition it does not know is not read;
+    * ``None`` when no partition has a record past ``begin`` and none restarts;
+    * ``min_rows`` (minOffsetsPerTrigger): ``None`` while fewer records are available
+      and ``delay_passed()`` says ``maxTriggerDelay`` has not passed yet (asked only
+      then); never under a ``target``;
+    * ``max_rows`` (maxOffsetsPerTrigger): at most that many records, as :func:`rate_limit`
+      splits them, so the epoch holds ``min(backlog, max(max_rows, partitions with a
+      backlog))`` records.
+
+    Every partition of ``latest`` (and of ``restart``) is in the result; none ends past
+    its ``latest`` end.
+    """
+    restart = restart or {}
+    candidate: Frontier = {}
+    for tp, off in latest.items():
+        if tp in restart:
+            candidate[tp] = restart[tp]  # the next epoch starts at the new log start
+        elif target is not None:
+            if tp in target:
+                candidate[tp] = max(begin.get(tp, 0), min(off, target[tp]))
+            elif tp in begin:
+                candidate[tp] = begin[tp]
+        else:
+            candidate[tp] = off
+    changed = bool(restart)
+    growing = {tp: off for tp, off in candidate.items() if tp not in restart}
+    available = backlog(begin, growing)
+    if available == 0 and not changed:
+        return None
+    short = min_rows is not None and target is None and available < min_rows and not changed
+    if short and not delay_passed():
+        return None
+    if max_rows is not None and available > 0:
+        candidate.update(rate_limit(begin, growing, max_rows))
+    return candidate
 
 
 def cap_frontier(

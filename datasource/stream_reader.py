@@ -34,11 +34,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from datasource import offsets
 from datasource.group_commit import commit_to_group
 from datasource.log_pruner import EpochLogPruner
 from datasource.offset_reader import ClusterView, OffsetReader, may_reuse_cached_ends
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import backlog, ranges_between, rate_limit
+from datasource.offsets import backlog, ranges_between
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, plan_partitions, read_partition
 from datasource.schema import arrow_schema
@@ -69,7 +70,12 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         epoch_log: EpochLog | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        prune_in_background: bool = True,
     ) -> None:
+        """``offset_reader``, ``epoch_log``, ``clock`` and ``sleep`` replace the clients and
+        the time this process would use; ``prune_in_background=False`` runs the epoch log's
+        pruning in ``commit`` itself, not on a thread (a caller that schedules every step,
+        as the protocol's simulator does)."""
         options.require_streaming()
         assert options.pipeline_id is not None and options.store is not None
         self.options = options
@@ -85,6 +91,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         # whether the next one may reuse cached ends (may_reuse_cached_ends).
         self._previous_call: tuple[float, bool] | None = None
         self._pruner: EpochLogPruner | None = None
+        self._prune_in_background = prune_in_background
         self.lost_events = 0
         # The topic ids this process saw last (the epoch log's win where it has some, see
         # _reference_ids), and the ids of the answer behind an end not recorded yet.
@@ -129,7 +136,10 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
     def pruner(self) -> EpochLogPruner:
         if self._pruner is None:
             self._pruner = EpochLogPruner(
-                self.epoch_log.store, self.layout, self.options.epochs_retained
+                self.epoch_log.store,
+                self.layout,
+                self.options.epochs_retained,
+                background=self._prune_in_background,
             )
         return self._pruner
 
@@ -291,46 +301,31 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
 
     def _next_end(self, start: SourceOffset, limit: ReadLimit, *, fresh: bool) -> Frontier | None:
         """The end of the epoch starting at ``start``, or ``None`` if there is nothing to read;
-        from the broker's ends as they are now if ``fresh``, else possibly cached ones."""
+        from the broker's ends as they are now if ``fresh``, else possibly cached ones.
+
+        The decision is :func:`datasource.offsets.plan_end`'s, over the settled answer."""
         begin = dict(start.offsets)
         self._check_subscribed(begin)
         latest, restart = self._settled_latest(start, fresh=fresh)
-        candidate: Frontier = {}
-        changed = bool(restart)
 
-        for tp, off in latest.items():
-            if tp in restart:
-                candidate[tp] = restart[tp]  # the next epoch starts at the new log start
-            elif self._target is not None:
-                if tp in self._target:
-                    candidate[tp] = max(begin.get(tp, 0), min(off, self._target[tp]))
-                elif tp in begin:
-                    candidate[tp] = begin[tp]
-            else:
-                candidate[tp] = off
-
-        growing = {tp: off for tp, off in candidate.items() if tp not in restart}
-        available = backlog(begin, growing)
-        if available == 0 and not changed:
-            return None
-
-        waiting_for_rows = (
-            isinstance(limit, ReadMinRows)
-            and self._target is None
-            and available < limit.min_rows
-            and not changed
-        )
-        if waiting_for_rows:
+        def delay_passed() -> bool:
             waited = self._clock() - self._since_last_trigger()
-            if waited < self.options.max_trigger_delay_s:
-                return None
-        max_rows = self._max_rows(limit)
-        if max_rows is not None and available > 0:
-            limited = rate_limit(begin, growing, max_rows)
-            candidate.update(limited)
+            return waited >= self.options.max_trigger_delay_s
 
-        self._check_retention(begin, candidate)
-        return candidate
+        # Looked up through its module when called, as every decision the protocol's
+        # simulator runs is, so that a test can replace it there.
+        end = offsets.plan_end(
+            begin,
+            latest,
+            restart=restart,
+            target=self._target,
+            max_rows=self._max_rows(limit),
+            min_rows=limit.min_rows if isinstance(limit, ReadMinRows) else None,
+            delay_passed=delay_passed,
+        )
+        if end is not None:
+            self._check_retention(begin, end)
+        return end
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
         """The most records the next epoch may take under ``limit`` (None: no cap)."""

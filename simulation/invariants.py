@@ -26,6 +26,10 @@ After every step (incrementally: only what the step may have changed):
   results right), ``held in flight`` (the run that delivered it had recorded it in flight
   as the owner).
 
+When the source plans an epoch (:mod:`simulation.source`): ``the source plans within its
+limits`` (:meth:`Checker.planned`: the end the stream reader asks the epoch log to record
+reads only records the broker has, exactly as many as ``maxOffsetsPerTrigger`` allows).
+
 Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 
 * ``dead letters created once``: every write to the dead-letter store creates a file that
@@ -60,10 +64,10 @@ bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
 dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
 unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
-left; on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
-A product error that
-no fault explains (an exception outside the product's error hierarchy) is a violation too:
-``unexpected exception``.
+left, once the healthy driver committed a batch (cleanup runs in a commit); on the
+pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+A product error that no fault explains (an exception outside the product's error
+hierarchy) is a violation too: ``unexpected exception``.
 """
 
 from __future__ import annotations
@@ -182,6 +186,35 @@ class Checker:
             "unexpected exception",
             f"{actor}: {type(err).__name__}: {err} | {' '.join(s.strip() for s in where)}",
         )
+
+    # --- when the source plans an epoch ------------------------------------------------------
+
+    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+        """``the source plans within its limits``: an end the stream reader asks the epoch
+        log to record (whoever wins the record) reads only records the broker has, every
+        partition from where the epoch starts, and exactly as many as its rate limit
+        allows: ``min(backlog, max(maxOffsetsPerTrigger, partitions with a backlog))``
+        (``datasource.offsets.rate_limit``'s contract); nothing when there is no backlog."""
+        log_end = self.world.input.end()
+        begin = dict(start.offsets)
+        ends = dict(end.offsets)
+        wrong = [
+            f"{tp[0]}-{tp[1]} at {ends.get(tp)} (from {off}, the broker's end {log_end[tp]})"
+            for tp, off in sorted(begin.items())
+            if tp not in ends or not off <= ends[tp] <= log_end[tp]
+        ]
+        wrong.extend(f"{t}-{p}: not in the input" for t, p in sorted(set(ends) - set(log_end)))
+        available = sum(log_end[tp] - off for tp, off in begin.items() if tp in log_end)
+        behind = sum(1 for tp, off in begin.items() if tp in log_end and log_end[tp] > off)
+        allowed = min(available, max(max_rows, behind))
+        taken = sum(ends[tp] - off for tp, off in begin.items() if tp in ends)
+        if wrong or taken != allowed or available == 0 or end.epoch != start.epoch + 1:
+            self.fail(
+                "the source plans within its limits",
+                f"epoch {start.epoch} planned from {start.to_json()} to {end.to_json()}: "
+                f"{taken} record(s) where maxOffsetsPerTrigger={max_rows} allows {allowed} "
+                f"of {available}" + (f"; {', '.join(wrong)}" if wrong else ""),
+            )
 
     # --- after every step -------------------------------------------------------------------
 
@@ -672,7 +705,15 @@ class Checker:
     def leftover_parts(self) -> None:
         """At the end only the parts of runs that never claimed the barrier remain
         (``only unclaimed runs' parts remain``): a run that claimed is known to cleanup,
-        which deletes its parts once no bundle in flight references them."""
+        which deletes its parts once no bundle in flight references them.
+
+        Cleanup runs in the barrier's commit: when the healthy driver found nothing new to
+        commit (a snapshot or its checkpoint already at the input's end), the parts of a
+        run stopped in the middle of its cleanup wait for the next commit (or ``gtbarrier
+        sweep``), and are not checked."""
+        healthy = self.world.official
+        if healthy is not None and healthy.commits_made == 0:
+            return
         left = sorted(
             loc
             for loc in self.world.parts

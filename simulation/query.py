@@ -1,9 +1,10 @@
 """The simulated input (a fixed Kafka log) and the deterministic, stateful query.
 
-The input is a fixed in-memory log per partition of one topic. Planning an epoch takes
-up to ``max_per_partition`` records of every partition from its start frontier (drivers
-may differ in that limit, as after a change of ``maxOffsetsPerTrigger``: the epoch log
-then decides, first writer wins).
+The input is a fixed in-memory log per partition of one topic, which the product's stream
+reader plans epochs over (:mod:`simulation.source`): up to ``max_per_partition`` records
+of every partition from its start frontier, its ``maxOffsetsPerTrigger`` (drivers may
+differ in that limit, as after a change of the option: the epoch log then decides, first
+writer wins).
 
 The query (version ``v``) turns an epoch's records into rows:
 
@@ -129,14 +130,6 @@ class InputLog:
     def end(self) -> dict[TopicPartitionKey, int]:
         """The frontier after the last record."""
         return {(TOPIC, p): self.per_partition for p in range(self.partitions)}
-
-    def plan(self, start: SourceOffset, max_per_partition: int) -> SourceOffset | None:
-        """The end of the epoch that starts at ``start``; None when there is nothing new."""
-        offsets = dict(start.offsets)
-        end = {tp: min(self.per_partition, off + max_per_partition) for tp, off in offsets.items()}
-        if end == offsets:
-            return None
-        return SourceOffset(start.epoch + 1, end)
 
     def between(self, start: SourceOffset, end: SourceOffset) -> list[Record]:
         """The records of the epoch from ``start`` to ``end``, in ``gt`` order."""
@@ -299,7 +292,8 @@ class SimConfig:
     partitions: int = 2
     per_partition: int = 3
     keys: int = 2
-    #: Each driver's epoch size (records per partition), by driver number, cycling.
+    #: Each driver's epoch size (records per partition: its ``maxOffsetsPerTrigger`` is that
+    #: times ``partitions``), by driver number, cycling.
     max_per_partition: tuple[int, ...] = (1, 2)
     #: Driver processes a schedule may start (beyond, a crash is not followed by a restart).
     max_procs: int = 4

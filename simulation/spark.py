@@ -23,14 +23,15 @@ documented way past a poison bundle: after a run that failed so, the operator re
 on the same checkpoint with ``errors.tolerance=all``.
 
 One query run loops over micro-batches as Spark's ``MicroBatchExecution`` does: plan the
-next epoch through the epoch log (the recorded end if any, else a new end, first writer
-wins), write the offset-log entry (the simulated checkpoint), run the read task that writes
-the batch record, compute the batch's rows (the deterministic query, its state kept in the
-checkpoint), stage them with write tasks, commit through the barrier (abort if anything
-failed), write the commit-log entry. A restart with the checkpoint replays the last
-planned but uncommitted batch with the same batch id and offsets; without it the query
-gets a new query id and batch ids from 0, and starts from the source's persisted start or
-a snapshot's frontier.
+next epoch with the product's stream reader (its ``latestOffset`` over the simulated
+broker, :mod:`simulation.source`: the recorded end if any, else a new end under the
+driver's ``maxOffsetsPerTrigger``, first writer wins), write the offset-log entry (the
+simulated checkpoint), run the read task that writes the batch record, compute the batch's
+rows (the deterministic query, its state kept in the checkpoint), stage them with write
+tasks, commit through the barrier (abort if anything failed), write the commit-log entry. A
+restart with the checkpoint replays the last planned but uncommitted batch with the same
+batch id and offsets; without it the query gets a new query id and batch ids from 0, and
+starts from the source's persisted start or a snapshot's frontier.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from datasource import log_pruner
+from datasource import stream_reader
+from datasource.options import KafkaSourceOptions
+from datasource.stream_reader import GlobalTimeKafkaStreamReader
+from simulation import source
 from simulation.consumer import SimConsumer
 from simulation.dead_letters import DEAD_LETTER_PATH, row_checks
 from simulation.query import (
@@ -80,9 +84,8 @@ from state.errors import (
     SnapshotCorrupted,
 )
 from state.layout import PipelineLayout
-from state.protocol import barrier_state, batch_records, epoch_floor, fencing, resume_point
+from state.protocol import barrier_state, batch_records, fencing, resume_point
 from state.protocol.barrier_state import read_barrier_state
-from state.protocol.epoch_log import EpochLog
 from state.records.checkpoint_marker import CheckpointMarker
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
@@ -152,6 +155,10 @@ class World(Protocol):
 
     def checkpoint_point(self, what: str, batch_id: int) -> None:
         """Writing a checkpoint log entry (a scheduling point)."""
+
+    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+        """The running driver's stream reader asks the epoch log to record the epoch from
+        ``start`` to ``end``, planned under ``maxOffsetsPerTrigger=max_rows``."""
 
     def met_pruned(self, query_id: str, epoch: int) -> None:
         """Query ``query_id`` of the running driver asked for epoch ``epoch``, which is
@@ -466,6 +473,8 @@ class DriverProc:
         #: A run stopped because the target refuses rows it accepted before.
         self.refusal_changed = False
         self.healthy = healthy
+        #: Barrier commits that returned (each one runs the barrier's cleanup).
+        self.commits_made = 0
         self.newest_unusable = newest_unusable
         #: The coordinator's ownership of the pipeline (the product's): its fencing token,
         #: and the generation the process observed when it started (before it would wait
@@ -687,82 +696,85 @@ class DriverProc:
         if ck.query_id is None:
             ck.query_id = self.world.new_query_id()
         query_id = ck.query_id
-        epoch_log = EpochLog(self.store, self.layout)
-        retained = self.world.config.epochs_retained
-        # The source's driver pruner: one per query run, as the stream reader makes it, run
-        # in the driver's own steps after each batch's commit (the source's ``commit``).
-        pruner = (
-            log_pruner.EpochLogPruner(self.store, self.layout, retained, background=False)
-            if retained
-            else None
+        # The product's stream reader, one per query run as Spark makes it, over the
+        # simulated broker (simulation.source); with pruning, its ``commit`` prunes in the
+        # driver's own steps after each batch's commit (the reader's seam).
+        epoch_log = source.PlanCheckedEpochLog(
+            self.store, self.layout, self.world.planned, self.max_rows
         )
-        b, start, replay = self.first_batch(ck, epoch_log, query_id)
+        reader = source.open_reader(
+            self.source_options(), self.world.input, epoch_log, self.world.clock, self.world.sleep
+        )
+        b, start, replay = self.first_batch(ck, reader, query_id)
         while True:
             if replay is not None:
                 start, end = replay
             else:
-                recorded = self.recorded_end(epoch_log, start, query_id)
-                if recorded is None:
-                    planned = self.world.input.plan(start, self.max_per_partition)
-                    if planned is None:
-                        return  # nothing new: the query idles
-                    recorded = epoch_log.record(start, planned)
-                end = recorded
+                planned = self.latest_offset(reader, start, query_id)
+                if planned is None:
+                    return  # nothing new: the query idles
+                end = planned
                 self.log_entry(ck.offsets, b, (start, end), "offsets")
             self.run_batch(ck, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id)
             self.log_entry(ck.commits, b, None, "commits")
-            if pruner is not None:
-                pruner.after_commit(end.epoch)
+            if self.world.config.epochs_retained:
+                reader.commit(end.to_json())
             if self.world.config.coordinator:
                 self.queue.append(
                     CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b))
                 )
             b, start, replay = b + 1, end, None
 
+    @property
+    def max_rows(self) -> int:
+        """This driver's ``maxOffsetsPerTrigger``, as its source's options hold it."""
+        rows = self.source_options().max_offsets_per_trigger
+        assert rows is not None
+        return rows
+
+    def source_options(self) -> KafkaSourceOptions:
+        config = self.world.config
+        return source.source_options(
+            self.layout.pipeline_id,
+            config.partitions,
+            self.max_per_partition,
+            config.epochs_retained,
+        )
+
     def first_batch(
-        self, ck: Checkpoint, epoch_log: EpochLog, query_id: str
+        self, ck: Checkpoint, reader: GlobalTimeKafkaStreamReader, query_id: str
     ) -> tuple[int, SourceOffset, tuple[SourceOffset, SourceOffset] | None]:
         """The run's first batch id, its start, and its (start, end) if it replays the
-        checkpoint's last planned but uncommitted batch."""
+        checkpoint's last planned but uncommitted batch; on a new checkpoint the start is
+        the reader's ``initialOffset`` (the persisted start, created first writer wins;
+        once epochs were pruned :class:`EpochsPruned`: ``state.startAtFloor`` is not set,
+        a stateful query cannot start at the floor)."""
         if ck.offsets:
             last = max(ck.offsets)
             if last in ck.commits:
                 return last + 1, ck.offsets[last][1], None
             return last, ck.offsets[last][0], ck.offsets[last]
-        begun = epoch_log.start()
-        if begun is None:
-            begun = epoch_log.create_start(SourceOffset(0, self.world.input.zero()))
-        if self.world.config.epochs_retained:
-            begun = self.new_checkpoint_start(epoch_log, begun, query_id)
+        try:
+            begun = stream_reader.from_checkpoint(reader.initialOffset())
+        except EpochsPruned:
+            persisted = reader.epoch_log.start()  # read by initialOffset: no store request
+            self.world.met_pruned(query_id, 0 if persisted is None else persisted.epoch)
+            raise
         return 0, begun, None
 
-    def recorded_end(
-        self, epoch_log: EpochLog, start: SourceOffset, query_id: str
+    def latest_offset(
+        self, reader: GlobalTimeKafkaStreamReader, start: SourceOffset, query_id: str
     ) -> SourceOffset | None:
-        """The epoch log's recorded end of the epoch at ``start`` (None: not recorded)."""
+        """The reader's ``latestOffset`` from ``start``, as Spark asks it (the reader's
+        default read limit): the recorded end of the epoch, else one it plans and records
+        (first writer wins); None when there is nothing new."""
         try:
-            return epoch_log.recorded_end(start)
+            raw = reader.latestOffset(start.to_json(), reader.getDefaultReadLimit())
         except EpochsPruned:
             self.world.met_pruned(query_id, start.epoch)
             raise
-
-    def new_checkpoint_start(
-        self, epoch_log: EpochLog, persisted: SourceOffset, query_id: str
-    ) -> SourceOffset:
-        """Where the product's ``initialOffset`` starts a query on a new checkpoint: the
-        persisted start while nothing was pruned, else :class:`EpochsPruned` (the sink's
-        ``state.startAtFloor`` is not set: a stateful query cannot start at the floor)."""
-        try:
-            return epoch_floor.new_checkpoint_start(
-                epoch_log.floor(),
-                persisted,
-                pipeline_id=PIPELINE,
-                retained=self.world.config.epochs_retained,
-                start_at_floor=False,
-            )
-        except EpochsPruned:
-            self.world.met_pruned(query_id, persisted.epoch)
-            raise
+        end = stream_reader.from_checkpoint(raw)
+        return None if end.same_as(start) else end
 
     def log_entry(
         self,
@@ -812,6 +824,7 @@ class DriverProc:
                 writer = WriteTask(self, query_id, batch_id, run_id, t, task_rows(rows, t), epoch)
                 messages.append(self.task(writer.run))
             self.barrier().commit(messages, batch_id)
+            self.commits_made += 1
         except GtBarrierError as err:
             if REFUSES_MORE in str(err):
                 self.refusal_changed = True

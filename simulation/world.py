@@ -40,6 +40,7 @@ from state.protocol import resume_point
 from state.protocol.epoch_floor import read_floor
 from state.records.barrier import BarrierState
 from state.records.resume_point import ResumePoint
+from state.records.source_offset import SourceOffset
 from state.retry import Retry, cas_loop
 from state.stores import StateStore, new_store
 
@@ -244,6 +245,10 @@ class World:
 
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
+
+    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+        """See :meth:`simulation.spark.World.planned` (checked at once)."""
+        self.checker.planned(start, end, max_rows)
 
     def met_pruned(self, query_id: str, epoch: int) -> None:
         """See :meth:`simulation.spark.World.met_pruned`: a violation if the pruner of the

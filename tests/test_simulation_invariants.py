@@ -118,3 +118,20 @@ def test_a_claimed_runs_part_left_at_the_end_is_a_violation() -> None:
     parts["sim/staging/q1/000000000000/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
     world.checker.leftover_parts()
     assert _violation(world) == "only unclaimed runs' parts remain"
+
+
+def test_an_epoch_planned_past_the_rate_limit_or_the_broker_is_a_violation() -> None:
+    def planned(begin: int, end: int, max_rows: int) -> str | None:
+        world = _world()  # one partition of 4 records
+        world.checker.planned(
+            SourceOffset(0, {(TOPIC, 0): begin}), SourceOffset(1, {(TOPIC, 0): end}), max_rows
+        )
+        return _violation(world)
+
+    assert planned(0, 2, 2) is None
+    assert planned(2, 4, 5) is None  # the backlog, under a larger limit
+    limits = "the source plans within its limits"
+    assert planned(0, 3, 2) == limits  # one record too many
+    assert planned(0, 1, 2) == limits  # one too few: the limit is exact
+    assert planned(2, 5, 5) == limits  # past the broker's end
+    assert planned(4, 4, 2) == limits  # an epoch without a record

@@ -39,12 +39,17 @@ The findings of the review of the newest paths, each fix reverted:
     flight: a run that swap fences, a zombie or one deciding from a stale remembered
     state, has written it already), on the pipeline with poison rows at
     ``errors.tolerance=all``.
+
+The source's planning, which the simulator runs in the product's stream reader:
+
+14. the rate limit one record too generous (``offsets.plan_end`` grants
+    ``maxOffsetsPerTrigger + 1`` records, an off-by-one in the epoch's end).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from datasource import log_pruner
+from datasource import log_pruner, offsets
 from simulation.explore import (
     DEAD_LETTERS,
     FANOUT,
@@ -102,6 +107,7 @@ from state.protocol.barrier_state import (
 from state.records.barrier import BarrierState, Owner
 from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
+from state.records.source_offset import Frontier, TopicPartitionKey
 from state.retry import delivery
 from state.spark_task import StreamingTask
 from state.stores import StateStore
@@ -481,3 +487,26 @@ def test_pruning_turned_off_by_a_sweep_is_found(monkeypatch: pytest.MonkeyPatch)
     shortest, invariant = find_shortest("pruning turned off by a sweep", LONG)
     assert invariant == "the epoch log stays bounded"
     assert [e.kind for e in shortest.events] == ["sweep"]
+
+
+# --- 14. the rate limit one record too generous ------------------------------------------------
+
+
+def test_rate_limit_off_by_one_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = offsets.plan_end
+
+    def one_more(
+        begin: Mapping[TopicPartitionKey, int],
+        latest: Mapping[TopicPartitionKey, int],
+        *,
+        max_rows: int | None = None,
+        **limits: Any,
+    ) -> Frontier | None:
+        # The epoch's end one record past what maxOffsetsPerTrigger allows.
+        return plan(begin, latest, max_rows=None if max_rows is None else max_rows + 1, **limits)
+
+    monkeypatch.setattr(offsets, "plan_end", one_more)
+    shortest, invariant = find_shortest("rate limit off by one")
+    # The first epoch a failure-free run plans holds one record too many.
+    assert invariant == "the source plans within its limits"
+    assert shortest.events == ()

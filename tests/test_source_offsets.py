@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from datasource.offsets import (
     OffsetRange,
     backlog,
     cap_frontier,
     pack_ranges,
+    plan_end,
     ranges_between,
     rate_limit,
     split_ranges,
@@ -72,6 +74,51 @@ def test_cap_frontier() -> None:
         ("t", 0): 7,
         ("t", 1): 5,
     }
+
+
+def test_plan_end_nothing_new_and_the_rate_limit() -> None:
+    begin = {("t", 0): 3, ("t", 1): 3}
+    assert plan_end(begin, {("t", 0): 3, ("t", 1): 3}) is None
+    latest = {("t", 0): 9, ("t", 1): 6}
+    assert plan_end(begin, latest) == latest
+    # maxOffsetsPerTrigger: the allowance split by backlog, never past the broker's end
+    assert plan_end(begin, latest, max_rows=3) == {("t", 0): 5, ("t", 1): 4}
+    assert plan_end(begin, latest, max_rows=100) == latest
+    # a partition new since begin is read from 0
+    assert plan_end(begin, {**latest, ("t", 2): 2}, max_rows=100) == {**latest, ("t", 2): 2}
+
+
+def test_plan_end_available_now_target_and_restarts() -> None:
+    begin = {("t", 0): 3, ("t", 1): 3}
+    latest = {("t", 0): 9, ("t", 1): 6, ("t", 2): 5}
+    target = {("t", 0): 5, ("t", 1): 2}  # t-1's target below begin: it stays
+    assert plan_end(begin, latest, target=target) == {("t", 0): 5, ("t", 1): 3}
+    assert plan_end(begin, {("t", 0): 3, ("t", 1): 3}, target=target) is None
+    # a recreated partition restarts at its new log start: an epoch even without records
+    assert plan_end(begin, {("t", 0): 3, ("t", 1): 0}, restart={("t", 1): 0}) == {
+        ("t", 0): 3,
+        ("t", 1): 0,
+    }
+
+
+def test_plan_end_waits_for_min_rows_until_the_delay_passed() -> None:
+    begin = {("t", 0): 0}
+    latest = {("t", 0): 4}
+    asked: list[bool] = []
+
+    def passed(answer: bool) -> Callable[[], bool]:
+        def delay_passed() -> bool:
+            asked.append(answer)
+            return answer
+
+        return delay_passed
+
+    assert plan_end(begin, latest, min_rows=5, delay_passed=passed(False)) is None
+    assert plan_end(begin, latest, min_rows=5, delay_passed=passed(True)) == latest
+    assert plan_end(begin, latest, min_rows=4, delay_passed=passed(False)) == latest
+    assert asked == [False, True]  # asked only while the epoch would be short
+    # under a target (Trigger.AvailableNow) nothing waits
+    assert plan_end(begin, latest, target=latest, min_rows=5, delay_passed=passed(False)) == latest
 
 
 def test_split_ranges_max_records() -> None:

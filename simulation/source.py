@@ -1,0 +1,164 @@
+"""The source as the simulator runs it: the product's stream reader over a simulated broker.
+
+Each query run makes one :class:`~datasource.stream_reader.GlobalTimeKafkaStreamReader`
+(as Spark makes one per query start) and calls its ``initialOffset``, ``latestOffset``
+(with the reader's ``getDefaultReadLimit()``, as Spark passes it) and, on the pipelines
+that prune, ``commit``. Only the broker is the simulator's: :class:`SimOffsetReader`
+answers from the fixed input log (no client, no network), so the reader's planning, its
+rate limit (``maxOffsetsPerTrigger``), its epoch log records and its re-use of a recorded
+epoch are the product's.
+
+A driver's epoch size is ``SimConfig.max_per_partition`` records a partition; the reader
+takes it as ``maxOffsetsPerTrigger`` = that many times the partitions. Every partition of
+the input has the same length and every epoch starts all of them at the same offset, so
+the product's split of the allowance gives each partition that many records.
+
+:class:`PlanCheckedEpochLog` is the product's epoch log, which also hands every end the
+reader asks it to record (the planning decision, before the first writer wins) to a check
+(``the source plans within its limits``, :mod:`simulation.invariants`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from datasource import stream_reader
+from datasource.offset_reader import ClusterView, OffsetReader
+from datasource.options import KafkaSourceOptions
+from datasource.schema import source_schema
+from simulation.query import TOPIC, InputLog
+from state.layout import PipelineLayout
+from state.protocol.epoch_log import EpochLog
+from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
+from state.stores import StateStore
+
+#: The simulated topic's id, as a Metadata v10+ answer carries it (it never changes: the
+#: topic is never recreated).
+TOPIC_ID = "00000000-0000-4000-8000-000000000001"
+
+#: What the reader is told of the store: a name only (the epoch log it is given is the
+#: simulation's store view; the reader opens no store of its own).
+STORE_URI = "memory://simulation-source"
+
+#: Checks a planned epoch: (start, end asked to be recorded, the reader's max rows).
+PlanCheck = Callable[[SourceOffset, SourceOffset, int], None]
+
+
+@functools.cache
+def source_options(
+    pipeline_id: str, partitions: int, per_partition: int, retained: int
+) -> KafkaSourceOptions:
+    """The source's options for a driver taking ``per_partition`` records a partition
+    (``maxOffsetsPerTrigger``), parsed by the product (``KafkaSourceOptions.parse``).
+
+    ``retained`` is ``state.epochsRetained`` (0: the simulation does not prune, and the
+    product's default is left)."""
+    raw = {
+        "kafka.bootstrap.servers": "simulated-broker:9092",
+        "subscribe": TOPIC,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(per_partition * partitions),
+        "pipeline.id": pipeline_id,
+        "state.uri": STORE_URI,
+    }
+    if retained:
+        raw["state.epochsRetained"] = str(retained)
+    return KafkaSourceOptions.parse(raw)
+
+
+class SimOffsetReader(OffsetReader):
+    """The broker's answers about the fixed input: every partition from 0 to its end, one
+    topic id, every end certain (no Tansu defect, no lagging leader). It has no client:
+    anything the reader asked beyond these answers would fail."""
+
+    def __init__(
+        self, options: KafkaSourceOptions, log: InputLog, clock: Callable[[], float]
+    ) -> None:
+        super().__init__(options, clock=clock)
+        self.log = log
+
+    def _client(self) -> Any:
+        raise AssertionError("the simulated broker has no Kafka client")
+
+    def _partitions(self) -> dict[str, set[int]]:
+        return {TOPIC: set(range(self.log.partitions))}
+
+    def topic_partitions(self) -> dict[str, set[int]]:
+        return self._partitions()
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        return {TOPIC: TOPIC_ID}
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
+        return dict.fromkeys(tps, 0)
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
+        end = self.log.end()
+        return {tp: end[tp] for tp in tps}
+
+    def young_view(self) -> ClusterView | None:
+        return None  # every planning asks the broker: its answer never changes
+
+    def view(self, *, fresh: bool = False, verify: bool = False) -> ClusterView:
+        return ClusterView(
+            self._clock(),
+            self._partitions(),
+            self.log.end(),
+            {TOPIC: TOPIC_ID},
+            frozenset(),
+            verified=True,
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class PlanCheckedEpochLog(EpochLog):
+    """The product's epoch log; every end a reader asks it to record is checked first."""
+
+    def __init__(
+        self, store: StateStore, layout: PipelineLayout, check: PlanCheck, max_rows: int
+    ) -> None:
+        super().__init__(store, layout)
+        self.check = check
+        self.max_rows = max_rows
+
+    def record(
+        self,
+        start: SourceOffset,
+        end: SourceOffset,
+        topic_ids: Mapping[str, str] | None = None,
+    ) -> SourceOffset:
+        self.check(start, end, self.max_rows)
+        return super().record(start, end, topic_ids)
+
+
+@functools.cache
+def _schema() -> StructType:
+    return source_schema(False)
+
+
+def open_reader(
+    options: KafkaSourceOptions,
+    log: InputLog,
+    epoch_log: EpochLog,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> stream_reader.GlobalTimeKafkaStreamReader:
+    """The product's stream reader (looked up through its module now) over the simulated
+    broker and ``epoch_log``, on the simulation's clock and sleep, pruning in ``commit``
+    itself (``prune_in_background=False``)."""
+    return stream_reader.GlobalTimeKafkaStreamReader(
+        options,
+        _schema(),
+        offset_reader=SimOffsetReader(options, log, clock),
+        epoch_log=epoch_log,
+        clock=clock,
+        sleep=sleep,
+        prune_in_background=False,
+    )
