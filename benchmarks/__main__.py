@@ -14,7 +14,7 @@ also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ``benchmarks.source_bench``     gtkafka -> noop (AvailableNow) vs plain kafka-python, wall   >= 0.9
 ``benchmarks.demo_bench``       the demo's query over gtkafka -> barrier vs over the json    >= 0.8
                                 file source -> noop, records/s
-``benchmarks.sink_bench``       barrier exactly-once / at-least-once, file and s3 consumers  >= 0.95
+``benchmarks.sink_bench``       barrier exactly-once / at-least-once, file, s3, delta        >= 0.95
 ``benchmarks.recovery``         SIGKILL -> first new bundle vs cold start -> first bundle    <= 1.3x
 ``benchmarks.snapshot_bench``   batch p99 with and without snapshots (extra rows)
 ``benchmarks.postgres_bench``   consumer=postgres: a 50,000-row bundle's commit; exactly-   < 1 s,
@@ -186,6 +186,7 @@ TARGETS = (
     ("demo query", "demo query"),
     ("sink", "file: exactly-once / at-least-once throughput"),
     ("sink", "s3: exactly-once / at-least-once throughput"),
+    ("sink", "delta: exactly-once / at-least-once throughput"),
     ("recovery", "recovery"),
     ("postgres", "postgres: "),
     ("latency", "latency: "),

@@ -9,8 +9,9 @@ stateless query (gtkafka -> key, value, gt) runs with ``Trigger.AvailableNow`` a
 ``maxOffsetsPerTrigger`` into:
 
 * ``barrier`` ``delivery=exactly-once`` and ``delivery=at-least-once``, with the ``file``
-  consumer (state ``file://``), the ``s3`` consumer (state on S3 too) and the ``iceberg``
-  consumer (pyiceberg's SQL catalog on SQLite, a ``file://`` warehouse, state ``file://``);
+  consumer (state ``file://``), the ``s3`` consumer (state on S3 too), the ``iceberg``
+  consumer (pyiceberg's SQL catalog on SQLite, a ``file://`` warehouse, state ``file://``)
+  and the ``delta`` consumer (a ``file://`` table, appended, state ``file://``);
 * Spark's own ``parquet`` file sink as a reference (on the local file system for both
   targets: pyspark ships no S3A connector).
 
@@ -135,18 +136,7 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
         writer = writer.format("barrier").options(
             **{"pipeline.id": pipeline, "state.uri": state, "delivery": delivery}
         )
-        if target == "iceberg":
-            writer = writer.options(consumer="iceberg", **iceberg_options(workdir, run))
-        elif target == "s3":
-            layout = "parts" if mode == S3_PARTS else "bundle"
-            writer = writer.options(
-                consumer="s3",
-                **s3,
-                **{"consumer.path": f"s3://{bucket}/out-{run}", "consumer.s3.layout": layout},
-            )
-        else:
-            out = str(workdir / f"out-{run}")
-            writer = writer.options(consumer="file", **{"consumer.path": out})
+        writer = writer.options(**consumer_options(setup, target, mode, run))
     began = time.perf_counter()
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
@@ -168,6 +158,23 @@ def run_query(setup: Setup, target: str, mode: str, *, per_batch: int | None = N
                     inflight.append(1000.0 * rec["timings"]["cas_inflight"])
                 driver_bytes += int(rec["driver_bytes"])
     return Run(target, mode, rows, seconds, add_batch, commits, driver_bytes, inflight)
+
+
+def consumer_options(setup: Setup, target: str, mode: str, run: str) -> dict[str, str]:
+    """The barrier's ``consumer`` and ``consumer.*`` options of ``target`` for run ``run``."""
+    workdir, bucket = setup.workdir, setup.bucket
+    if target == "iceberg":
+        return {"consumer": "iceberg", **iceberg_options(workdir, run)}
+    if target == "delta":
+        return {"consumer": "delta", "consumer.delta.uri": f"file://{workdir}/delta-{run}"}
+    if target == "s3":
+        return {
+            "consumer": "s3",
+            **setup.server.options(),
+            "consumer.path": f"s3://{bucket}/out-{run}",
+            "consumer.s3.layout": "parts" if mode == S3_PARTS else "bundle",
+        }
+    return {"consumer": "file", "consumer.path": str(workdir / f"out-{run}")}
 
 
 def iceberg_options(workdir: Path, run: str) -> dict[str, str]:
@@ -208,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode (best kept)")
-    parser.add_argument("--targets", default="file,s3,iceberg")
+    parser.add_argument("--targets", default="file,s3,iceberg,delta")
     parser.add_argument(
         "--no-warmup", action="store_true", help="no unmeasured run first (quick runs)"
     )
@@ -238,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             runs: list[Run] = []
             for target in targets:
                 if target != "file" and not args.no_warmup:
-                    # A target's first query imports its client (boto3, pyiceberg) in the
+                    # A target's first query imports its client (boto3, pyiceberg, deltalake) in the
                     # Python workers: a once-per-process cost, kept out of either mode.
                     run_query(setup, target, "at-least-once", per_batch=args.records // 2)
                 modes = target_modes(target, args)
