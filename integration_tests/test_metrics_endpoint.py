@@ -175,7 +175,7 @@ def run_and_scrape(
             assert secret not in text
         driver = scrape(driver_url)[1]
         assert metric(driver, "gtbarrier_snapshots_total", outcome="accepted") == 1
-        assert (metric(driver, "gtbarrier_bundle_delivery_seconds_count") or 0) >= 2
+        assert (metric(driver, "gtbarrier_microbatch_duration_seconds_count") or 0) >= 2
         assert metric(driver, "gtbarrier_replayed_bundles_dropped_total") == 0
         # the probes: the process serves, and the running query is ready
         base = driver_url.removesuffix("/metrics")

@@ -33,9 +33,10 @@ from harness.kafka_gateway import TlsFiles, make_client_tls_files, make_tls_file
 from harness.ports import LOOPBACK
 from harness.process import repo_env
 from integration_tests.metrics_support import exporter
-from state.coordinator import metrics_server
 from state.coordinator.config import CoordinatorConfig
 from state.errors import ConfigError
+from state.metrics.access import EXPORTER_NAMES, MetricsAccess
+from state.metrics.server import MetricsServer
 
 pytestmark = pytest.mark.timeout(180)
 PASSWORD_ENV = "GTB_TEST_METRICS_PASSWORD"
@@ -122,8 +123,8 @@ def record_source_start(state: str, pipeline: str, partitions: dict[tuple[str, i
 
 def test_the_endpoint_listens_on_loopback_by_default() -> None:
     other = other_address()
-    default = metrics_server.MetricsServer(One(), 0)
-    everywhere = metrics_server.MetricsServer(One(), 0, "0.0.0.0")
+    default = MetricsServer(One(), 0)
+    everywhere = MetricsServer(One(), 0, "0.0.0.0")
     try:
         assert default.address == "127.0.0.1"
         status, text, _ = get(f"http://{LOOPBACK}:{default.port}/metrics")
@@ -146,10 +147,8 @@ def test_the_coordinator_and_the_exporter_default_to_loopback(tmp_path: Path) ->
 
 
 def test_https_with_a_test_ca(server_tls: TlsFiles) -> None:
-    access = metrics_server.MetricsAccess(
-        tls_cert=str(server_tls.cert), tls_key=str(server_tls.key)
-    )
-    server = metrics_server.MetricsServer(One(), 0, access=access)
+    access = MetricsAccess(tls_cert=str(server_tls.cert), tls_key=str(server_tls.key))
+    server = MetricsServer(One(), 0, access=access)
     try:
         assert server.url.startswith("https://")
         status, text, _ = get(server.url, ca=server_tls.ca)
@@ -172,10 +171,10 @@ def test_client_certificates_are_required_when_a_client_ca_is_given(
 ) -> None:
     client = make_client_tls_files(tmp_path / "client", name="prometheus")
     stranger = make_client_tls_files(tmp_path / "stranger", name="someone else")
-    access = metrics_server.MetricsAccess(
+    access = MetricsAccess(
         tls_cert=str(server_tls.cert), tls_key=str(server_tls.key), tls_client_ca=str(client.ca)
     )
-    server = metrics_server.MetricsServer(One(), 0, access=access)
+    server = MetricsServer(One(), 0, access=access)
     try:
         for without in (None, stranger):
             with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
@@ -194,13 +193,13 @@ def test_basic_authentication(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
-    access = metrics_server.MetricsAccess(
+    access = MetricsAccess(
         tls_cert=str(server_tls.cert),
         tls_key=str(server_tls.key),
         basic_auth=f"prometheus:${{env:{PASSWORD_ENV}}}",
     )
     assert PASSWORD not in repr(access)
-    server = metrics_server.MetricsServer(One(), 0, access=access)
+    server = MetricsServer(One(), 0, access=access)
     try:
         for auth in (None, ("prometheus", "wrong"), ("other", PASSWORD), ("prometheus", "")):
             status, text, headers = get(server.url, ca=server_tls.ca, auth=auth)
@@ -223,22 +222,22 @@ def test_basic_authentication(
 
 
 def test_bad_access_settings_name_the_option(tmp_path: Path, server_tls: TlsFiles) -> None:
-    parse = metrics_server.MetricsAccess.parse
+    parse = MetricsAccess.parse
     with pytest.raises(ConfigError, match="metrics_tls_key"):
         parse(tls_cert=str(server_tls.cert))
     with pytest.raises(ConfigError, match="metrics_tls_cert"):
         parse(tls_client_ca=str(server_tls.ca))
     with pytest.raises(ConfigError, match="--basic-auth") as caught:
-        parse(basic_auth="no-colon-secret", names=metrics_server.EXPORTER_NAMES)
+        parse(basic_auth="no-colon-secret", names=EXPORTER_NAMES)
     assert "no-colon-secret" not in str(caught.value)
     with pytest.raises(ConfigError, match="metrics_tls_cert"):
-        metrics_server.MetricsServer(
+        MetricsServer(
             One(),
             0,
             access=parse(tls_cert=str(tmp_path / "missing.pem"), tls_key=str(server_tls.key)),
         )
     with pytest.raises(ConfigError, match="metrics_tls_client_ca"):
-        metrics_server.MetricsServer(
+        MetricsServer(
             One(),
             0,
             access=parse(

@@ -21,7 +21,7 @@ from pathlib import Path
 from datasource.options import SOURCE_OPTIONS
 from sink.options import SINK_OPTIONS
 from state.coordinator.config import PARAMETERS
-from state.coordinator.metric_definitions import markdown_table as metrics_table
+from state.metrics.definitions import markdown_table as metrics_table
 from state.option_table import HEADERS, Documented, render_markdown
 from state.stores import STORE_OPTIONS
 
@@ -85,7 +85,7 @@ TABLES |= {f"key-{name}": key_table(name) for name in KEY_OPTIONS}
 
 #: Tables rendered by a function of their own (not option rows), and where they come from.
 RENDERED: dict[str, tuple[Callable[[], str], str]] = {
-    "metrics": (metrics_table, "METRICS in state/coordinator/metric_definitions.py"),
+    "metrics": (metrics_table, "METRICS in state/metrics/definitions.py"),
 }
 
 # Each document (relative to the repository root) and the tables it holds.

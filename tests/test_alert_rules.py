@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from state.coordinator.metric_families import SERIES_NAMES
+from state.metrics.definitions import SERIES_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "docs" / "alerts.yml"

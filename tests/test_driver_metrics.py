@@ -61,7 +61,7 @@ def test_the_endpoint_serves_the_watched_querys_batches_until_closed(tmp_path: P
         (("partition", "0"), ("pipeline", "p1"), ("topic", "t")),
     )
     assert got[behind] == 30  # 130 - the batch's end 100; the other query's batch is not ours
-    assert got[("gtbarrier_bundle_delivery_seconds_count", (("pipeline", "p1"),))] == 1
+    assert got[("gtbarrier_microbatch_duration_seconds_count", (("pipeline", "p1"),))] == 1
     assert got[("gtbarrier_snapshots_total", (("outcome", "accepted"), ("pipeline", "p1")))] == 0
     assert coord.metrics_port is None
     with pytest.raises(OSError):

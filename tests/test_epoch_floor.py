@@ -11,10 +11,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from datasource.log_pruner import EpochLogPruner
-from state.coordinator.metric_families import bundles_delivered, replays_dropped
-from state.coordinator.metrics_server import StateReader
 from state.errors import ConcurrentModification, EpochsPruned, StoreUnavailable
 from state.layout import PipelineLayout
+from state.metrics.families import bundles_delivered, replays_dropped
+from state.metrics.reading import StateReader
 from state.protocol.batch_records import batch_record_keys, write_batch_record
 from state.protocol.epoch_floor import (
     floor_target,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from datasource.log_pruner import EpochLogPruner
-from state.coordinator.metric_families import bundles_delivered, replays_dropped
-from state.coordinator.metrics_server import StateReader
 from state.errors import ConcurrentModification, SegmentGone, UnsupportedFormat
 from state.layout import PipelineLayout
+from state.metrics.families import bundles_delivered, replays_dropped
+from state.metrics.reading import StateReader
 from state.protocol import epoch_segments
 from state.protocol.batch_records import batch_record_keys, write_batch_record
 from state.protocol.epoch_floor import (

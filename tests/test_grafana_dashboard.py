@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from state.coordinator.metric_families import SERIES_NAMES
+from state.metrics.definitions import SERIES_NAMES
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
 METRIC = re.compile(r"\bgtbarrier_[A-Za-z0-9_]+")
@@ -15,7 +15,7 @@ METRIC = re.compile(r"\bgtbarrier_[A-Za-z0-9_]+")
 REQUIRED = {
     "gtbarrier_gt_last",
     "gtbarrier_bundles_delivered_total",
-    "gtbarrier_bundle_delivery_seconds_bucket",
+    "gtbarrier_microbatch_duration_seconds_bucket",
     "gtbarrier_source_offsets_behind",
     "gtbarrier_snapshot_age_seconds",
     "gtbarrier_deadletter_rows_total",

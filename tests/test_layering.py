@@ -3,6 +3,7 @@
     gtbarrier                   the public face and composition root
     datasource     sink         the Spark adapters; neither imports the other
     state.coordinator           the snapshot coordinator (only gtbarrier imports it)
+    state.metrics               the metrics: definitions, reading, families, server
     state.protocol              one module per shared record, and its rules
     state.stores                the store contract, its implementations, the factory
     state                       the kernel: retries, options, layout, caches, timing
@@ -46,6 +47,7 @@ STATE_LAYERS = (
     "state",
     "state.stores",
     "state.protocol",
+    "state.metrics",
     "state.coordinator",
 )
 STORE_IMPLEMENTATIONS = (

@@ -11,23 +11,26 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from state.coordinator.batches import completed_batch_from_progress
-from state.coordinator.metric_families import (
-    SCRAPE_SERIES,
-    SERIES_NAMES,
-    DriverObservations,
-    EpochFacts,
-    PipelineReading,
+from state.errors import CoordinationError
+from state.layout import PipelineLayout
+from state.metrics.definitions import SCRAPE_SERIES, SERIES_NAMES
+from state.metrics.families import (
     ProgressTimes,
     ProgressWatch,
-    SnapshotCounts,
     bundles_delivered,
     metric_families,
     replays_dropped,
     scrape_families,
 )
-from state.coordinator.metrics_server import PipelineCollector, StateReader
-from state.errors import CoordinationError
-from state.layout import PipelineLayout
+from state.metrics.reading import (
+    DriverObservations,
+    EpochFacts,
+    PipelineReading,
+    SnapshotCounts,
+    StateReader,
+    StoreFacts,
+)
+from state.metrics.server import PipelineCollector
 from state.protocol.batch_records import write_batch_record
 from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState, Owner, SkippedBundle
@@ -78,18 +81,20 @@ def test_families_from_a_full_reading() -> None:
     obs = DriverObservations(bounds=(1.0, 5.0))
     obs.observe_batch(rows=10, seconds=0.5, end={("t", 0): 5}, latest={("t", 0): 9, ("t", 1): 2})
     obs.observe_batch(rows=10, seconds=3.0, end=None, latest=None)
-    obs.observe_batch(rows=0, seconds=100.0, end=None, latest=None)  # no rows: not a delivery
+    obs.observe_batch(rows=0, seconds=100.0, end=None, latest=None)  # no rows: not observed
     reading = PipelineReading(
         pipeline="p1",
-        barrier=BarrierState(gt_last=3, owner=owner),
-        epochs=[EpochFacts(n, 1) for n in range(4)],
-        batches_per_epoch={0: 1, 1: 2, 2: 1, 3: 1},
+        facts=StoreFacts(
+            barrier=BarrierState(gt_last=3, owner=owner),
+            epochs=tuple(EpochFacts(n, 1) for n in range(4)),
+            batches_per_epoch={0: 1, 1: 2, 2: 1, 3: 1},
+            planned_epoch=4,
+        ),
         resume=point,
         behind={("t", 0): 4, ("t", 1): 0},
         dead_letter_rows=7,
-        delivery=obs.histogram(),
+        microbatches=obs.histogram(),
         snapshots=SnapshotCounts(accepted=2, abandoned=1),
-        planned_epoch=4,
         ends={("t", 0): 9, ("t", 1): 2},
     )
     got = _samples(reading, progress=ProgressTimes(inflight_since=None, progressed_at=950.0))
@@ -104,11 +109,12 @@ def test_families_from_a_full_reading() -> None:
     assert got[("gtbarrier_source_offsets_behind", ("partition=1", "pipeline=p1", "topic=t"))] == 0
     assert got[("gtbarrier_snapshots_total", ("outcome=accepted", "pipeline=p1"))] == 2
     assert got[("gtbarrier_snapshots_total", ("outcome=abandoned", "pipeline=p1"))] == 1
-    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=1.0", "pipeline=p1"))] == 1
-    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=5.0", "pipeline=p1"))] == 2
-    assert got[("gtbarrier_bundle_delivery_seconds_bucket", ("le=+Inf", "pipeline=p1"))] == 2
-    assert got[("gtbarrier_bundle_delivery_seconds_count", p)] == 2
-    assert got[("gtbarrier_bundle_delivery_seconds_sum", p)] == 3.5
+    batches = "gtbarrier_microbatch_duration_seconds"
+    assert got[(f"{batches}_bucket", ("le=1.0", "pipeline=p1"))] == 1
+    assert got[(f"{batches}_bucket", ("le=5.0", "pipeline=p1"))] == 2
+    assert got[(f"{batches}_bucket", ("le=+Inf", "pipeline=p1"))] == 2
+    assert got[(f"{batches}_count", p)] == 2
+    assert got[(f"{batches}_sum", p)] == 3.5
     assert {name for name, _ in got} == SERIES_NAMES - SCRAPE_SERIES
     # the observed lag is Kafka's latest minus the batch's end, per partition of the end
     assert obs.behind() == {("t", 0): 4}
@@ -116,10 +122,19 @@ def test_families_from_a_full_reading() -> None:
 
 def test_what_was_not_read_is_left_out() -> None:
     assert _samples(PipelineReading(pipeline="p1")) == {}
-    bare = _samples(PipelineReading(pipeline="p1", barrier=BarrierState()))
+    bare = _samples(PipelineReading(pipeline="p1", facts=StoreFacts(barrier=BarrierState())))
     assert bare == {
-        (name, ("pipeline=p1",)): -1
-        for name in ("gtbarrier_gt_last", "gtbarrier_delivered_epoch", "gtbarrier_inflight_epoch")
+        **{
+            (name, ("pipeline=p1",)): -1
+            for name in (
+                "gtbarrier_gt_last",
+                "gtbarrier_delivered_epoch",
+                "gtbarrier_inflight_epoch",
+            )
+        },
+        # the store was read and holds no epoch: nothing delivered, nothing dropped
+        ("gtbarrier_bundles_delivered_total", ("pipeline=p1",)): 0,
+        ("gtbarrier_replayed_bundles_dropped_total", ("pipeline=p1",)): 0,
     }
     no_snapshot = ResumePoint.empty(generation=1, token=1, created_at=5.0)
     assert _samples(PipelineReading(pipeline="p1", resume=no_snapshot)) == {}
@@ -146,7 +161,7 @@ def test_a_failed_read_shows_as_up_0_and_a_counted_scrape_error() -> None:
     def read() -> PipelineReading:
         if fail[0]:
             raise CoordinationError("ZooKeeper 127.0.0.1:1 cannot be reached")
-        return PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=4))
+        return PipelineReading(pipeline="p1", facts=StoreFacts(barrier=BarrierState(gt_last=4)))
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PipelineCollector(read, pipeline="p1"))
@@ -175,7 +190,7 @@ def test_a_failed_read_shows_as_up_0_and_a_counted_scrape_error() -> None:
 
 def test_the_exposition_parses_back() -> None:
     registry = CollectorRegistry(auto_describe=False)
-    reading = PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=2))
+    reading = PipelineReading(pipeline="p1", facts=StoreFacts(barrier=BarrierState(gt_last=2)))
     registry.register(PipelineCollector(lambda: reading, pipeline="p1", clock=lambda: 0.0))
     text = generate_latest(registry).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -270,8 +285,7 @@ def test_progress_families_tell_planned_delivered_and_in_flight_apart() -> None:
     )
     reading = PipelineReading(
         pipeline="p1",
-        barrier=BarrierState(gt_last=3, inflight=inflight),
-        planned_epoch=6,
+        facts=StoreFacts(barrier=BarrierState(gt_last=3, inflight=inflight), planned_epoch=6),
         ends={("t", 0): 120, ("t", 1): 80},
     )
     watch = ProgressWatch()
@@ -291,7 +305,9 @@ def test_progress_families_tell_planned_delivered_and_in_flight_apart() -> None:
     assert got[("gtbarrier_last_progress_timestamp_seconds", p)] == 900.0
     assert got[("gtbarrier_source_end_offset", ("partition=0", "pipeline=p1", "topic=t"))] == 120
     # nothing in flight: the epoch is -1 and the age 0, so an alert's expression needs no absent()
-    idle = PipelineReading(pipeline="p1", barrier=BarrierState(gt_last=6), planned_epoch=6)
+    idle = PipelineReading(
+        pipeline="p1", facts=StoreFacts(barrier=BarrierState(gt_last=6), planned_epoch=6)
+    )
     quiet = {
         (s.name, tuple(f"{k}={v}" for k, v in sorted(s.labels.items()))): s.value
         for family in metric_families(
@@ -310,16 +326,8 @@ def test_the_collector_dates_progress_across_scrapes() -> None:
     inflight = InflightBundle(
         epoch=2, query_id="q", batch_id=2, run_id=None, parts=(), has_gt=True, ordered=True
     )
-    readings = iter(
-        [
-            PipelineReading(
-                pipeline="p1", barrier=BarrierState(gt_last=1, inflight=inflight), planned_epoch=2
-            ),
-            PipelineReading(
-                pipeline="p1", barrier=BarrierState(gt_last=1, inflight=inflight), planned_epoch=2
-            ),
-        ]
-    )
+    facts = StoreFacts(barrier=BarrierState(gt_last=1, inflight=inflight), planned_epoch=2)
+    readings = iter([PipelineReading("p1", facts), PipelineReading("p1", facts)])
     clock = iter([50.0, 80.0])
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
@@ -334,22 +342,24 @@ def test_the_collector_dates_progress_across_scrapes() -> None:
 def test_every_family_a_scrape_serves_is_its_definition() -> None:
     # One declaration per metric: the name, type, labels and HELP a scrape serves are the
     # definition's, and the docs table is rendered from the same definitions.
-    from state.coordinator.metric_definitions import METRICS, markdown_table
+    from state.metrics.definitions import METRICS, markdown_table
 
     obs = DriverObservations(bounds=(1.0,))
     obs.observe_batch(rows=1, seconds=0.5, end={("t", 0): 1}, latest={("t", 0): 2})
     point = ResumePoint(1, 1, 0, 0, "q", None, 990.0, (SnapshotRef(1, "m", "sha", 0, 0),))
     reading = PipelineReading(
         pipeline="p1",
-        barrier=BarrierState(gt_last=0, owner=Owner("run", "q", generation=1, since=1.0)),
-        epochs=[EpochFacts(0, 1)],
-        batches_per_epoch={0: 1},
+        facts=StoreFacts(
+            barrier=BarrierState(gt_last=0, owner=Owner("run", "q", generation=1, since=1.0)),
+            epochs=(EpochFacts(0, 1),),
+            batches_per_epoch={0: 1},
+            planned_epoch=1,
+        ),
         resume=point,
         behind={("t", 0): 1},
         dead_letter_rows=0,
-        delivery=obs.histogram(),
+        microbatches=obs.histogram(),
         snapshots=SnapshotCounts(accepted=1, abandoned=0),
-        planned_epoch=1,
         ends={("t", 0): 2},
     )
     served = [

@@ -21,10 +21,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from gtbarrier.cli import main
-from state.coordinator.metric_definitions import BUNDLES_DELIVERED, REPLAYED_DROPPED
-from state.coordinator.metric_families import PipelineReading, metric_families
-from state.coordinator.metrics_server import StateReader
 from state.layout import PipelineLayout
+from state.metrics.definitions import BUNDLES_DELIVERED, REPLAYED_DROPPED
+from state.metrics.families import metric_families
+from state.metrics.reading import PipelineReading, StateReader
 from state.protocol.barrier_state import COMMITTED_STEP, decide_committed
 from state.protocol.batch_records import batch_record_keys, write_batch_record
 from state.protocol.epoch_floor import (
@@ -243,10 +243,7 @@ def test_the_metrics_do_not_jump_when_the_epochs_of_empty_bundles_are_pruned() -
     reader = StateReader(store, layout)
 
     def counters() -> dict[str, float]:
-        facts = reader.read()
-        reading = PipelineReading(
-            "p", facts.barrier, facts.epochs, facts.batches_per_epoch, facts.floor
-        )
+        reading = PipelineReading("p", reader.read())
         names = (BUNDLES_DELIVERED.name, REPLAYED_DROPPED.name)
         return {
             f.name: f.samples[0].value for f in metric_families(reading, 0.0) if f.name in names

@@ -46,9 +46,8 @@ from state.protocol.resume_point import StoreResumePoints, read_resume_point
 if TYPE_CHECKING:
     from datasource.offset_reader import OffsetReader
     from sink.dead_letters.dead_letter_files import DeadLetters
-    from state.coordinator.metric_families import PipelineReading
-    from state.coordinator.metrics_server import StateReader
     from state.coordinator.zookeeper_session import ZooKeeperSession
+    from state.metrics.reading import PipelineReading, StateReader
     from state.records.resume_point import ResumePoint
     from state.records.source_offset import Frontier
     from state.stores import StateStore
@@ -123,7 +122,7 @@ class ExporterReading:
         store: StateStore,
         dead_letters: DeadLetters | None,
     ) -> None:
-        from state.coordinator.metrics_server import StateReader
+        from state.metrics.reading import StateReader
 
         self.args = args
         self.pipeline = pipeline
@@ -155,7 +154,7 @@ class ExporterReading:
 
     def read(self) -> PipelineReading:
         """One scrape's reading (raises the store's, ZooKeeper's or Kafka's errors)."""
-        from state.coordinator.metric_families import PipelineReading, offsets_behind
+        from state.metrics.reading import PipelineReading, offsets_behind
 
         facts = self._state.read()
         behind = ends = None
@@ -168,14 +167,10 @@ class ExporterReading:
             refused = sum(f.rows for f in files)
         return PipelineReading(
             pipeline=self.pipeline.pipeline_id,
-            barrier=facts.barrier,
-            planned_epoch=facts.planned_epoch,
-            ends=ends,
-            epochs=facts.epochs,
-            batches_per_epoch=facts.batches_per_epoch,
-            floor=facts.floor,
+            facts=facts,
             resume=self._resume_point(),
             behind=behind,
+            ends=ends,
             dead_letter_rows=refused,
         )
 
@@ -222,17 +217,14 @@ class ExporterReading:
 
 def run(args: argparse.Namespace) -> Result | None:
     try:
-        from state.coordinator.metrics_server import (
-            EXPORTER_NAMES,
-            MetricsAccess,
-            MetricsServer,
-            PipelineCollector,
-        )
+        from state.metrics.server import MetricsServer, PipelineCollector
     except ImportError as err:
         raise UsageError(
             f"gtbarrier exporter needs {err.name}, which comes with the metrics extra: "
             "pip install 'gtbarrier[metrics]'"
         ) from None
+    from state.metrics.access import EXPORTER_NAMES, MetricsAccess
+
     access = MetricsAccess.parse(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from state.coordinator.metrics_access import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
-from state.coordinator.metrics_access import MetricsAccess
 from state.errors import ConfigError
 from state.layout import PipelineLayout, validate_pipeline_id
+from state.metrics.access import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
+from state.metrics.access import MetricsAccess
 from state.option_table import DocRow
 from state.options import Options, parse_duration
 from state.secrets import hide_in_logs, resolve

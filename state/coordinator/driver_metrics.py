@@ -18,10 +18,15 @@ from typing import Protocol
 
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
-from state.coordinator.metric_families import DriverObservations, PipelineReading, SnapshotCounts
-from state.coordinator.metrics_server import MetricsServer, PipelineCollector, StateReader
-from state.coordinator.readiness import Readiness
 from state.errors import MalformedOffset
+from state.metrics.probes import Readiness
+from state.metrics.reading import (
+    DriverObservations,
+    PipelineReading,
+    SnapshotCounts,
+    StateReader,
+)
+from state.metrics.server import MetricsServer, PipelineCollector
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import Frontier, parse_frontier_json
 from state.stores import StateStore, new_store
@@ -79,17 +84,12 @@ class DriverMetrics:
 
     def read(self) -> PipelineReading:
         """What one scrape shows (raises the store's or ZooKeeper's errors)."""
-        facts = self._reader.read()
         return PipelineReading(
             pipeline=self.coordinator.config.pipeline_id,
-            barrier=facts.barrier,
-            planned_epoch=facts.planned_epoch,
-            epochs=facts.epochs,
-            batches_per_epoch=facts.batches_per_epoch,
-            floor=facts.floor,
+            facts=self._reader.read(),
             resume=self.coordinator.ownership.read_resume_point(),
             behind=self.observations.behind(),
-            delivery=self.observations.histogram(),
+            microbatches=self.observations.histogram(),
             snapshots=SnapshotCounts(self.coordinator.accepted, self.coordinator.abandoned),
         )
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from state.metrics.probes import Readiness
+
 READY_FLOOR = 10.0
 """Seconds: Spark's default ``noDataProgressEventInterval``, how often an idle query is heard."""
 
@@ -49,14 +51,6 @@ class QueryLiveness:
     heard: float | None
 
 
-@dataclass(frozen=True)
-class Readiness:
-    """``ready``, and ``reason``: one short line for the probe's body."""
-
-    ready: bool
-    reason: str
-
-
 def readiness(liveness: QueryLiveness, now: float) -> Readiness:
     """Decide ``/ready`` (see the module docstring)."""
     if liveness.stopping:
@@ -81,7 +75,6 @@ __all__ = [
     "READY_FACTOR",
     "READY_FLOOR",
     "QueryLiveness",
-    "Readiness",
     "readiness",
     "ready_bound",
 ]

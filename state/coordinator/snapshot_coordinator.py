@@ -47,7 +47,7 @@ from state.coordinator.checkpoint_recovery import MODES, RecoveryResult
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.graceful_stop import GracefulStop, stopping_on
-from state.coordinator.readiness import QueryLiveness, Readiness, readiness
+from state.coordinator.readiness import QueryLiveness, readiness
 from state.coordinator.recovery_future import Recoverer, RecoveryFuture
 from state.coordinator.scheduler import SnapshotScheduler
 from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline, SnapshotStats
@@ -61,6 +61,7 @@ from state.errors import (
     ZooKeeperUnavailable,
 )
 from state.layout import PipelineLayout
+from state.metrics.probes import Readiness
 from state.options import parse_duration
 from state.protocol.barrier_state import load_barrier_state
 from state.stores import StateStore, StoreConfig, open_store

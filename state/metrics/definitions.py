@@ -1,11 +1,12 @@
 """Every metric gtbarrier serves, declared once: its name, type, labels, HELP line, where
 its value comes from and which endpoint serves it.
 
-:mod:`state.coordinator.metric_families` builds each scrape's families from these
+:mod:`state.metrics.families` builds each scrape's families from these
 definitions (the HELP line is the definition's), and ``python -m scripts.option_docs
 --write`` renders the table of docs/operations.md from them (:func:`markdown_table`); its
-``--check`` fails when the two differ. A new metric is one definition here and the lines
-that compute its value.
+``--check`` fails when the two differ. A new metric is one definition here, the lines
+that compute its value there, and the field of :mod:`state.metrics.reading` it is
+computed from (a store's record: a field of ``StoreFacts``, which both endpoints read).
 """
 
 from __future__ import annotations
@@ -203,15 +204,15 @@ SOURCE_END = MetricDef(
     "and a stuck pipeline differ",
     "the exporter, with `--bootstrap`",
 )
-BUNDLE_DELIVERY_SECONDS = MetricDef(
-    "gtbarrier_bundle_delivery_seconds",
+MICROBATCH_DURATION = MetricDef(
+    "gtbarrier_microbatch_duration_seconds",
     "histogram",
     P,
-    "Duration of each micro-batch that read rows, as Spark's progress reports it (planning, "
-    "reading, staging and the barrier's delivery); per process, observed by the driver "
-    "since it started",
-    "the duration of each micro-batch that read rows (planning, reading, staging and the "
-    "barrier's delivery), from Spark's progress, per process",
+    "Duration of each micro-batch that read rows, as Spark's progress reports it (its "
+    "batchDuration: planning, reading, staging and the barrier's delivery, end to end); per "
+    "process, observed by the driver since it started",
+    "the duration of each micro-batch that read rows, end to end (Spark's `batchDuration`: "
+    "planning, reading, staging and the barrier's delivery), from Spark's progress, per process",
     DRIVER,
 )
 UP = MetricDef(
@@ -252,7 +253,7 @@ METRICS: tuple[MetricDef, ...] = (
     INFLIGHT_AGE,
     LAST_PROGRESS,
     SOURCE_END,
-    BUNDLE_DELIVERY_SECONDS,
+    MICROBATCH_DURATION,
 )
 
 #: The series every scrape adds to the pipeline's own (``scrape_families``).

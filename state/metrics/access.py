@@ -1,6 +1,6 @@
 """Who may scrape a metrics endpoint: TLS, client certificates and basic authentication.
 
-Kept apart from :mod:`state.coordinator.metrics_server` (which needs ``prometheus_client``,
+Kept apart from :mod:`state.metrics.server` (which needs ``prometheus_client``,
 an optional extra) so that the coordinator's configuration checks these settings whether
 or not the extra is installed.
 """
