@@ -328,6 +328,7 @@ class Barrier:
             cleanup.clean_batch(batch.query_id, batch.batch_id, auth)
             if sweep_due(epoch, self.options.sweep_every):
                 self._sweep_superseded(cleanup, auth)
+                self._expire_dead_letters(epoch)
         self.faults.at("after_gt_last", epoch)
         outcome = batch.outcome("delivered" if bundle.rows else "empty", epoch, written)
         outcome.driver_bytes = ack.driver_bytes
@@ -510,6 +511,34 @@ class Barrier:
                 "(the next sweep deletes them): %s",
                 self.options.pipeline_id,
                 err,
+            )
+
+    def _expire_dead_letters(self, gt_last: int) -> None:
+        """``errors.deadLetter.retention``: the owner deletes the files that have outlived
+        it, of bundles at or below ``gt_last`` (just swapped in). Like the sweep, a store
+        that fails it fails no commit: the next sweep deletes what this one left."""
+        retention = self.options.errors.retention
+        destination = self.dead_letters.destination()
+        if retention is None or destination is None:
+            return
+        try:
+            deleted = destination.expire(gt_last, retention)
+        except GtBarrierError as err:
+            log.warning(
+                "barrier: pipeline %s: deleting dead-letter files older than "
+                "errors.deadLetter.retention failed (the next sweep deletes them): %s",
+                self.options.pipeline_id,
+                err,
+            )
+            return
+        if deleted:
+            log.info(
+                "barrier: pipeline %s: deleted the dead-letter files of %d bundle(s) older "
+                "than errors.deadLetter.retention (bundles %d to %d)",
+                self.options.pipeline_id,
+                len(deleted),
+                deleted[0],
+                deleted[-1],
             )
 
     def _clean_up(self, batch: BatchCommit) -> None:

@@ -30,6 +30,7 @@ from state.errors import ConfigError
 from state.layout import validate_pipeline_id
 from state.option_table import (
     ChoiceOption,
+    DurationOption,
     IntegerOption,
     OnlyWith,
     OptionTable,
@@ -125,6 +126,17 @@ DEAD_LETTER_PATH = StringOption(
     "(or `s3a://`; with the `s3.*` settings), one Parquet file per bundle, "
     "`bundle-<id>.parquet`: the input's columns plus `_gtb_bundle`, `_gtb_reason`, `_gtb_column`.",
 )
+DEAD_LETTER_RETENTION = DurationOption[None](
+    name="errors.deadLetter.retention",
+    default=None,
+    positive=True,
+    only_with=_WITH_ALL,
+    doc="Delete a dead-letter file once it is older than this (a week: `168h`) "
+    "and its bundle is at or below `GT_last`, in the owner's sweep after a commit "
+    "(`staging.sweepEvery`); unset: files are kept until an operator deletes them. A file "
+    "written by a release that did not record its time is kept. A dead-letter topic's "
+    "retention is the topic's own (`retention.ms`).",
+)
 DEAD_LETTER_TOPIC = StringOption(
     name="errors.deadLetter.topic",
     only_with=_WITH_ALL,
@@ -167,6 +179,7 @@ SINK_OPTIONS = OptionTable(
         SWEEP_EVERY,
         ERRORS_TOLERANCE,
         DEAD_LETTER_PATH,
+        DEAD_LETTER_RETENTION,
         DEAD_LETTER_TOPIC,
         DEAD_LETTER_KAFKA,
         CONSUMER,
@@ -283,6 +296,7 @@ def _parse_errors(opts: Options) -> DeadLetterSettings:
     return DeadLetterSettings(
         tolerance=tolerance,
         path=path.rstrip("/"),
+        retention=DEAD_LETTER_RETENTION.read(opts),
         topic=topic,
         bootstrap=bootstrap,
         kafka=_dead_letter_producer_settings(opts),

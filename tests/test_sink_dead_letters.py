@@ -30,6 +30,7 @@ from sink.dead_letters.dead_letter_files import (
     DeadLetterFile,
     FileDeadLetters,
     StoreDeadLetters,
+    expired,
     open_dead_letters,
 )
 from sink.dead_letters.dead_letter_format import (
@@ -961,3 +962,87 @@ def test_rows_without_a_gt_pair_with_each_other_after_an_upgrade() -> None:
     paired = pairs(held, now)
     assert paired == {0: 0}
     assert unmatched(held, now) == ([1, 2], [1, 2])
+
+
+# --- errors.deadLetter.retention ------------------------------------------------------------
+
+
+def dead_letter_file(bundle_id: int, created: float | None) -> DeadLetterFile:
+    return DeadLetterFile(bundle_id, f"file:///dl/{bundle_id}", 1, 10, "p", created)
+
+
+def test_expired_files_are_old_and_of_bundles_at_or_below_gt_last() -> None:
+    files = [
+        dead_letter_file(1, 100.0),  # old, delivered: expired
+        dead_letter_file(2, 150.0),  # exactly at the retention: kept
+        dead_letter_file(3, None),  # a release that did not record the time: kept
+        dead_letter_file(4, 10.0),  # old, but above GT_last (in flight): kept
+    ]
+    assert expired(files, gt_last=3, now=200.0, retention=50.0) == [1]
+    assert expired(files, gt_last=4, now=200.0, retention=49.0) == [1, 2, 4]
+    assert expired(files, gt_last=0, now=200.0, retention=1.0) == []
+
+
+def test_the_retention_is_a_positive_duration_with_tolerance_all(tmp_path: Path) -> None:
+    assert jsonl(tmp_path).errors.retention is None
+    assert jsonl(tmp_path, **{"errors.deadLetter.retention": "2h"}).errors.retention == 7200.0
+    for value, expected in (("0s", "positive duration"), ("soon", "a duration such as")):
+        with pytest.raises(ConfigError) as bad:
+            jsonl(tmp_path, **{"errors.deadLetter.retention": value})
+        assert "errors.deadLetter.retention" in str(bad.value) and value in str(bad.value)
+        assert expected in str(bad.value)
+    with pytest.raises(ConfigError, match=r"errors\.deadLetter\.retention"):
+        jsonl(None, **{"errors.deadLetter.retention": "1h"})  # tolerance none
+
+
+def test_the_owner_deletes_expired_files_in_its_sweep(tmp_path: Path) -> None:
+    """With ``staging.sweepEvery=2`` and a retention of 60 s: the sweep after bundle 4 deletes
+    the files of bundles written over 60 s before and at or below ``GT_last``, and the
+    others stay until a later sweep finds them old."""
+    now = [1000.0]
+    p = Pipeline(
+        jsonl(tmp_path, **{"errors.deadLetter.retention": "60s", "staging.sweepEvery": "2"})
+    )
+    destination = FileDeadLetters(str(tmp_path / "dl"), clock=lambda: now[0])
+    barrier = Barrier(
+        p.options, p.store, p.consumer, p.staging, FaultInjector(), dead_letters=destination
+    )
+    for batch, (bundle, written_at) in enumerate([(1, 1000.0), (2, 1050.0), (3, 1100.0)]):
+        now[0] = written_at
+        p.record_batch(batch, epoch=bundle)
+        barrier.commit([p.write(batch, [note_batch(bundle, 0, [0, 1], bad=[1])])], batch)
+    # the sweep after bundle 2 (due) ran at 1050: nothing was 60 s old yet
+    assert [f.bundle_id for f in destination.files()] == [1, 2, 3]
+    assert {f.created for f in destination.files()} == {1000.0, 1050.0, 1100.0}
+    now[0] = 1111.0
+    p.record_batch(3, epoch=4)
+    barrier.commit([p.write(3, [note_batch(4, 0, [0, 1], bad=[1])])], 3)
+    # after bundle 4 (due): bundles 1 and 2 are over 60 s old; 3 and 4 are younger
+    assert [f.bundle_id for f in destination.files()] == [3, 4]
+    assert p.state().gt_last == 4
+
+
+def test_without_a_retention_the_sweep_keeps_every_file(tmp_path: Path) -> None:
+    now = [0.0]
+    p = Pipeline(jsonl(tmp_path, **{"staging.sweepEvery": "1"}))
+    destination = FileDeadLetters(str(tmp_path / "dl"), clock=lambda: now[0])
+    barrier = Barrier(
+        p.options, p.store, p.consumer, p.staging, FaultInjector(), dead_letters=destination
+    )
+    for batch in range(3):
+        now[0] = batch * 1e6
+        p.record_batch(batch, epoch=batch + 1)
+        barrier.commit([p.write(batch, [note_batch(batch + 1, 0, [0, 1], bad=[1])])], batch)
+    assert [f.bundle_id for f in destination.files()] == [1, 2, 3]
+
+
+def test_expiring_on_a_store_deletes_the_objects(tmp_path: Path) -> None:
+    p = Pipeline(jsonl(tmp_path))
+    rows = note_batch(1, 0, [0, 1])
+    store_dl = StoreDeadLetters(open_store(f"memory://{tmp_path.name}-expire"), clock=lambda: 5.0)
+    for bundle in (1, 2):
+        store_dl.write("p1", bundle, lambda: write_refusing_table(p, rows, [b"0:1"]))
+    assert store_dl.expire(gt_last=1, retention=1.0) == []  # written at 5.0, now 5.0
+    store_dl.clock = lambda: 10.0
+    assert store_dl.expire(gt_last=1, retention=1.0) == [1]
+    assert [f.bundle_id for f in store_dl.files()] == [2]

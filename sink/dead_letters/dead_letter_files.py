@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 
 from sink.dead_letters.dead_letter_format import (
     BUNDLE_KEY,
+    CREATED_KEY,
     PIPELINE_KEY,
     bundle_of_name,
     dead_letter_name,
@@ -49,6 +51,23 @@ class DeadLetterFile:
     rows: int
     size: int
     pipeline_id: str | None
+    created: float | None = None
+    """When it was written (Unix seconds); None for a file of a release that did not say."""
+
+
+def expired(
+    files: Iterable[DeadLetterFile], *, gt_last: int, now: float, retention: float
+) -> list[int]:
+    """The bundles whose files ``errors.deadLetter.retention`` deletes: written more than
+    ``retention`` seconds before ``now``, of a bundle at or below ``gt_last``. No commit
+    reads such a file again (a batch of an epoch at or below ``GT_last`` never looks at the
+    dead letters); only a commit paused since it recorded the bundle in flight may create
+    it once more, with the same rows. A file without its write time is kept."""
+    return sorted(
+        f.bundle_id
+        for f in files
+        if f.bundle_id <= gt_last and f.created is not None and now - f.created > retention
+    )
 
 
 @dataclass(frozen=True)
@@ -67,8 +86,9 @@ class DeadLetterWrite:
 class DeadLetters(ABC):
     """The dead-letter files of ``errors.deadLetter.path``: create once, list, read."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, *, clock: Callable[[], float] = time.time) -> None:
         self.uri = uri.rstrip("/")
+        self.clock = clock
 
     def describe(self) -> str:
         return f"dead letters {self.uri}"
@@ -87,7 +107,7 @@ class DeadLetters(ABC):
         found = self._check(name, pipeline_id, bundle_id)
         if found is not None:
             return DeadLetterWrite(bundle_id, found.rows, False, self.location(bundle_id))
-        table, data = _file_bytes(pipeline_id, bundle_id, staged())
+        table, data = _file_bytes(pipeline_id, bundle_id, staged(), self.clock())
         if not self._create(name, data):  # another attempt created it meanwhile
             found = self._check(name, pipeline_id, bundle_id)
             rows = table.num_rows if found is None else found.rows
@@ -115,6 +135,17 @@ class DeadLetters(ABC):
         """Bundle ``bundle_id``'s dead letters; :class:`KeyNotFound` if it has none."""
         return self._read(dead_letter_name(bundle_id))
 
+    def expire(self, gt_last: int, retention: float) -> list[int]:
+        """Delete the files :func:`expired` names; the bundles whose files were deleted.
+        A file system's error is a :class:`StateError` naming the destination."""
+        try:
+            doomed = expired(self.files(), gt_last=gt_last, now=self.clock(), retention=retention)
+            for bundle_id in doomed:
+                self._delete(dead_letter_name(bundle_id))
+        except OSError as err:
+            raise StateError(f"{self.describe()}: deleting expired files failed: {err}") from err
+        return doomed
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""
 
@@ -135,12 +166,14 @@ class DeadLetters(ABC):
         meta, size = footer
         kv = meta.metadata or {}
         pipeline = kv.get(PIPELINE_KEY)
+        created = kv.get(CREATED_KEY)
         return DeadLetterFile(
             bundle_id,
             self.location(bundle_id),
             meta.num_rows,
             size,
             None if pipeline is None else pipeline.decode(),
+            None if created is None else float(created.decode()),
         )
 
     @abstractmethod
@@ -158,12 +191,16 @@ class DeadLetters(ABC):
     @abstractmethod
     def _read(self, name: str) -> pa.Table: ...
 
+    @abstractmethod
+    def _delete(self, name: str) -> None:
+        """Delete ``name``; nothing if it is not there."""
+
 
 class FileDeadLetters(DeadLetters):
     """Dead letters in a local directory (``file:///dir``): plain Parquet files."""
 
-    def __init__(self, directory: str) -> None:
-        super().__init__(f"file://{directory}")
+    def __init__(self, directory: str, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(f"file://{directory}", clock=clock)
         self.directory = directory
 
     def check(self) -> None:
@@ -220,13 +257,17 @@ class FileDeadLetters(DeadLetters):
             raise KeyNotFound(self.uri, name)
         return pq.read_table(path)
 
+    def _delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.directory, name))
+
 
 class StoreDeadLetters(DeadLetters):
     """Dead letters as objects of a state store (``s3://bucket/prefix``), created with
     the store's create-if-absent."""
 
-    def __init__(self, store: StateStore) -> None:
-        super().__init__(store.uri)
+    def __init__(self, store: StateStore, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(store.uri, clock=clock)
         self.store = store
 
     def check(self) -> None:
@@ -252,6 +293,9 @@ class StoreDeadLetters(DeadLetters):
     def _read(self, name: str) -> pa.Table:
         return pq.read_table(pa.BufferReader(self.store.get(name).data))
 
+    def _delete(self, name: str) -> None:
+        self.store.delete(name)
+
     def close(self) -> None:
         self.store.close()
 
@@ -266,14 +310,18 @@ def open_dead_letters(uri: str, s3: S3Settings | None = None) -> FileDeadLetters
     return StoreDeadLetters(open_store(config))
 
 
-def _file_bytes(pipeline_id: str, bundle_id: int, staged: pa.Table) -> tuple[pa.Table, bytes]:
+def _file_bytes(
+    pipeline_id: str, bundle_id: int, staged: pa.Table, created: float
+) -> tuple[pa.Table, bytes]:
     """The file of bundle ``bundle_id`` from its staged dead-letter rows: its table and
-    its Parquet bytes, with the metadata naming the pipeline and the bundle."""
+    its Parquet bytes, with the metadata naming the pipeline, the bundle and when it was
+    written."""
     table = dead_letter_table(staged, bundle_id)
     metadata = {
         **(table.schema.metadata or {}),
         PIPELINE_KEY: pipeline_id.encode(),
         BUNDLE_KEY: str(bundle_id).encode(),
+        CREATED_KEY: repr(created).encode(),
     }
     return table, _parquet_bytes(table.replace_schema_metadata(metadata))
 

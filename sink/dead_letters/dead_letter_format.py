@@ -32,6 +32,8 @@ ADDED_COLUMNS = (BUNDLE_COLUMN, REASON_COLUMN, COLUMN_COLUMN)
 
 PIPELINE_KEY = b"gtbarrier.pipeline"
 BUNDLE_KEY = b"gtbarrier.bundle"
+CREATED_KEY = b"gtbarrier.created"
+"""When the file was written (Unix seconds): the age ``errors.deadLetter.retention`` counts."""
 _FILE = re.compile(r"bundle-(\d{12})\.parquet")
 
 

@@ -22,6 +22,9 @@ class DeadLetterSettings:
     topic: str | None = None
     bootstrap: str | None = None
     """``errors.deadLetter.kafka.bootstrap.servers``: set exactly when ``topic`` is."""
+    retention: float | None = None
+    """``errors.deadLetter.retention`` in seconds: files older than this are deleted once
+    their bundle is at or below ``GT_last`` (None: kept)."""
     kafka: tuple[tuple[str, str], ...] = ()
     """The other ``errors.deadLetter.kafka.*`` producer settings (names lower-cased), sorted,
     as given: a secret reference unresolved, a secret a
