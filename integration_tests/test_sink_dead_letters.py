@@ -14,6 +14,7 @@ import base64
 import json
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -515,3 +516,33 @@ def test_dead_letters_on_s3_and_on_a_topic_are_written_once_across_a_crash(
         *[f"--option={k}={v}" for k, v in s3.options().items()],
     )  # fmt: skip
     assert [(b["bundle_id"], b["rows"]) for b in listed["bundles"]] == [(5, 3)]
+
+
+def test_the_owners_sweep_deletes_expired_dead_letters_on_s3(s3: Any) -> None:
+    """``errors.deadLetter.retention`` on SeaweedFS: each file records when it was written,
+    and the sweep after a commit deletes those older than the retention, of bundles at or
+    below ``GT_last``; the newest stays."""
+    options = sink_options(
+        **{
+            "consumer.format": "jsonl",
+            "errors.tolerance": "all",
+            "errors.deadLetter.path": s3.uri("dead"),
+            "errors.deadLetter.retention": "1s",
+            "staging.sweepEvery": "1",
+            **s3.options(),
+        }
+    )
+    p = Pipeline(options)
+    for batch, bundle in enumerate((1, 2)):
+        p.record_batch(batch, epoch=bundle)
+        p.barrier().commit([p.write(batch, [note_batch(bundle, 0, [0, 1], bad=[1])])], batch)
+    listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="dead/")
+    assert sorted(o["Key"] for o in listed["Contents"]) == [
+        f"dead/{dead_letter_name(b)}" for b in (1, 2)
+    ]
+    time.sleep(1.5)  # both files are now older than the retention
+    p.record_batch(2, epoch=3)
+    p.barrier().commit([p.write(2, [note_batch(3, 0, [0, 1], bad=[1])])], 2)
+    listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="dead/")
+    assert [o["Key"] for o in listed["Contents"]] == [f"dead/{dead_letter_name(3)}"]
+    assert p.state().gt_last == 3 and len(p.consumer.delivered) == 3
