@@ -58,7 +58,7 @@ class CommitOutcome:
             batch=self.batch_id,
             epoch=self.epoch,
             bundle=self.epoch,
-            event=f"bundle_{self.action}",
+            event=f"bundle_{self.action.replace('-', '_')}",
             rows=self.rows,
             rows_refused=self.dead_letters,
             seconds=round(self.timings.get("total", 0.0), 6),
