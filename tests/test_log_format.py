@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from state import worker_logging
 from state.errors import ConfigError
 from state.kafka_redaction import REDACT
 from state.log_format import (
@@ -30,6 +33,8 @@ from state.log_summary import (
     summary_interval,
 )
 from state.secrets import hide_in_logs
+
+OURS = worker_logging.PRODUCT_LOGGERS
 
 
 def record(
@@ -235,3 +240,62 @@ def test_summaries_log_a_due_report_at_info_with_its_figures(
     summaries.planned("p", 3, 1)
     summaries.flush()
     assert "1 epoch(s) planned (1 records)" in caplog.records[-1].getMessage()
+
+
+# --- the handler of a Python worker --------------------------------------------------
+
+
+@pytest.fixture
+def unconfigured(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A process as Spark starts a Python worker: gtbarrier's loggers without handlers
+    (restored afterwards); :func:`bare_root` takes the root logger's (pytest's) away."""
+    monkeypatch.setattr(worker_logging, "_configured", False)
+    saved = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level) for n in OURS}
+    for name in OURS:
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [])
+    yield
+    for name, (handlers, level) in saved.items():
+        logging.getLogger(name).handlers = handlers
+        logging.getLogger(name).setLevel(level)
+
+
+@contextmanager
+def bare_root() -> Iterator[None]:
+    """No handler on the root logger (pytest puts its own there for the test's call)."""
+    root = logging.getLogger()
+    handlers = root.handlers
+    root.handlers = []
+    try:
+        yield
+    finally:
+        root.handlers = handlers
+
+
+@pytest.mark.usefixtures("unconfigured")
+def test_a_worker_writes_json_when_the_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(FORMAT_ENV, "json")
+    monkeypatch.delenv(worker_logging.LEVEL_ENV, raising=False)
+    with bare_root():
+        worker_logging.ensure_worker_logging()
+    for name in OURS:
+        [handler] = logging.getLogger(name).handlers
+        assert isinstance(handler.formatter, JsonFormatter), name
+    logging.getLogger("sink.barrier").info("hello %s", "json", extra=fields(pipeline="p"))
+    [line] = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["message"] == "hello json" and json.loads(line)["pipeline"] == "p"
+
+
+@pytest.mark.usefixtures("unconfigured")
+def test_a_wrong_setting_fails_the_first_hook_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FORMAT_ENV, "yaml")
+    with bare_root():
+        for _ in range(2):  # not marked configured: the next hook fails the same way
+            with pytest.raises(ConfigError, match=FORMAT_ENV):
+                worker_logging.ensure_worker_logging()
+        monkeypatch.setenv(FORMAT_ENV, "text")
+        monkeypatch.setenv(SUMMARY_ENV, "-5")
+        with pytest.raises(ConfigError, match=SUMMARY_ENV):
+            worker_logging.ensure_worker_logging()
+    assert all(not logging.getLogger(n).handlers for n in OURS)
