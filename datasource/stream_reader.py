@@ -47,6 +47,8 @@ from datasource.subscription import WHERE
 from state.errors import ConfigError, DataLossError, MalformedOffset
 from state.lag import Lag
 from state.layout import PipelineLayout
+from state.log_format import fields
+from state.log_summary import SUMMARIES
 from state.profiling import span
 from state.protocol.epoch_floor import new_checkpoint_start
 from state.protocol.epoch_log import EpochLog
@@ -197,6 +199,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         log.info("gtkafka: Trigger.AvailableNow reads up to %s", frontier_json(latest))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ensure_worker_logging()
         with span("driver.latestOffset"):
             previous = self._previous_call
             fresh = not may_reuse_cached_ends(
@@ -235,19 +238,31 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         return winner.to_json()
 
     def _log_planned(self, begin: SourceOffset, end: SourceOffset) -> None:
-        """One INFO line per epoch planned here: its size and its lag behind Kafka's end
-        (:mod:`state.lag`; Python sources cannot report metrics to Spark)."""
-        ensure_worker_logging()
-        if not log.isEnabledFor(logging.INFO):
-            return
-        _, latest = self.offset_reader.latest_cached()
-        log.info(
-            "gtkafka: pipeline %s: epoch %d planned, %d record(s); %s",
-            self.options.pipeline_id,
-            begin.epoch,
-            backlog(dict(begin.offsets), dict(end.offsets)),
-            Lag.between(end.offsets, latest).describe(),
-        )
+        """One DEBUG line per epoch planned here, its size and its lag behind Kafka's end
+        (:mod:`state.lag`; Python sources cannot report metrics to Spark), and the
+        pipeline's INFO summary when one is due (:mod:`state.log_summary`)."""
+        pipeline = self.options.pipeline_id
+        assert pipeline is not None
+        records = backlog(dict(begin.offsets), dict(end.offsets))
+        if log.isEnabledFor(logging.DEBUG):
+            _, latest = self.offset_reader.latest_cached()
+            lag = Lag.between(end.offsets, latest)
+            log.debug(
+                "gtkafka: pipeline %s: epoch %d planned, %d record(s); %s",
+                pipeline,
+                begin.epoch,
+                records,
+                lag.describe(),
+                extra=fields(
+                    pipeline=pipeline,
+                    epoch=begin.epoch,
+                    event="epoch_planned",
+                    records=records,
+                    max_behind=lag.maximum,
+                    total_behind=lag.total,
+                ),
+            )
+        SUMMARIES.planned(pipeline, begin.epoch, records)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The broker's latest offsets as last fetched (no new request); no epoch yet."""
@@ -290,6 +305,8 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             self.pruner.after_commit(committed.epoch)
 
     def stop(self) -> None:
+        # the epochs planned since the last summary are reported before the process may end
+        SUMMARIES.flush()
         if self._pruner is not None:
             self._pruner.close()
             self._pruner = None

@@ -33,6 +33,7 @@ from gtbarrier.errors import (
     RetriableError,
 )
 from sink.lost_bundle import LostBundle, resolve_lost_inflight
+from state.worker_logging import ensure_worker_logging
 
 if TYPE_CHECKING:
     from state.coordinator import SnapshotCoordinator
@@ -49,6 +50,7 @@ __all__ = [
     "RetriableError",
     "SnapshotCoordinator",
     "__version__",
+    "configure_logging",
     "errors",
     "register_all",
     "resolve_lost_inflight",
@@ -62,6 +64,15 @@ def register_all(spark: Any) -> None:
     (docs/PROTOCOL.md, "Batch records")."""
     datasource.register(spark)
     sink.register(spark)
+
+
+def configure_logging() -> None:
+    """In the driver program, what Spark's Python workers get on their own: gtbarrier's
+    loggers (the coordinator's among them) write to stderr at ``$GTBARRIER_LOG_LEVEL``
+    in the format ``$GTBARRIER_LOG_FORMAT`` names (``text`` or ``json``), unless the
+    program configured logging already (the root logger has a handler), which is then
+    left as it is. Raises :class:`ConfigError` for a value those variables do not take."""
+    ensure_worker_logging()
 
 
 def __getattr__(name: str) -> Any:

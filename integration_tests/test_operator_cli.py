@@ -70,6 +70,8 @@ def test_zero_call_pipeline_then_status_epochs_and_sweep(
         *("--bootstrap", kafka.bootstrap, "--topic", topic, "--pipeline", pipeline),
         *("--state", state, "--out", str(out), "--checkpoint", str(tmp_path / "cp")),
         *("--max-offsets", "100"),
+        # the per-bundle and per-epoch lines are DEBUG (INFO has the periodic summary)
+        env={"GTBARRIER_LOG_LEVEL": "DEBUG"},
     )
     assert proc.wait(DRIVER_TIMEOUT) == 0, proc.output()
     assert read_bundles(out).num_rows == 300

@@ -47,6 +47,7 @@ from state.errors import (
     StateError,
 )
 from state.layout import PipelineLayout
+from state.log_format import fields
 from state.profiling import StepTimer
 from state.protocol.barrier_state import (
     BarrierStateStore,
@@ -171,7 +172,7 @@ class Barrier:
             KNOWN.forget(self.store, self.layout)
             raise
         outcome.timings["total"] = time.perf_counter() - started
-        outcome.log(self.options.pipeline_id, self.consumer.describe())
+        outcome.log(self.options.pipeline_id, self.consumer.describe(), batch.query_id)
         outcome.record_metrics(self.options)
         return outcome
 
@@ -421,6 +422,16 @@ class Barrier:
             bundle.rows,
             how,
             held.state.gt_last,
+            extra=fields(
+                pipeline=self.options.pipeline_id,
+                query=batch.query_id,
+                batch=bundle.batch_id,
+                epoch=bundle.epoch,
+                bundle=bundle.bundle_id,
+                event="inflight_resolved",
+                rows=bundle.rows,
+                gt_last=held.state.gt_last,
+            ),
         )
         return held, bundle.bundle_id
 

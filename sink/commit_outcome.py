@@ -1,8 +1,9 @@
 """What one barrier commit did: :class:`CommitOutcome`, its log line and its metrics line.
 
-The log line (INFO for a delivered or dropped bundle and for rows refused, DEBUG
-otherwise) is the user's record of the barrier's decisions; a bundle with rows its
-consumer's target refused says how many and which dead-letter file holds them. With
+The log line (INFO for a dropped batch and for rows refused, DEBUG otherwise; a delivered
+bundle is counted into the pipeline's INFO summary, :mod:`state.log_summary`) is the
+user's record of the barrier's decisions; a bundle with rows its consumer's target refused
+says how many and which dead-letter file holds them. With
 ``$GTBARRIER_METRICS`` set, every commit also appends one JSON line to that file (the
 benchmarks read it).
 """
@@ -15,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 
 from sink.options import SinkOptions
+from state.log_format import fields
+from state.log_summary import SUMMARIES
 
 log = logging.getLogger("sink.barrier")
 
@@ -43,10 +46,27 @@ class CommitOutcome:
             return ""
         return f"; {self.dead_letters} row(s) refused, in dead letters {self.dead_letters_at}"
 
-    def log(self, pipeline: str, consumer: str) -> None:
-        """One line per commit: what the barrier decided, and for a delivery to whom."""
+    def log(self, pipeline: str, consumer: str, query: str | None = None) -> None:
+        """One line per commit: what the barrier decided, and for a delivery to whom.
+
+        A bundle delivered without refused rows is routine: DEBUG, counted into the
+        pipeline's INFO summary (:mod:`state.log_summary`). A batch dropped as replayed
+        and refused rows stay at INFO: an operator looks for those."""
+        context = fields(
+            pipeline=pipeline,
+            query=query,
+            batch=self.batch_id,
+            epoch=self.epoch,
+            bundle=self.epoch,
+            event=f"bundle_{self.action.replace('-', '_')}",
+            rows=self.rows,
+            rows_refused=self.dead_letters,
+            seconds=round(self.timings.get("total", 0.0), 6),
+        )
         if self.action == "delivered":
-            log.info(
+            assert self.epoch is not None
+            log.log(
+                logging.INFO if self.dead_letters_at else logging.DEBUG,
                 "barrier: pipeline %s: bundle %d (batch %d, %d rows) delivered to %s%s; GT_last=%d",
                 pipeline,
                 self.epoch,
@@ -55,7 +75,9 @@ class CommitOutcome:
                 consumer,
                 self.refused(),
                 self.epoch,
+                extra=context,
             )
+            SUMMARIES.delivered(pipeline, self.epoch, self.rows, self.dead_letters)
         elif self.action == "dropped":
             log.info(
                 "barrier: pipeline %s: batch %d dropped as replayed: bundle %d (%d rows) is "
@@ -64,7 +86,9 @@ class CommitOutcome:
                 self.batch_id,
                 self.epoch,
                 self.rows,
+                extra=context,
             )
+            SUMMARIES.dropped(pipeline)
         elif self.dead_letters_at:
             log.info(
                 "barrier: pipeline %s: batch %d: bundle %s had no rows to deliver%s",
@@ -72,6 +96,7 @@ class CommitOutcome:
                 self.batch_id,
                 self.epoch,
                 self.refused(),
+                extra=context,
             )
         else:
             log.debug(
@@ -80,6 +105,7 @@ class CommitOutcome:
                 self.batch_id,
                 self.epoch,
                 self.action,
+                extra=context,
             )
 
     def record_metrics(self, options: SinkOptions) -> None:

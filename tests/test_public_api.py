@@ -25,6 +25,7 @@ PUBLIC = {
     "RetriableError",
     "SnapshotCoordinator",
     "__version__",
+    "configure_logging",
     "errors",
     "register_all",
     "resolve_lost_inflight",

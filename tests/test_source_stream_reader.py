@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import pickle
 import uuid
 from collections.abc import Sequence
@@ -19,6 +21,7 @@ from datasource.schema import arrow_schema, source_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader
 from state.errors import ConfigError, DataLossError, EpochLogConflict, KeyExists, SourceUnavailable
 from state.layout import PipelineLayout
+from state.log_format import JsonFormatter
 from state.protocol.epoch_log import EpochLog
 from state.records.epoch import EpochRecord
 from state.records.source_offset import SourceOffset
@@ -722,3 +725,19 @@ def test_commit_offsets_to_group() -> None:
         ("t", 1): 7,
     }
     assert all(c.closed for c in broker.consumers)
+
+
+def test_a_planned_epoch_is_a_debug_line_with_its_fields(
+    broker: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Per-epoch lines are DEBUG; the pipeline's summary (state.log_summary) is the INFO."""
+    broker.produce("t", 0, 30)
+    h = Harness(broker)
+    caplog.set_level(logging.DEBUG, logger="datasource.stream_reader")
+    h.latest(h.reader.initialOffset())
+    [planned] = [r for r in caplog.records if r.name == "datasource.stream_reader"]
+    assert planned.levelno == logging.DEBUG
+    assert planned.getMessage().startswith("gtkafka: pipeline p: epoch 0 planned, 30 record(s);")
+    line = json.loads(JsonFormatter().format(planned))
+    assert (line["pipeline"], line["epoch"], line["event"]) == ("p", 0, "epoch_planned")
+    assert line["figures"]["records"] == 30
