@@ -58,9 +58,10 @@ consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactl
 the source's persisted start to the input's end, with no gap and no overlap; every epoch's
 bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
-dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
-unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
-left; on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``no claimed
+run's part outlives the next sweep``: no staged part of a run that ever claimed the barrier
+is left that the sweep of the next run's claim would keep (:meth:`Checker.leftover_parts`);
+on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
 A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
