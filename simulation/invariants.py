@@ -62,12 +62,13 @@ consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactl
 the source's persisted start to the input's end, with no gap and no overlap; every epoch's
 bundle with rows to deliver is stored once, except a bundle an operator
 skipped because a fault deleted its staged parts; every epoch with refused rows has its
-dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``only
-unclaimed runs' parts remain``: no staged part of a run that ever claimed the barrier is
-left, once the healthy driver committed a batch (cleanup runs in a commit); on the
-pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
-A product error that no fault explains (an exception outside the product's error
-hierarchy) is a violation too: ``unexpected exception``.
+dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``no claimed
+run's part outlives the next sweep``: no staged part of a run that ever claimed the barrier
+is left that the sweep of the next run's claim would keep (:meth:`Checker.leftover_parts`);
+on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+A product error that
+no fault explains (an exception outside the product's error hierarchy) is a violation too:
+``unexpected exception``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,9 +96,12 @@ from simulation.query import (
 )
 from simulation.scheduler import Actor, Event
 from simulation.spark import DriverProc
+from sink import cleanup as sink_cleanup
 from sink.dead_letters.dead_letter_format import bundle_of_name
+from sink.staging import Staging
 from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
+from state.protocol import barrier_state
 from state.protocol.barrier_state import COMMITTED_STEP
 from state.protocol.epoch_floor import pruning_step, read_floor
 from state.records.barrier import NO_BUNDLE, BarrierState
@@ -703,28 +708,82 @@ class Checker:
             )
 
     def leftover_parts(self) -> None:
-        """At the end only the parts of runs that never claimed the barrier remain
-        (``only unclaimed runs' parts remain``): a run that claimed is known to cleanup,
-        which deletes its parts once no bundle in flight references them.
+        """At the end no staged part of a run that ever claimed the barrier outlives the
+        next sweep (``no claimed run's part outlives the next sweep``).
 
-        Cleanup runs in the barrier's commit: when the healthy driver found nothing new to
-        commit (a snapshot or its checkpoint already at the input's end), the parts of a
-        run stopped in the middle of its cleanup wait for the next commit (or ``gtbarrier
-        sweep``), and are not checked."""
-        healthy = self.world.official
-        if healthy is not None and healthy.commits_made == 0:
-            return
-        left = sorted(
+        That is what cleanup promises (docs/sink.md, "Known limits"): a claimed run's parts
+        are deleted by the run itself once its batch is settled, else by the owner's sweep
+        at the next run's claim or every ``staging.sweepEvery`` bundles, while the run's
+        claim is kept. A run that dies between its claim and the deletion of its own parts
+        (a batch it staged, dropped or delivered) leaves them to that sweep, and a schedule
+        can end first: the healthy driver may have no batch left to commit, so it never
+        claims. The check therefore runs the sweep the next run's claim would run (the
+        product's :class:`~sink.cleanup.StagingCleanup`, over the final barrier state and
+        claims, one generation above the owner, deleting nothing) and fails on every part
+        of a claimed run it would leave: one that no automatic cleanup will ever delete.
+        Parts of a run that never claimed are ``gtbarrier sweep``'s (a driver starting up
+        looks the same)."""
+        w = self.world
+        left = [
             loc
-            for loc in self.world.parts
+            for loc in sorted(w.parts)
             if (run := _run_of(loc)) is not None and run in self.claimed
+        ]
+        if not left:
+            return
+        state = barrier_state.read_barrier_state(w.inner, w.layout)
+        owner = state.owner
+        sweep = _NextSweep(w.parts, w.layout)
+        auth = sink_cleanup.Authority(
+            run_id=NEXT_RUN,
+            generation=(0 if owner is None else owner.generation) + 1,
+            keep=frozenset(state.inflight.staged_locations if state.inflight else ()),
         )
-        if left:
+        sink_cleanup.StagingCleanup(
+            barrier_state.BarrierStateStore(w.inner, w.layout), sweep
+        ).sweep(auth)
+        kept = [loc for loc in left if loc not in sweep.deleted]
+        if kept:
             self.fail(
-                "only unclaimed runs' parts remain",
-                f"{len(left)} part(s) of runs that claimed the barrier remain at the end: "
-                f"{left[:3]}",
+                "no claimed run's part outlives the next sweep",
+                f"{len(kept)} part(s) of runs that claimed the barrier remain at the end and "
+                f"the next run's sweep would keep them: {kept[:3]}",
             )
+
+
+#: The run id of the run whose claim :meth:`Checker.leftover_parts` stands for (no
+#: simulated run has it: driver runs are ``pN-rM``).
+NEXT_RUN = "next"
+
+
+class _NextSweep(Staging):
+    """The staging area as the next run's sweep sees it: it lists the staged parts and
+    collects what the sweep deletes, deleting nothing (the check runs after the schedule,
+    outside any actor: no scheduling point, no fault)."""
+
+    def __init__(self, parts: dict[str, pa.Table], layout: PipelineLayout) -> None:
+        self.parts = parts
+        self.layout = layout
+        self.deleted: set[str] = set()
+
+    @property
+    def root_prefix(self) -> str:
+        return self.layout.staging_prefix
+
+    def write_part(self, location: str, table: pa.Table) -> int:
+        raise AssertionError(f"a sweep writes no part ({location})")
+
+    def read_part(self, location: str) -> pa.Table:
+        raise AssertionError(f"a sweep reads no part ({location})")
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.parts if k.startswith(prefix))
+
+    def delete(self, location: str) -> None:
+        self.deleted.add(location)
+
+    def delete_many(self, locations: Iterable[str]) -> None:
+        self.deleted.update(locations)
 
 
 _EPOCH_KEY = re.compile(r"/epochs/(\d+)\.json\Z")

@@ -19,6 +19,7 @@ import pytest
 from simulation.choosers import ALL_KINDS
 from simulation.explore import (
     DEAD_LETTERS,
+    FANOUT,
     PRUNING,
     SMALL,
     SMALL_DEAD_LETTERS,
@@ -34,7 +35,7 @@ from simulation.query import SimConfig
 from simulation.scheduler import Event
 from simulation.spark import DriverProc, SparkQueryError
 from simulation.world import Schedule, StepRecord
-from sink import write_task
+from sink import cleanup, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SimConfig()
@@ -98,6 +99,38 @@ def test_bounded_exploration_finds_no_violation() -> None:
 
 
 # --- dead letters -----------------------------------------------------------------------------
+
+
+#: A run that claims and dies before deleting its own parts, and a healthy driver with no
+#: batch left to commit: p4 restores the older snapshot (the newest is unusable), replays
+#: epoch 2, which p1 delivered, claims, and is stopped by the heal right before deleting
+#: its dropped batch's parts; the healthy driver restores the newest snapshot, past every
+#: epoch, and never commits, so never claims and never sweeps.
+DIES_AFTER_ITS_CLAIM = Schedule(
+    (
+        Event("p1", 25, "lose-part", "sim/staging/q1/000000000000/p00000-t1-rp1-r1.parquet"),
+        Event("p1", 84, "zombie", "lost"),
+        Event("p1s", 3, "zombie", "lost"),
+        Event("p3", 6, "crash", "older"),
+        Event("p4", 23, "heal", "lose"),
+    ),
+    "lose",
+)
+
+
+def test_a_claimed_runs_parts_may_wait_for_the_next_runs_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """p4-r1's parts are left at the end: not a leak, the next run's claim sweeps them
+    (tests/test_sink_barrier.py shows it on the product). A sweep that keeps superseded
+    runs' parts would leave them for good, and fails the check."""
+    outcome, _ = run_schedule(FANOUT, DIES_AFTER_ITS_CLAIM)
+    assert outcome.violation is None, outcome.violation
+    monkeypatch.setattr(cleanup.StagingCleanup, "_superseded", lambda self, rid, auth: False)
+    outcome, _ = run_schedule(FANOUT, DIES_AFTER_ITS_CLAIM)
+    assert outcome.violation is not None
+    assert outcome.violation.invariant == "no claimed run's part outlives the next sweep"
+    assert "rp4-r1" in outcome.violation.message
 
 
 def test_at_errors_tolerance_all_the_refused_rows_go_to_dead_letters_once() -> None:

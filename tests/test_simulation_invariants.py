@@ -12,6 +12,8 @@ import pytest
 from simulation.choosers import ReplayChooser
 from simulation.query import SimConfig
 from simulation.world import World
+from sink import cleanup
+from state.protocol.barrier_state import BarrierStateStore
 from state.records.barrier import BarrierState
 from state.records.epoch import EpochRecord
 from state.records.inflight_bundle import InflightBundle
@@ -108,16 +110,55 @@ def test_epochs_that_do_not_tile_the_input_are_a_violation() -> None:
     assert _violation(gap) == "epochs tile the input"
 
 
-def test_a_claimed_runs_part_left_at_the_end_is_a_violation() -> None:
+def _claim(world: World, run_id: str, token: int) -> None:
+    """``run_id`` claims the pipeline as its first commit does (the product's claim_run)."""
+    states = BarrierStateStore(world.inner, world.layout)
+    held = states.load()
+    start = 0 if held.state.owner is None else held.state.owner.generation
+    states.claim_run(held, run_id, "q1", token, start_generation=start)
+    world.checker.claimed.add(run_id)
+
+
+def test_a_claimed_runs_part_the_next_sweep_deletes_may_be_left_at_the_end() -> None:
+    """A run that died between its claim and the deletion of its own parts, and a healthy
+    driver with no batch left to commit (so no claim, no sweep): the part stays until the
+    next run claims, whose sweep deletes it. Not a leak."""
     world = _world()
-    world.checker.claimed.add("p1-r1")
     parts = world.parts
     parts["sim/staging/q1/000000000000/p00000-t1-rp2-r1.parquet"] = pa.table({"x": [1]})
-    world.checker.leftover_parts()  # p2-r1 never claimed: its part may stay
+    world.checker.leftover_parts()  # p2-r1 never claimed: gtbarrier sweep's
     assert _violation(world) is None
-    parts["sim/staging/q1/000000000000/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
+    _claim(world, "p1-r1", token=1)
+    BarrierStateStore(world.inner, world.layout).claim_driver(2, driver="p2")
+    parts["sim/staging/q1/000000000001/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
     world.checker.leftover_parts()
-    assert _violation(world) == "only unclaimed runs' parts remain"
+    assert _violation(world) is None
+
+
+def test_a_claimed_runs_part_the_next_sweep_keeps_is_a_violation() -> None:
+    """A part of a run that claimed, but that cleanup no longer knows as a claimed run (its
+    claim is gone): no sweep will ever delete it."""
+    world = _world()
+    _claim(world, "p1-r1", token=1)
+    world.inner.delete_many(world.inner.list(world.layout.barrier_claims_prefix))
+    world.parts["sim/staging/q1/000000000001/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()
+    assert _violation(world) == "no claimed run's part outlives the next sweep"
+
+
+def test_a_claimed_runs_part_left_while_sweeps_delete_nothing_is_a_violation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check runs the product's sweep: a sweep that keeps superseded runs' parts fails
+    it."""
+    world = _world()
+    _claim(world, "p1-r1", token=1)
+    world.parts["sim/staging/q1/000000000001/p00001-t2-rp1-r1.parquet"] = pa.table({"x": [1]})
+    world.checker.leftover_parts()
+    assert _violation(world) is None
+    monkeypatch.setattr(cleanup.StagingCleanup, "_superseded", lambda self, rid, auth: False)
+    world.checker.leftover_parts()
+    assert _violation(world) == "no claimed run's part outlives the next sweep"
 
 
 def test_an_epoch_planned_past_the_rate_limit_or_the_broker_is_a_violation() -> None:

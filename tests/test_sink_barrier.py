@@ -601,6 +601,40 @@ def test_a_sweep_never_deletes_the_parts_of_a_run_that_claimed_after_it() -> Non
     assert p.staged() == []
 
 
+def test_a_run_that_dies_after_its_claim_leaves_its_parts_to_the_next_runs_sweep() -> None:
+    """A run that claims and dies before deleting its own parts (a replayed batch its claim
+    found dropped) leaves them staged. A driver's claim deletes nothing, and its query,
+    with no batch to commit, never claims: they stay until the next run's claim sweeps
+    them. No part of a claimed run is left that no cleanup will delete (the simulator's
+    ``no claimed run's part outlives the next sweep``)."""
+    p = Pipeline(sink_options(**{"fencing.token": "1"}))
+    uri = p.options.store.uri
+    p.record_batch(0, epoch=1)
+    p.barrier().commit([p.write(0, [gt_batch(1, 0, [0])])], 0)  # run-a delivers bundle 1
+    # run-b, restored from an older snapshot (a query of its own), replays epoch 1
+    p.query_id, p.run_id = "q-b", "run-b"
+    p.record_batch(0, epoch=1)
+    replayed = p.write(0, [gt_batch(1, 0, [0])])
+    assert replayed.part is not None
+
+    def the_driver_dies() -> None:
+        raise InjectedFault("run-b's driver dies before deleting its parts")
+
+    with pytest.raises(InjectedFault):
+        _zombie(p, the_driver_dies).commit([replayed], 0)
+    assert p.owner().run_id == "run-b" and p.staged() == [replayed.part.location]
+    # the next driver claims the pipeline; its query has nothing to commit yet
+    BarrierStateStore(p.store, p.layout).claim_driver(2, driver="host:42:c")
+    assert p.staged() == [replayed.part.location]
+    # new input: its query's first commit claims the pipeline and sweeps run-b's parts
+    p.options = sink_options(**{"fencing.token": "2", "state.uri": uri})
+    p.query_id, p.run_id = "q-c", "run-c"
+    p.record_batch(0, epoch=2)
+    outcome = p.barrier().commit([p.write(0, [gt_batch(2, 0, [1])])], 0)
+    assert outcome.action == "delivered" and p.owner().run_id == "run-c"
+    assert [d[0] for d in p.consumer.delivered] == [1, 2] and p.staged() == []
+
+
 # --- a new driver fences older runs before its query commits -----------------------------
 
 
