@@ -21,9 +21,9 @@ import pytest
 from harness.azurite import AzureContainer, AzuriteServer
 from harness.fault_proxy import Fault, FaultProxy
 from harness.gcs import GcsBucket, GcsServer
-from state.coordinator.snapshot_files import sha256_hex
-from state.coordinator.snapshot_restore import load_manifest, materialise
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.files import sha256_hex
+from state.coordinator.snapshot.restore import load_manifest, materialise
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import ConcurrentModification, KeyExists, StateError, StoreConfigError
 from state.layout import PipelineLayout
 from state.retry import Retry

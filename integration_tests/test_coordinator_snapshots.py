@@ -17,7 +17,7 @@ import pytest
 
 from gtbarrier import SnapshotCoordinator
 from harness.process import wait_until
-from state.coordinator.snapshot_files import sha256_hex
+from state.coordinator.snapshot.files import sha256_hex
 from state.records.manifest import Manifest
 
 

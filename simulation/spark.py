@@ -68,10 +68,11 @@ from sink.dead_letters.dead_letter_files import StoreDeadLetters
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
-from state.coordinator import checkpoint_recovery, snapshot_attempt
+from state.coordinator import checkpoint_recovery
 from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
+from state.coordinator.snapshot import attempt as snapshot_attempt
 from state.coordinator.supervisor import Supervisor
 from state.errors import (
     CoordinationError,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from state.coordinator.batches import CompletedBatch
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.records.manifest import Manifest
 
 if TYPE_CHECKING:

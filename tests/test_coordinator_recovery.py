@@ -15,8 +15,8 @@ from state.coordinator.checkpoint_recovery import (
     recover_checkpoint,
     write_marker,
 )
-from state.coordinator.snapshot_files import sha256_hex
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.files import sha256_hex
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker

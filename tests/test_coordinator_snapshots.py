@@ -13,7 +13,7 @@ import pytest
 from gtbarrier import SnapshotCoordinator
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline
+from state.coordinator.snapshot.attempt import Lineage, SnapshotPipeline
 from state.errors import ConfigError, CoordinationError, PipelineFenced
 from state.layout import PipelineLayout
 from state.protocol.resume_point import advance_resume_point, read_resume_point

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from state.coordinator.snapshot_files import checkpoint_files, wanted
+from state.coordinator.snapshot.files import checkpoint_files, wanted
 from state.errors import SnapshotIncomplete
 from tests.coordinator_fakes import add_batch, write_checkpoint
 

@@ -1,7 +1,7 @@
 """Snapshot packs: a snapshot stores the checkpoint files it is the first to need as one
 object (a pack), so the store holds a handful of objects per pipeline however long it runs.
 
-The contract (state/coordinator/snapshot_packs.py, docs/PROTOCOL.md "Snapshots"): every
+The contract (state/coordinator/snapshot/packs.py, docs/PROTOCOL.md "Snapshots"): every
 file a manifest names lies, byte for byte, at its offset in a pack the manifest names; a
 pack the new snapshot would use less than half of is not referenced, its files are copied
 into the new pack; pruning deletes the packs no kept manifest names; a manifest of format 1
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from state.coordinator.snapshot_files import CheckpointFile
-from state.coordinator.snapshot_packs import plan_packs
-from state.coordinator.snapshot_restore import materialise
-from state.coordinator.snapshot_retention import prune
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.files import CheckpointFile
+from state.coordinator.snapshot.packs import plan_packs
+from state.coordinator.snapshot.restore import materialise
+from state.coordinator.snapshot.retention import prune
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest, ManifestEntry, PackRef

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from state.coordinator.snapshot_restore import load_manifest, materialise
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.restore import load_manifest, materialise
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest
@@ -80,7 +80,7 @@ def test_a_stored_manifest_with_such_paths_is_malformed(store: StateStore, tmp_p
 def test_a_path_through_a_symbolic_link_out_of_the_staging_directory_is_refused(
     tmp_path: Path,
 ) -> None:
-    from state.coordinator.snapshot_restore import destination
+    from state.coordinator.snapshot.restore import destination
 
     staging, outside = tmp_path / "staging", tmp_path / "outside"
     staging.mkdir()

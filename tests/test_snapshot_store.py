@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from state.coordinator.snapshot_files import sha256_hex
-from state.coordinator.snapshot_restore import load_manifest, materialise
-from state.coordinator.snapshot_retention import prune
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.files import sha256_hex
+from state.coordinator.snapshot.restore import load_manifest, materialise
+from state.coordinator.snapshot.retention import prune
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
 from state.stores import StateStore
@@ -72,7 +72,7 @@ def test_file_vanishing_mid_copy_relists_then_gives_up(
 ) -> None:
     cp = write_checkpoint(tmp_path / "cp", 3)
     writer = SnapshotWriter(store, LAYOUT)
-    import state.coordinator.snapshot_writer as snapshot_mod
+    import state.coordinator.snapshot.write as snapshot_mod
 
     real_read = snapshot_mod._read
     calls = {"n": 0}
@@ -190,7 +190,7 @@ def test_prune_does_not_sweep_blobs_when_a_kept_manifest_is_unreadable(
 def test_upload_is_verified_by_etag_or_read_back(store: StateStore, tmp_path: Path) -> None:
     import hashlib as _h
 
-    from state.coordinator.snapshot_writer import _etag_is_md5_of
+    from state.coordinator.snapshot.write import _etag_is_md5_of
 
     data = b"checkpoint bytes"
     assert _etag_is_md5_of(f'"{_h.md5(data).hexdigest()}"', data)  # S3 plain upload

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Literal, Protocol, TypeVar
 
-from state.coordinator.snapshot_restore import Materialised, load_manifest, materialise
+from state.coordinator.snapshot.restore import Materialised, load_manifest, materialise
 from state.errors import MalformedRecord, SnapshotCorrupted
 from state.layout import PipelineLayout
 from state.records.checkpoint_marker import MARKER_FILE, CheckpointMarker

@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot_attempt import Lineage
+from state.coordinator.snapshot.attempt import Lineage
 from state.errors import CoordinationError, GenerationSuperseded
 from state.protocol.fencing import check_token
 from state.protocol.resume_point import advance_resume_point, new_generation, read_resume_point

@@ -18,7 +18,7 @@ snapshots that batch on a background thread while later batches run
 (:mod:`state.coordinator.worker`). It is accepted only when the upload is complete and
 verified and the barrier has no in-flight bundle at or below the batch's epoch; then the
 resume point moves forward in ZooKeeper (or the store) and snapshots beyond ``retain``
-are pruned (:mod:`state.coordinator.snapshot_attempt`). A snapshot not accepted within
+are pruned (:mod:`state.coordinator.snapshot.attempt`). A snapshot not accepted within
 ``drain_timeout`` is abandoned with a warning; the previous point stays valid.
 
 One driver per pipeline (:mod:`state.coordinator.driver_ownership`): a ZooKeeper lock plus a
@@ -50,7 +50,7 @@ from state.coordinator.graceful_stop import GracefulStop, stopping_on
 from state.coordinator.readiness import QueryLiveness, readiness
 from state.coordinator.recovery_future import Recoverer, RecoveryFuture
 from state.coordinator.scheduler import SnapshotScheduler
-from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline, SnapshotStats
+from state.coordinator.snapshot.attempt import Lineage, SnapshotPipeline, SnapshotStats
 from state.coordinator.supervisor import Supervisor
 from state.coordinator.worker import SnapshotWorker
 from state.errors import (

@@ -2,7 +2,7 @@
 
 :class:`SnapshotWorker` feeds completed batches to the
 :class:`~state.coordinator.scheduler.SnapshotScheduler`, runs its attempts through the
-:class:`~state.coordinator.snapshot_attempt.SnapshotPipeline` on a background thread while later
+:class:`~state.coordinator.snapshot.attempt.SnapshotPipeline` on a background thread while later
 batches run, and keeps the outcome: counters, the last snapshot, the last error, and why
 it stopped the query (a driver fenced by a newer one, or a ZooKeeper session lost).
 One condition variable guards all of it; the snapshot itself runs outside it.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from state.coordinator.batches import CompletedBatch, completed_batch_from_progress
 from state.coordinator.scheduler import Attempt, SnapshotScheduler
-from state.coordinator.snapshot_attempt import Lineage, SnapshotPipeline, SnapshotStats
+from state.coordinator.snapshot.attempt import Lineage, SnapshotPipeline, SnapshotStats
 from state.errors import CoordinationError, GtBarrierError, PipelineFenced, SnapshotIncomplete
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The checkpoint files of a snapshot: which files a restart after a batch reads.
 
-A snapshot of batch ``N`` (:mod:`state.coordinator.snapshot_writer`) copies the set of
+A snapshot of batch ``N`` (:mod:`state.coordinator.snapshot.write`) copies the set of
 checkpoint files that a restart after batch ``N`` needs to the state store.
 
 Which files (Spark 4.3 checkpoint layout; see :func:`checkpoint_files`):

@@ -4,7 +4,7 @@
 
 1. wait for the batch's checkpoint files (the commit entry is written just before the
    progress event is posted);
-2. upload them (:class:`state.coordinator.snapshot_writer.SnapshotWriter`: content-addressed,
+2. upload them (:class:`state.coordinator.snapshot.write.SnapshotWriter`: content-addressed,
    verified);
 3. wait until the barrier has no bundle in flight at or below the batch's epoch;
 4. accept: move the resume point forward (:mod:`state.protocol.resume_point`), only while
@@ -34,9 +34,9 @@ from typing import Any
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot_files import checkpoint_files
-from state.coordinator.snapshot_retention import prune
-from state.coordinator.snapshot_writer import SnapshotWriter
+from state.coordinator.snapshot.files import checkpoint_files
+from state.coordinator.snapshot.retention import prune
+from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import CoordinationError, GtBarrierError, RetriableError, SnapshotIncomplete
 from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_floor import (

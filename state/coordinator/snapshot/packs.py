@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from state.coordinator.snapshot_files import CheckpointFile
+from state.coordinator.snapshot.files import CheckpointFile
 from state.records.manifest import PackRef
 
 __all__ = ["LIVE_FRACTION", "PACK_BYTES", "Location", "PackPlan", "plan_packs"]

@@ -2,8 +2,8 @@
 manifest.
 
 A snapshot of batch ``N`` is the set of checkpoint files that a restart after batch ``N``
-needs (:func:`~state.coordinator.snapshot_files.checkpoint_files`), copied to the store in
-packs (:mod:`state.coordinator.snapshot_packs`), plus a manifest
+needs (:func:`~state.coordinator.snapshot.files.checkpoint_files`), copied to the store in
+packs (:mod:`state.coordinator.snapshot.packs`), plus a manifest
 (``<pipeline>/snapshots/<id>/manifest.json``, the record
 :mod:`state.records.manifest`) listing each file's relative path, size, SHA-256 and where
 its bytes are. Snapshots written before packs (manifest format 1) name a blob per file,
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from state.coordinator.snapshot_files import CheckpointFile, checkpoint_files, sha256_hex
-from state.coordinator.snapshot_packs import PACK_BYTES, Location, plan_packs
+from state.coordinator.snapshot.files import CheckpointFile, checkpoint_files, sha256_hex
+from state.coordinator.snapshot.packs import PACK_BYTES, Location, plan_packs
 from state.errors import KeyExists, SnapshotCorrupted, SnapshotIncomplete
 from state.layout import PipelineLayout
 from state.records.manifest import Manifest, ManifestEntry, PackRef

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.coordinator.snapshot_files import sha256_hex
+from state.coordinator.snapshot.files import sha256_hex
 from state.errors import SnapshotCorrupted, SnapshotIncomplete
 from state.fsync import fsync_dir
 from state.layout import PipelineLayout
