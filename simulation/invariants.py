@@ -722,12 +722,16 @@ class Checker:
         claims, one generation above the owner, deleting nothing) and fails on every part
         of a claimed run it would leave: one that no automatic cleanup will ever delete.
         Parts of a run that never claimed are ``gtbarrier sweep``'s (a driver starting up
-        looks the same)."""
+        looks the same), and so are those of a run whose claim the owner pruned (more than
+        two generations below it): such a run looks like one that never claimed (docs/sink.md,
+        "Known limits")."""
         w = self.world
+        states = barrier_state.BarrierStateStore(w.inner, w.layout)
+        stored = states.claimed_runs()
         left = [
             loc
             for loc in sorted(w.parts)
-            if (run := _run_of(loc)) is not None and run in self.claimed
+            if (run := _run_of(loc)) is not None and run in self.claimed and run in stored
         ]
         if not left:
             return
@@ -739,9 +743,7 @@ class Checker:
             generation=(0 if owner is None else owner.generation) + 1,
             keep=frozenset(state.inflight.staged_locations if state.inflight else ()),
         )
-        sink_cleanup.StagingCleanup(
-            barrier_state.BarrierStateStore(w.inner, w.layout), sweep
-        ).sweep(auth)
+        sink_cleanup.StagingCleanup(states, sweep).sweep(auth)
         kept = [loc for loc in left if loc not in sweep.deleted]
         if kept:
             self.fail(
