@@ -4,13 +4,15 @@ It lets the store contract (``tests/store_contract.py``) run through
 :class:`~state.stores.s3_store.S3Store` without a server, under both answers to a conditional
 ``PutObject`` with ``If-Match`` on a missing key: AWS (and moto) say ``404 NoSuchKey``,
 SeaweedFS says ``412 PreconditionFailed``. Everything else follows S3: the ETag is the
-quoted MD5 of the body, ``If-None-Match: *`` fails with 412 on an existing key, a delete
+quoted MD5 of the body, a ``Content-MD5`` that is not the body's is ``400 BadDigest``,
+``If-None-Match: *`` fails with 412 on an existing key, a delete
 of a missing key succeeds, and ``ListObjectsV2`` pages (with a small page size here, so
 that the store's pagination is exercised). Only the calls :class:`S3Store` makes exist.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import threading
@@ -65,11 +67,15 @@ class FakeS3Client:
         Bucket: str,
         Key: str,
         Body: bytes,
+        ContentMD5: str | None = None,
         Metadata: dict[str, str] | None = None,
         IfNoneMatch: str | None = None,
         IfMatch: str | None = None,
     ) -> dict[str, Any]:
-        etag = f'"{hashlib.md5(Body).hexdigest()}"'
+        digest = hashlib.md5(Body).digest()
+        if ContentMD5 is not None and base64.b64decode(ContentMD5) != digest:
+            raise client_error("BadDigest", 400, "PutObject")
+        etag = f'"{digest.hex()}"'
         with self.server.lock:
             objects = self._bucket(Bucket, "PutObject")
             current = objects.get(Key)
