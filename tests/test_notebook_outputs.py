@@ -1,6 +1,7 @@
 """The notebooks are stored with the outputs of a complete run (``make notebooks``): every
 code cell ran, in order, none failed, the plots are there, and no output names a path of
-the machine that ran them."""
+the machine that ran them. Notebooks 01 and 02 import nothing of the project but
+gtbarrier's public face, except in the branch they take in a clone."""
 
 from __future__ import annotations
 
@@ -101,3 +102,50 @@ def test_every_project_name_a_notebook_imports_exists(path: Path) -> None:
                 for alias in node.names:
                     if alias.name.split(".")[0] in PROJECT_PACKAGES:
                         importlib.import_module(alias.name)
+
+
+#: Notebooks a user runs with the installed package against servers they name: what they
+#: import of this project is gtbarrier's public face; the demo's modules (servers, the demo
+#: job) only in a branch taken in a clone.
+PACKAGE_NOTEBOOKS = ("01_quickstart.ipynb", "02_exactly_once_under_failure.ipynb")
+PUBLIC_MODULES = ("gtbarrier",)
+CLONE_ONLY_PACKAGES = ("demo",)
+
+
+def project_imports(tree: Any) -> list[tuple[str, bool]]:
+    """``(module, nested)`` for each import of a project package in ``tree``; ``nested``:
+    inside an ``if`` (a branch the notebook takes only in a clone), not at a cell's top."""
+    import ast
+
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, nested: bool) -> None:
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found.extend((n, nested) for n in names if n.split(".")[0] in PROJECT_PACKAGES)
+        for child in ast.iter_child_nodes(node):
+            visit(child, nested or isinstance(node, ast.If))
+
+    visit(tree, False)
+    return found
+
+
+@pytest.mark.parametrize("name", PACKAGE_NOTEBOOKS)
+def test_package_notebooks_import_only_the_public_api(name: str) -> None:
+    """A user who installed the wheel has no ``demo``, ``harness`` or ``benchmarks``, and
+    ``state``, ``sink`` and ``datasource`` are internal even though the wheel ships them."""
+    import ast
+
+    for i, cell in enumerate(code_cells(load(NOTEBOOKS / name))):
+        lines = "".join(cell["source"]).splitlines()
+        tree = ast.parse("\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!"))))
+        for module, nested in project_imports(tree):
+            if module in PUBLIC_MODULES:
+                continue
+            assert nested and module.split(".")[0] in CLONE_ONLY_PACKAGES, (
+                f"{name}, code cell {i} imports {module}: only {PUBLIC_MODULES} at a cell's "
+                f"top, {CLONE_ONLY_PACKAGES} only in a branch taken in a clone"
+            )
