@@ -72,3 +72,10 @@ def test_install_names_the_java_and_pyspark_versions() -> None:
     floor = re.search(r">=([0-9.]+)", pyspark).group(1)  # type: ignore[union-attr]
     assert f"PySpark {floor}" in text
     assert re.search(r"Java 17\b", text)
+
+
+def test_the_readme_stays_under_250_lines() -> None:
+    """The README is the front page: the options, the protocol and the figures live in
+    docs/, which it links to."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 250, f"README.md has {len(lines)} lines; move detail into docs/"
