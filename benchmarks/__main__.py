@@ -438,23 +438,60 @@ def run_module(name: str, module: str, args: Sequence[str], env: dict[str, str])
     )
     assert proc.stdout is not None
     lines = []
+    shown = SparkLogFilter()
     for line in proc.stdout:
         lines.append(line)
-        if not _noise(line):
+        if shown(line):
             print("  " + line, end="", flush=True)
     code = proc.wait()
+    if code != 0:
+        # The filter may have hidden why it failed: its last lines, as they were.
+        print(f"  --- {name} exited with {code}; its last lines:", flush=True)
+        for line in lines[-FAILURE_TAIL:]:
+            print("  " + line, end="", flush=True)
     outcome = Outcome(name, command, time.monotonic() - began, code, "".join(lines))
     outcome.load = load_average()
     return outcome
 
 
-def _noise(line: str) -> bool:
-    return (
-        " WARN " in line
-        or "log4j" in line
-        or "setLogLevel" in line
-        or line.startswith("Setting default log level")
-    )
+#: How many of a failed benchmark's last output lines are echoed unfiltered.
+FAILURE_TAIL = 40
+#: A log4j line of Spark's or the JVM's: ``26/11/29 16:47:19 ERROR Utils: ...``.
+_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+#: A line that continues a logged Java exception: its headline, frames, causes, elisions.
+_TRACE_LINE = re.compile(
+    r"^(\s+at |\s+\.\.\. \d+ (more|common frames)|Caused by: |Suppressed: |\s+Suppressed: "
+    r"|[\w$.]+(Exception|Error|Throwable)(: |$))"
+)
+
+
+class SparkLogFilter:
+    """Which of a benchmark's output lines to echo: its own lines, not Spark's logs.
+
+    A log4j line is dropped, and so is every line that continues it as a Java stack trace
+    (a query stopped by the benchmark logs a ``TaskKilledException`` with ~30 frames), as
+    well as the JVM's and Spark's start-up chatter. The full output is kept in the
+    :class:`Outcome`, and a failed benchmark's tail is echoed unfiltered (``run_module``).
+    Call it once per line, in order: whether a line continues a trace depends on the last.
+    """
+
+    def __init__(self) -> None:
+        self._in_log = False
+
+    def __call__(self, line: str) -> bool:
+        if _LOG_LINE.match(line):
+            self._in_log = True
+            return False
+        if self._in_log and _TRACE_LINE.match(line):
+            return False
+        self._in_log = False
+        return not (
+            " WARN " in line
+            or "log4j" in line
+            or "setLogLevel" in line
+            or line.startswith("Setting default log level")
+            or line.startswith("WARNING: Using incubator modules")
+        )
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import pytest
 from benchmarks.__main__ import (
     Outcome,
     Ratio,
+    SparkLogFilter,
     parse_scaling,
     parse_sink,
     parse_snapshot,
@@ -161,4 +162,32 @@ def test_scaling_points_of_two_read_clients_make_a_curve_and_a_target_each(
     assert [(r.measure, round(r.value or 0, 2)) for r in curve] == [
         ("64 partitions / 1 partitions", 0.5),
         ("64 partitions / 1 partitions, confluent", 0.8),
+    ]
+
+
+# A query stopped by a benchmark: Spark's ERROR lines and a Java stack trace, between the
+# benchmark's own lines (one of them indented as the table rows are).
+STOPPED_QUERY = """  20,000 keys, no snapshots: p50 372 ms, p99 514 ms over 15 batches
+26/11/29 16:47:19 ERROR Utils: Aborting task
+org.apache.spark.TaskKilledException: Stage cancelled: [SPARK_JOB_CANCELLED] Job 19 cancelled
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.hasNext(PythonRunner.scala:1034)
+\tat java.base/java.lang.Thread.run(Thread.java:840)
+Caused by: java.io.EOFException
+\t... 12 more
+26/11/29 16:47:19 ERROR DataWritingSparkTask: Aborted commit for partition 1 (task 33)
+WARNING: Using incubator modules: jdk.incubator.vector
+  20,000 keys, snapshots: p50 310 ms, p99 382 ms over 15 batches, 2 snapshots
+run                         batches  p50 ms
+org.apache.spark.SparkException: not after a log line, so the benchmark's own
+"""
+
+
+def test_spark_log_lines_and_their_stack_traces_are_not_echoed() -> None:
+    shown = SparkLogFilter()
+    echoed = [line for line in STOPPED_QUERY.splitlines(keepends=True) if shown(line)]
+    assert echoed == [
+        "  20,000 keys, no snapshots: p50 372 ms, p99 514 ms over 15 batches\n",
+        "  20,000 keys, snapshots: p50 310 ms, p99 382 ms over 15 batches, 2 snapshots\n",
+        "run                         batches  p50 ms\n",
+        "org.apache.spark.SparkException: not after a log line, so the benchmark's own\n",
     ]
