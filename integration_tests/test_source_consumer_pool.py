@@ -21,7 +21,7 @@ import pytest
 from datasource.consumer_pool import MAX_ADVANCE_RECORDS, ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import RangeReader, client_factory
+from datasource.range_reader import RangeReader, client_factory
 from datasource.schema import arrow_schema, source_schema
 from harness.kafka import KafkaHelper
 from harness.kafka_proxy import FETCH, HoldResponses, KafkaProxy

@@ -14,7 +14,8 @@ from datasource import consumer_pool
 from datasource.consumer_pool import ConsumerPool, PoolKey, PoolStats, SingleConsumer
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import KafkaInputPartition, RangeReader, read_partition
+from datasource.partition_reader import KafkaInputPartition, read_partition
+from datasource.range_reader import RangeReader
 from datasource.schema import arrow_schema, source_schema
 from state.errors import SourceUnavailable
 from tests.source_fakes import FakeBroker, FakeConsumer, factory

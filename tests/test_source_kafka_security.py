@@ -190,7 +190,7 @@ def test_the_group_commit_gets_the_settings() -> None:
 
 def test_the_executors_range_reader_gets_the_settings() -> None:
     from datasource.offsets import OffsetRange
-    from datasource.partition_reader import RangeReader
+    from datasource.range_reader import RangeReader
 
     o = parse(**SASL_SSL)
     reader = RangeReader(o, OffsetRange("orders", 0, 0, 10), consumer_factory=capture)

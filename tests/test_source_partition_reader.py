@@ -16,13 +16,8 @@ from datasource import partition_reader
 from datasource.consumer_pool import ConsumerPool
 from datasource.offsets import OffsetRange
 from datasource.options import KafkaSourceOptions
-from datasource.partition_reader import (
-    ARROW_BATCH_ROWS,
-    KafkaInputPartition,
-    RangeReader,
-    input_partitions,
-    read_partition,
-)
+from datasource.partition_reader import KafkaInputPartition, input_partitions, read_partition
+from datasource.range_reader import ARROW_BATCH_ROWS, RangeReader
 from datasource.schema import arrow_schema, source_schema
 from state import profiling
 from state.errors import DataLossError, EpochLogConflict, SourceUnavailable
@@ -103,7 +98,7 @@ def test_retention_loss_fails_or_is_skipped_and_counted(
     with pytest.raises(DataLossError) as info:
         read(broker, OffsetRange("t", 0, 10, 30))
     assert "records [10, 20) of t-0" in str(info.value) and "fake:9092" in str(info.value)
-    with caplog.at_level(logging.WARNING, logger="datasource.partition_reader"):
+    with caplog.at_level(logging.WARNING, logger="datasource"):
         table, reader = read(broker, OffsetRange("t", 0, 10, 30), failOnDataLoss="false")
     assert table.column("offset").to_pylist() == list(range(20, 30))
     assert reader.skipped == 10
@@ -391,7 +386,7 @@ def test_a_task_reads_nothing_of_a_topic_recreated_since_its_epoch_was_planned(
     assert "failOnDataLoss=false" in text and broker.calls["connect"] == 0  # before any fetch
     assert lookups == [{"t", "u"}]
 
-    with caplog.at_level(logging.WARNING, logger="datasource.partition_reader"):
+    with caplog.at_level(logging.WARNING, logger="datasource"):
         batches = run(failOnDataLoss="false")
     table = pa.Table.from_batches(batches)
     assert table.column("topic").to_pylist() == ["u"] * 4
