@@ -19,7 +19,7 @@ import pickle
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -36,7 +36,7 @@ from state.errors import (
 )
 from state.retry import Retry
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.s3_store import S3Store
+from state.stores.s3_store import TOKEN_METADATA, S3Store
 from tests.store_contract import StoreContract, process_race_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -373,6 +373,43 @@ def test_a_writer_killed_after_its_request_head_leaves_no_record(
     assert proxy.stats().by_kind == {"head-only": 1}
     with pytest.raises(KeyNotFound):
         s3.store("faults").get("k")
+
+
+def _plant_cut_off_write(s3: S3Bucket, store: S3Store, key: str, *, ours: bool) -> None:
+    """An empty object at ``key``, as a release that sent no checksum left on SeaweedFS when
+    its writer died between the request's head and its body (tagged as gtbarrier's writes
+    are, if ``ours``)."""
+    metadata = {TOKEN_METADATA: "0" * 32} if ours else {}
+    store.client.put_object(
+        Bucket=store.bucket, Key=store._object(key), Body=b"", Metadata=metadata
+    )
+    assert s3.store("faults").get(key).data == b""
+
+
+def test_a_create_completes_an_empty_object_an_earlier_writer_cut_off(s3: S3Bucket) -> None:
+    """An empty object tagged as gtbarrier's write holds no record: a write cut off after
+    its head, which no reader could have taken for a record. A create of the key replaces
+    it (conditioned on its version) instead of failing, so that a replay of the batch that
+    wrote it repairs it: without that, every later attempt found the key taken and read
+    an empty document, and the pipeline stopped for good."""
+    store = cast("S3Store", s3.store("faults"))
+    _plant_cut_off_write(s3, store, "batches/q/000000000002.json", ours=True)
+    version = store.create("batches/q/000000000002.json", b'{"epoch": 2}')
+    got = store.get("batches/q/000000000002.json")
+    assert got.data == b'{"epoch": 2}' and got.version == version
+    # A second create meets the completed record, as for any record.
+    with pytest.raises(KeyExists):
+        store.create("batches/q/000000000002.json", b'{"epoch": 3}')
+
+
+def test_a_create_leaves_an_empty_object_not_written_by_gtbarrier(s3: S3Bucket) -> None:
+    """An empty object without gtbarrier's tag was put there by someone else: the key is
+    taken, as before."""
+    store = cast("S3Store", s3.store("faults"))
+    _plant_cut_off_write(s3, store, "k", ours=False)
+    with pytest.raises(KeyExists):
+        store.create("k", b"mine")
+    assert store.get("k").data == b""
 
 
 def test_lost_response_then_another_writer_is_reported_as_lost(
