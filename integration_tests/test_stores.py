@@ -19,7 +19,7 @@ import pickle
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -392,7 +392,7 @@ def test_a_create_completes_an_empty_object_an_earlier_writer_cut_off(s3: S3Buck
     it (conditioned on its version) instead of failing, so that a replay of the batch that
     wrote it repairs it: without that, every later attempt found the key taken and read
     an empty document, and the pipeline stopped for good."""
-    store = cast("S3Store", s3.store("faults"))
+    store = s3.store("faults")
     _plant_cut_off_write(s3, store, "batches/q/000000000002.json", ours=True)
     version = store.create("batches/q/000000000002.json", b'{"epoch": 2}')
     got = store.get("batches/q/000000000002.json")
@@ -405,7 +405,7 @@ def test_a_create_completes_an_empty_object_an_earlier_writer_cut_off(s3: S3Buck
 def test_a_create_leaves_an_empty_object_not_written_by_gtbarrier(s3: S3Bucket) -> None:
     """An empty object without gtbarrier's tag was put there by someone else: the key is
     taken, as before."""
-    store = cast("S3Store", s3.store("faults"))
+    store = s3.store("faults")
     _plant_cut_off_write(s3, store, "k", ours=False)
     with pytest.raises(KeyExists):
         store.create("k", b"mine")

@@ -26,6 +26,10 @@ Key ``k`` is the object ``<prefix>/k``; a value's version is the object's ETag.
   someone else's write now, and the loss is reported (our write either never happened
   or was already superseded by a writer who read it). If the store stays unreachable,
   :class:`StoreWriteUnknown` (a :class:`StoreUnavailable`) says the outcome is unknown.
+* Every write sends ``Content-MD5``, so a server refuses a request whose body did not
+  arrive whole. An empty object that a writer of an earlier release left (its request's
+  head stored without its body) is completed by the next ``create`` of its key
+  (:meth:`S3Store._complete_cut_off`).
 
 * Errors (:mod:`state.stores.s3_errors`): an ``AccessDenied`` is fatal, naming the
   operation, the key and the permission the credentials likely lack; credentials the
@@ -385,6 +389,10 @@ class S3Store(StateStore):
                 ):
                     if ambiguous:
                         return resolve(err)
+                    if expected is None and data:
+                        completed = self._complete_cut_off(name, key, data, digest, meta)
+                        if completed is not None:
+                            return completed
                     raise lost(None) from None
                 translated = self.translate_error(
                     err, key, "create" if expected is None else "compare-and-swap"
@@ -406,6 +414,44 @@ class S3Store(StateStore):
                 f"taken effect: the connection failed after the request was sent, then {err}",
             )
             raise unknown from err
+
+    def _complete_cut_off(
+        self, name: str, key: str, data: bytes, digest: str, meta: dict[str, str]
+    ) -> str | None:
+        """After a create found ``key`` taken: if the object there is empty and tagged as a
+        gtbarrier write, replace it with ``data`` (conditioned on its ETag) and return the
+        new ETag; otherwise None (the key is taken).
+
+        Such an object holds no record: its writer's request head arrived and its body
+        never did, which a server that ignores a missing body stored as empty (SeaweedFS,
+        before this store sent ``Content-MD5``). Every record gtbarrier creates is
+        non-empty, so no reader can have taken it for one, and completing it is what the
+        writer itself would have done; the replay that creates the key again repairs it.
+        Losing the swap to another writer leaves that writer's value, and the key taken.
+        """
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=name)
+        except Exception as err:
+            if error_code(err) in ("NoSuchKey", "404"):
+                return None
+            raise self.translate_error(err, key, "read back") from err
+        if head.get("ContentLength") != 0 or TOKEN_METADATA not in head.get("Metadata", {}):
+            return None
+        try:
+            resp = self.client.put_object(
+                Bucket=self.bucket,
+                Key=name,
+                Body=data,
+                ContentMD5=digest,
+                Metadata=meta,
+                IfMatch=head["ETag"],
+            )
+        except Exception as err:
+            code = error_code(err)
+            if code in PRECONDITION or http_status(err) == 412 or code in ("NoSuchKey", "404"):
+                return None
+            raise self.translate_error(err, key, "create") from err
+        return str(resp["ETag"])
 
     # --- helpers -------------------------------------------------------------------
 
