@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from datasource.offset_reader import OffsetReader
 from gtbarrier import SnapshotCoordinator, kafka_ends
 from harness.coordinator_program import produce
 from harness.kafka_proxy import KafkaProxy
@@ -58,9 +59,33 @@ def print_scrape_costs(url: str) -> None:
     print(f"a scrape reading Kafka: {costs[0]:.0f} ms; with Kafka's answer kept: {costs[1]:.0f} ms")
 
 
+@pytest.fixture
+def offset_readers(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of the OffsetReaders this process makes and closes during the test."""
+    counts = {"made": 0, "closed": 0}
+    make, close = OffsetReader.__init__, OffsetReader.close
+
+    def made(self: OffsetReader, *args: Any, **kwargs: Any) -> None:
+        counts["made"] += 1
+        make(self, *args, **kwargs)
+
+    def closed(self: OffsetReader) -> None:
+        counts["closed"] += 1
+        close(self)
+
+    monkeypatch.setattr(OffsetReader, "__init__", made)
+    monkeypatch.setattr(OffsetReader, "close", closed)
+    return counts
+
+
 @pytest.mark.timeout(420)
-def test_the_lag_rises_at_scrapes_while_the_query_is_stuck_and_is_absent_when_kafka_is_not(
-    spark: Any, kafka: Any, postgres: Any, postgres_server: Any, tmp_path: Path
+def test_the_lag_rises_at_scrapes_while_the_query_is_stuck_and_is_absent_when_kafka_is_not(  # noqa: PLR0917 - fixtures
+    spark: Any,
+    kafka: Any,
+    postgres: Any,
+    postgres_server: Any,
+    tmp_path: Path,
+    offset_readers: dict[str, int],
 ) -> None:
     topic = kafka.create_topic(partitions=2)
     produce(kafka, topic, 0, FIRST)
@@ -152,3 +177,6 @@ def test_the_lag_rises_at_scrapes_while_the_query_is_stuck_and_is_absent_when_ka
             q.stop()
         coord.close()
         proxy.stop()
+    # every scrape of this driver read through one Kafka client, closed with the endpoint
+    # (the source's own readers live in Spark's Python workers, not in this process)
+    assert offset_readers == {"made": 1, "closed": 1}, offset_readers
