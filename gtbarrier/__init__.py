@@ -2,12 +2,13 @@
 
 What users import::
 
-    from gtbarrier import register_all, SnapshotCoordinator, resolve_lost_inflight
+    from gtbarrier import register_all, SnapshotCoordinator, kafka_ends, resolve_lost_inflight
     from gtbarrier.errors import PipelineFenced       # or: from gtbarrier import errors
 from gtbarrier._version import __version__
 
     register_all(spark)          # the gtkafka source, the barrier sink, the session setting
     coord = SnapshotCoordinator(spark, pipeline_id=..., state_uri=..., checkpoint_location=...)
+    # with metrics_port, source_ends=kafka_ends(source_options) reads the lag at each scrape
 
 This package is the composition root and the public face: it depends on ``datasource``
 (the ``gtkafka`` source), ``sink`` (the ``barrier`` sink) and ``state`` (the protocol and
@@ -36,6 +37,7 @@ from sink.lost_bundle import LostBundle, resolve_lost_inflight
 from state.worker_logging import ensure_worker_logging
 
 if TYPE_CHECKING:
+    from gtbarrier.source_ends import kafka_ends
     from state.coordinator import SnapshotCoordinator
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "__version__",
     "configure_logging",
     "errors",
+    "kafka_ends",
     "register_all",
     "resolve_lost_inflight",
 ]
@@ -82,4 +85,8 @@ def __getattr__(name: str) -> Any:
         from state.coordinator import SnapshotCoordinator
 
         return SnapshotCoordinator
+    if name == "kafka_ends":
+        from gtbarrier.source_ends import kafka_ends
+
+        return kafka_ends
     raise AttributeError(f"module 'gtbarrier' has no attribute {name!r}")

@@ -27,6 +27,7 @@ PUBLIC = {
     "__version__",
     "configure_logging",
     "errors",
+    "kafka_ends",
     "register_all",
     "resolve_lost_inflight",
 }

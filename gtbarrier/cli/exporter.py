@@ -4,7 +4,9 @@ run without the coordinator's endpoint.
 Each scrape reads what ``gtbarrier status`` reads: the barrier state, the epoch log and the
 batch records from the state store, the resume point (from ZooKeeper with
 ``--zookeeper``, else from the store), with ``--bootstrap`` Kafka's end offsets against
-the newest planned epoch, and with ``--dead-letters`` the rows the consumer refused.
+the newest planned epoch (read as the driver's endpoint reads them:
+:class:`~state.metrics.source_lag.SourceEnds`; a Kafka that does not answer leaves the lag
+out and shows ``gtbarrier_up`` 0), and with ``--dead-letters`` the rows the consumer refused.
 The metrics a driver observes per process (batch durations, snapshot outcomes) are only
 served by the coordinator's ``metrics_port``. Secrets are given as references
 (``--option s3.secretAccessKey=${env:NAME}``, ``--zookeeper-auth
@@ -44,12 +46,11 @@ from gtbarrier.help_text import plain_help
 from state.protocol.resume_point import StoreResumePoints, read_resume_point
 
 if TYPE_CHECKING:
-    from datasource.offset_reader import OffsetReader
     from sink.dead_letters.dead_letter_files import DeadLetters
     from state.coordinator.zookeeper_session import ZooKeeperSession
     from state.metrics.reading import PipelineReading, StateReader
+    from state.metrics.source_lag import SourceEnds
     from state.records.resume_point import ResumePoint
-    from state.records.source_offset import Frontier
     from state.stores import StateStore
 
 DEFAULT_PORT = 9464
@@ -130,8 +131,12 @@ class ExporterReading:
         self.dead_letters = dead_letters
         self._state: StateReader = StateReader(store, pipeline.layout)
         self._session: ZooKeeperSession | None = None
-        self._reader: OffsetReader | None = None
-        self._topics: frozenset[str] = frozenset()
+        self._ends: SourceEnds | None = None
+        if args.bootstrap:
+            from gtbarrier.source_ends import kafka_ends_opener
+            from state.metrics.source_lag import SourceEnds
+
+            self._ends = SourceEnds(kafka_ends_opener(args.bootstrap, pipeline.options))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExporterReading:
@@ -154,13 +159,11 @@ class ExporterReading:
 
     def read(self) -> PipelineReading:
         """One scrape's reading (raises the store's, ZooKeeper's or Kafka's errors)."""
-        from state.metrics.reading import PipelineReading, offsets_behind
+        from state.metrics.reading import PipelineReading
+        from state.metrics.source_lag import SourceLag
 
         facts = self._state.read()
-        behind = ends = None
-        if self.args.bootstrap and facts.planned is not None:
-            ends = self._end_offsets({t for t, _ in facts.planned})
-            behind = offsets_behind(facts.planned, ends)
+        lag = SourceLag() if self._ends is None else self._ends.read(facts.planned)
         refused = None
         if self.dead_letters is not None:
             files = pipeline_files(self.dead_letters, self.pipeline.pipeline_id)
@@ -169,9 +172,10 @@ class ExporterReading:
             pipeline=self.pipeline.pipeline_id,
             facts=facts,
             resume=self._resume_point(),
-            behind=behind,
-            ends=ends,
+            behind=lag.behind,
+            ends=lag.ends,
             dead_letter_rows=refused,
+            errors=lag.errors,
         )
 
     def _resume_point(self) -> ResumePoint | None:
@@ -188,23 +192,11 @@ class ExporterReading:
         point, _ = read_resume_point(backend)
         return point
 
-    def _end_offsets(self, topics: set[str]) -> Frontier:
-        from datasource.offset_reader import OffsetReader
-
-        if self._reader is None or frozenset(topics) != self._topics:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            options = source_options(self.args.bootstrap, topics, self.pipeline.options)
-            self._reader = OffsetReader(options)
-            self._topics = frozenset(topics)
-        return dict(self._reader.view(fresh=True, verify=True).latest)
-
     def close(self) -> None:
         """Close every client (each even if another fails to close)."""
         try:
-            if self._reader is not None:
-                self._reader.close()
+            if self._ends is not None:
+                self._ends.close()
             if self._session is not None:
                 self._session.stop()
         finally:

@@ -15,13 +15,18 @@ CLI_KAFKA_DEFAULTS = {"kafkaConsumer.pollTimeoutMs": "8000", "fetchOffset.numRet
 
 
 def source_options(
-    bootstrap: str, topics: Iterable[str], options: Mapping[str, str]
+    bootstrap: str,
+    topics: Iterable[str],
+    options: Mapping[str, str],
+    *,
+    defaults: Mapping[str, str] = CLI_KAFKA_DEFAULTS,
 ) -> KafkaSourceOptions:
-    """The ``kafka.*`` options given (checked as the source checks them) for ``topics``."""
+    """The ``kafka.*`` options given (checked as the source checks them) for ``topics``,
+    the reader's bound from ``defaults`` (every other option given is left out)."""
     kafka_only = {k: v for k, v in options.items() if k.lower().startswith("kafka.")}
     return KafkaSourceOptions.parse(
         {
-            **CLI_KAFKA_DEFAULTS,
+            **defaults,
             **kafka_only,
             "kafka.bootstrap.servers": bootstrap,
             "subscribe": ",".join(sorted(set(topics))),

@@ -192,6 +192,16 @@ PARAMETERS: tuple[Parameter, ...] = (
         "resolved when the endpoint starts, never shown.",
     ),
     Parameter(
+        "source_ends",
+        "SourceEnds | None",
+        None,
+        "`gtbarrier.kafka_ends(options)` with the gtkafka source's options (its `kafka.*` "
+        "settings, secret references included): the metrics endpoint then reads Kafka's end "
+        "offsets at each scrape (kept at most 2 s) against the newest planned epoch, so "
+        "`gtbarrier_source_offsets_behind` grows while the query is stuck; `None`: the lag "
+        "each completed batch reported. Needs `metrics_port`.",
+    ),
+    Parameter(
         "epochs_retained",
         "int",
         1000,

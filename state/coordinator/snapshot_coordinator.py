@@ -62,6 +62,7 @@ from state.errors import (
 )
 from state.layout import PipelineLayout
 from state.metrics.probes import Readiness
+from state.metrics.source_lag import SourceEnds
 from state.options import parse_duration
 from state.protocol.barrier_state import load_barrier_state
 from state.stores import StateStore, StoreConfig, open_store
@@ -99,6 +100,11 @@ class SnapshotCoordinator:
       ``metrics_tls_cert``/``metrics_tls_key``, client certificates required with
       ``metrics_tls_client_ca``, basic authentication with ``metrics_basic_auth``
       (``"user:password"``, the password may be a secret reference).
+    * ``source_ends``: the source's Kafka settings for that endpoint,
+      ``gtbarrier.kafka_ends(options)`` with the gtkafka options the query reads with:
+      each scrape then reads Kafka's end offsets (kept at most a few seconds) against the
+      newest planned epoch, so the lag grows while the query is stuck; closed by
+      :meth:`close`. Without it the lag is the one each completed batch reported.
     """
 
     def __init__(  # noqa: PLR0913, PLR0917 - the public signature, keyword arguments as documented
@@ -123,10 +129,12 @@ class SnapshotCoordinator:
         metrics_tls_key: str | None = None,
         metrics_tls_client_ca: str | None = None,
         metrics_basic_auth: str | None = None,
+        source_ends: SourceEnds | None = None,
         epochs_retained: int = 1000,
         store: StateStore | None = None,
     ) -> None:
         self.spark = spark
+        self.source_ends = _checked_source_ends(source_ends, metrics_port)
         self.config = CoordinatorConfig.from_arguments(
             pipeline_id,
             state_uri,
@@ -181,7 +189,7 @@ class SnapshotCoordinator:
             try:
                 from state.coordinator.driver_metrics import DriverMetrics
             except ImportError as err:  # prometheus_client, an optional extra
-                self.store.close()
+                self._close_early()
                 raise ConfigError(
                     "metrics_port",
                     self.config.metrics_port,
@@ -191,8 +199,16 @@ class SnapshotCoordinator:
             try:
                 self._metrics = DriverMetrics.start(self, self.config.metrics_port)
             except BaseException:
-                self.store.close()
+                self._close_early()
                 raise
+
+    def _close_early(self) -> None:
+        """What the constructor opened, closed when it fails."""
+        try:
+            if self.source_ends is not None:
+                self.source_ends.close()
+        finally:
+            self.store.close()
 
     # --- the arguments, checked --------------------------------------------------------
 
@@ -534,6 +550,27 @@ class SnapshotCoordinator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _checked_source_ends(value: object, metrics_port: int | None) -> SourceEnds | None:
+    """``source_ends`` checked: a :class:`SourceEnds`, for a metrics endpoint."""
+    if value is None:
+        return None
+    if not isinstance(value, SourceEnds):
+        raise ConfigError(
+            "source_ends",
+            f"<a {type(value).__name__}>",
+            "gtbarrier.kafka_ends(options), with the gtkafka source's options",
+            where="SnapshotCoordinator",
+        )
+    if metrics_port is None:
+        raise ConfigError(
+            "source_ends",
+            "kafka_ends(...)",
+            "a metrics endpoint to serve the lag it reads: give metrics_port too",
+            where="SnapshotCoordinator",
+        )
+    return value
 
 
 def _trigger_interval(query: StreamingQuery) -> float | None:

@@ -126,10 +126,14 @@ OFFSETS_BEHIND = MetricDef(
     "gauge",
     ("pipeline", "topic", "partition"),
     "Offsets between Kafka's end and the end of the newest epoch the source planned, per "
-    "partition; the source's lag reading",
-    "the source's lag: Kafka's end minus the end of the newest planned epoch",
-    "the driver from each batch's progress (gtkafka's `latestOffset` against its end "
-    "offset); the exporter with `--bootstrap`, read at each scrape",
+    "partition; read at the scrape (Kafka's answer kept at most a few seconds) when the "
+    "endpoint has the source's Kafka settings, else the last completed batch's",
+    "the source's lag: Kafka's end minus the end of the newest planned epoch, read at the "
+    "scrape (Kafka's answer kept at most 2 s), so it grows while the query is stuck; "
+    "absent (and `gtbarrier_up` 0) when Kafka does not answer within 4 s",
+    "the driver at each scrape with `source_ends`, else from each batch's progress "
+    "(gtkafka's `latestOffset` against its end offset: it stands still while no batch "
+    "completes); the exporter with `--bootstrap`, at each scrape",
 )
 SNAPSHOT_AGE = MetricDef(
     "gtbarrier_snapshot_age_seconds",
@@ -202,7 +206,7 @@ SOURCE_END = MetricDef(
     "no input and a stuck pipeline differ",
     "Kafka's end offset read at the scrape: `rate()` of it is the input rate, so no input "
     "and a stuck pipeline differ",
-    "the exporter, with `--bootstrap`",
+    "the driver with `source_ends`; the exporter with `--bootstrap`",
 )
 MICROBATCH_DURATION = MetricDef(
     "gtbarrier_microbatch_duration_seconds",
@@ -219,10 +223,12 @@ UP = MetricDef(
     "gtbarrier_up",
     "gauge",
     P,
-    "1: this scrape read the pipeline's state; 0: it could not (the store, ZooKeeper or "
-    "Kafka did not answer; the other families are then left out)",
-    "1: this scrape read the pipeline's state; 0: the store, ZooKeeper or Kafka did not "
-    "answer (every other gtbarrier metric is then left out)",
+    "1: this scrape read all of the pipeline's state; 0: it could not (the store or "
+    "ZooKeeper did not answer: the other families are left out; Kafka did not: the source's "
+    "lag and end offsets are left out)",
+    "1: this scrape read all of the pipeline's state; 0: the store or ZooKeeper did not "
+    "answer (every other gtbarrier metric is then left out), or Kafka did not (the source's "
+    "lag and end offsets are left out, the rest served)",
 )
 SCRAPE_ERRORS = MetricDef(
     "gtbarrier_scrape_errors",

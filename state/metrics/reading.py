@@ -5,8 +5,8 @@ the barrier's progress, the batch records); epoch and batch records never change
 written, so a :class:`StateReader` reads each one once and only lists the new ones
 afterwards. :class:`PipelineReading` embeds those facts and adds what the store does not
 hold: the resume point (ZooKeeper's, or the store's), Kafka's end offsets and the lag
-against them, the dead-letter rows, and what the driver process observed
-(:class:`DriverObservations`, :class:`SnapshotCounts`). The driver's endpoint
+against them (:mod:`state.metrics.source_lag`), the dead-letter rows, and what the driver
+process observed (:class:`DriverObservations`, :class:`SnapshotCounts`). The driver's endpoint
 (:mod:`state.coordinator.driver_metrics`) and ``gtbarrier exporter`` each build one per
 scrape, the facts from a :class:`StateReader`; :mod:`state.metrics.families` turns it into
 metric families.
@@ -223,7 +223,9 @@ class PipelineReading:
     ``ends``: Kafka's end offsets read at the scrape (their rate is the input rate).
     ``dead_letter_rows``: rows in the pipeline's dead-letter files. ``microbatches`` (the
     durations of the micro-batches that read rows) and ``snapshots``: what the driver
-    process observed.
+    process observed. ``errors``: the type names of the errors that kept a part out of
+    this reading (Kafka that did not answer: no ``behind`` and no ``ends``); the scrape
+    counts them and shows ``gtbarrier_up`` 0, serving what was read.
     """
 
     pipeline: str
@@ -234,3 +236,4 @@ class PipelineReading:
     dead_letter_rows: int | None = None
     microbatches: DurationHistogram | None = None
     snapshots: SnapshotCounts | None = None
+    errors: tuple[str, ...] = ()

@@ -58,7 +58,9 @@ class PipelineCollector(Collector):
     A read that fails with a gtbarrier error (a store or ZooKeeper that cannot be
     reached) yields only those two, ``up`` 0 and the error counted, and logs one warning,
     its text without secrets; any other error too, logged with its traceback, secrets
-    masked as in every log record.
+    masked as in every log record. A reading that left a part out (its
+    :attr:`~state.metrics.reading.PipelineReading.errors`: Kafka's ends not read) yields
+    the families of what it read, ``up`` 0 and each error counted.
     """
 
     def __init__(
@@ -95,6 +97,9 @@ class PipelineCollector(Collector):
                 self._errors[type(err).__name__] += 1
                 yield from scrape_families(self._pipeline, up=False, errors=self._errors)
                 return
+            # a part the reading could not read (Kafka's ends) is left out of it
+            for error in reading.errors:
+                self._errors[error] += 1
             now = self._clock()
             progress = None
             barrier = reading.facts.barrier
@@ -106,7 +111,7 @@ class PipelineCollector(Collector):
                     now=now,
                 )
             yield from metric_families(reading, now, progress)
-            yield from scrape_families(self._pipeline, up=True, errors=self._errors)
+            yield from scrape_families(self._pipeline, up=not reading.errors, errors=self._errors)
 
     def describe(self) -> Sequence[Any]:
         # Nothing is read when the collector is registered: only at a scrape.
