@@ -581,7 +581,7 @@ def test_an_append_commits_the_staged_parts_as_data_files_reading_no_rows_on_the
     moved = sorted(data_file_location("p1", 1, location) for location in staged)
     assert add_paths(lake.table()) == moved
     assert not any((tmp_path / "table" / location).exists() for location in staged)
-    actions = lake.table().get_add_actions(flatten=True).to_pylist()
+    actions = pa.table(lake.table().get_add_actions(flatten=True)).to_pylist()
     assert sorted(a["num_records"] for a in actions) == [1, 2]
     assert lake.values() == [b"0:0", b"0:1", b"1:0"]
     assert lake.table().transaction_version("p1") == 1
@@ -652,14 +652,21 @@ def test_a_partitioned_table_takes_the_rows_through_the_driver(tmp_path: Path) -
     from sink.consumers.delta.delta_staging import DeltaStaging
 
     (tmp_path / "table").mkdir()
+    uri = f"file://{tmp_path}/table"
     DeltaTable.create(
-        f"file://{tmp_path}/table",
-        pa.schema([("value", pa.binary()), ("gt", GT_ARROW), ("region", pa.string())]),
-        partition_by=["region"],
+        uri, pa.schema([("key", pa.string()), ("count", pa.int64())]), partition_by=["key"]
     )
-    lake = Lake(tmp_path)
-    assert not isinstance(lake.consumer.staging, DeltaStaging)
-    bundle = lake.bundle(0, 1, [[gt_batch(1, 0, [0, 1])]])
-    ack = lake.consumer.deliver(bundle)
+    options = started(tmp_path, KEYED)
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    assert not isinstance(consumer.staging, DeltaStaging)
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    bundle = Bundle.from_messages(
+        "p1", 1, 0, [p.write(0, [keyed(["a", "b"], [1, 2])], has_gt=False)]
+    )
+    ack = consumer.deliver(bundle)
     assert ack.driver_bytes == bundle.size > 0
-    assert lake.values() == [b"0:0", b"0:1"]
+    table = DeltaTable(uri)
+    assert sorted(table.to_pyarrow_table().column("count").to_pylist()) == [1, 2]
+    assert sorted(table.partitions(), key=str) == [{"key": "a"}, {"key": "b"}]

@@ -145,8 +145,64 @@ def with_table(settings: DeltaSettings, spark_schema: Any) -> DeltaSettings:
                 where=WHERE,
             )
         _create(settings, arrow)
-        return replace(settings, not_null=())
-    return replace(settings, not_null=check_compatible(table, types, settings))
+        return replace(settings, not_null=(), stage_in_table=settings.mode == "append")
+    not_null = check_compatible(table, types, settings)
+    return replace(settings, not_null=not_null, stage_in_table=stages_in_table(table, settings))
+
+
+def parts_in_table(settings: DeltaSettings) -> bool:
+    """:attr:`DeltaSettings.stage_in_table` as the start check recorded it; without the
+    start check (``gtbarrier sweep``), decided from the table as it is now (a table still
+    to be created is one delta-rs creates without partitions or constraints)."""
+    if settings.stage_in_table is not None:
+        return settings.stage_in_table
+    table = open_table(settings)
+    return settings.mode == "append" if table is None else stages_in_table(table, settings)
+
+
+def stages_in_table(table: DeltaTable, settings: DeltaSettings) -> bool:
+    """Whether the write tasks' parts can become the table's data files as they are: in
+    ``mode=append`` only (a merge reads rows), and only into a table whose writes delta-rs
+    would not rewrite or check (:func:`rows_must_be_rewritten`)."""
+    if settings.mode != "append":
+        return False
+    reason = rows_must_be_rewritten(
+        table.metadata().partition_columns,
+        table.metadata().configuration,
+        {f.name: f.metadata for f in table.schema().fields},
+    )
+    if reason is not None:
+        log.info("%s: the bundles' rows pass through the driver, as %s", settings.uri, reason)
+        return False
+    return True
+
+
+def rows_must_be_rewritten(
+    partition_columns: list[str],
+    configuration: dict[str, str],
+    field_metadata: dict[str, dict[str, object]],
+) -> str | None:
+    """Why a staged part could not be committed as a data file of a table with these
+    partition columns, configuration and top-level field metadata (None: it can).
+
+    A partitioned table splits rows by partition; column mapping names a file's columns by
+    physical names; constraints, invariants, generated and identity columns are checked
+    or computed row by row by the writer (delta-rs): those tables take rows, not files."""
+    if partition_columns:
+        return f"the table is partitioned by {partition_columns}"
+    mapping = configuration.get("delta.columnMapping.mode", "none")
+    if mapping != "none":
+        return f"the table maps column names (delta.columnMapping.mode={mapping})"
+    constraints = sorted(k for k in configuration if k.startswith("delta.constraints."))
+    if constraints:
+        return f"the table has CHECK constraints ({', '.join(constraints)})"
+    for name, metadata in field_metadata.items():
+        for key in metadata:
+            if key in ("delta.invariants", "delta.generationExpression") or key.startswith(
+                "delta.identity."
+            ):
+                return f"column {name!r} has {key}"
+    return None
 
 
 def _create(settings: DeltaSettings, arrow: pa.Schema) -> None:
