@@ -670,3 +670,23 @@ def test_a_partitioned_table_takes_the_rows_through_the_driver(tmp_path: Path) -
     table = DeltaTable(uri)
     assert sorted(table.to_pyarrow_table().column("count").to_pylist()) == [1, 2]
     assert sorted(table.partitions(), key=str) == [{"key": "a"}, {"key": "b"}]
+
+
+def test_vacuum_keeps_the_staged_parts_and_removes_a_moved_file_no_version_references(
+    tmp_path: Path,
+) -> None:
+    """Staged parts sit in a ``_`` directory, which Delta's VACUUM leaves alone (a part in
+    flight survives it); a data file no version references (a zombie's move, say) is a
+    full VACUUM's to remove (delta-rs's default, lite, removes only files a version
+    removed)."""
+    from sink.consumers.delta.delta_staging import data_file_location
+
+    lake = Lake(tmp_path)
+    lake.commit(0, 1, [[gt_batch(1, 0, [0])]])
+    in_flight = lake.bundle(1, 2, [[gt_batch(2, 0, [1])]])
+    [part] = in_flight.parts
+    stray = data_file_location("p1", 9, part.location)
+    (tmp_path / "table" / stray).write_bytes((tmp_path / "table" / part.location).read_bytes())
+    doomed = lake.table().vacuum(retention_hours=0, enforce_retention_duration=False, full=True)
+    assert [d.removeprefix(lake.uri + "/") for d in doomed] == [stray]
+    assert [h["operation"] for h in lake.table().history()] == ["WRITE", "CREATE TABLE"]

@@ -9,7 +9,7 @@ checked row by row) stages them in the state store and the commit reads them.
 ``gtbarrier sweep`` has nothing of the consumer's own to list: staged parts are the
 barrier's, and a data file moved but never committed is committed by the bundle's
 redelivery; one no Delta version references (a zombie driver's, or of a failed
-delta-rs write) is removed by Delta's ``VACUUM``.
+delta-rs write) is removed by a full ``VACUUM``.
 """
 
 from __future__ import annotations

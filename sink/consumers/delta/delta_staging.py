@@ -11,9 +11,9 @@ delta-rs does)::
         (a rename on a file system, a server-side copy on S3), then added to the table
 
 The staging directory starts with ``_``: Delta's ``VACUUM`` leaves such directories alone,
-so it never deletes a part still in flight; the data files are outside it, where
-``VACUUM`` removes those that no version references once they are older than its
-retention. A data file's name is its part's name behind the bundle's epoch: unique per
+so it never deletes a part still in flight; the data files are outside it, where a full
+``VACUUM`` (delta-rs: ``vacuum(full=True)``) removes those that no version references once
+they are older than its retention. A data file's name is its part's name behind the bundle's epoch: unique per
 write attempt, so a retried delivery (or the redelivery after a crash between the move and
 the commit) finds the file its failed attempt moved and commits that very file, and no
 data file of one attempt ever overwrites another's. The barrier's staging cleanup deletes
