@@ -13,10 +13,12 @@ delta-rs does)::
 The staging directory starts with ``_``: Delta's ``VACUUM`` leaves such directories alone,
 so it never deletes a part still in flight; the data files are outside it, where a full
 ``VACUUM`` (delta-rs: ``vacuum(full=True)``) removes those that no version references once
-they are older than its retention. A data file's name is its part's name behind the bundle's epoch: unique per
-write attempt, so a retried delivery (or the redelivery after a crash between the move and
-the commit) finds the file its failed attempt moved and commits that very file, and no
-data file of one attempt ever overwrites another's. The barrier's staging cleanup deletes
+they are older than its retention.
+
+A data file's name is its part's name behind the bundle's epoch: unique per write
+attempt, so a retried delivery (or the redelivery after a crash between the move and the
+commit) finds the file its failed attempt moved and commits that very file, and no data
+file of one attempt ever overwrites another's. The barrier's staging cleanup deletes
 only under the staging prefix, never a data file.
 
 A part holds the sink's input columns as the write task received them (Arrow types the
