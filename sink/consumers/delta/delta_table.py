@@ -13,8 +13,9 @@ The table's ``NOT NULL`` columns are recorded in the settings the write tasks re
 they refuse rows with a null there (dead letters) without opening the table.
 
 Storage options may hold secret references (:mod:`state.secrets`); they are resolved only
-here, where delta-rs is handed them, and every value resolved or given inline for a key
-that names a secret is hidden from this process's log records.
+by :func:`storage_options`, where delta-rs is handed them (on the driver, and in the write
+tasks that stage parts under the table), and every value resolved or given inline for a
+key that names a secret is hidden from that process's log records.
 """
 
 from __future__ import annotations
