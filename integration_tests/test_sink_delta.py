@@ -417,7 +417,7 @@ def test_an_append_on_s3_moves_the_staged_parts_into_the_table_reading_no_rows_o
     assert len(moved) == 1
     assert DeltaTable(uri, storage_options=storage).transaction_version("p1") == 1
     p.run_id = "run-b"  # a restart resolves the bundle in flight
-    assert p.barrier().commit([p.write(1, batches)], 1).recovered == 1
+    assert p.barrier().commit([p.write(1, batches)], 1).recovered == 2  # the bundle recovered
     table = DeltaTable(uri, storage_options=storage)
     assert table.transaction_version("p1") == 2
     assert set(moved) <= set(add_paths(table))
