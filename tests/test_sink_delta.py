@@ -30,7 +30,7 @@ from sink.consumers.delta.delta_kind import DELTA
 from sink.consumers.delta.delta_options import DeltaSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from state.errors import CommitStateUnknown, ConfigError
+from state.errors import CommitStateUnknown, ConfigError, GtBarrierError
 from tests.sink_helpers import Pipeline, gt_batch
 
 GT = StructType(
@@ -690,3 +690,35 @@ def test_vacuum_keeps_the_staged_parts_and_removes_a_moved_file_no_version_refer
     doomed = lake.table().vacuum(retention_hours=0, enforce_retention_duration=False, full=True)
     assert [d.removeprefix(lake.uri + "/") for d in doomed] == [stray]
     assert [h["operation"] for h in lake.table().history()] == ["WRITE", "CREATE TABLE"]
+
+
+def test_a_nested_not_null_field_the_input_may_leave_null_keeps_the_rows_checked(
+    tmp_path: Path,
+) -> None:
+    """delta-rs checks a nested NOT NULL field row by row, the write tasks only top-level
+    columns: such a table takes the rows through the driver, where delta-rs refuses the
+    null, never a data file that breaks the table's schema."""
+    from sink.consumers.delta.delta_staging import DeltaStaging
+
+    strict = pa.struct([pa.field("id", pa.int64(), nullable=False)])
+    user_table(tmp_path, pa.schema([("rec", strict)]))
+    loose = StructType([StructField("rec", StructType([StructField("id", LongType())]))])
+    options = started(tmp_path, loose)
+    assert DELTA.settings(options).stage_in_table is False
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    assert not isinstance(consumer.staging, DeltaStaging)
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    rec = pa.array([{"id": 1}, {"id": None}], pa.struct([pa.field("id", pa.int64())]))
+    batch = pa.RecordBatch.from_arrays([rec], names=["rec"])
+    bundle = Bundle.from_messages("p1", 1, 0, [p.write(0, [batch], has_gt=False)])
+    with pytest.raises(GtBarrierError, match="failed validation check"):
+        consumer.deliver(bundle)
+    assert DeltaTable(f"file://{tmp_path}/table").version() == 0
+
+
+def test_the_sinks_own_table_with_gt_stages_its_parts_in_the_table(tmp_path: Path) -> None:
+    """``gt``'s fields are NOT NULL in the input and in the table the sink creates: the
+    nested check leaves the parts in the table."""
+    assert DELTA.settings(started(tmp_path)).stage_in_table is True
