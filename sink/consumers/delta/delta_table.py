@@ -148,7 +148,9 @@ def with_table(settings: DeltaSettings, spark_schema: Any) -> DeltaSettings:
         _create(settings, arrow)
         return replace(settings, not_null=(), stage_in_table=settings.mode == "append")
     not_null = check_compatible(table, types, settings)
-    return replace(settings, not_null=not_null, stage_in_table=stages_in_table(table, settings))
+    return replace(
+        settings, not_null=not_null, stage_in_table=stages_in_table(table, settings, arrow)
+    )
 
 
 def parts_in_table(settings: DeltaSettings) -> bool:
@@ -161,10 +163,14 @@ def parts_in_table(settings: DeltaSettings) -> bool:
     return settings.mode == "append" if table is None else stages_in_table(table, settings)
 
 
-def stages_in_table(table: DeltaTable, settings: DeltaSettings) -> bool:
+def stages_in_table(
+    table: DeltaTable, settings: DeltaSettings, input_schema: pa.Schema | None = None
+) -> bool:
     """Whether the write tasks' parts can become the table's data files as they are: in
     ``mode=append`` only (a merge reads rows), and only into a table whose writes delta-rs
-    would not rewrite or check (:func:`rows_must_be_rewritten`)."""
+    would not rewrite or check (:func:`rows_must_be_rewritten`), among them a nested
+    ``NOT NULL`` field the input (``input_schema``, when known) may leave null: delta-rs
+    checks those row by row, and the write tasks check only top-level columns."""
     if settings.mode != "append":
         return False
     reason = rows_must_be_rewritten(
@@ -172,10 +178,41 @@ def stages_in_table(table: DeltaTable, settings: DeltaSettings) -> bool:
         table.metadata().configuration,
         {f.name: f.metadata for f in table.schema().fields},
     )
+    if reason is None and input_schema is not None:
+        unchecked = sorted(
+            required_inside(pa.schema(table.schema().to_arrow())) - required_inside(input_schema)
+        )
+        if unchecked:
+            reason = f"its nested field {unchecked[0]} is NOT NULL and the input's may be null"
     if reason is not None:
         log.info("%s: the bundles' rows pass through the driver, as %s", settings.uri, reason)
         return False
     return True
+
+
+def required_inside(schema: pa.Schema) -> set[str]:
+    """The paths (``a.b``, ``a.element``, ``a.value``) of the fields nested in ``schema``'s
+    columns that may not be null: a struct's fields, a list's elements, a map's values."""
+    found: set[str] = set()
+
+    def walk(kind: pa.DataType, path: str) -> None:
+        # a list's and a map's children by Delta's names (Arrow writers name them freely)
+        children: list[tuple[str, pa.Field]] = []
+        if pa.types.is_struct(kind):
+            children = [(child.name, child) for child in kind]
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            children = [("element", kind.value_field)]
+        elif pa.types.is_map(kind):
+            children = [("key", kind.key_field), ("value", kind.item_field)]
+        for child_name, child in children:
+            name = f"{path}.{child_name}"
+            if not child.nullable:
+                found.add(name)
+            walk(child.type, name)
+
+    for field in schema:
+        walk(field.type, field.name)
+    return found
 
 
 def rows_must_be_rewritten(
