@@ -18,9 +18,10 @@ Delivery of bundle ``k``:
    statistics come from each file's Parquet footer, never its rows;
 3. ``mode=merge`` (and ``append`` into a table whose writes delta-rs must check or
    rewrite row by row: partitioned, column mapping, constraints, generated or identity
-   columns): a merge must read the rows it matches, so the parts are staged in the state
-   store and read on the driver (they stay staged until the barrier has recorded the
-   acknowledgement, so a bundle lost before its commit is delivered again from them);
+   columns, a nested ``NOT NULL`` field the input may leave null): a merge must read the
+   rows it matches, so the parts are staged in the state store and read on the driver
+   (they stay staged until the barrier has recorded the acknowledgement, so a bundle lost
+   before its commit is delivered again from them);
    ``append`` writes them, ``merge`` upserts them by the key columns (a key's last row in
    the bundle wins) through ``DeltaTable.merge``; either in one commit with the
    transaction id.
