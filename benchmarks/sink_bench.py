@@ -18,8 +18,8 @@ stateless query (gtkafka -> key, value, gt) runs with ``Trigger.AvailableNow`` a
 Printed per run: records/s over the query's wall time, the median / p99 of Spark's
 per-batch ``addBatch`` time (write tasks + commit), the median / p99 of the barrier's
 commit (the protocol in the commit process: state reads, CASes, promotion, cleanup, from
-``GTBARRIER_METRICS``) and the item bytes that passed through the driver (for iceberg
-also the Parquet footer bytes the driver read to commit the data files' statistics). Then the
+``GTBARRIER_METRICS``) and the item bytes that passed through the driver (for iceberg and
+delta also the Parquet footer bytes the driver read to commit the data files' statistics). Then the
 targets: exactly-once throughput >= 0.95 x at-least-once; exactly-once adds <= 10 ms per
 bundle at the median; zero item bytes through the driver.
 
@@ -208,6 +208,23 @@ def iceberg_footer_bytes(workdir: Path) -> dict[str, int]:
     return out
 
 
+def delta_footer_bytes(workdir: Path) -> dict[str, int]:
+    """Per table of the delta runs: the Parquet footer bytes of the data files its version
+    references (what the driver reads to commit them; the rows are never read there)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    out = {}
+    for directory in sorted(workdir.glob("delta-*")):
+        paths = pa.table(DeltaTable(f"file://{directory}").get_add_actions()).column("path")
+        out[directory.name.removeprefix("delta-")] = sum(
+            pq.read_metadata(directory / str(path)).serialized_size + 8  # + length and magic
+            for path in paths.to_pylist()
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sink_bench", description=__doc__)
     parser.add_argument("--records", type=int, default=400_000)
@@ -258,7 +275,10 @@ def main(argv: list[str] | None = None) -> None:
                             f"{r.seconds:.1f}s ({r.rate:,.0f}/s)"
                         )
                         runs.append(r)
-    footers = iceberg_footer_bytes(workdir) if "iceberg" in targets else {}
+    footers = {
+        "iceberg": iceberg_footer_bytes(workdir) if "iceberg" in targets else {},
+        "delta": delta_footer_bytes(workdir) if "delta" in targets else {},
+    }
     report(runs, targets, args, footers)
 
 
@@ -276,7 +296,7 @@ def report(
     runs: list[Run],
     targets: list[str],
     args: argparse.Namespace,
-    footers: dict[str, int] | None = None,
+    footers: dict[str, dict[str, int]] | None = None,
 ) -> None:
     print()
     print(
@@ -346,11 +366,12 @@ def report(
                 f"{parts.driver_bytes:,}; throughput {parts.rate / alo.rate:.2f} x "
                 "at-least-once (layout=bundle)"
             )
-        if target == "iceberg" and footers:
+        read = (footers or {}).get(target)
+        if read:
             print(
-                f"iceberg: Parquet footer bytes the driver read to commit the data files "
-                f"(metadata, no rows): {sum(footers.values()):,} over "
-                f"{len(footers)} run(s); item bytes: {moved:,}"
+                f"{target}: Parquet footer bytes the driver read to commit the data files "
+                f"(metadata, no rows): {sum(read.values()):,} over "
+                f"{len(read)} run(s); item bytes: {moved:,}"
             )
 
 

@@ -105,7 +105,12 @@ class Lake:
         return sort_by_gt(self.table().to_pyarrow_table())
 
     def staged(self) -> list[str]:
-        return list(self.store.list(self.layout.staging_prefix))
+        """Parts still staged: in the state store (merge) or under the table (append)."""
+        found = list(self.store.list(self.layout.staging_prefix))
+        if self.uri.startswith("file://"):
+            root = Path(self.uri[len("file://") :]) / "_gtbarrier" / self.pipeline / "staging"
+            found += sorted(str(p) for p in root.rglob("*") if p.is_file())
+        return found
 
 
 def killed(proc: Any) -> None:
@@ -349,3 +354,73 @@ def test_seaweedfs_lets_one_of_two_concurrent_commits_of_a_log_version_win(s3: A
     assert table.version() == 1
     assert table.to_pyarrow_table().column("writer").to_pylist() == won
     assert pc.sum(pc.equal(table.to_pyarrow_table().column("writer"), won[0])).as_py() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_append_on_s3_moves_the_staged_parts_into_the_table_reading_no_rows_on_the_driver(
+    s3: Any, tmp_path: Path
+) -> None:
+    """On SeaweedFS, write tasks stage their parts under the table, the commit copies them
+    server-side to data files and adds them by their footers (no item bytes through the
+    driver); a crash between the copy and the commit ends with every row exactly once, the
+    redelivery committing the files the crashed attempt moved."""
+    from sink.bundle import Bundle
+    from sink.consumers import open_consumer
+    from sink.consumers.delta.delta_staging import DeltaStaging, data_file_location
+    from sink.faults import FaultInjector, InjectedFault
+    from sink.options import SinkOptions
+    from tests.sink_helpers import Pipeline, gt_batch
+    from tests.test_sink_delta import SCHEMA, Crash, add_paths
+
+    server = s3.server
+    storage = s3_storage(server, server.secret_access_key)
+    uri = s3.uri("tables/direct")
+    options = SinkOptions.parse(
+        {
+            "pipeline.id": "p1",
+            "state.uri": f"memory://{tmp_path.name}",
+            "consumer": "delta",
+            "consumer.delta.uri": uri,
+            **{f"consumer.delta.storage.{k}": v for k, v in storage.items()},
+        }
+    ).check_at_start(SCHEMA)
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    assert isinstance(consumer.staging, DeltaStaging)
+    p.consumer = consumer  # type: ignore[assignment]
+    p.staging = consumer.staging
+    client = s3.client()
+
+    def keys(prefix: str) -> list[str]:
+        listed = client.list_objects_v2(Bucket=s3.bucket, Prefix=f"tables/direct/{prefix}")
+        return sorted(o["Key"].removeprefix("tables/direct/") for o in listed.get("Contents", []))
+
+    p.record_batch(0, 1)
+    first = Bundle.from_messages(
+        "p1", 1, 0, [p.write(0, [gt_batch(1, i, [0, 1])], partition=i) for i in range(2)]
+    )
+    staged = sorted(part.location for part in first.parts)
+    assert keys("_gtbarrier/p1/staging/") == staged
+    ack = consumer.deliver(first)
+    assert (ack.rows, ack.driver_bytes) == (4, 0)
+    table = DeltaTable(uri, storage_options=storage)
+    assert add_paths(table) == sorted(data_file_location("p1", 1, s) for s in staged)
+    assert keys("_gtbarrier/p1/staging/") == []
+
+    consumer.faults = Crash("after_deliver")  # after the copy, before the commit
+    batches = [gt_batch(2, 0, [2, 3, 4])]
+    p.record_batch(1, 2)
+    with pytest.raises(InjectedFault):
+        p.barrier().commit([p.write(1, batches)], 1)
+    moved = [k for k in keys("gtbarrier/p1/") if k.startswith("gtbarrier/p1/000000000002-")]
+    assert len(moved) == 1
+    assert DeltaTable(uri, storage_options=storage).transaction_version("p1") == 1
+    p.run_id = "run-b"  # a restart resolves the bundle in flight
+    assert p.barrier().commit([p.write(1, batches)], 1).recovered == 2  # the bundle recovered
+    table = DeltaTable(uri, storage_options=storage)
+    assert table.transaction_version("p1") == 2
+    assert set(moved) <= set(add_paths(table))
+    assert keys("gtbarrier/p1/") == add_paths(table)  # nothing moved and left behind
+    values = sorted(table.to_pyarrow_table().column("value").to_pylist())
+    assert values == [b"0:0", b"0:1", b"0:2", b"0:3", b"0:4", b"1:0", b"1:1"]

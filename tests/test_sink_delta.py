@@ -30,7 +30,7 @@ from sink.consumers.delta.delta_kind import DELTA
 from sink.consumers.delta.delta_options import DeltaSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from state.errors import CommitStateUnknown, ConfigError
+from state.errors import CommitStateUnknown, ConfigError, GtBarrierError
 from tests.sink_helpers import Pipeline, gt_batch
 
 GT = StructType(
@@ -548,3 +548,177 @@ def test_rows_with_a_null_in_a_not_null_column_go_to_dead_letters_and_the_rest_t
     dead = pq.read_table(tmp_path / "dl" / dead_letter_name(2))
     assert dead.column("value").to_pylist() == [None, None]
     assert dead.column(COLUMN_COLUMN).to_pylist() == ["value", "value"]
+
+
+# --- append: the staged parts become the table's data files -------------------------------
+
+
+def add_paths(table: DeltaTable) -> list[str]:
+    """The data files the table's current version references (relative paths, sorted)."""
+    actions = table.get_add_actions(flatten=True)
+    return sorted(str(p) for p in actions.column("path").to_pylist())
+
+
+def test_an_append_commits_the_staged_parts_as_data_files_reading_no_rows_on_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sink.consumers.delta.delta_staging import DeltaStaging, data_file_location
+
+    lake = Lake(tmp_path)
+    assert isinstance(lake.consumer.staging, DeltaStaging)
+    bundle = lake.bundle(0, 1, [[gt_batch(1, 0, [0, 1])], [gt_batch(1, 1, [0])]])
+    staged = [part.location for part in bundle.parts]
+    assert all((tmp_path / "table" / location).is_file() for location in staged)
+
+    def no_rows(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a row was read on the driver")
+
+    with monkeypatch.context() as m:
+        m.setattr(Bundle, "read_all", no_rows)
+        m.setattr(DeltaStaging, "read_part", no_rows)
+        ack = lake.consumer.deliver(bundle)
+    assert (ack.bundle_id, ack.rows, ack.driver_bytes) == (1, 3, 0)
+    moved = sorted(data_file_location("p1", 1, location) for location in staged)
+    assert add_paths(lake.table()) == moved
+    assert not any((tmp_path / "table" / location).exists() for location in staged)
+    actions = pa.table(lake.table().get_add_actions(flatten=True)).to_pylist()
+    assert sorted(a["num_records"] for a in actions) == [1, 2]
+    assert lake.values() == [b"0:0", b"0:1", b"1:0"]
+    assert lake.table().transaction_version("p1") == 1
+
+
+def test_the_barrier_cleanup_never_deletes_a_file_the_table_references(tmp_path: Path) -> None:
+    lake = Lake(tmp_path)
+    lake.commit(0, 1, [[gt_batch(1, 0, [0, 1])], [gt_batch(1, 1, [0])]])
+    lake.commit(1, 2, [[gt_batch(2, 0, [2])]])
+    lake.p.run_id = "run-b"  # a restart cleans up the staging of the earlier run
+    lake.commit(2, 3, [[gt_batch(3, 1, [1])]])
+    referenced = add_paths(lake.table())
+    assert len(referenced) == 4
+    assert all((tmp_path / "table" / path).is_file() for path in referenced)
+    assert lake.consumer.staging.list(lake.consumer.staging.root_prefix) == []
+    assert lake.values() == [b"0:0", b"0:1", b"0:2", b"1:0", b"1:1"]
+
+
+def test_a_crash_between_the_move_and_the_commit_commits_the_moved_files_once(
+    tmp_path: Path,
+) -> None:
+    """The redelivery finds the data files its failed attempt moved and commits those:
+    nothing is left unreferenced, nothing is committed twice."""
+    lake = Lake(tmp_path)
+    lake.consumer.faults = Crash("after_deliver")  # after the move, before the commit
+    batches = [[gt_batch(1, 0, [0, 1])], [gt_batch(1, 1, [0, 1, 2])]]
+    with pytest.raises(InjectedFault):
+        lake.commit(0, 1, batches)
+    moved = sorted(
+        str(p.relative_to(tmp_path / "table")) for p in tmp_path.glob("table/gtbarrier/p1/*")
+    )
+    assert len(moved) == 2
+    assert lake.consumer.last_bundle() is None
+    assert lake.consumer.staging.list(lake.consumer.staging.root_prefix) == []  # all moved
+    lake.p.run_id = "run-b"  # a restart resolves the bundle in flight
+    outcome = lake.commit(0, 1, batches)
+    assert outcome.recovered == 1
+    assert add_paths(lake.table()) == moved
+    assert (
+        sorted(
+            str(p.relative_to(tmp_path / "table")) for p in tmp_path.glob("table/gtbarrier/p1/*")
+        )
+        == moved
+    )
+    assert lake.values() == [b"0:0", b"0:1", b"1:0", b"1:1", b"1:2"]
+    assert lake.table().transaction_version("p1") == 1
+    assert lake.table().version() == 1
+
+
+def test_a_table_column_the_input_lacks_reads_as_null_in_the_committed_files(
+    tmp_path: Path,
+) -> None:
+    user_table(
+        tmp_path,
+        pa.schema([("note", pa.string()), ("gt", GT_ARROW), ("value", pa.binary())]),
+    )
+    lake = Lake(tmp_path)
+    lake.commit(0, 1, [[gt_batch(1, 0, [0, 1])]])
+    rows = lake.table().to_pyarrow_table()
+    assert rows.column_names == ["note", "gt", "value"]
+    assert rows.column("note").to_pylist() == [None, None]
+    assert sorted(rows.column("value").to_pylist()) == [b"0:0", b"0:1"]
+
+
+def test_a_partitioned_table_takes_the_rows_through_the_driver(tmp_path: Path) -> None:
+    """A partitioned table's rows are split by partition by the writer: its bundles are
+    staged in the state store and read on the driver, as a merge's are."""
+    from sink.consumers.delta.delta_staging import DeltaStaging
+
+    (tmp_path / "table").mkdir()
+    uri = f"file://{tmp_path}/table"
+    DeltaTable.create(
+        uri, pa.schema([("key", pa.string()), ("count", pa.int64())]), partition_by=["key"]
+    )
+    options = started(tmp_path, KEYED)
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    assert not isinstance(consumer.staging, DeltaStaging)
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    bundle = Bundle.from_messages(
+        "p1", 1, 0, [p.write(0, [keyed(["a", "b"], [1, 2])], has_gt=False)]
+    )
+    ack = consumer.deliver(bundle)
+    assert ack.driver_bytes == bundle.size > 0
+    table = DeltaTable(uri)
+    assert sorted(table.to_pyarrow_table().column("count").to_pylist()) == [1, 2]
+    assert sorted(table.partitions(), key=str) == [{"key": "a"}, {"key": "b"}]
+
+
+def test_vacuum_keeps_the_staged_parts_and_removes_a_moved_file_no_version_references(
+    tmp_path: Path,
+) -> None:
+    """Staged parts sit in a ``_`` directory, which Delta's VACUUM leaves alone (a part in
+    flight survives it); a data file no version references (a zombie's move, say) is a
+    full VACUUM's to remove (delta-rs's default, lite, removes only files a version
+    removed)."""
+    from sink.consumers.delta.delta_staging import data_file_location
+
+    lake = Lake(tmp_path)
+    lake.commit(0, 1, [[gt_batch(1, 0, [0])]])
+    in_flight = lake.bundle(1, 2, [[gt_batch(2, 0, [1])]])
+    [part] = in_flight.parts
+    stray = data_file_location("p1", 9, part.location)
+    (tmp_path / "table" / stray).write_bytes((tmp_path / "table" / part.location).read_bytes())
+    doomed = lake.table().vacuum(retention_hours=0, enforce_retention_duration=False, full=True)
+    assert [d.removeprefix(lake.uri + "/") for d in doomed] == [stray]
+    assert [h["operation"] for h in lake.table().history()] == ["WRITE", "CREATE TABLE"]
+
+
+def test_a_nested_not_null_field_the_input_may_leave_null_keeps_the_rows_checked(
+    tmp_path: Path,
+) -> None:
+    """delta-rs checks a nested NOT NULL field row by row, the write tasks only top-level
+    columns: such a table takes the rows through the driver, where delta-rs refuses the
+    null, never a data file that breaks the table's schema."""
+    from sink.consumers.delta.delta_staging import DeltaStaging
+
+    strict = pa.struct([pa.field("id", pa.int64(), nullable=False)])
+    user_table(tmp_path, pa.schema([("rec", strict)]))
+    loose = StructType([StructField("rec", StructType([StructField("id", LongType())]))])
+    options = started(tmp_path, loose)
+    assert DELTA.settings(options).stage_in_table is False
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    assert not isinstance(consumer.staging, DeltaStaging)
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    rec = pa.array([{"id": 1}, {"id": None}], pa.struct([pa.field("id", pa.int64())]))
+    batch = pa.RecordBatch.from_arrays([rec], names=["rec"])
+    bundle = Bundle.from_messages("p1", 1, 0, [p.write(0, [batch], has_gt=False)])
+    with pytest.raises(GtBarrierError, match="failed validation check"):
+        consumer.deliver(bundle)
+    assert DeltaTable(f"file://{tmp_path}/table").version() == 0
+
+
+def test_the_sinks_own_table_with_gt_stages_its_parts_in_the_table(tmp_path: Path) -> None:
+    """``gt``'s fields are NOT NULL in the input and in the table the sink creates: the
+    nested check leaves the parts in the table."""
+    assert DELTA.settings(started(tmp_path)).stage_in_table is True

@@ -7,6 +7,10 @@ application transaction id (app id = ``pipeline.id``, version = the bundle id).
   :class:`~sink.consumers.delta.delta_options.DeltaSettings`;
 * :mod:`~sink.consumers.delta.delta_table`: storage options (secret references resolved),
   opening and creating the table, the check that it takes the input's columns;
+* :mod:`~sink.consumers.delta.delta_staging`: ``mode=append``'s parts staged under the
+  table and moved to its data files;
+* :mod:`~sink.consumers.delta.delta_stats`: an ``add`` action's statistics from a Parquet
+  footer;
 * :mod:`~sink.consumers.delta.delta_consumer`: delivery (one commit per bundle, append or
   merge) and recovery (the transaction id).
 """

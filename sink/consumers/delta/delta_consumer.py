@@ -9,10 +9,21 @@ Delivery of bundle ``k``:
 
 1. open the table at its newest version; if its transaction version for the pipeline is
    ``>= k``, the bundle is acknowledged without a commit: never committed twice;
-2. read the bundle's staged parts (they stay staged until the barrier has recorded the
-   acknowledgement, so a bundle lost before its commit is delivered again from them);
-3. one commit: ``append`` writes the rows; ``merge`` upserts them by the key columns (a
-   key's last row in the bundle wins) through ``DeltaTable.merge``; either with the
+2. ``mode=append`` (:attr:`DeltaSettings.stage_in_table`): the write tasks staged their
+   parts under the table (:mod:`sink.consumers.delta.delta_staging`); move them to their
+   data file names under ``gtbarrier/<pipeline>/`` (a rename, or a server-side copy on S3:
+   no item bytes through the driver; a retry, or the redelivery after a crash between the
+   move and the commit, finds the files its failed attempt moved and commits those), and
+   commit them in one ``DeltaTable.create_write_transaction`` of ``add`` actions whose
+   statistics come from each file's Parquet footer, never its rows;
+3. ``mode=merge`` (and ``append`` into a table whose writes delta-rs must check or
+   rewrite row by row: partitioned, column mapping, constraints, generated or identity
+   columns, a nested ``NOT NULL`` field the input may leave null): a merge must read the
+   rows it matches, so the parts are staged in the state store and read on the driver
+   (they stay staged until the barrier has recorded the acknowledgement, so a bundle lost
+   before its commit is delivered again from them);
+   ``append`` writes them, ``merge`` upserts them by the key columns (a key's last row in
+   the bundle wins) through ``DeltaTable.merge``; either in one commit with the
    transaction id.
 
 A commit that loses the race for its log entry to a commit of the same pipeline (delta-rs
@@ -36,6 +47,7 @@ the S3 server must enforce (docs/sink.md).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -44,10 +56,17 @@ import pyarrow.compute as pc
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.consumers.delta.delta_options import DeltaSettings
+from sink.consumers.delta.delta_staging import DataFile, DeltaStaging, data_file_location
 from sink.consumers.delta.delta_table import open_table, said, storage_options
 from sink.faults import FaultInjector
 from sink.staging import Staging
-from state.errors import CommitFailed, CommitStateUnknown, ConcurrentModification, DeliveryFailed
+from state.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConcurrentModification,
+    DeliveryFailed,
+    StateError,
+)
 from state.retry import cas_loop
 
 if TYPE_CHECKING:
@@ -66,8 +85,35 @@ def commit_properties(pipeline_id: str, bundle: Bundle) -> CommitProperties:
     return CommitProperties(app_transactions=[Transaction(pipeline_id, bundle.bundle_id)])
 
 
-def write_append(table: DeltaTable, rows: pa.Table, properties: CommitProperties) -> None:
-    """Append ``rows`` to ``table`` in one commit."""
+Write = Callable[["DeltaTable", "CommitProperties"], None]
+"""One commit to the table with the given properties (the transaction id)."""
+
+
+def write_append(
+    table: DeltaTable, files: Sequence[DataFile], properties: CommitProperties
+) -> None:
+    """Add ``files`` (already under the table) to ``table`` in one commit, in the table's
+    own schema (no metadata change)."""
+    from deltalake.transaction import AddAction, RemoveAction
+
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(
+            path=f.location,
+            size=f.size,
+            partition_values={},
+            modification_time=f.modification_time,
+            data_change=True,
+            stats=f.stats,
+        )
+        for f in files
+    ]
+    table.create_write_transaction(
+        actions, mode="append", schema=table.schema(), commit_properties=properties
+    )
+
+
+def write_rows(table: DeltaTable, rows: pa.Table, properties: CommitProperties) -> None:
+    """Append ``rows`` to ``table`` in one commit (delta-rs writes the data files)."""
     from deltalake import write_deltalake
 
     write_deltalake(table, rows, mode="append", commit_properties=properties)
@@ -113,6 +159,8 @@ class DeltaConsumer(Consumer):
         super().__init__(staging, faults)
         self.settings = settings
         self.pipeline_id = pipeline_id
+        self.files = staging if isinstance(staging, DeltaStaging) else None
+        """The table's own staging when parts become its data files (``mode=append``)."""
 
     def describe(self) -> str:
         return f"delta consumer {self.settings.uri} ({self.settings.mode})"
@@ -124,11 +172,11 @@ class DeltaConsumer(Consumer):
             table = self._table()
             if self._holds(table, bundle):
                 return Ack(bundle.bundle_id, bundle.rows)
-            rows = bundle.read_all(self.staging) if bundle.parts else None
+            write, driver_bytes = self._prepare(bundle)
             self.faults.at("after_deliver", bundle.bundle_id)
-            self._commit(table, bundle, rows)
+            self._commit(table, bundle, write)
             self.faults.at("after_consumer_commit", bundle.bundle_id)
-            return Ack(bundle.bundle_id, bundle.rows, bundle.size)
+            return Ack(bundle.bundle_id, bundle.rows, driver_bytes)
 
         try:
             return cas_loop()(attempt)
@@ -137,6 +185,56 @@ class DeltaConsumer(Consumer):
                 f"{self.describe()}: bundle {bundle.bundle_id} lost every commit race to "
                 f"other writers of the table: {err}"
             ) from err
+
+    def _prepare(self, bundle: Bundle) -> tuple[Write, int]:
+        """The bundle's commit, and the item bytes read on the driver to make it: none
+        when its parts become data files, else every row."""
+        if self.files is not None:
+            files = self._promote(self.files, bundle)
+            return lambda table, props: write_append(table, files, props), 0
+        mode, keys = self.settings.mode, self.settings.key_columns
+        rows = bundle.read_all(self.staging) if bundle.parts else None
+
+        def write(table: DeltaTable, properties: CommitProperties) -> None:
+            data = rows
+            if data is None:
+                data = pa.schema(table.schema().to_arrow()).empty_table()
+            if mode == "merge":
+                write_merge(table, data, keys, properties)
+            else:
+                write_rows(table, data, properties)
+
+        return write, bundle.size
+
+    def missing_parts(self, bundle: Bundle) -> tuple[str, ...]:
+        """The parts neither staged nor already moved to their data files (an attempt
+        moves them before it commits)."""
+        files = self.files
+        if files is None:
+            return super().missing_parts(bundle)
+        return tuple(
+            part.location
+            for part in bundle.parts
+            if not files.exists(part.location)
+            and not files.exists(data_file_location(self.pipeline_id, bundle.epoch, part.location))
+        )
+
+    def _promote(self, files: DeltaStaging, bundle: Bundle) -> list[DataFile]:
+        """Move the bundle's staged parts to their data files (those an earlier attempt
+        moved are taken as they are); the files, described from their footers."""
+        out = []
+        for part in bundle.parts:
+            target = data_file_location(self.pipeline_id, bundle.epoch, part.location)
+            if files.exists(part.location):
+                files.move(part.location, target)
+            elif not files.exists(target):
+                raise StateError(
+                    f"{self.describe()}: bundle {bundle.bundle_id} is not in the table and its "
+                    f"staged part {part.location} is gone (no data file {target} either); the "
+                    "bundle cannot be delivered"
+                )
+            out.append(files.data_file(target))
+        return out
 
     def _table(self) -> DeltaTable:
         table = open_table(self.settings)
@@ -158,19 +256,13 @@ class DeltaConsumer(Consumer):
             )  # fmt: skip
         return True
 
-    def _commit(self, table: DeltaTable, bundle: Bundle, rows: pa.Table | None) -> None:
-        """One Delta commit: the rows (none for an empty bundle) and the transaction id."""
+    def _commit(self, table: DeltaTable, bundle: Bundle, write: Write) -> None:
+        """One Delta commit: ``write`` (the rows or data files, none for an empty bundle)
+        with the transaction id."""
         from deltalake.exceptions import CommitFailedError, DeltaProtocolError, SchemaMismatchError
 
-        properties = commit_properties(self.pipeline_id, bundle)
-        if rows is None:
-            rows = table.schema().to_arrow()
-            rows = pa.schema(rows).empty_table()
         try:
-            if self.settings.mode == "merge":
-                write_merge(table, rows, self.settings.key_columns, properties)
-            else:
-                write_append(table, rows, properties)
+            write(table, commit_properties(self.pipeline_id, bundle))
         except CommitFailedError as err:
             log.info(
                 "%s: bundle %d lost a commit race: %s", self.describe(), bundle.bundle_id, said(err)

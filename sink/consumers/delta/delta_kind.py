@@ -1,11 +1,15 @@
 """The ``delta`` consumer kind: what the registry knows of ``consumer=delta``.
 
 Everything that needs ``deltalake`` is imported when used, so that the sink imports
-without it (``pip install gtbarrier[delta]``). Write tasks stage their parts in the state
-store (the default staging); the commit reads them and writes one Delta commit per bundle.
+without it (``pip install gtbarrier[delta]``; with ``mode=append`` the executors open the
+table's storage through it too). In ``mode=append`` write tasks stage their parts under
+the table (:mod:`sink.consumers.delta.delta_staging`) and each bundle's parts become the
+data files of its one commit; a merge (or an append into a table whose writes must be
+checked row by row) stages them in the state store and the commit reads them.
 ``gtbarrier sweep`` has nothing of the consumer's own to list: staged parts are the
-barrier's, and the data files of a commit that failed are files no Delta version
-references, which Delta's ``VACUUM`` removes.
+barrier's, and a data file moved but never committed is committed by the bundle's
+redelivery; one no Delta version references (a zombie driver's, or of a failed
+delta-rs write) is removed by a full ``VACUUM``.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from sink.consumers.row_checks import invalid_utf8, nulls_where_required
 from sink.faults import FaultInjector
 from sink.staging import Staging
 from state.options import Options
+from state.stores import StateStore
 
 
 class DeltaKind(ConsumerKind[DeltaSettings]):
-    """``consumer=delta``: parts staged in the state store, each bundle one Delta commit."""
+    """``consumer=delta``: parts staged under the table (append) or in the state store
+    (merge), each bundle one Delta commit."""
 
     settings_type = DeltaSettings
     specs = SPECS
@@ -54,6 +60,16 @@ class DeltaKind(ConsumerKind[DeltaSettings]):
         from sink.consumers.delta.delta_table import with_table
 
         return with_table(self.settings(options), spark_schema)
+
+    def open_staging(self, options: SinkView, store: StateStore) -> Staging:
+        """Under the table when its parts become its data files, else the state store."""
+        from sink.consumers.delta.delta_staging import DeltaStaging
+        from sink.consumers.delta.delta_table import parts_in_table
+
+        settings = self.settings(options)
+        if parts_in_table(settings):
+            return DeltaStaging(settings, options.pipeline_id)
+        return super().open_staging(options, store)
 
     def open_consumer(self, options: SinkView, staging: Staging, faults: FaultInjector) -> Consumer:
         from sink.consumers.delta.delta_consumer import DeltaConsumer

@@ -65,6 +65,11 @@ class DeltaSettings(ConsumerSettings):
     not_null: tuple[str, ...] = ()
     """The table's ``NOT NULL`` columns among the input's, recorded by the start check on
     the driver: the write tasks refuse rows with a null there (dead letters)."""
+    stage_in_table: bool | None = None
+    """Whether write tasks stage their parts under the table and delivery commits them as
+    the data files (``mode=append`` into a table whose files need no rewriting:
+    :func:`~sink.consumers.delta.delta_table.rows_must_be_rewritten`), recorded by the
+    start check; None before it ran (the table is then opened to decide)."""
 
 
 def parse_uri(opts: Options) -> str:

@@ -13,8 +13,9 @@ The table's ``NOT NULL`` columns are recorded in the settings the write tasks re
 they refuse rows with a null there (dead letters) without opening the table.
 
 Storage options may hold secret references (:mod:`state.secrets`); they are resolved only
-here, where delta-rs is handed them, and every value resolved or given inline for a key
-that names a secret is hidden from this process's log records.
+by :func:`storage_options`, where delta-rs is handed them (on the driver, and in the write
+tasks that stage parts under the table), and every value resolved or given inline for a
+key that names a secret is hidden from that process's log records.
 """
 
 from __future__ import annotations
@@ -145,8 +146,101 @@ def with_table(settings: DeltaSettings, spark_schema: Any) -> DeltaSettings:
                 where=WHERE,
             )
         _create(settings, arrow)
-        return replace(settings, not_null=())
-    return replace(settings, not_null=check_compatible(table, types, settings))
+        return replace(settings, not_null=(), stage_in_table=settings.mode == "append")
+    not_null = check_compatible(table, types, settings)
+    return replace(
+        settings, not_null=not_null, stage_in_table=stages_in_table(table, settings, arrow)
+    )
+
+
+def parts_in_table(settings: DeltaSettings) -> bool:
+    """:attr:`DeltaSettings.stage_in_table` as the start check recorded it; without the
+    start check (``gtbarrier sweep``), decided from the table as it is now (a table still
+    to be created is one delta-rs creates without partitions or constraints)."""
+    if settings.stage_in_table is not None:
+        return settings.stage_in_table
+    table = open_table(settings)
+    return settings.mode == "append" if table is None else stages_in_table(table, settings)
+
+
+def stages_in_table(
+    table: DeltaTable, settings: DeltaSettings, input_schema: pa.Schema | None = None
+) -> bool:
+    """Whether the write tasks' parts can become the table's data files as they are: in
+    ``mode=append`` only (a merge reads rows), and only into a table whose writes delta-rs
+    would not rewrite or check (:func:`rows_must_be_rewritten`), among them a nested
+    ``NOT NULL`` field the input (``input_schema``, when known) may leave null: delta-rs
+    checks those row by row, and the write tasks check only top-level columns."""
+    if settings.mode != "append":
+        return False
+    reason = rows_must_be_rewritten(
+        table.metadata().partition_columns,
+        table.metadata().configuration,
+        {f.name: f.metadata for f in table.schema().fields},
+    )
+    if reason is None and input_schema is not None:
+        unchecked = sorted(
+            required_inside(pa.schema(table.schema().to_arrow())) - required_inside(input_schema)
+        )
+        if unchecked:
+            reason = f"its nested field {unchecked[0]} is NOT NULL and the input's may be null"
+    if reason is not None:
+        log.info("%s: the bundles' rows pass through the driver, as %s", settings.uri, reason)
+        return False
+    return True
+
+
+def required_inside(schema: pa.Schema) -> set[str]:
+    """The paths (``a.b``, ``a.element``, ``a.value``) of the fields nested in ``schema``'s
+    columns that may not be null: a struct's fields, a list's elements, a map's values."""
+    found: set[str] = set()
+
+    def walk(kind: pa.DataType, path: str) -> None:
+        # a list's and a map's children by Delta's names (Arrow writers name them freely)
+        children: list[tuple[str, pa.Field]] = []
+        if pa.types.is_struct(kind):
+            children = [(child.name, child) for child in kind]
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            children = [("element", kind.value_field)]
+        elif pa.types.is_map(kind):
+            children = [("key", kind.key_field), ("value", kind.item_field)]
+        for child_name, child in children:
+            name = f"{path}.{child_name}"
+            if not child.nullable:
+                found.add(name)
+            walk(child.type, name)
+
+    for field in schema:
+        walk(field.type, field.name)
+    return found
+
+
+def rows_must_be_rewritten(
+    partition_columns: list[str],
+    configuration: dict[str, str],
+    field_metadata: dict[str, dict[str, object]],
+) -> str | None:
+    """Why a staged part could not be committed as a data file of a table with these
+    partition columns, configuration and top-level field metadata (None: it can).
+
+    A partitioned table splits rows by partition; column mapping names a file's columns by
+    physical names; constraints, invariants, generated and identity columns are checked
+    or computed row by row by the writer (delta-rs): those tables take rows, not files."""
+    if partition_columns:
+        return f"the table is partitioned by {partition_columns}"
+    mapping = configuration.get("delta.columnMapping.mode", "none")
+    if mapping != "none":
+        return f"the table maps column names (delta.columnMapping.mode={mapping})"
+    constraints = sorted(k for k in configuration if k.startswith("delta.constraints."))
+    if constraints:
+        return f"the table has CHECK constraints ({', '.join(constraints)})"
+    for name, metadata in field_metadata.items():
+        for key in metadata:
+            if key in ("delta.invariants", "delta.generationExpression") or key.startswith(
+                "delta.identity."
+            ):
+                return f"column {name!r} has {key}"
+    return None
 
 
 def _create(settings: DeltaSettings, arrow: pa.Schema) -> None:
