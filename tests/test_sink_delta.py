@@ -30,7 +30,7 @@ from sink.consumers.delta.delta_kind import DELTA
 from sink.consumers.delta.delta_options import DeltaSettings
 from sink.faults import FaultInjector, InjectedFault
 from sink.options import SinkOptions
-from state.errors import CommitStateUnknown, ConfigError, GtBarrierError
+from state.errors import CommitFailed, CommitStateUnknown, ConfigError
 from tests.sink_helpers import Pipeline, gt_batch
 
 GT = StructType(
@@ -713,7 +713,9 @@ def test_a_nested_not_null_field_the_input_may_leave_null_keeps_the_rows_checked
     rec = pa.array([{"id": 1}, {"id": None}], pa.struct([pa.field("id", pa.int64())]))
     batch = pa.RecordBatch.from_arrays([rec], names=["rec"])
     bundle = Bundle.from_messages("p1", 1, 0, [p.write(0, [batch], has_gt=False)])
-    with pytest.raises(GtBarrierError, match="failed validation check"):
+    # A refusal of the rows is "commit failed" (nothing committed, the same rows would be
+    # refused again), never "commit state unknown", which sends the barrier asking again.
+    with pytest.raises(CommitFailed, match="failed validation check"):
         consumer.deliver(bundle)
     assert DeltaTable(f"file://{tmp_path}/table").version() == 0
 
