@@ -119,6 +119,19 @@ def write_rows(table: DeltaTable, rows: pa.Table, properties: CommitProperties) 
     write_deltalake(table, rows, mode="append", commit_properties=properties)
 
 
+#: What delta-rs says when its check of the rows (NOT NULL fields, CHECK constraints,
+#: invariants) refuses some: raised as a generic ``DeltaError`` while the data files are
+#: written, before any log entry, so nothing was committed.
+ROWS_REFUSED = "Invalid data found"
+
+
+def refuses_rows(err: Exception) -> bool:
+    """Whether ``err`` is delta-rs refusing the rows themselves (see :data:`ROWS_REFUSED`)."""
+    from deltalake.exceptions import DeltaError
+
+    return isinstance(err, DeltaError) and ROWS_REFUSED in str(err)
+
+
 def last_per_key(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     """``rows`` with only the last row of each key (in their order): a Delta merge refuses a
     source in which two rows match the same target row."""
@@ -276,6 +289,11 @@ class DeltaConsumer(Consumer):
                 "nothing of it was committed"
             ) from err
         except Exception as err:  # the log entry may have been written
+            if refuses_rows(err):
+                raise CommitFailed(
+                    f"{self.describe()}: the table refuses rows of bundle {bundle.bundle_id} "
+                    f"({said(err)}); nothing of it was committed"
+                ) from err
             self._resolve_unknown(bundle, err)
 
     def _resolve_unknown(self, bundle: Bundle, err: Exception) -> None:
