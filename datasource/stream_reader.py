@@ -9,12 +9,11 @@ the store; both clients are created lazily and dropped on pickling.
 ``start`` is returned unchanged, whatever the read limit is now, so every replay (with or
 without Spark's checkpoint) sees the same epochs and hence the same ``gt``.
 
-The end frontier never loses a partition and never goes backwards on one answer: a
-partition missing from the cluster's answer keeps its offset, and an end below the start
-counts only once a recreation of the topic is confirmed, by its topic id where the broker
-gives one, else by a second, fresh answer that agrees (:meth:`_settled_latest`). The
-topic ids under which each end was computed are recorded with its epoch, so a driver
-that starts again compares the broker's ids with those of the frontier it resumes from.
+The cluster's ends are read against the frontier by :mod:`datasource.cluster_ends`
+(a partition is never lost, an end never goes backwards on one answer, data loss is told
+apart from a stale answer). The topic ids under which each end was computed are recorded
+with its epoch, so a driver that starts again compares the broker's ids with those of the
+frontier it resumes from.
 """
 
 from __future__ import annotations
@@ -35,16 +34,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from datasource import offsets
+from datasource.cluster_ends import EndSettler
 from datasource.group_commit import commit_to_group
 from datasource.log_pruner import EpochLogPruner
-from datasource.offset_reader import ClusterView, OffsetReader, may_reuse_cached_ends
+from datasource.offset_reader import OffsetReader, may_reuse_cached_ends
 from datasource.offset_specs import resolve, subscribed_partitions
-from datasource.offsets import backlog, ranges_between
+from datasource.offsets import backlog
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, plan_partitions, read_partition
 from datasource.schema import arrow_schema
 from datasource.subscription import WHERE
-from state.errors import ConfigError, DataLossError, MalformedOffset
+from state.errors import ConfigError, MalformedOffset
 from state.lag import Lag
 from state.layout import PipelineLayout
 from state.log_format import fields
@@ -52,7 +52,7 @@ from state.log_summary import SUMMARIES
 from state.profiling import span
 from state.protocol.epoch_floor import new_checkpoint_start
 from state.protocol.epoch_log import EpochLog
-from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey, frontier_json
+from state.records.source_offset import Frontier, SourceOffset, frontier_json
 from state.spark_task import StreamingTask
 from state.stores import open_store
 from state.worker_logging import ensure_worker_logging
@@ -94,7 +94,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         self._previous_call: tuple[float, bool] | None = None
         self._pruner: EpochLogPruner | None = None
         self._prune_in_background = prune_in_background
-        self.lost_events = 0
+        self._ends = EndSettler(options)
         # The topic ids this process saw last (the epoch log's win where it has some, see
         # _reference_ids), and the ids of the answer behind an end not recorded yet.
         self._topic_ids: dict[str, str] = {}
@@ -102,8 +102,6 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         # The ids recorded with the frontier the next end starts from (one store read
         # per frontier at most, not one per idle poll).
         self._recorded_ids: tuple[SourceOffset, dict[str, str] | None] | None = None
-        self._vanished: set[TopicPartitionKey] = set()  # reported missing, still missing
-        self._stale: set[TopicPartitionKey] = set()  # reported below the frontier
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -144,6 +142,11 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 background=self._prune_in_background,
             )
         return self._pruner
+
+    @property
+    def lost_events(self) -> int:
+        """Data-loss events that ``failOnDataLoss=false`` let through, in this process."""
+        return self._ends.lost_events
 
     # --- Spark hooks (driver) --------------------------------------------------------
 
@@ -323,7 +326,11 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         The decision is :func:`datasource.offsets.plan_end`'s, over the settled answer."""
         begin = dict(start.offsets)
         self._check_subscribed(begin)
-        latest, restart = self._settled_latest(start, fresh=fresh)
+        settled = self._ends.settle(
+            self.offset_reader, start, self._reference_ids(start), fresh=fresh, sleep=self._sleep
+        )
+        self._pending_ids = settled.topic_ids
+        latest, restart = settled.latest, settled.restart
 
         def delay_passed() -> bool:
             waited = self._clock() - self._since_last_trigger()
@@ -341,7 +348,7 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
             delay_passed=delay_passed,
         )
         if end is not None:
-            self._check_retention(begin, end)
+            self._ends.check_retention(self.offset_reader, begin, end)
         return end
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
@@ -365,97 +372,6 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         growing = {tp: off for tp, off in view.latest.items() if tp in begin}
         return backlog(begin, growing) >= max_rows
 
-    def _settled_latest(self, start: SourceOffset, *, fresh: bool) -> tuple[Frontier, Frontier]:
-        """The cluster's ends under the frontier rules, and the partitions to restart.
-
-        Every partition of ``start`` is in the result. The topic ids ``start`` was computed
-        under are the epoch log's (:meth:`_reference_ids`). A topic whose id changed since
-        was deleted and created again (data loss): its partitions restart at the new log
-        start, whatever their ends say. One answer that lacks a partition, or puts its end
-        below ``start``, is checked against a second, fresh answer (its ends all probed
-        now) before anything else is concluded:
-
-        * still missing: the partition vanished (data loss, reported once); it keeps its
-          offset, so that it continues from there if it comes back;
-        * still below ``start`` with an end the probe could not confirm: a stale answer
-          (Tansu's ListOffsets when the end probe failed); the partition keeps its offset;
-        * still below ``start``, confirmed, under the same topic id: asked again up to
-          ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (a new
-          leader's high watermark catches up within moments of a failover). Back at or
-          above ``start``: nothing happened. Still below in every answer: the log was
-          truncated (data loss); the partition goes on from its new end;
-        * still below ``start``, confirmed, where no topic id tells: recreated or
-          truncated (data loss); it restarts at the new log start.
-        """
-        begin = dict(start.offsets)
-        reference = self._reference_ids(start)
-        view = self.offset_reader.view(fresh=fresh)
-        if self._suspects(begin, view):
-            view = self.offset_reader.view(verify=True)
-        retries = self.options.fetch_offset_num_retries
-        answers = 1
-        while retries > 0 and self._behind_under_same_id(begin, view, reference):
-            retries -= 1
-            answers += 1
-            self._sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
-            view = self.offset_reader.view(fresh=True, verify=True)
-        self._pending_ids = {**reference, **view.topic_ids}
-        settled: Frontier = dict(view.latest)
-
-        missing = sorted(tp for tp in begin if tp not in view.latest)
-        self._report_vanished(start, missing)
-        for tp in missing:
-            settled[tp] = begin[tp]
-
-        recreated = sorted(
-            t
-            for t, tid in view.topic_ids.items()
-            if reference.get(t, tid) != tid and any(tp[0] == t for tp in begin)
-        )
-        behind = sorted(
-            tp
-            for tp in begin
-            if tp in view.latest and view.latest[tp] < begin[tp] and tp[0] not in recreated
-        )
-        stale = [tp for tp in behind if tp in view.unsure]
-        self._report_stale(begin, view, stale)
-        for tp in stale:
-            settled[tp] = begin[tp]
-        truncated = self._behind_under_same_id(begin, view, reference)
-        by_offsets = [tp for tp in behind if tp not in stale and tp not in truncated]
-
-        by_id = sorted(tp for tp in view.latest if tp[0] in recreated)
-        for topic in recreated:
-            self._data_loss(
-                f"topic '{topic}' was deleted and created again on Kafka at "
-                f"{self.options.bootstrap_servers}: its topic id is {view.topic_ids[topic]}, "
-                f"not {reference[topic]} as when the frontier {_frontier_of(begin, topic)} "
-                f"(the start of epoch {start.epoch}) was computed; it now ends at "
-                f"{_frontier_of(view.latest, topic)}. Records of the old topic after the "
-                "frontier may have been missed, and the new topic must be read from its log "
-                "start, not from the frontier"
-            )
-        if truncated:
-            self._data_loss(
-                f"the log of {_moves(begin, view.latest, truncated)} was truncated on Kafka at "
-                f"{self.options.bootstrap_servers}: the end stayed below the frontier (the "
-                f"start of epoch {start.epoch}) in {answers} answer(s) confirmed by a fetch, "
-                f"{self.options.fetch_offset_retry_interval_ms} ms apart, under the topic "
-                "id the frontier was computed under (not a recreation). Records written "
-                "after the truncation below the new end may have been missed; the "
-                "partition goes on from its new end"
-            )
-        if by_offsets:
-            self._data_loss(
-                "offsets went backwards for "
-                + _moves(begin, view.latest, by_offsets)
-                + " (topic recreated or truncated; the broker gives no topic id to tell); "
-                "records may have been missed"
-            )
-        restart = self.offset_reader.earliest([*by_id, *by_offsets])
-        restart.update({tp: view.latest[tp] for tp in truncated})
-        return settled, restart
-
     def _reference_ids(self, start: SourceOffset) -> dict[str, str]:
         """The topic ids under which ``start`` was computed: those the epoch log recorded
         with it where it has them (a driver that starts again knows no others), else the
@@ -473,80 +389,10 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
         if recorded:
             self._topic_ids.update(recorded)
 
-    @staticmethod
-    def _behind_under_same_id(
-        begin: Frontier, view: ClusterView, reference: dict[str, str]
-    ) -> list[TopicPartitionKey]:
-        """Partitions whose confirmed end is below ``begin`` under the topic id ``begin``
-        was computed under."""
-        return sorted(
-            tp
-            for tp, off in begin.items()
-            if tp in view.latest
-            and view.latest[tp] < off
-            and tp not in view.unsure
-            and tp[0] in view.topic_ids
-            and reference.get(tp[0]) == view.topic_ids[tp[0]]
-        )
-
-    def _suspects(self, begin: Frontier, view: ClusterView) -> bool:
-        """Does the answer lack a partition of ``begin``, or put one below it?"""
-        return any(tp not in view.latest or view.latest[tp] < off for tp, off in begin.items())
-
-    def _report_vanished(self, start: SourceOffset, missing: list[TopicPartitionKey]) -> None:
-        self._vanished &= set(missing)
-        new = [tp for tp in missing if tp not in self._vanished]
-        if new:
-            self._data_loss(
-                f"partition(s) {_tps(new)} no longer exist on Kafka at "
-                f"{self.options.bootstrap_servers} (topic or partition deleted); "
-                f"the epoch starting at {start} cannot read them (they keep their offsets)"
-            )
-            self._vanished.update(new)
-
-    def _report_stale(
-        self, begin: Frontier, view: ClusterView, stale: list[TopicPartitionKey]
-    ) -> None:
-        self._stale &= set(stale)
-        new = [tp for tp in stale if tp not in self._stale]
-        if new:
-            log.warning(
-                "gtkafka: Kafka at %s answers ends below the frontier for %s, twice, and "
-                "the end could not be confirmed by a fetch: taken as a stale answer, the "
-                "frontier stays",
-                self.options.bootstrap_servers,
-                _moves(begin, view.latest, new),
-            )
-            self._stale.update(new)
-
     def _since_last_trigger(self) -> float:
         if self._last_trigger is None:
             self._last_trigger = self._clock()
         return self._last_trigger
-
-    def _check_retention(self, begin: Frontier, end: Frontier) -> None:
-        """Ranges that start below their partition's log start lost records to retention."""
-        reading = [(r.topic, r.partition) for r in ranges_between(begin, end)]
-        if not reading:
-            return
-        earliest = self.offset_reader.earliest(reading)
-        lost = sorted(tp for tp in reading if begin.get(tp, 0) < earliest[tp])
-        if lost:
-            self._data_loss(
-                "records were deleted before they were read: "
-                + ", ".join(
-                    f"{t}-{p} starts at {earliest[(t, p)]}, the epoch at {begin.get((t, p), 0)}"
-                    for t, p in lost
-                )
-            )
-
-    def _data_loss(self, message: str) -> None:
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"gtkafka: {message}. Set failOnDataLoss=false to skip lost data with a warning."
-            )
-        self.lost_events += 1
-        log.warning("gtkafka: %s; continuing (failOnDataLoss=false)", message)
 
     def _check_subscribed(self, frontier: Frontier) -> None:
         sub = self.options.subscription
@@ -593,15 +439,3 @@ def from_checkpoint(value: Any) -> SourceOffset:
             "Start this query on a new checkpointLocation: gtkafka resumes from its epoch "
             "log in state.uri, not from Spark's checkpoint"
         ) from err
-
-
-def _tps(tps: list[TopicPartitionKey]) -> str:
-    return ", ".join(f"{t}-{p}" for t, p in tps)
-
-
-def _frontier_of(begin: Frontier, topic: str) -> str:
-    return ", ".join(f"{t}-{p}={off}" for (t, p), off in sorted(begin.items()) if t == topic)
-
-
-def _moves(begin: Frontier, latest: Frontier, tps: list[TopicPartitionKey]) -> str:
-    return ", ".join(f"{t}-{p} (from {begin.get((t, p), 0)} to {latest[(t, p)]})" for t, p in tps)
