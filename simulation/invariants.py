@@ -402,9 +402,10 @@ class Checker:
                     f"incarnation {incarnation}",
                 )
                 return
-            if row[0] == "agg" or row[4] is None:
+            gt = row[4]
+            if row[0] == "agg" or gt is None:
                 continue
-            record = (incarnation, row[4][2], row[4][3])
+            record = (incarnation, gt[2], gt[3])
             first = self.delivered_records.setdefault(record, bundle_id)
             if first != bundle_id:
                 self.fail(

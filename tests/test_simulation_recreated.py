@@ -21,9 +21,9 @@ from simulation.world import Schedule, World
 
 
 def _kill_after_planning(config: SimConfig, batch: int) -> Schedule:
-    """p1 dies right after the offset-log entry of ``batch`` (planned under the old id,
-    its read task's check already passed), with its checkpoint; the topic is recreated as
-    p2 starts, before p2 re-runs the batch."""
+    """p1 dies after ``batch``'s offset-log entry and read task (its check passed under
+    the old id), before its first write task, keeping its checkpoint; the topic is
+    recreated as p2 starts, before p2 re-runs the batch."""
     outcome, _ = run_schedule(config, Schedule(), trace=True)
     entry = next(
         r.index
@@ -45,9 +45,9 @@ def _run(config: SimConfig, schedule: Schedule) -> World:
 
 
 def _records(rows: list[Row], incarnation: int) -> list[int]:
-    return sorted(
-        r[4][3] for r in rows if r[0] == "rec" and r[4] and incarnation_of(r) == incarnation
-    )
+    """The offsets of the records of topic ``incarnation`` that ``rows`` deliver."""
+    gts = [r[4] for r in rows if r[0] == "rec" and incarnation_of(r) == incarnation]
+    return sorted(gt[3] for gt in gts if gt is not None)
 
 
 def test_the_recreate_event_is_offered_once_and_only_where_the_topic_may_be_recreated() -> None:
