@@ -144,3 +144,28 @@ def test_a_data_loss_stop_without_a_recreation_is_a_liveness_violation(
     assert outcome.violation is not None
     assert outcome.violation.invariant == "liveness"
     assert "DataLossError" in outcome.violation.message
+
+
+#: Bundle 0's staged part lost (p2 replays epoch 0 after p1 died without its checkpoint),
+#: then the topic recreated before the replay that would recompute the bundle.
+LOST_PART_THEN_RECREATED = Schedule(
+    (
+        Event("p1", 13, "crash", "lose"),
+        Event("p2", 15, "lose-part", "sim/staging/q2/000000000000/p00001-t2-rp2-r1.parquet"),
+        Event("p2", 23, "recreate"),
+    ),
+    heal="keep",
+)
+
+
+def test_a_lost_bundle_whose_topic_was_recreated_is_not_recomputable() -> None:
+    # The replay of epoch 0 cannot recompute bundle 0 any more (its records went with the
+    # old topic: the read task stops with DataLossError), so the healthy driver's
+    # operator, skipping the bundle acknowledging its loss, skips what no replay recomputes.
+    world = _run(RECREATED_FATAL, LOST_PART_THEN_RECREATED)
+    assert world.violation is None, world.violation
+    assert 0 not in world.consumer.bundles
+    assert 0 in {s.bundle_id for s in world.checker.state.skipped}
+    healthy = world.official
+    assert healthy is not None and healthy.status == "gave-up"
+    assert "DataLossError" in healthy.errors[-1]
