@@ -376,10 +376,8 @@ class Checker:
         """A read task of ``epoch`` dropped ranges with records (``a read drops only a
         recreated topic``): right only if the topic's id is no longer the one the epoch
         was planned under; its records are lost then."""
-        self._recorded(epoch)
-        planned = self.epoch_ids.get(epoch, {})
-        now = self.world.broker.topic_id
-        if all(tid == now for tid in planned.values()):
+        if not self._records_gone(epoch):
+            planned = self.epoch_ids.get(epoch, {})
             self.fail(
                 "a read drops only a recreated topic",
                 f"a read task of epoch {epoch} dropped ranges, but the topic still has the "
@@ -600,11 +598,12 @@ class Checker:
     def _skip_needed(self, bundle_id: int) -> None:
         """The healthy driver's operator skipped lost bundle ``bundle_id``: only right when
         no replay could recompute it, i.e. the driver's next batch is past its epoch (the
-        replay of the epoch itself recomputes and delivers it). A skip by the ``operator``
-        event, which acts without being told to, is checked only at the end (its parts
-        were lost to a fault)."""
+        replay of the epoch itself recomputes and delivers it), or the epoch was planned
+        under a topic id the topic no longer has (its records went with the old topic: no
+        replay reads them). A skip by the ``operator`` event, which acts without being
+        told to, is checked only at the end (its parts were lost to a fault)."""
         next_epoch = self.world.skipper_next_epoch()
-        if next_epoch is False:
+        if next_epoch is False or self._records_gone(bundle_id):
             return
         if next_epoch is None or next_epoch <= bundle_id:
             where = "the resume point" if next_epoch is None else f"epoch {next_epoch}"
@@ -613,6 +612,14 @@ class Checker:
                 f"bundle {bundle_id} skipped as lost while the driver's next batch (from "
                 f"{where}) replays it: a replay would have recomputed it",
             )
+
+    def _records_gone(self, epoch: int) -> bool:
+        """Whether ``epoch`` was planned under a topic id the broker no longer gives (the
+        topic was deleted and created again since)."""
+        if self._recorded(epoch) is None:
+            return False
+        now = self.world.broker.topic_id
+        return any(tid != now for tid in self.epoch_ids.get(epoch, {}).values())
 
     def _passed(self, bundle_id: int, skipped: set[int], who: str) -> None:
         """``GT_last`` passed bundle ``bundle_id``: its delivered rows are in the consumer
