@@ -32,6 +32,7 @@ ALL_KINDS = frozenset(
         "operator",
         "tolerate",
         "sweep",
+        "recreate",
     }
 )
 #: What the exhaustive search branches on (read failures only end a run early, as a lost
@@ -72,7 +73,8 @@ def _faults(world: World, actor: Actor) -> list[tuple[str, str]]:
 def _environment(world: World) -> list[tuple[str, str]]:
     """A second driver, an upgrade, a lost staged part, the operator (skipping a lost
     bundle; switching a pipeline with poison rows to ``errors.tolerance=all``; once, on a
-    pipeline without the coordinator whose drivers prune, ``gtbarrier sweep --delete``)."""
+    pipeline without the coordinator whose drivers prune, ``gtbarrier sweep --delete``);
+    once, on a pipeline whose topic may be recreated, its deletion and creation."""
     out: list[tuple[str, str]] = []
     official = world.official
     if official is not None and official.status == "running":
@@ -88,6 +90,8 @@ def _environment(world: World) -> list[tuple[str, str]]:
     config = world.config
     if not config.coordinator and config.epochs_retained and world.sweeps == 0:
         out.append(("sweep", ""))
+    if config.recreate and world.broker.incarnation == 0:
+        out.append(("recreate", ""))  # the topic deleted and created again, once
     return out
 
 
@@ -159,7 +163,9 @@ def walk_for(seed: int) -> RandomWalk:
 
 
 _FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
-_ENV_KINDS = frozenset({"zombie", "upgrade", "lose-part", "operator", "tolerate", "sweep"})
+_ENV_KINDS = frozenset(
+    {"zombie", "upgrade", "lose-part", "operator", "tolerate", "sweep", "recreate"}
+)
 
 
 class RandomChooser:

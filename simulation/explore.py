@@ -316,6 +316,14 @@ LONG = replace(PRUNING, per_partition=22, epochs_retained=1)
 #: Sparse output: the query filters out every record but the first (epochs 1 to 21 have
 #: empty bundles); the barrier records empty bundles' epochs 16 at a time.
 SPARSE = replace(LONG, dropped=tuple((0, o) for o in range(1, 22)))
+#: A topic deleted and created again (the ``recreate`` event, once) on the small pipeline,
+#: at ``failOnDataLoss=false``: a re-run of an epoch planned under the old id skips its
+#: ranges, and the next epoch reads the new topic from its log start. Four keys, so that
+#: every record has a key of its own and an epoch's rows do not depend on whether an
+#: earlier one was read (its records lost or not).
+RECREATED = replace(SMALL, keys=4, recreate=True, fail_on_data_loss=False)
+#: The same at ``failOnDataLoss=true``: the query stops with ``DataLossError``.
+RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
 WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
 
@@ -343,6 +351,7 @@ class Plan:
         SWITCH,
         SMALL_DEAD_LETTERS,
         SMALL_SWITCH,
+        *(RECREATED, RECREATED_FATAL),  # not poison: a recreated topic, the same search
     )
     small_bound: int = 2
     bound: int = 1

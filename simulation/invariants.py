@@ -48,6 +48,18 @@ Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 * ``nothing of a poison bundle under none``: a run at ``errors.tolerance=none`` never
   records a bundle with refused rows in flight, and the consumer never stores one from it.
 
+A recreated topic (``SimConfig.recreate``), checked when the consumer stores a bundle and
+when a read task drops ranges:
+
+* ``read under the planned topic id``: no row of a record of the new topic is delivered
+  as part of an epoch planned under the old id (a re-run after the recreation reads
+  nothing of the new topic there);
+* ``no offset delivered twice``: no record (its topic incarnation, partition and offset)
+  is delivered in two bundles (every pipeline);
+* ``a read drops only a recreated topic``: a read task drops ranges only of an epoch
+  planned under an id the topic no longer has (``failOnDataLoss=false``; those epochs'
+  records are lost, and exempt from ``exactly-once``).
+
 Pruning (the pipelines without the coordinator whose drivers prune,
 ``SimConfig.epochs_retained``), after every step too:
 
@@ -66,6 +78,8 @@ dead-letter file; ``GT_last`` is the last epoch with rows to deliver), and ``no 
 run's part outlives the next sweep``: no staged part of a run that ever claimed the barrier
 is left that the sweep of the next run's claim would keep (:meth:`Checker.leftover_parts`);
 on the pruning pipelines, ``the epoch log stays bounded`` (:meth:`Checker.pruned_enough`).
+With a recreated topic and ``failOnDataLoss=true``, the healthy
+driver's stop on ``DataLossError`` is the documented outcome (no further verdict).
 A product error that
 no fault explains (an exception outside the product's error hierarchy) is a violation too:
 ``unexpected exception``.
@@ -76,7 +90,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,10 +105,12 @@ from simulation.query import (
     Row,
     SimConfig,
     identity,
+    incarnation_of,
     row_order,
     same_rows,
 )
 from simulation.scheduler import Actor, Event
+from simulation.source import SimBroker
 from simulation.spark import DriverProc
 from sink import cleanup as sink_cleanup
 from sink.dead_letters.dead_letter_format import bundle_of_name
@@ -145,6 +161,7 @@ class CheckedWorld(Protocol):
     official: DriverProc | None
     pruned_stops: set[str]
     fired: list[Event]
+    broker: SimBroker
 
     def current_run(self) -> str | None:
         """The run id of the running actor's query (None outside a query)."""
@@ -169,9 +186,15 @@ class Checker:
         self.max_token = 0
         self.accepted: dict[int, str] = {}
         self.inflight_owners: dict[int, set[str]] = {}
-        #: Every epoch recorded, as it was recorded (pruning deletes them from the store).
+        #: Every epoch recorded, as it was recorded (pruning deletes them from the store),
+        #: and the topic ids it was planned under.
         self.epochs: dict[int, tuple[SourceOffset, SourceOffset]] = {}
-        self.reference = Reference(world.input, self.epoch_bounds)
+        self.epoch_ids: dict[int, dict[str, str]] = {}
+        self.reference = Reference(world.input, self.epoch_bounds, self.log_of)
+        #: Epochs whose records a read task dropped: their topic was recreated since.
+        self.lost: set[int] = set()
+        #: The bundle that delivered each record: (incarnation, partition, offset).
+        self.delivered_records: dict[tuple[int, int, int], int] = {}
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
         #: The resume point as last written (None: not yet).
@@ -194,15 +217,29 @@ class Checker:
 
     # --- when the source plans an epoch ------------------------------------------------------
 
-    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+    def planned(
+        self, start: SourceOffset, end: SourceOffset, max_rows: int, ids: Mapping[str, str]
+    ) -> None:
         """``the source plans within its limits``: an end the stream reader asks the epoch
         log to record (whoever wins the record) reads only records the broker has, every
         partition from where the epoch starts, and exactly as many as its rate limit
         allows: ``min(backlog, max(maxOffsetsPerTrigger, partitions with a backlog))``
-        (``datasource.offsets.rate_limit``'s contract); nothing when there is no backlog."""
-        log_end = self.world.input.end()
-        begin = dict(start.offsets)
+        (``datasource.offsets.rate_limit``'s contract); nothing when there is no backlog.
+
+        The broker is the topic the reader planned under (``ids``). An epoch planned under
+        another id than its start (the topic was recreated) ends at the new topic's log
+        start: an epoch of its own without records (``offsets.plan_end``'s ``restart``)."""
+        broker = self.world.broker
+        log = broker.log_under(ids)
+        before = None
+        if start.epoch > 0 and self._recorded(start.epoch - 1) is not None:
+            before = self.epoch_ids.get(start.epoch - 1)
         ends = dict(end.offsets)
+        # (the persisted start records no id: a restart at epoch 0 is told by the broker)
+        if broker.incarnation > 0 and before != dict(ids) and ends == log.zero():
+            return
+        log_end = log.end()
+        begin = dict(start.offsets)
         wrong = [
             f"{tp[0]}-{tp[1]} at {ends.get(tp)} (from {off}, the broker's end {log_end[tp]})"
             for tp, off in sorted(begin.items())
@@ -335,6 +372,47 @@ class Checker:
 
     # --- the consumer -----------------------------------------------------------------------
 
+    def read_dropped(self, epoch: int) -> None:
+        """A read task of ``epoch`` dropped ranges with records (``a read drops only a
+        recreated topic``): right only if the topic's id is no longer the one the epoch
+        was planned under; its records are lost then."""
+        if not self._records_gone(epoch):
+            planned = self.epoch_ids.get(epoch, {})
+            self.fail(
+                "a read drops only a recreated topic",
+                f"a read task of epoch {epoch} dropped ranges, but the topic still has the "
+                f"id it was planned under ({planned})",
+            )
+            return
+        self.lost.add(epoch)
+
+    def _read_as_planned(self, bundle_id: int, rows: list[Row]) -> None:
+        """``read under the planned topic id`` and ``no offset delivered twice``, for the
+        rows of bundle ``bundle_id`` the consumer stores."""
+        planned = self.world.broker.logs.index(self.log_of(bundle_id))
+        for row in rows:
+            incarnation = incarnation_of(row)
+            if incarnation != planned:
+                self.fail(
+                    "read under the planned topic id",
+                    f"bundle {bundle_id}, planned under topic incarnation {planned} "
+                    f"({self.epoch_ids.get(bundle_id)}), delivers {row}, a record of "
+                    f"incarnation {incarnation}",
+                )
+                return
+            gt = row[4]
+            if row[0] == "agg" or gt is None:
+                continue
+            record = (incarnation, gt[2], gt[3])
+            first = self.delivered_records.setdefault(record, bundle_id)
+            if first != bundle_id:
+                self.fail(
+                    "no offset delivered twice",
+                    f"the record at (incarnation, partition, offset) {record} is delivered "
+                    f"in bundle {first} and again in bundle {bundle_id}",
+                )
+                return
+
     def consumer_store(self, bundle_id: int, rows: list[Row], redelivery: bool) -> None:
         """Store ``bundle_id`` in the consumer (unless it has it) and check what is stored."""
         w = self.world
@@ -352,6 +430,7 @@ class Checker:
         if last is not None and bundle_id < last:
             self.fail("order", f"bundle {bundle_id} stored after bundle {last}")
         self._poison_held(bundle_id, f"stored by the consumer from {actor}")
+        self._read_as_planned(bundle_id, rows)
         self._disjoint(bundle_id)
         gts = [r[4] for r in rows]
         if None in gts or gts != sorted(g for g in gts if g is not None):
@@ -403,7 +482,11 @@ class Checker:
         return bool(self.reference.refused(1, bundle_id))
 
     def has_delivered(self, bundle_id: int) -> bool:
-        """Whether bundle ``bundle_id`` has rows to deliver."""
+        """Whether bundle ``bundle_id`` has rows to deliver: none if a read task dropped
+        its records (its topic was recreated since it was planned) and no earlier read
+        delivered them."""
+        if bundle_id in self.lost and bundle_id not in self.world.consumer.bundles:
+            return False
         return bool(self.reference.accepted(1, bundle_id))
 
     def dead_letter_written(self, key: str) -> None:
@@ -515,11 +598,12 @@ class Checker:
     def _skip_needed(self, bundle_id: int) -> None:
         """The healthy driver's operator skipped lost bundle ``bundle_id``: only right when
         no replay could recompute it, i.e. the driver's next batch is past its epoch (the
-        replay of the epoch itself recomputes and delivers it). A skip by the ``operator``
-        event, which acts without being told to, is checked only at the end (its parts
-        were lost to a fault)."""
+        replay of the epoch itself recomputes and delivers it), or the epoch was planned
+        under a topic id the topic no longer has (its records went with the old topic: no
+        replay reads them). A skip by the ``operator`` event, which acts without being
+        told to, is checked only at the end (its parts were lost to a fault)."""
         next_epoch = self.world.skipper_next_epoch()
-        if next_epoch is False:
+        if next_epoch is False or self._records_gone(bundle_id):
             return
         if next_epoch is None or next_epoch <= bundle_id:
             where = "the resume point" if next_epoch is None else f"epoch {next_epoch}"
@@ -528,6 +612,14 @@ class Checker:
                 f"bundle {bundle_id} skipped as lost while the driver's next batch (from "
                 f"{where}) replays it: a replay would have recomputed it",
             )
+
+    def _records_gone(self, epoch: int) -> bool:
+        """Whether ``epoch`` was planned under a topic id the broker no longer gives (the
+        topic was deleted and created again since)."""
+        if self._recorded(epoch) is None:
+            return False
+        now = self.world.broker.topic_id
+        return any(tid != now for tid in self.epoch_ids.get(epoch, {}).values())
 
     def _passed(self, bundle_id: int, skipped: set[int], who: str) -> None:
         """``GT_last`` passed bundle ``bundle_id``: its delivered rows are in the consumer
@@ -564,7 +656,13 @@ class Checker:
                 return None
             record = EpochRecord.from_json(json.loads(hit.data))
             self.epochs[k] = (record.start, record.end)
+            self.epoch_ids[k] = dict(record.topic_ids or {})
         return self.epochs[k]
+
+    def log_of(self, k: int) -> InputLog:
+        """The topic epoch ``k`` was planned under (it must be recorded)."""
+        self.epoch_bounds(k)
+        return self.world.broker.log_under(self.epoch_ids.get(k))
 
     def epoch_bounds(self, k: int) -> tuple[SourceOffset, SourceOffset]:
         """Epoch ``k`` as the epoch log recorded it (it must be recorded)."""
@@ -616,6 +714,16 @@ class Checker:
             # The product's documented stop (EpochsPruned): a query on a new checkpoint, or
             # far behind, after another query's pruning; the operator restores a snapshot or
             # starts at the floor. No verdict.
+            return
+        if (
+            healthy is not None
+            and healthy.status == "gave-up"
+            and w.broker.incarnation > 0
+            and w.config.fail_on_data_loss
+            and any("DataLossError" in e for e in healthy.errors[-1:])
+        ):
+            # The documented stop (docs/source.md, "Data loss"): the topic was recreated
+            # and failOnDataLoss=true; the operator decides. No further verdict.
             return
         if healthy is None or healthy.status != "finished":
             status = "not started" if healthy is None else healthy.status

@@ -41,13 +41,20 @@ change between driver starts as a table's column or a topic's partitions can:
 Which rows are refused is a function of the records and the setting alone, the same for
 every version, so an epoch's refused rows (:func:`refused`) and what is delivered of it
 are too; an epoch whose records are all poison has nothing to deliver.
+
+**A recreated topic** (``SimConfig.recreate``): the topic may be deleted and created again
+once (the world's ``recreate`` event, :class:`simulation.source.SimBroker`). The new
+topic, incarnation 1, has one record a partition more than the old one (new records past
+every end planned under the old id), and its records are told apart from the old ones
+by their keys (``n...`` instead of ``k...``) and values (1000 more): a row of the new topic
+in an epoch planned under the old id is visible in the output.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -55,6 +62,10 @@ from state.records.gt import GT_COLUMN, GtTuple, arrow_array
 from state.records.source_offset import SourceOffset, TopicPartitionKey
 
 TOPIC = "t"
+#: The keys' first letter by topic incarnation, and how much more a record of the new
+#: topic's value is (module docstring: a recreated topic).
+KEY_PREFIXES = ("k", "n")
+INCARNATION_VALUE = 1000
 
 #: A row of output: (kind, key, value, version, gt as (epoch, topic, partition, offset));
 #: gt is None for a ``nogt`` row.
@@ -101,6 +112,8 @@ class InputLog:
     no_gt: frozenset[tuple[int, int]] = frozenset()
     fanout: frozenset[tuple[int, int]] = frozenset()
     dropped: frozenset[tuple[int, int]] = frozenset()
+    #: Which topic this is: 0, or 1 once the topic was deleted and created again.
+    incarnation: int = 0
 
     @property
     def poisoned(self) -> bool:
@@ -108,7 +121,7 @@ class InputLog:
         return bool(self.poison or self.no_gt or self.fanout)
 
     def record(self, partition: int, offset: int) -> Record:
-        key = f"k{(partition + offset) % self.keys}"
+        key = f"{KEY_PREFIXES[self.incarnation]}{(partition + offset) % self.keys}"
         where = (partition, offset)
         sort = (
             BAD
@@ -121,7 +134,8 @@ class InputLog:
             if where in self.dropped
             else OK
         )
-        return Record(partition, offset, key, 1 + offset + 10 * partition, sort)
+        value = 1 + offset + 10 * partition + INCARNATION_VALUE * self.incarnation
+        return Record(partition, offset, key, value, sort)
 
     def zero(self) -> dict[TopicPartitionKey, int]:
         """The initial frontier (every partition at offset 0)."""
@@ -138,6 +152,18 @@ class InputLog:
             last = end.offsets[(_topic, partition)]
             out.extend(self.record(partition, o) for o in range(first, last))
         return out
+
+    def in_ranges(self, ranges: Iterable[tuple[int, int, int]]) -> list[Record]:
+        """The records of ``ranges`` (partition, from, until), in ``gt`` order."""
+        out: list[Record] = []
+        for partition, first, until in sorted(ranges):
+            out.extend(self.record(partition, o) for o in range(first, until))
+        return out
+
+
+def incarnation_of(row: Row) -> int:
+    """The topic incarnation whose record made ``row`` (by its key's prefix)."""
+    return KEY_PREFIXES.index(row[1][0])
 
 
 def run_epoch(
@@ -244,11 +270,16 @@ class Reference:
     epochs as the epoch log recorded them (computed lazily, remembered)."""
 
     def __init__(
-        self, log: InputLog, epoch_bounds: Callable[[int], tuple[SourceOffset, SourceOffset]]
+        self,
+        log: InputLog,
+        epoch_bounds: Callable[[int], tuple[SourceOffset, SourceOffset]],
+        log_of: Callable[[int], InputLog] | None = None,
     ) -> None:
-        """``epoch_bounds(k)`` is epoch ``k``'s recorded (start, end); it must exist."""
+        """``epoch_bounds(k)`` is epoch ``k``'s recorded (start, end); it must exist.
+        ``log_of(k)`` is the topic epoch ``k`` was planned under (default: ``log``)."""
         self.log = log
         self.epoch_bounds = epoch_bounds
+        self.log_of = log_of
         self._outputs: dict[int, list[list[Row]]] = {}
         self._states: dict[int, QueryState] = {}
 
@@ -259,7 +290,8 @@ class Reference:
         while len(outputs) <= epoch:
             k = len(outputs)
             start, end = self.epoch_bounds(k)
-            rows, state = run_epoch(version, state, self.log.between(start, end), k)
+            log = self.log if self.log_of is None else self.log_of(k)
+            rows, state = run_epoch(version, state, log.between(start, end), k)
             outputs.append(rows)
         self._states[version] = state
         return outputs[epoch]
@@ -327,6 +359,10 @@ class SimConfig:
     #: query run prunes through the product's driver pruner after each batch's commit, and a
     #: query on a new checkpoint starts where the product's ``initialOffset`` does.
     epochs_retained: int = 0
+    #: Whether the topic may be deleted and created again (once: the ``recreate`` event),
+    #: and the source's ``failOnDataLoss``.
+    recreate: bool = False
+    fail_on_data_loss: bool = True
 
     def input_log(self) -> InputLog:
         return InputLog(
@@ -338,6 +374,14 @@ class SimConfig:
             frozenset(self.fanout),
             frozenset(self.dropped),
         )
+
+    def input_logs(self) -> tuple[InputLog, ...]:
+        """The topic, then (if it may be recreated) the topic created again: one record a
+        partition more, past every end planned under the old id."""
+        first = self.input_log()
+        if not self.recreate:
+            return (first,)
+        return (first, replace(first, per_partition=self.per_partition + 1, incarnation=1))
 
     def to_json(self) -> dict[str, object]:
         """The fields that differ from the defaults (for ``--schedule``)."""

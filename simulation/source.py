@@ -16,47 +16,90 @@ the product's split of the allowance gives each partition that many records.
 :class:`PlanCheckedEpochLog` is the product's epoch log, which also hands every end the
 reader asks it to record (the planning decision, before the first writer wins) to a check
 (``the source plans within its limits``, :mod:`simulation.invariants`).
+
+The broker (:class:`SimBroker`) holds the topic and, on a pipeline whose topic may be
+recreated (``SimConfig.recreate``), the topic created again under a new id. A read task
+(:func:`read_ranges`) plans the epoch's tasks as the product's reader does (its
+``partitions``: the ranges and the topic ids recorded with the epoch) and runs, for each
+task, the product's check against the broker's current ids
+(``partition_reader._unless_recreated``) before it reads: the ranges it keeps are read
+from the topic as it is now.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from pyspark.sql.types import StructType
 
-from datasource import stream_reader
+from datasource import partition_reader, stream_reader
 from datasource.offset_reader import ClusterView, OffsetReader
 from datasource.options import KafkaSourceOptions
 from datasource.schema import source_schema
-from simulation.query import TOPIC, InputLog
+from simulation.query import TOPIC, InputLog, Record
 from state.layout import PipelineLayout
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
 from state.stores import StateStore
 
-#: The simulated topic's id, as a Metadata v10+ answer carries it (it never changes: the
-#: topic is never recreated).
-TOPIC_ID = "00000000-0000-4000-8000-000000000001"
+#: The simulated topic's id by incarnation, as a Metadata v10+ answer carries it: the
+#: topic, then the topic deleted and created again.
+TOPIC_IDS = ("00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002")
 
 #: What the reader is told of the store: a name only (the epoch log it is given is the
 #: simulation's store view; the reader opens no store of its own).
 STORE_URI = "memory://simulation-source"
 
-#: Checks a planned epoch: (start, end asked to be recorded, the reader's max rows).
-PlanCheck = Callable[[SourceOffset, SourceOffset, int], None]
+#: Checks a planned epoch: (start, end asked to be recorded, the reader's max rows, the
+#: topic ids it was planned under).
+PlanCheck = Callable[[SourceOffset, SourceOffset, int, Mapping[str, str]], None]
+
+
+class SimBroker:
+    """The topic as the broker holds it now: ``logs[0]``, then, once :meth:`recreate` ran,
+    ``logs[1]`` under a new id (the old topic's records are gone)."""
+
+    def __init__(self, logs: tuple[InputLog, ...]) -> None:
+        self.logs = logs
+        self.incarnation = 0
+
+    @property
+    def log(self) -> InputLog:
+        return self.logs[self.incarnation]
+
+    @property
+    def topic_id(self) -> str:
+        return TOPIC_IDS[self.incarnation]
+
+    def recreate(self) -> None:
+        """The topic is deleted and created again (new id, new records)."""
+        assert self.incarnation + 1 < len(self.logs), "the topic is recreated once"
+        self.incarnation += 1
+
+    def log_under(self, ids: Mapping[str, str] | None) -> InputLog:
+        """The topic the id among ``ids`` names (no id: the first)."""
+        tid = (ids or {}).get(TOPIC)
+        return self.logs[TOPIC_IDS.index(tid)] if tid in TOPIC_IDS else self.logs[0]
+
+    def current_ids(
+        self, options: KafkaSourceOptions, topics: Collection[str]
+    ) -> Mapping[str, str]:
+        """The broker's current topic ids (``topic_id_check.CurrentIds``'s contract)."""
+        return {TOPIC: self.topic_id} if TOPIC in topics else {}
 
 
 @functools.cache
 def source_options(
-    pipeline_id: str, partitions: int, per_partition: int, retained: int
+    pipeline_id: str, partitions: int, per_partition: int, retained: int, fail_on_data_loss: bool
 ) -> KafkaSourceOptions:
     """The source's options for a driver taking ``per_partition`` records a partition
     (``maxOffsetsPerTrigger``), parsed by the product (``KafkaSourceOptions.parse``).
 
     ``retained`` is ``state.epochsRetained`` (0: the simulation does not prune, and the
-    product's default is left)."""
+    product's default is left); ``failOnDataLoss`` is set only when false (the product's
+    default is true)."""
     raw = {
         "kafka.bootstrap.servers": "simulated-broker:9092",
         "subscribe": TOPIC,
@@ -67,19 +110,25 @@ def source_options(
     }
     if retained:
         raw["state.epochsRetained"] = str(retained)
+    if not fail_on_data_loss:
+        raw["failOnDataLoss"] = "false"
     return KafkaSourceOptions.parse(raw)
 
 
 class SimOffsetReader(OffsetReader):
-    """The broker's answers about the fixed input: every partition from 0 to its end, one
-    topic id, every end certain (no Tansu defect, no lagging leader). It has no client:
-    anything the reader asked beyond these answers would fail."""
+    """The broker's answers about the topic as it is now: every partition from 0 to its
+    end, its topic id, every end certain (no Tansu defect, no lagging leader). It has no
+    client: anything the reader asked beyond these answers would fail."""
 
     def __init__(
-        self, options: KafkaSourceOptions, log: InputLog, clock: Callable[[], float]
+        self, options: KafkaSourceOptions, broker: SimBroker, clock: Callable[[], float]
     ) -> None:
         super().__init__(options, clock=clock)
-        self.log = log
+        self.broker = broker
+
+    @property
+    def log(self) -> InputLog:
+        return self.broker.log
 
     def _client(self) -> Any:
         raise AssertionError("the simulated broker has no Kafka client")
@@ -92,7 +141,7 @@ class SimOffsetReader(OffsetReader):
 
     @property
     def topic_ids(self) -> dict[str, str]:
-        return {TOPIC: TOPIC_ID}
+        return {TOPIC: self.broker.topic_id}
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Frontier:
         return dict.fromkeys(tps, 0)
@@ -109,7 +158,7 @@ class SimOffsetReader(OffsetReader):
             self._clock(),
             self._partitions(),
             self.log.end(),
-            {TOPIC: TOPIC_ID},
+            {TOPIC: self.broker.topic_id},
             frozenset(),
             verified=True,
         )
@@ -134,7 +183,7 @@ class PlanCheckedEpochLog(EpochLog):
         end: SourceOffset,
         topic_ids: Mapping[str, str] | None = None,
     ) -> SourceOffset:
-        self.check(start, end, self.max_rows)
+        self.check(start, end, self.max_rows, topic_ids or {})
         return super().record(start, end, topic_ids)
 
 
@@ -145,7 +194,7 @@ def _schema() -> StructType:
 
 def open_reader(
     options: KafkaSourceOptions,
-    log: InputLog,
+    broker: SimBroker,
     epoch_log: EpochLog,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
@@ -156,9 +205,34 @@ def open_reader(
     return stream_reader.GlobalTimeKafkaStreamReader(
         options,
         _schema(),
-        offset_reader=SimOffsetReader(options, log, clock),
+        offset_reader=SimOffsetReader(options, broker, clock),
         epoch_log=epoch_log,
         clock=clock,
         sleep=sleep,
         prune_in_background=False,
     )
+
+
+def read_ranges(
+    reader: stream_reader.GlobalTimeKafkaStreamReader,
+    broker: SimBroker,
+    start: SourceOffset,
+    end: SourceOffset,
+) -> tuple[list[Record], bool]:
+    """What the read tasks of the epoch from ``start`` to ``end`` read: the reader's own
+    ``partitions`` (the ranges, and the topic ids recorded with the epoch), each task's
+    ranges checked by the product (``partition_reader._unless_recreated``, looked up
+    through its module now) against the broker's current ids, the ranges it keeps read
+    from the topic as it is now. Also whether the check dropped a range that has records
+    (``failOnDataLoss=false``); with true it raises :class:`~state.errors.DataLossError`."""
+    kept: list[tuple[int, int, int]] = []
+    dropped = False
+    for task in reader.partitions(start.to_json(), end.to_json()):
+        assert isinstance(task, partition_reader.KafkaInputPartition)
+        ranges = [r for r in task.ranges if r.size > 0]
+        checked = partition_reader._unless_recreated(
+            reader.options, task.epoch, ranges, dict(task.topic_ids), broker.current_ids
+        )
+        dropped = dropped or len(checked) < len(ranges)
+        kept.extend((r.partition, r.from_offset, r.until_offset) for r in checked)
+    return broker.log.in_ranges(kept), dropped

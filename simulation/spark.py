@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -53,6 +53,7 @@ from simulation.query import (
     EMPTY_STATE,
     InputLog,
     QueryState,
+    Record,
     Row,
     SimConfig,
     rows_to_batch,
@@ -120,6 +121,8 @@ class World(Protocol):
 
     config: SimConfig
     input: InputLog
+    #: The broker: the topic as it is now (it may be deleted and created again).
+    broker: source.SimBroker
     layout: PipelineLayout
     staging: SimStaging
     consumer_api: SimConsumer
@@ -157,9 +160,16 @@ class World(Protocol):
     def checkpoint_point(self, what: str, batch_id: int) -> None:
         """Writing a checkpoint log entry (a scheduling point)."""
 
-    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+    def planned(
+        self, start: SourceOffset, end: SourceOffset, max_rows: int, ids: Mapping[str, str]
+    ) -> None:
         """The running driver's stream reader asks the epoch log to record the epoch from
-        ``start`` to ``end``, planned under ``maxOffsetsPerTrigger=max_rows``."""
+        ``start`` to ``end``, planned under ``maxOffsetsPerTrigger=max_rows`` and the topic
+        ids ``ids``."""
+
+    def read_dropped(self, epoch: int) -> None:
+        """A read task of epoch ``epoch`` dropped ranges with records: the product's check
+        found their topic recreated since the epoch was planned (``failOnDataLoss=false``)."""
 
     def met_pruned(self, query_id: str, epoch: int) -> None:
         """Query ``query_id`` of the running driver asked for epoch ``epoch``, which is
@@ -704,7 +714,7 @@ class DriverProc:
             self.store, self.layout, self.world.planned, self.max_rows
         )
         reader = source.open_reader(
-            self.source_options(), self.world.input, epoch_log, self.world.clock, self.world.sleep
+            self.source_options(), self.world.broker, epoch_log, self.world.clock, self.world.sleep
         )
         b, start, replay = self.first_batch(ck, reader, query_id)
         while True:
@@ -716,7 +726,9 @@ class DriverProc:
                     return  # nothing new: the query idles
                 end = planned
                 self.log_entry(ck.offsets, b, (start, end), "offsets")
-            self.run_batch(ck, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id)
+            self.run_batch(
+                ck, reader, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id
+            )
             self.log_entry(ck.commits, b, None, "commits")
             if self.world.config.epochs_retained:
                 reader.commit(end.to_json())
@@ -740,6 +752,7 @@ class DriverProc:
             config.partitions,
             self.max_per_partition,
             config.epochs_retained,
+            config.fail_on_data_loss,
         )
 
     def first_batch(
@@ -801,6 +814,7 @@ class DriverProc:
     def run_batch(
         self,
         ck: Checkpoint,
+        reader: GlobalTimeKafkaStreamReader,
         *,
         batch_id: int,
         start: SourceOffset,
@@ -811,12 +825,17 @@ class DriverProc:
         epoch = start.epoch
         exec_store = self.exec_store
 
-        def read_task(attempt: int) -> None:
+        def read_task(attempt: int) -> list[Record]:
+            # The product's topic-id check before the first fetch (with failOnDataLoss=true
+            # a DataLossError fails the task), then the batch record, then the records.
+            records, dropped = source.read_ranges(reader, self.world.broker, start, end)
+            if dropped:
+                self.world.read_dropped(epoch)
             batch_records.write_batch_record(exec_store, self.layout, query_id, batch_id, epoch)
+            return records
 
-        self.task(read_task)
+        records = self.task(read_task)
         before = ck.states[batch_id - 1] if batch_id > 0 else EMPTY_STATE
-        records = self.world.input.between(start, end)
         rows, after = run_epoch(self.version, before, records, epoch)
         ck.states[batch_id] = after
         messages: list[BarrierCommitMessage] = []
@@ -842,7 +861,10 @@ class DriverProc:
                 return body(attempt)
             except GtBarrierError as err:
                 if attempt + 1 == TASK_ATTEMPTS:
-                    raise SparkQueryError(f"task failed {TASK_ATTEMPTS} times: {err}") from err
+                    # Spark's error names the Python error (the supervisor's stop reads it).
+                    raise SparkQueryError(
+                        f"task failed {TASK_ATTEMPTS} times: {type(err).__name__}: {err}"
+                    ) from err
         raise AssertionError("unreachable")
 
     def stage(

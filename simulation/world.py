@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -30,6 +30,7 @@ from simulation.dead_letters import DeadLetterStoreHost
 from simulation.invariants import Checker, Violation
 from simulation.query import InputLog, Row, SimConfig
 from simulation.scheduler import READS, WRITES, Abandoned, Actor, Event, Greenlet, Op
+from simulation.source import SimBroker
 from simulation.spark import PIPELINE, Checkpoint, DriverProc, skip_lost_bundle, sweep_take
 from simulation.staging import SimStaging
 from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimStore
@@ -122,7 +123,9 @@ class World:
         self.chooser = chooser
         self.heal_mode = heal
         self.keep_trace = trace
-        self.input: InputLog = config.input_log()
+        #: The broker, and the topic as it is now (``recreate`` replaces it).
+        self.broker = SimBroker(config.input_logs())
+        self.input: InputLog = self.broker.log
         self.layout = PipelineLayout(PIPELINE)
         # One memory store per process, emptied after each run; the views of each run have
         # configurations of their own (the product keeps per-process memory by them).
@@ -246,9 +249,15 @@ class World:
     def new_query_id(self) -> str:
         return f"q{next(self.query_ids)}"
 
-    def planned(self, start: SourceOffset, end: SourceOffset, max_rows: int) -> None:
+    def planned(
+        self, start: SourceOffset, end: SourceOffset, max_rows: int, ids: Mapping[str, str]
+    ) -> None:
         """See :meth:`simulation.spark.World.planned` (checked at once)."""
-        self.checker.planned(start, end, max_rows)
+        self.checker.planned(start, end, max_rows, ids)
+
+    def read_dropped(self, epoch: int) -> None:
+        """See :meth:`simulation.spark.World.read_dropped` (checked at once)."""
+        self.checker.read_dropped(epoch)
 
     def met_pruned(self, query_id: str, epoch: int) -> None:
         """See :meth:`simulation.spark.World.met_pruned`: a violation if the pruner of the
@@ -396,6 +405,12 @@ class World:
         self.kill(old)
         self.start_driver(old.checkpoint)
 
+    def recreate(self) -> None:
+        """The topic is deleted and created again (once): a new id, and new records past
+        every end planned under the old one."""
+        self.broker.recreate()
+        self.input = self.broker.log
+
     def lose_part(self, location: str) -> None:
         if self.parts.pop(location, None) is not None:
             self.fault_deleted.add(location)
@@ -462,6 +477,7 @@ class World:
             tuple(p.status for p in self.procs),
             self.version,
             self.tolerance,
+            self.broker.incarnation,
         )
         return repr(key)
 
@@ -590,6 +606,7 @@ class World:
         "upgrade": lambda w, arg: w.upgrade(),
         "operator": lambda w, arg: w.operator(),
         "tolerate": lambda w, arg: w.tolerate(),
+        "recreate": lambda w, arg: w.recreate(),
         "heal": lambda w, arg: w.heal(arg),
     }
 

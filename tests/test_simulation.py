@@ -21,6 +21,8 @@ from simulation.explore import (
     DEAD_LETTERS,
     FANOUT,
     PRUNING,
+    RECREATED,
+    RECREATED_FATAL,
     SMALL,
     SMALL_DEAD_LETTERS,
     SPARSE,
@@ -39,6 +41,8 @@ from sink import cleanup, write_task
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SimConfig()
+#: The pipelines whose topic may be recreated, at failOnDataLoss=false and true.
+RECREATING = (RECREATED, RECREATED_FATAL)
 
 
 def test_a_failure_free_run_delivers_every_epoch_once_in_order() -> None:
@@ -70,8 +74,8 @@ def test_bounded_exploration_finds_no_violation() -> None:
     and without poison rows at errors.tolerance=all, then random walks over the default
     pipeline without poison, at all and at none (``make sim`` runs every one-event
     schedule at none too), and over the pipelines whose drivers prune without the
-    coordinator, in which every kind of event takes effect: the unmodified product
-    violates nothing (about 15 s of CPU)."""
+    coordinator and over those whose topic may be recreated, in which every kind of
+    event takes effect: the unmodified product violates nothing (about 15 s of CPU)."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
@@ -85,13 +89,14 @@ def test_bounded_exploration_finds_no_violation() -> None:
         assert outcome.violation is None, f"seed {seed}: {outcome.violation}"
         schedules, steps = schedules + 1, steps + outcome.steps
         fired.update(e.kind for e in schedule.events)
-    # The pipelines without the coordinator whose drivers prune (the sweep is theirs).
+    # The pipelines without the coordinator whose drivers prune (the sweep is theirs), and
+    # those whose topic may be recreated (the recreation is theirs).
     for seed in range(1000, 1040):
-        config = walk_config(seed, (PRUNING, SPARSE))
-        outcome, schedule = run_seed(config, seed)
-        assert outcome.violation is None, f"{config} seed {seed}: {outcome.violation}"
-        schedules, steps = schedules + 1, steps + outcome.steps
-        fired.update(e.kind for e in schedule.events)
+        for config in (walk_config(seed, (PRUNING, SPARSE)), walk_config(seed, RECREATING)):
+            outcome, schedule = run_seed(config, seed)
+            assert outcome.violation is None, f"{config} seed {seed}: {outcome.violation}"
+            schedules, steps = schedules + 1, steps + outcome.steps
+            fired.update(e.kind for e in schedule.events)
     elapsed = time.monotonic() - started
     print(f"\n{schedules} schedules, {steps} steps in {elapsed:.1f} s; events {dict(fired)}")
     assert set(fired) >= ALL_KINDS | {"heal"}, fired
@@ -237,8 +242,9 @@ def test_the_command_prints_its_counts_last() -> None:
 
 
 def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
-    # --bound 0: the failure-free schedule of the default and each poison pipeline (5),
-    # every one run although the budget (0.01 s) is spent before the first ends.
+    # --bound 0: the failure-free schedule of the default, each poison pipeline and each
+    # whose topic may be recreated (7), every one run although the budget (0.01 s) is
+    # spent before the first ends.
     done = subprocess.run(
         [
             sys.executable,
@@ -260,8 +266,8 @@ def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "schedules: 5", lines
-    assert any(line.endswith(": 5 schedules, complete") for line in lines), lines
+    assert lines[-2] == "schedules: 7", lines
+    assert any(line.endswith(": 7 schedules, complete") for line in lines), lines
     states = re.search(
         r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
     )

@@ -11,6 +11,7 @@ import pytest
 
 from simulation.choosers import ReplayChooser
 from simulation.query import SimConfig
+from simulation.source import TOPIC_IDS
 from simulation.world import World
 from sink import cleanup
 from state.protocol.barrier_state import BarrierStateStore
@@ -165,7 +166,10 @@ def test_an_epoch_planned_past_the_rate_limit_or_the_broker_is_a_violation() -> 
     def planned(begin: int, end: int, max_rows: int) -> str | None:
         world = _world()  # one partition of 4 records
         world.checker.planned(
-            SourceOffset(0, {(TOPIC, 0): begin}), SourceOffset(1, {(TOPIC, 0): end}), max_rows
+            SourceOffset(0, {(TOPIC, 0): begin}),
+            SourceOffset(1, {(TOPIC, 0): end}),
+            max_rows,
+            {TOPIC: TOPIC_IDS[0]},
         )
         return _violation(world)
 
@@ -176,3 +180,28 @@ def test_an_epoch_planned_past_the_rate_limit_or_the_broker_is_a_violation() -> 
     assert planned(0, 1, 2) == limits  # one too few: the limit is exact
     assert planned(2, 5, 5) == limits  # past the broker's end
     assert planned(4, 4, 2) == limits  # an epoch without a record
+
+
+def test_after_a_recreation_an_epoch_restarts_at_the_new_log_start_only_under_the_new_id() -> None:
+    def planned(ids: tuple[str, str], end: int, *, recreated: bool = True) -> str | None:
+        world = World(SimConfig(partitions=1, per_partition=4, recreate=True), ReplayChooser(()))
+        _WORLDS.append(world)
+        first, second = SourceOffset(1, {(TOPIC, 0): 2}), SourceOffset(2, {(TOPIC, 0): end})
+        # epoch 0 recorded under the old id, as the reader records it
+        record = EpochRecord(0, SourceOffset(0, {(TOPIC, 0): 0}), first, {TOPIC: ids[0]})
+        world.inner.put_json(world.layout.epoch(0), record.to_json())
+        if recreated:
+            world.recreate()
+        world.checker.planned(first, second, 2, {TOPIC: ids[1]})
+        return _violation(world)
+
+    old, new = TOPIC_IDS
+    limits = "the source plans within its limits"
+    # the epoch after the recreation ends at the new topic's log start (no record) ...
+    assert planned((old, new), 0) is None
+    # ... but not under the id it started under, nor without a recreation
+    assert planned((old, old), 0) == limits
+    assert planned((old, new), 0, recreated=False) == limits
+    # under the new id past its start, the usual limits over the new topic (5 records)
+    assert planned((new, new), 4) is None
+    assert planned((new, new), 5) == limits

@@ -44,6 +44,13 @@ The source's planning, which the simulator runs in the product's stream reader:
 
 14. the rate limit one record too generous (``offsets.plan_end`` grants
     ``maxOffsetsPerTrigger + 1`` records, an off-by-one in the epoch's end).
+
+The read tasks, which run the product's topic-id check:
+
+15. a re-run reading a topic recreated since its epoch was planned (the read task's
+    comparison of the recorded topic ids with the broker's, ``topic_id_check.recreated``
+    as ``partition_reader`` calls it, disabled), on the pipeline whose topic may be
+    recreated, at ``failOnDataLoss=false``.
 """
 
 from __future__ import annotations
@@ -57,12 +64,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from datasource import log_pruner, offsets
+from datasource import log_pruner, offsets, partition_reader
 from simulation.explore import (
     DEAD_LETTERS,
     FANOUT,
     LONG,
     PRUNING,
+    RECREATED,
     SPARSE,
     hunt,
     report,
@@ -510,3 +518,20 @@ def test_rate_limit_off_by_one_is_found(monkeypatch: pytest.MonkeyPatch) -> None
     # The first epoch a failure-free run plans holds one record too many.
     assert invariant == "the source plans within its limits"
     assert shortest.events == ()
+
+
+# --- 15. a re-run reading a topic recreated since its epoch was planned ------------------------
+
+
+def test_recreated_topic_read_under_the_old_id_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_recreated(recorded: Mapping[str, str], current: Mapping[str, str]) -> dict[str, str]:
+        # The ids a task's plan names are not compared with the broker's: a task that
+        # runs after the topic was recreated reads the new topic's records at the offsets
+        # of the old epoch.
+        return {}
+
+    monkeypatch.setattr(partition_reader, "recreated", never_recreated)
+    shortest, invariant = find_shortest("recreated topic read under the old id", RECREATED)
+    assert invariant == "read under the planned topic id"
+    # The topic recreated between epoch 0's planning and its read task.
+    assert [e.kind for e in shortest.events] == ["recreate"]
