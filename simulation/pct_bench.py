@@ -32,8 +32,10 @@ from simulation.explore import quiet, run_pct, run_seed, walk_config
 from simulation.query import SimConfig
 from simulation.world import Outcome, Schedule
 from sink import cleanup
+from state.protocol import resume_point
 from state.protocol.barrier_state import BarrierStateStore, HeldState
 from state.records.barrier import BarrierState, Owner
+from state.records.resume_point import ResumePoint, SnapshotRef
 
 Searcher = Callable[[SimConfig, int], tuple[Outcome, Schedule]]
 #: The two searchers compared: a seed's random walk, and its PCT run.
@@ -88,12 +90,32 @@ def cleanup_without_generation_rule() -> contextlib.AbstractContextManager[None]
     return _patched(cleanup.StagingCleanup, "_superseded", any_claimed_run)
 
 
+def snapshot_accepted_into_another_generation() -> contextlib.AbstractContextManager[None]:
+    """Mutation 2 of ``tests/test_simulation_mutations.py``: a snapshot is accepted into
+    whatever generation the resume point is in, not only its own. Shortest known
+    schedules: an upgrade and three or four preemptions and faults around it."""
+    accepted = resume_point.accepted_point
+
+    def accepted_anywhere(
+        current: ResumePoint | None, snapshot: SnapshotRef, **fields: Any
+    ) -> ResumePoint:
+        if current is not None:
+            fields["generation"] = current.generation
+        return accepted(current, snapshot, **fields)
+
+    return _patched(resume_point, "accepted_point", accepted_anywhere)
+
+
 #: name -> (the mutation, the invariant it violates).
 MUTANTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[None]], str]] = {
     "5 stale remembered state": (stale_remembered_state, "GT_last never moves back"),
     "3 cleanup without the generation rule": (
         cleanup_without_generation_rule,
         "in-flight parts kept",
+    ),
+    "2 snapshot accepted into another generation": (
+        snapshot_accepted_into_another_generation,
+        "liveness",  # the healthy driver finds no usable snapshot
     ),
 }
 
