@@ -14,6 +14,8 @@ import pytest
 
 from simulation.choosers import RandomWalk
 from simulation.explore import (
+    PRUNING,
+    SPARSE,
     Found,
     Plan,
     minimise,
@@ -171,3 +173,17 @@ def test_the_cli_replays_a_seeds_pct_run() -> None:
     assert f"schedule ({len(schedule.events)} event(s)): {schedule}" in done.stdout
     assert "no violation" in done.stdout
     assert outcome.violation is None
+
+
+def test_pct_runs_of_the_unmodified_product_find_no_violation() -> None:
+    """PCT runs over ``make sim``'s walk pipelines (with and without poison rows, at all
+    and at none) and the pruning pipelines without the coordinator: nothing violated,
+    and the priorities do preempt (every depth, second drivers interleaved)."""
+    switches = zombies = 0
+    for seed in range(300):
+        config = walk_config(seed) if seed < 270 else walk_config(seed, (PRUNING, SPARSE))
+        outcome, schedule = run_pct(config, seed)
+        assert outcome.violation is None, f"PCT run of seed {seed}: {outcome.violation}"
+        switches += sum(e.kind == "switch" for e in schedule.events)
+        zombies += sum(e.kind == "zombie" for e in schedule.events)
+    assert switches > 300 and zombies > 50, (switches, zombies)
