@@ -4,6 +4,7 @@
     python -m simulation --seconds 60             # a shorter one
     python -m simulation --seed 4711 --replay     # one random walk again, step by step
                                                   # (on its pipeline: walk_config(seed))
+    python -m simulation --seed 4711 --pct --replay   # the seed's PCT run (simulation.pct)
     python -m simulation --schedule '{"events": [["p1", 12, "crash", "keep"]], "heal": "keep"}'
 
 The exploration prints its progress every 10 s and every violation it finds (minimised,
@@ -25,6 +26,7 @@ from simulation.explore import (
     explore,
     quiet,
     report,
+    run_pct,
     run_schedule,
     run_seed,
     walk_config,
@@ -64,8 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=Plan.seed, help="first random-walk seed")
     parser.add_argument("--replay", action="store_true", help="run --seed's walk, traced")
+    parser.add_argument(
+        "--pct",
+        action="store_true",
+        help="with --replay: run --seed's PCT run (randomized priorities) instead of its walk",
+    )
+    parser.add_argument(
+        "--pct-share",
+        type=_share,
+        default=Plan.pct_share,
+        help="the share of the random-walk phase's seeds run as PCT runs (0 to 1)",
+    )
     parser.add_argument("--schedule", help="run this schedule (JSON), traced")
     args = parser.parse_args(argv)
+    if args.pct and not args.replay:
+        parser.error("--pct: only with --replay (the exploration's share is --pct-share)")
     quiet()
     if args.schedule is not None:
         raw = json.loads(args.schedule)
@@ -77,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return show(config, outcome, schedule, None)
     if args.replay:
         config = walk_config(args.seed)
-        outcome, schedule = run_seed(config, args.seed, trace=True)
-        return show(config, outcome, schedule, args.seed)
+        run = run_pct if args.pct else run_seed
+        outcome, schedule = run(config, args.seed, trace=True)
+        return show(config, outcome, schedule, args.seed, pct=args.pct)
     plan = Plan(
         small_bound=args.small_bound,
         bound=args.bound,
@@ -88,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         quick=args.quick,
         free_zombies=args.free_zombies,
+        pct_share=args.pct_share,
     )
     total = explore(plan)
     print(f"steps explored: {total.steps}")
@@ -96,7 +113,25 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if total.violations else 0
 
 
-def show(config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | None) -> int:
+def _share(raw: str) -> float:
+    """``--pct-share``'s value: a number from 0 to 1."""
+    try:
+        share = float(raw)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"{raw!r}; expected a number from 0 to 1")
+    return share
+
+
+def show(
+    config: SimConfig,
+    outcome: Outcome,
+    schedule: Schedule,
+    seed: int | None,
+    *,
+    pct: bool = False,
+) -> int:
     """Print a run's trace, step by step, and its violation (minimised), if any."""
     for r in outcome.trace:
         events = "  <- " + ", ".join(str(e) for e in r.events) if r.events else ""
@@ -106,7 +141,7 @@ def show(config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | No
     if outcome.violation is None:
         print("no violation")
         return 0
-    print(report(config, Found(outcome.violation, schedule, seed)))
+    print(report(config, Found(outcome.violation, schedule, seed, pct)))
     return 1
 
 

@@ -162,8 +162,9 @@ def walk_for(seed: int) -> RandomWalk:
     return PROFILES[seed % len(PROFILES)]
 
 
-_FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
-_ENV_KINDS = frozenset(
+#: The kinds a walk draws as faults, and as the environment's events (besides preemptions).
+FAULT_KINDS = frozenset({"crash", "lost", "unavailable", "consumer"})
+ENV_KINDS = frozenset(
     {"zombie", "upgrade", "lose-part", "operator", "tolerate", "sweep", "recreate"}
 )
 
@@ -197,9 +198,9 @@ class RandomChooser:
         if r < switch:
             kinds = frozenset({"switch"})
         elif r < switch + fault:
-            kinds = _FAULT_KINDS
+            kinds = FAULT_KINDS
         elif r < switch + fault + env:
-            kinds = _ENV_KINDS
+            kinds = ENV_KINDS
         else:
             return None
         options = alternatives(world, actor, kinds & self.walk.kinds)

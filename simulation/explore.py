@@ -4,7 +4,8 @@ and the two-process exploration ``make sim`` runs.
 * :func:`run_schedule` replays a :class:`~simulation.world.Schedule` (stateless
   re-execution: every run starts from the empty store);
 * :func:`run_seed` runs the random walk of one seed (``python -m simulation --seed N
-  --replay`` runs it again, step for step);
+  --replay`` runs it again, step for step), :func:`run_pct` its PCT run
+  (:mod:`simulation.pct`; ``--seed N --pct --replay``);
 * :func:`exhaustive` runs every schedule with at most ``bound`` events, depth first: the
   children of a schedule add one event at a step after its last one, chosen among the
   :func:`~simulation.choosers.alternatives` of that step;
@@ -35,6 +36,7 @@ from simulation.choosers import (
     walk_for,
 )
 from simulation.invariants import Violation
+from simulation.pct import Pct, PctChooser, pct_for
 from simulation.query import SimConfig
 from simulation.scheduler import Event
 from simulation.world import Outcome, Schedule, World
@@ -69,13 +71,29 @@ def run_seed(
     return outcome, Schedule(tuple(outcome.fired), chooser.heal)
 
 
+def run_pct(
+    config: SimConfig, seed: int, pct: Pct | None = None, *, trace: bool = False
+) -> tuple[Outcome, Schedule]:
+    """The PCT run of ``seed`` (by default with the seed's parameters,
+    :func:`~simulation.pct.pct_for`), and the schedule of the events that fired."""
+    # The change points must fall where the faults still run: a failure-free run of the
+    # walks' pipelines reaches its heal after 50 to 90 steps, a PCT run after 65 to 120
+    # (median), a third of expected_steps. Not measured per run: a seed's run must not
+    # depend on anything but the seed and the pipeline.
+    chooser = PctChooser(seed, pct or pct_for(seed), expected_steps(config) // 3)
+    outcome = World(config, chooser, heal=chooser.heal, trace=trace).run()
+    return outcome, Schedule(tuple(outcome.fired), chooser.heal)
+
+
 @dataclass
 class Found:
-    """A violation and the schedule (and seed, for a random walk) that produced it."""
+    """A violation and the schedule (and seed, for a random walk or, with ``pct``, a PCT
+    run) that produced it."""
 
     violation: Violation
     schedule: Schedule
     seed: int | None = None
+    pct: bool = False
 
 
 @dataclass
@@ -91,7 +109,9 @@ class Tally:
     #: The distinct abstract states the faults left (:meth:`World.abstract_state`).
     states: set[str] = field(default_factory=set)
 
-    def add(self, outcome: Outcome, schedule: Schedule, seed: int | None = None) -> None:
+    def add(
+        self, outcome: Outcome, schedule: Schedule, seed: int | None = None, *, pct: bool = False
+    ) -> None:
         self.steps += outcome.steps
         self.schedules += 1
         if outcome.heal_step is not None:
@@ -101,7 +121,7 @@ class Tally:
         if outcome.violation is not None:
             self.violations += 1
             if len(self.found) < 10:
-                self.found.append(Found(outcome.violation, schedule, seed))
+                self.found.append(Found(outcome.violation, schedule, seed, pct))
 
 
 def exhaustive(
@@ -341,8 +361,9 @@ class Plan:
     ``small_bound`` events on the :data:`SMALL` pipeline; every schedule of up to ``bound``
     events on ``config`` and on each of ``dead_letters`` (poison rows at
     errors.tolerance=all, and at none until the operator switches, on the default and the
-    small pipeline); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``)
-    until ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
+    small pipeline); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``),
+    ``pct_share`` of the seeds run as PCT runs (:mod:`simulation.pct`), until ``seconds``
+    (or ``max_steps``) are spent. Workers take disjoint shares of each."""
 
     config: SimConfig = field(default_factory=SimConfig)
     small: SimConfig = SMALL
@@ -367,10 +388,18 @@ class Plan:
     quick: bool = False
     #: Zombie starts the exhaustive phases do not count toward their bounds.
     free_zombies: int = 0
+    #: The share of the random-walk phase's seeds run as PCT runs (0: none; 0.5: every
+    #: other seed).
+    pct_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.pct_share <= 1.0:
+            raise ValueError(f"pct_share: {self.pct_share!r}; expected a number from 0 to 1")
 
 
 Message = tuple[str, object]
-Run = tuple[Outcome, Schedule, int | None]
+#: A run, its seed (None: a fixed schedule) and whether the seed's run was a PCT run.
+Run = tuple[Outcome, Schedule, int | None, bool]
 #: When each phase must end, as a share of the time budget (cumulative): the exhaustive
 #: search of the small pipeline takes about 3 minutes of 2 idle cores; on a busy machine it
 #: is cut, and the output says so.
@@ -391,6 +420,8 @@ class _Worker:
         self.states_sent: set[str] = set()
         self.last_send = time.monotonic()
         self.reported: set[str] = set()
+        #: The random-walk phase's runs by searcher (``walks``, ``PCT``): what PCT adds.
+        self.searchers = {"walks": Tally(), "PCT": Tally()}
 
     def run(self) -> None:
         """The three phases, each until it is complete or its share of the time is spent
@@ -402,7 +433,7 @@ class _Worker:
                 for outcome, schedule in exhaustive(
                     config, bound, shard=shard, free_zombies=plan.free_zombies
                 ):
-                    yield config, (outcome, schedule, None)
+                    yield config, (outcome, schedule, None, False)
 
         phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
             (
@@ -418,9 +449,10 @@ class _Worker:
             ),
             (
                 f"random walks from seed {plan.seed}, the default pipeline (a third each "
-                "without poison rows, at all, at none)",
+                f"without poison rows, at all, at none; {plan.pct_share:.0%} of the seeds "
+                "PCT runs)",
                 1.0,
-                _walks(plan.seed + self.index, plan.workers),
+                _walks(plan.seed + self.index, plan.workers, plan.pct_share),
             ),
         ]
         if plan.quick:
@@ -431,8 +463,8 @@ class _Worker:
             until = started + share * plan.seconds
             before = self.tally.schedules
             complete = True
-            for config, (outcome, schedule, seed) in runs:
-                self.record(config, outcome, schedule, seed)
+            for config, (outcome, schedule, seed, pct) in runs:
+                self.record(config, outcome, schedule, seed, pct)
                 if self.done() or time.monotonic() >= until:
                     complete = False
                     break
@@ -445,6 +477,10 @@ class _Worker:
             else:
                 state = "complete" if complete else "cut at its time limit (not complete)"
             self.out.put(("phase", f"worker {self.index}: {name}: {count:,} schedules, {state}"))
+            for searcher, t in self.searchers.items():
+                if t.schedules:
+                    self.out.put(("searcher", (searcher, t.schedules, t.steps, tuple(t.states))))
+                    self.searchers[searcher] = Tally()
             if self.done():
                 break
         self.out.put(("done", self.index))
@@ -454,9 +490,16 @@ class _Worker:
         return time.monotonic() >= self.deadline or (cap is not None and self.tally.steps >= cap)
 
     def record(
-        self, config: SimConfig, outcome: Outcome, schedule: Schedule, seed: int | None
+        self,
+        config: SimConfig,
+        outcome: Outcome,
+        schedule: Schedule,
+        seed: int | None,
+        pct: bool = False,
     ) -> None:
-        self.tally.add(outcome, schedule, seed)
+        self.tally.add(outcome, schedule, seed, pct=pct)
+        if seed is not None:
+            self.searchers["PCT" if pct else "walks"].add(outcome, schedule, seed, pct=pct)
         v = outcome.violation
         if (
             v is not None
@@ -464,7 +507,7 @@ class _Worker:
             and len(self.reported) < self.plan.show
         ):
             self.reported.add(v.invariant)
-            self.out.put(("violation", report(config, Found(v, schedule, seed))))
+            self.out.put(("violation", report(config, Found(v, schedule, seed, pct))))
         self.flush()
 
     def flush(self, *, force: bool = False) -> None:
@@ -479,13 +522,17 @@ class _Worker:
         self.sent, self.last_send = now_counts, now
 
 
-def _walks(first: int, stride: int) -> Iterator[tuple[SimConfig, Run]]:
-    seed = first
+def _walks(first: int, stride: int, pct_share: float) -> Iterator[tuple[SimConfig, Run]]:
+    """Seeds ``first``, ``first + stride``, ...: each one's random walk, or its PCT run for
+    ``pct_share`` of them, spread evenly (0.5: every other seed)."""
+    seed, walks = first, 0
     while True:
         config = walk_config(seed)
-        outcome, schedule = run_seed(config, seed)
-        yield config, (outcome, schedule, seed)
+        pct = int((walks + 1) * pct_share) > int(walks * pct_share)
+        outcome, schedule = run_pct(config, seed) if pct else run_seed(config, seed)
+        yield config, (outcome, schedule, seed, pct)
         seed += stride
+        walks += 1
 
 
 def _work(plan: Plan, index: int, out: Queue[Message]) -> None:
@@ -500,7 +547,11 @@ def report(config: SimConfig, found: Found, small: Schedule | None = None) -> st
         small = minimise(config, found.schedule, found.violation.invariant)
     lines = [f"VIOLATION {found.violation}"]
     if found.seed is not None:
-        lines.append(f"  seed {found.seed}: python -m simulation --seed {found.seed} --replay")
+        how = " --pct" if found.pct else ""
+        what = "PCT run of seed" if found.pct else "seed"
+        lines.append(
+            f"  {what} {found.seed}: python -m simulation --seed {found.seed}{how} --replay"
+        )
     lines.append(f"  found with {len(found.schedule.events)} event(s): {found.schedule}")
     lines.append(f"  shortest schedule ({len(small.events)} event(s)): {small}")
     lines.append(f"  python -m simulation --schedule '{schedule_json(small, config)}'")
@@ -539,6 +590,7 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
     for p in procs:
         p.start()
     total = Tally()
+    searchers: dict[str, Tally] = {}
     running = plan.workers
     next_report = started + plan.report_every
     while running:
@@ -555,6 +607,12 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
         elif kind == "states":
             assert isinstance(payload, tuple)
             total.states.update(payload)
+        elif kind == "searcher":
+            assert isinstance(payload, tuple)
+            name, schedules, steps, states = payload
+            t = searchers.setdefault(name, Tally())
+            t.schedules, t.steps = t.schedules + schedules, t.steps + steps
+            t.states.update(states)
         elif kind in ("violation", "phase"):
             emit(str(payload))
         elif kind == "done":
@@ -579,4 +637,9 @@ def explore(plan: Plan, emit: Callable[[str], None] = print) -> Tally:
         f"fault steps: {total.steps - total.liveness_steps:,}; distinct states the faults "
         f"left: {len(total.states):,}"
     )
+    for name, t in sorted(searchers.items(), reverse=True):
+        emit(
+            f"random-walk phase, {name}: {t.schedules:,} schedules, {t.steps:,} steps, "
+            f"{len(t.states):,} distinct states"
+        )
     return total
