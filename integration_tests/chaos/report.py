@@ -230,7 +230,9 @@ def write_plot(
         f"differing {summary.differing}",
         fontsize=10,
     )
-    ax.legend(fontsize=7, loc="lower right", ncols=2)
+    # Rounds run one after another from the top left (the y axis is inverted) to the
+    # bottom right: the top right corner is the part of the plot that no bar covers.
+    ax.legend(fontsize=7, loc="upper right", ncols=2)
     counts = Counter(f.kind for r in results for f in r.fired)
     names = sorted(counts)
     bars.barh(names, [counts[n] for n in names], color=[colour[n] for n in names])
