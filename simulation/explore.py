@@ -316,14 +316,20 @@ LONG = replace(PRUNING, per_partition=22, epochs_retained=1)
 #: Sparse output: the query filters out every record but the first (epochs 1 to 21 have
 #: empty bundles); the barrier records empty bundles' epochs 16 at a time.
 SPARSE = replace(LONG, dropped=tuple((0, o) for o in range(1, 22)))
+#: The default pipeline whose source sets ``state.epochsRetained=1``: the drivers' pruner
+#: would be due after every batch, but the snapshot coordinator owns the pruning (its driver
+#: record says so), and the pruner defers to it (the coordinator's own pruning is not run).
+COORDINATED = replace(SimConfig(), epochs_retained=1)
+#: The pipelines whose source prunes (or would): without the coordinator, and with it.
+PRUNED = (PRUNING, SPARSE, LONG, COORDINATED)
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
-WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
+WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH, *PRUNED)
 
 
 def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> SimConfig:
     """The pipeline of the random walk of ``seed`` in ``make sim`` (and ``--replay``): the
-    profile is ``seed % 3`` (:func:`~simulation.choosers.walk_for`), the pipeline the next
-    digit in base 3, so that every profile meets every pipeline."""
+    profile is ``seed % 3`` (:func:`~simulation.choosers.walk_for`), the pipeline
+    ``seed // 3`` modulo the pipelines, so that every profile meets every pipeline."""
     return configs[(seed // len(PROFILES)) % len(configs)]
 
 
@@ -331,10 +337,11 @@ def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> Sim
 class Plan:
     """What ``python -m simulation`` explores, in three phases: every schedule of up to
     ``small_bound`` events on the :data:`SMALL` pipeline; every schedule of up to ``bound``
-    events on ``config`` and on each of ``dead_letters`` (poison rows at
-    errors.tolerance=all, and at none until the operator switches, on the default and the
-    small pipeline); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``)
-    until ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
+    events on ``config``, on each of ``dead_letters`` (poison rows at errors.tolerance=all,
+    and at none until the operator switches, on the default and the small pipeline) and on
+    each of ``pruned`` (the epoch log pruned by the drivers, or deferred to the
+    coordinator); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``) until
+    ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
 
     config: SimConfig = field(default_factory=SimConfig)
     small: SimConfig = SMALL
@@ -344,6 +351,7 @@ class Plan:
         SMALL_DEAD_LETTERS,
         SMALL_SWITCH,
     )
+    pruned: tuple[SimConfig, ...] = PRUNED
     small_bound: int = 2
     bound: int = 1
     seconds: float = 570.0
@@ -353,8 +361,8 @@ class Plan:
     report_every: float = 10.0
     #: Violations (of distinct invariants) each worker minimises and prints.
     show: int = 3
-    #: Only the one-event schedules of the default and the poison pipelines, every one of
-    #: them, whatever the time budget (``--quick``).
+    #: Only the one-event schedules of the default, the poison and the pruned pipelines,
+    #: every one of them, whatever the time budget (``--quick``).
     quick: bool = False
     #: Zombie starts the exhaustive phases do not count toward their bounds.
     free_zombies: int = 0
@@ -403,13 +411,15 @@ class _Worker:
             ),
             (
                 f"every schedule of up to {plan.bound} events, the default pipeline (then "
-                "with poison rows at errors.tolerance=all and at none, on it and on the small one)",
+                "with poison rows at errors.tolerance=all and at none, on it and on the small "
+                "one; then with the epoch log pruned, and with pruning deferred to the "
+                "coordinator)",
                 PHASE_SHARES[1],
-                every((plan.config, *plan.dead_letters), plan.bound),
+                every((plan.config, *plan.dead_letters, *plan.pruned), plan.bound),
             ),
             (
-                f"random walks from seed {plan.seed}, the default pipeline (a third each "
-                "without poison rows, at all, at none)",
+                f"random walks from seed {plan.seed}, over {len(WALK_CONFIGS)} pipelines in "
+                "turn (the default one, with poison rows at all and at none, pruned)",
                 1.0,
                 _walks(plan.seed + self.index, plan.workers),
             ),

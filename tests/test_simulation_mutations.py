@@ -44,6 +44,14 @@ The source's planning, which the simulator runs in the product's stream reader:
 
 14. the rate limit one record too generous (``offsets.plan_end`` grants
     ``maxOffsetsPerTrigger + 1`` records, an off-by-one in the epoch's end).
+
+Who prunes, now that every batch's commit reaches the reader's ``commit`` (as Spark calls
+it), with the coordinator too:
+
+15. the driver's pruner not deferring to the snapshot coordinator
+    (``log_pruner.read_coordinated`` answers no: the driver prunes a pipeline whose
+    coordinator owns the pruning, below the epochs its restores start at), on the pipeline
+    with the coordinator whose source sets ``state.epochsRetained``.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ import pytest
 
 from datasource import log_pruner, offsets
 from simulation.explore import (
+    COORDINATED,
     DEAD_LETTERS,
     FANOUT,
     LONG,
@@ -509,4 +518,21 @@ def test_rate_limit_off_by_one_is_found(monkeypatch: pytest.MonkeyPatch) -> None
     shortest, invariant = find_shortest("rate limit off by one")
     # The first epoch a failure-free run plans holds one record too many.
     assert invariant == "the source plans within its limits"
+    assert shortest.events == ()
+
+
+# --- 15. the driver's pruner not deferring to the coordinator --------------------------------
+
+
+def test_pruner_not_deferring_to_the_coordinator_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_coordinated(store: StateStore, layout: PipelineLayout) -> bool:
+        # The driver record's word that a coordinator took a token is not read: the driver
+        # prunes as if nobody else did, past the coordinator's retained snapshots.
+        return False
+
+    monkeypatch.setattr(log_pruner, "read_coordinated", never_coordinated)
+    shortest, invariant = find_shortest("pruner not deferring to the coordinator", COORDINATED)
+    # The failure-free run: p1's first pruning (after epoch 1) raises the floor before its
+    # snapshot worker had a snapshot accepted.
+    assert invariant == "the floor spares restores"
     assert shortest.events == ()
