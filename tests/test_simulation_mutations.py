@@ -52,6 +52,13 @@ it), with the coordinator too:
     (``log_pruner.read_coordinated`` answers no: the driver prunes a pipeline whose
     coordinator owns the pruning, below the epochs its restores start at), on the pipeline
     with the coordinator whose source sets ``state.epochsRetained``.
+
+Where a pruned pipeline restarts, now that ``make sim`` and ``--quick`` explore the
+pipelines whose drivers prune:
+
+16. a query on a new checkpoint started at the floor without ``state.startAtFloor``
+    (``new_checkpoint_start`` takes the floor's start instead of refusing with
+    ``EpochsPruned``): a stateful query builds its state from the floor only.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from datasource import log_pruner, offsets
+from datasource import log_pruner, offsets, stream_reader
 from simulation.explore import (
     COORDINATED,
     DEAD_LETTERS,
@@ -114,9 +121,10 @@ from state.protocol.barrier_state import (
     read_barrier_state,
 )
 from state.records.barrier import BarrierState, Owner
+from state.records.floor import FloorRecord
 from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
-from state.records.source_offset import Frontier, TopicPartitionKey
+from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
 from state.retry import delivery
 from state.spark_task import StreamingTask
 from state.stores import StateStore
@@ -536,3 +544,29 @@ def test_pruner_not_deferring_to_the_coordinator_is_found(monkeypatch: pytest.Mo
     # snapshot worker had a snapshot accepted.
     assert invariant == "the floor spares restores"
     assert shortest.events == ()
+
+
+# --- 16. a new checkpoint started at the floor without state.startAtFloor ---------------------
+
+
+def test_new_checkpoint_started_at_the_floor_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def at_the_floor(
+        floor: FloorRecord | None,
+        persisted: SourceOffset,
+        *,
+        pipeline_id: str,
+        retained: int,
+        start_at_floor: bool,
+    ) -> SourceOffset:
+        # state.startAtFloor is not asked: once epochs were pruned, a query on a new
+        # checkpoint starts at the floor, its state built from the epochs above it only.
+        if floor is None or not floor.pruned:
+            return persisted
+        return floor.start
+
+    monkeypatch.setattr(stream_reader, "new_checkpoint_start", at_the_floor)
+    shortest, invariant = find_shortest("new checkpoint started at the floor", PRUNING)
+    # One fault: the driver dies without its checkpoint after its first pruning; the next
+    # one starts at the floor, and its totals lack the pruned epochs' records.
+    assert invariant == "content"
+    assert [(e.kind, e.arg) for e in shortest.events] == [("crash", "lose")]
