@@ -371,9 +371,10 @@ class Plan:
 Message = tuple[str, object]
 Run = tuple[Outcome, Schedule, int | None]
 #: When each phase must end, as a share of the time budget (cumulative): the exhaustive
-#: search of the small pipeline takes about 3 minutes of 2 idle cores; on a busy machine it
-#: is cut, and the output says so.
-PHASE_SHARES = (0.45, 0.55)
+#: search of the small pipeline takes about 3 minutes of 2 idle cores, the one-event
+#: search of the others (the pruned pipelines' runs are long) about 2.5; on a busy machine
+#: they are cut, and the output says so.
+PHASE_SHARES = (0.40, 0.70)
 
 
 class _Worker:
