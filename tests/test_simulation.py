@@ -67,11 +67,11 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
 @pytest.mark.slow
 def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, with
-    and without poison rows at errors.tolerance=all, then random walks over the default
-    pipeline without poison, at all and at none (``make sim`` runs every one-event
-    schedule at none too), and over the pipelines whose drivers prune without the
-    coordinator, in which every kind of event takes effect: the unmodified product
-    violates nothing (about 15 s of CPU)."""
+    and without poison rows at errors.tolerance=all, then random walks over the walks'
+    pipelines (the default one without poison, at all and at none, and the pruned ones;
+    ``make sim`` runs every one-event schedule of each too), and over the pipelines whose
+    drivers prune without the coordinator, in which every kind of event takes effect: the
+    unmodified product violates nothing."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
