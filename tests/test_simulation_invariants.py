@@ -176,3 +176,31 @@ def test_an_epoch_planned_past_the_rate_limit_or_the_broker_is_a_violation() -> 
     assert planned(0, 1, 2) == limits  # one too few: the limit is exact
     assert planned(2, 5, 5) == limits  # past the broker's end
     assert planned(4, 4, 2) == limits  # an epoch without a record
+
+
+def test_a_floor_above_what_a_restore_needs_is_a_violation() -> None:
+    # The coordinator's pipeline (the default config's): no snapshot retained yet, so a
+    # restore reads from the persisted start; then one retained at epoch 2.
+    world = _world()
+    world.checker.floor_written(0)
+    assert _violation(world) is None
+    world.checker.resume_written(_point(0, 2, 2))
+    world.checker.floor_written(2)  # the coordinator's own bound: the snapshot's epoch
+    assert _violation(world) is None
+    world.checker.floor_written(3)
+    assert _violation(world) == "the floor spares restores"
+
+
+def test_a_floor_before_any_snapshot_is_a_violation_with_the_coordinator_only() -> None:
+    world = _world()
+    world.checker.floor_written(1)
+    assert _violation(world) == "the floor spares restores"
+    # Without the coordinator the drivers own the pruning (and a new checkpoint's start
+    # is the product's EpochsPruned stop): the check does not apply.
+    drivers = World(
+        SimConfig(partitions=1, per_partition=4, coordinator=False, epochs_retained=1),
+        ReplayChooser(()),
+    )
+    _WORLDS.append(drivers)
+    drivers.checker.floor_written(1)
+    assert _violation(drivers) is None
