@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from queue import Empty
+from typing import TypeVar
 
 from simulation.choosers import (
     EXHAUSTIVE_KINDS,
@@ -369,6 +370,7 @@ class Plan:
 
 
 Message = tuple[str, object]
+T = TypeVar("T")
 Run = tuple[Outcome, Schedule, int | None]
 #: When each phase must end, as a share of the time budget (cumulative): the exhaustive
 #: search of the small pipeline takes about 3 minutes of 2 idle cores, the one-event
@@ -397,12 +399,16 @@ class _Worker:
         (the shares are cumulative: time a phase leaves goes to the next)."""
         plan, shard = self.plan, (self.index, self.plan.workers)
 
+        def one(config: SimConfig, bound: int) -> Iterator[tuple[SimConfig, Run]]:
+            for outcome, schedule in exhaustive(
+                config, bound, shard=shard, free_zombies=plan.free_zombies
+            ):
+                yield config, (outcome, schedule, None)
+
         def every(configs: tuple[SimConfig, ...], bound: int) -> Iterator[tuple[SimConfig, Run]]:
-            for config in configs:
-                for outcome, schedule in exhaustive(
-                    config, bound, shard=shard, free_zombies=plan.free_zombies
-                ):
-                    yield config, (outcome, schedule, None)
+            # In turn, so that a phase its time limit cuts (a busy machine) has run some of
+            # every pipeline's schedules.
+            return in_turn([one(config, bound) for config in configs])
 
         phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
             (
@@ -479,6 +485,20 @@ class _Worker:
         self.out.put(("states", tuple(t.states - self.states_sent)))
         self.states_sent |= t.states
         self.sent, self.last_send = now_counts, now
+
+
+def in_turn(runs: list[Iterator[T]]) -> Iterator[T]:
+    """The items of ``runs`` one from each in turn, skipping those that ended, until all
+    ended (every item of each, in its own order)."""
+    pending = list(runs)
+    while pending:
+        for run in list(pending):
+            try:
+                item = next(run)
+            except StopIteration:
+                pending.remove(run)
+                continue
+            yield item
 
 
 def _walks(first: int, stride: int) -> Iterator[tuple[SimConfig, Run]]:

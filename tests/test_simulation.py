@@ -26,6 +26,7 @@ from simulation.explore import (
     SPARSE,
     SWITCH,
     exhaustive,
+    in_turn,
     run_schedule,
     run_seed,
     schedule_json,
@@ -296,3 +297,10 @@ def test_a_zombie_start_can_be_made_free_in_the_exhaustive_search() -> None:
     assert all(outcome.violation is None for outcome, _ in runs)
     # Without it, bound 0 is the failure-free schedule alone.
     assert [str(s) for _, s in exhaustive(SMALL, 0)] == [str(runs[0][1])]
+
+
+def test_the_exhaustive_phases_take_their_pipelines_in_turn() -> None:
+    # A phase cut by its time limit has run some schedules of every pipeline (the last,
+    # the pruned ones, too), each pipeline's in its own order.
+    runs = [iter([1, 2, 3]), iter([]), iter([4]), iter([5, 6])]
+    assert list(in_turn(runs)) == [1, 4, 5, 2, 6, 3]
