@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="every one-event schedule of the default and the poison pipelines, to the end",
+        help="every one-event schedule of the default, the poison and the pruned pipelines, "
+        "to the end",
     )
     parser.add_argument(
         "--free-zombies",

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from queue import Empty
+from typing import TypeVar
 
 from simulation.choosers import (
     EXHAUSTIVE_KINDS,
@@ -344,14 +345,20 @@ SPARSE = replace(LONG, dropped=tuple((0, o) for o in range(1, 22)))
 RECREATED = replace(SMALL, keys=4, recreate=True, fail_on_data_loss=False)
 #: The same at ``failOnDataLoss=true``: the query stops with ``DataLossError``.
 RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
+#: The default pipeline whose source sets ``state.epochsRetained=1``: the drivers' pruner
+#: would be due after every batch, but the snapshot coordinator owns the pruning (its driver
+#: record says so), and the pruner defers to it (the coordinator's own pruning is not run).
+COORDINATED = replace(SimConfig(), epochs_retained=1)
+#: The pipelines whose source prunes (or would): without the coordinator, and with it.
+PRUNED = (PRUNING, SPARSE, LONG, COORDINATED)
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
-WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH)
+WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH, *PRUNED)
 
 
 def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> SimConfig:
     """The pipeline of the random walk of ``seed`` in ``make sim`` (and ``--replay``): the
-    profile is ``seed % 3`` (:func:`~simulation.choosers.walk_for`), the pipeline the next
-    digit in base 3, so that every profile meets every pipeline."""
+    profile is ``seed % 3`` (:func:`~simulation.choosers.walk_for`), the pipeline
+    ``seed // 3`` modulo the pipelines, so that every profile meets every pipeline."""
     return configs[(seed // len(PROFILES)) % len(configs)]
 
 
@@ -359,11 +366,12 @@ def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> Sim
 class Plan:
     """What ``python -m simulation`` explores, in three phases: every schedule of up to
     ``small_bound`` events on the :data:`SMALL` pipeline; every schedule of up to ``bound``
-    events on ``config`` and on each of ``dead_letters`` (poison rows at
-    errors.tolerance=all, and at none until the operator switches, on the default and the
-    small pipeline); then random walks over :data:`WALK_CONFIGS` (seeds from ``seed``),
-    ``pct_share`` of the seeds run as PCT runs (:mod:`simulation.pct`), until ``seconds``
-    (or ``max_steps``) are spent. Workers take disjoint shares of each."""
+    events on ``config``, on each of ``dead_letters`` (poison rows at errors.tolerance=all,
+    and at none until the operator switches, on the default and the small pipeline; and a
+    topic recreated) and on each of ``pruned`` (the epoch log pruned by the drivers, or
+    deferred to the coordinator); then random walks over :data:`WALK_CONFIGS` (seeds from
+    ``seed``), ``pct_share`` of the seeds run as PCT runs (:mod:`simulation.pct`), until
+    ``seconds`` (or ``max_steps``) are spent. Workers take disjoint shares of each."""
 
     config: SimConfig = field(default_factory=SimConfig)
     small: SimConfig = SMALL
@@ -374,6 +382,7 @@ class Plan:
         SMALL_SWITCH,
         *(RECREATED, RECREATED_FATAL),  # not poison: a recreated topic, the same search
     )
+    pruned: tuple[SimConfig, ...] = PRUNED
     small_bound: int = 2
     bound: int = 1
     seconds: float = 570.0
@@ -383,8 +392,8 @@ class Plan:
     report_every: float = 10.0
     #: Violations (of distinct invariants) each worker minimises and prints.
     show: int = 3
-    #: Only the one-event schedules of the default and the poison pipelines, every one of
-    #: them, whatever the time budget (``--quick``).
+    #: Only the one-event schedules of the default, the poison and the pruned pipelines,
+    #: every one of them, whatever the time budget (``--quick``).
     quick: bool = False
     #: Zombie starts the exhaustive phases do not count toward their bounds.
     free_zombies: int = 0
@@ -398,12 +407,14 @@ class Plan:
 
 
 Message = tuple[str, object]
+T = TypeVar("T")
 #: A run, its seed (None: a fixed schedule) and whether the seed's run was a PCT run.
 Run = tuple[Outcome, Schedule, int | None, bool]
 #: When each phase must end, as a share of the time budget (cumulative): the exhaustive
-#: search of the small pipeline takes about 3 minutes of 2 idle cores; on a busy machine it
-#: is cut, and the output says so.
-PHASE_SHARES = (0.45, 0.55)
+#: search of the small pipeline takes about 3 minutes of 2 idle cores, the one-event
+#: search of the others (the pruned pipelines' runs are long) about 2.5; on a busy machine
+#: they are cut, and the output says so.
+PHASE_SHARES = (0.40, 0.70)
 
 
 class _Worker:
@@ -428,12 +439,16 @@ class _Worker:
         (the shares are cumulative: time a phase leaves goes to the next)."""
         plan, shard = self.plan, (self.index, self.plan.workers)
 
+        def one(config: SimConfig, bound: int) -> Iterator[tuple[SimConfig, Run]]:
+            for outcome, schedule in exhaustive(
+                config, bound, shard=shard, free_zombies=plan.free_zombies
+            ):
+                yield config, (outcome, schedule, None, False)
+
         def every(configs: tuple[SimConfig, ...], bound: int) -> Iterator[tuple[SimConfig, Run]]:
-            for config in configs:
-                for outcome, schedule in exhaustive(
-                    config, bound, shard=shard, free_zombies=plan.free_zombies
-                ):
-                    yield config, (outcome, schedule, None, False)
+            # In turn, so that a phase its time limit cuts (a busy machine) has run some of
+            # every pipeline's schedules.
+            return in_turn([one(config, bound) for config in configs])
 
         phases: list[tuple[str, float, Iterator[tuple[SimConfig, Run]]]] = [
             (
@@ -443,14 +458,16 @@ class _Worker:
             ),
             (
                 f"every schedule of up to {plan.bound} events, the default pipeline (then "
-                "with poison rows at errors.tolerance=all and at none, on it and on the small one)",
+                "with poison rows at errors.tolerance=all and at none, on it and on the small "
+                "one; then with the epoch log pruned, and with pruning deferred to the "
+                "coordinator)",
                 PHASE_SHARES[1],
-                every((plan.config, *plan.dead_letters), plan.bound),
+                every((plan.config, *plan.dead_letters, *plan.pruned), plan.bound),
             ),
             (
-                f"random walks from seed {plan.seed}, the default pipeline (a third each "
-                f"without poison rows, at all, at none; {plan.pct_share:.0%} of the seeds "
-                "PCT runs)",
+                f"random walks from seed {plan.seed}, over {len(WALK_CONFIGS)} pipelines in "
+                "turn (the default one, with poison rows at all and at none, pruned; "
+                f"{plan.pct_share:.0%} of the seeds PCT runs)",
                 1.0,
                 _walks(plan.seed + self.index, plan.workers, plan.pct_share),
             ),
@@ -520,6 +537,20 @@ class _Worker:
         self.out.put(("states", tuple(t.states - self.states_sent)))
         self.states_sent |= t.states
         self.sent, self.last_send = now_counts, now
+
+
+def in_turn(runs: list[Iterator[T]]) -> Iterator[T]:
+    """The items of ``runs`` one from each in turn, skipping those that ended, until all
+    ended (every item of each, in its own order)."""
+    pending = list(runs)
+    while pending:
+        for run in list(pending):
+            try:
+                item = next(run)
+            except StopIteration:
+                pending.remove(run)
+                continue
+            yield item
 
 
 def _walks(first: int, stride: int, pct_share: float) -> Iterator[tuple[SimConfig, Run]]:

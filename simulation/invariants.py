@@ -60,13 +60,16 @@ when a read task drops ranges:
   planned under an id the topic no longer has (``failOnDataLoss=false``; those epochs'
   records are lost, and exempt from ``exactly-once``).
 
-Pruning (the pipelines without the coordinator whose drivers prune,
+Pruning (the pipelines whose source sets ``state.epochsRetained``,
 ``SimConfig.epochs_retained``), after every step too:
 
 * ``the pruner spares its query``: a query run never asks for an epoch below a floor its
   own pruner wrote (a replay that meets such an epoch is a violation; one another run's
   pruning removed is the product's documented stop, ``EpochsPruned``, after which the
-  schedule gets no liveness verdict).
+  schedule gets no liveness verdict);
+* ``the floor spares restores``: with the coordinator, which owns the pruning, the epoch
+  log's floor is never above the oldest retained snapshot's epoch (0 with none): nothing
+  a restore still needs is pruned (:meth:`Checker.floor_written`).
 
 At the end, after the healthy driver ran alone: ``liveness`` (it finished; the input is
 consumed; nothing is left in flight; ``GT_last`` is the last epoch) and ``exactly-once``
@@ -353,6 +356,33 @@ class Checker:
                 "no snapshot over a bundle in flight",
                 f"snapshot {snap.snapshot_id} (epoch {snap.epoch}, batch {snap.batch_id}) "
                 f"accepted while bundle {inflight.bundle_id} (epoch {inflight.epoch}) is in flight",
+            )
+
+    def floor_written(self, floor: int) -> None:
+        """A write of the epoch log's floor took effect (``floor``: its epoch now).
+
+        ``the floor spares restores``, on the pipelines with the coordinator, where it owns
+        the pruning (its pruning after a snapshot keeps the epochs from its oldest retained
+        snapshot's: :func:`~state.protocol.epoch_floor.snapshot_floor_target`): the floor is
+        never above the epoch where a restore starts, the oldest snapshot the resume point
+        retains, or, with none retained, the source's persisted start (epoch 0: a fresh
+        start, or a new generation's replay). A replay on a query's own checkpoint is ``the
+        pruner spares its query``'s."""
+        if not self.world.config.coordinator:
+            return
+        point = self.point
+        retained = () if point is None else point.retained
+        needed = min((s.epoch for s in retained), default=0)
+        if floor > needed:
+            where = (
+                f"the oldest retained snapshot's epoch {needed}"
+                if retained
+                else "the persisted start, epoch 0 (no snapshot retained)"
+            )
+            self.fail(
+                "the floor spares restores",
+                f"the epoch log's floor was raised to {floor}, above {where}: a restore "
+                "would find its epochs pruned",
             )
 
     def _inflight_parts(self) -> None:

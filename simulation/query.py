@@ -355,9 +355,11 @@ class SimConfig:
     #: resume point); without it a driver recovers only from its checkpoint (the
     #: supervisor's restarts stand for the scheduler that restarts a failed job).
     coordinator: bool = True
-    #: The source's ``state.epochsRetained``; 0: the epoch log is not pruned. With it, every
-    #: query run prunes through the product's driver pruner after each batch's commit, and a
-    #: query on a new checkpoint starts where the product's ``initialOffset`` does.
+    #: The source's ``state.epochsRetained``; 0: the product's default (1,000: never due
+    #: here). Every query run calls the product's driver pruner after each batch's commit;
+    #: with a small value and without the coordinator it prunes, and a query on a new
+    #: checkpoint starts where the product's ``initialOffset`` does; with the coordinator it
+    #: defers (the coordinator owns the pruning).
     epochs_retained: int = 0
     #: Whether the topic may be deleted and created again (once: the ``recreate`` event),
     #: and the source's ``failOnDataLoss``.

@@ -2,8 +2,8 @@
 
 Each query run makes one :class:`~datasource.stream_reader.GlobalTimeKafkaStreamReader`
 (as Spark makes one per query start) and calls its ``initialOffset``, ``latestOffset``
-(with the reader's ``getDefaultReadLimit()``, as Spark passes it) and, on the pipelines
-that prune, ``commit``. Only the broker is the simulator's: :class:`SimOffsetReader`
+(with the reader's ``getDefaultReadLimit()``, as Spark passes it) and, after every
+batch, ``commit``. Only the broker is the simulator's: :class:`SimOffsetReader`
 answers from the fixed input log (no client, no network), so the reader's planning, its
 rate limit (``maxOffsetsPerTrigger``), its epoch log records and its re-use of a recorded
 epoch are the product's.

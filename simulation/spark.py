@@ -708,8 +708,8 @@ class DriverProc:
             ck.query_id = self.world.new_query_id()
         query_id = ck.query_id
         # The product's stream reader, one per query run as Spark makes it, over the
-        # simulated broker (simulation.source); with pruning, its ``commit`` prunes in the
-        # driver's own steps after each batch's commit (the reader's seam).
+        # simulated broker (simulation.source); its ``commit`` runs the driver's pruner in
+        # the driver's own steps after each batch's commit (the reader's seam).
         epoch_log = source.PlanCheckedEpochLog(
             self.store, self.layout, self.world.planned, self.max_rows
         )
@@ -730,8 +730,9 @@ class DriverProc:
                 ck, reader, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id
             )
             self.log_entry(ck.commits, b, None, "commits")
-            if self.world.config.epochs_retained:
-                reader.commit(end.to_json())
+            # Spark commits every source after every batch; the product decides whether
+            # this driver prunes (not where the coordinator owns pruning).
+            reader.commit(end.to_json())
             if self.world.config.coordinator:
                 self.queue.append(
                     CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b))

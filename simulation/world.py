@@ -287,6 +287,8 @@ class World:
             run_id = None if proc is None else proc.run_id
             if floor is not None and run_id is not None:
                 self.floor_by[run_id] = max(self.floor_by.get(run_id, 0), floor.epoch)
+            if floor is not None:
+                self.checker.floor_written(floor.epoch)
         elif key == self.layout.barrier_state:
             self.barrier_changed = True
         elif key == self.layout.resume_point:

@@ -28,6 +28,7 @@ from simulation.explore import (
     SPARSE,
     SWITCH,
     exhaustive,
+    in_turn,
     run_schedule,
     run_seed,
     schedule_json,
@@ -71,11 +72,11 @@ def test_the_same_seed_runs_the_same_steps_and_its_schedule_replays_them() -> No
 @pytest.mark.slow
 def test_bounded_exploration_finds_no_violation() -> None:
     """Every schedule of at most one event on the small and on the default pipeline, with
-    and without poison rows at errors.tolerance=all, then random walks over the default
-    pipeline without poison, at all and at none (``make sim`` runs every one-event
-    schedule at none too), and over the pipelines whose drivers prune without the
-    coordinator and over those whose topic may be recreated, in which every kind of
-    event takes effect: the unmodified product violates nothing (about 15 s of CPU)."""
+    and without poison rows at errors.tolerance=all, then random walks over the walks'
+    pipelines (the default one without poison, at all and at none, and the pruned ones;
+    ``make sim`` runs every one-event schedule of each too), and over the pipelines whose
+    drivers prune without the coordinator and over those whose topic may be recreated, in
+    which every kind of event takes effect: the unmodified product violates nothing."""
     started = time.monotonic()
     schedules = steps = 0
     fired: Counter[str] = Counter()
@@ -242,9 +243,9 @@ def test_the_command_prints_its_counts_last() -> None:
 
 
 def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
-    # --bound 0: the failure-free schedule of the default, each poison pipeline and each
-    # whose topic may be recreated (7), every one run although the budget (0.01 s) is
-    # spent before the first ends.
+    # --bound 0: the failure-free schedule of the default pipeline, of each poison one (4),
+    # of each whose topic may be recreated (2) and of each pruned one (4), every one run
+    # although the budget (0.01 s) is spent before the first ends.
     done = subprocess.run(
         [
             sys.executable,
@@ -266,8 +267,8 @@ def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "schedules: 7", lines
-    assert any(line.endswith(": 7 schedules, complete") for line in lines), lines
+    assert lines[-2] == "schedules: 11", lines
+    assert any(line.endswith(": 11 schedules, complete") for line in lines), lines
     states = re.search(
         r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
     )
@@ -301,3 +302,10 @@ def test_a_zombie_start_can_be_made_free_in_the_exhaustive_search() -> None:
     assert all(outcome.violation is None for outcome, _ in runs)
     # Without it, bound 0 is the failure-free schedule alone.
     assert [str(s) for _, s in exhaustive(SMALL, 0)] == [str(runs[0][1])]
+
+
+def test_the_exhaustive_phases_take_their_pipelines_in_turn() -> None:
+    # A phase cut by its time limit has run some schedules of every pipeline (the last,
+    # the pruned ones, too), each pipeline's in its own order.
+    runs = [iter([1, 2, 3]), iter([]), iter([4]), iter([5, 6])]
+    assert list(in_turn(runs)) == [1, 4, 5, 2, 6, 3]

@@ -205,3 +205,31 @@ def test_after_a_recreation_an_epoch_restarts_at_the_new_log_start_only_under_th
     # under the new id past its start, the usual limits over the new topic (5 records)
     assert planned((new, new), 4) is None
     assert planned((new, new), 5) == limits
+
+
+def test_a_floor_above_what_a_restore_needs_is_a_violation() -> None:
+    # The coordinator's pipeline (the default config's): no snapshot retained yet, so a
+    # restore reads from the persisted start; then one retained at epoch 2.
+    world = _world()
+    world.checker.floor_written(0)
+    assert _violation(world) is None
+    world.checker.resume_written(_point(0, 2, 2))
+    world.checker.floor_written(2)  # the coordinator's own bound: the snapshot's epoch
+    assert _violation(world) is None
+    world.checker.floor_written(3)
+    assert _violation(world) == "the floor spares restores"
+
+
+def test_a_floor_before_any_snapshot_is_a_violation_with_the_coordinator_only() -> None:
+    world = _world()
+    world.checker.floor_written(1)
+    assert _violation(world) == "the floor spares restores"
+    # Without the coordinator the drivers own the pruning (and a new checkpoint's start
+    # is the product's EpochsPruned stop): the check does not apply.
+    drivers = World(
+        SimConfig(partitions=1, per_partition=4, coordinator=False, epochs_retained=1),
+        ReplayChooser(()),
+    )
+    _WORLDS.append(drivers)
+    drivers.checker.floor_written(1)
+    assert _violation(drivers) is None

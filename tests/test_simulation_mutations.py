@@ -45,9 +45,24 @@ The source's planning, which the simulator runs in the product's stream reader:
 14. the rate limit one record too generous (``offsets.plan_end`` grants
     ``maxOffsetsPerTrigger + 1`` records, an off-by-one in the epoch's end).
 
+Who prunes, now that every batch's commit reaches the reader's ``commit`` (as Spark calls
+it), with the coordinator too:
+
+15. the driver's pruner not deferring to the snapshot coordinator
+    (``log_pruner.read_coordinated`` answers no: the driver prunes a pipeline whose
+    coordinator owns the pruning, below the epochs its restores start at), on the pipeline
+    with the coordinator whose source sets ``state.epochsRetained``.
+
+Where a pruned pipeline restarts, now that ``make sim`` and ``--quick`` explore the
+pipelines whose drivers prune:
+
+16. a query on a new checkpoint started at the floor without ``state.startAtFloor``
+    (``new_checkpoint_start`` takes the floor's start instead of refusing with
+    ``EpochsPruned``): a stateful query builds its state from the floor only.
+
 The read tasks, which run the product's topic-id check:
 
-15. a re-run reading a topic recreated since its epoch was planned (the read task's
+17. a re-run reading a topic recreated since its epoch was planned (the read task's
     comparison of the recorded topic ids with the broker's, ``topic_id_check.recreated``
     as ``partition_reader`` calls it, disabled), on the pipeline whose topic may be
     recreated, at ``failOnDataLoss=false``.
@@ -64,8 +79,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from datasource import log_pruner, offsets, partition_reader
+from datasource import log_pruner, offsets, partition_reader, stream_reader
 from simulation.explore import (
+    COORDINATED,
     DEAD_LETTERS,
     FANOUT,
     LONG,
@@ -113,9 +129,10 @@ from state.protocol.barrier_state import (
     read_barrier_state,
 )
 from state.records.barrier import BarrierState, Owner
+from state.records.floor import FloorRecord
 from state.records.gt import GT_COLUMN
 from state.records.resume_point import ResumePoint, SnapshotRef
-from state.records.source_offset import Frontier, TopicPartitionKey
+from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
 from state.retry import delivery
 from state.spark_task import StreamingTask
 from state.stores import StateStore
@@ -520,7 +537,50 @@ def test_rate_limit_off_by_one_is_found(monkeypatch: pytest.MonkeyPatch) -> None
     assert shortest.events == ()
 
 
-# --- 15. a re-run reading a topic recreated since its epoch was planned ------------------------
+# --- 15. the driver's pruner not deferring to the coordinator --------------------------------
+
+
+def test_pruner_not_deferring_to_the_coordinator_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_coordinated(store: StateStore, layout: PipelineLayout) -> bool:
+        # The driver record's word that a coordinator took a token is not read: the driver
+        # prunes as if nobody else did, past the coordinator's retained snapshots.
+        return False
+
+    monkeypatch.setattr(log_pruner, "read_coordinated", never_coordinated)
+    shortest, invariant = find_shortest("pruner not deferring to the coordinator", COORDINATED)
+    # The failure-free run: p1's first pruning (after epoch 1) raises the floor before its
+    # snapshot worker had a snapshot accepted.
+    assert invariant == "the floor spares restores"
+    assert shortest.events == ()
+
+
+# --- 16. a new checkpoint started at the floor without state.startAtFloor ---------------------
+
+
+def test_new_checkpoint_started_at_the_floor_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def at_the_floor(
+        floor: FloorRecord | None,
+        persisted: SourceOffset,
+        *,
+        pipeline_id: str,
+        retained: int,
+        start_at_floor: bool,
+    ) -> SourceOffset:
+        # state.startAtFloor is not asked: once epochs were pruned, a query on a new
+        # checkpoint starts at the floor, its state built from the epochs above it only.
+        if floor is None or not floor.pruned:
+            return persisted
+        return floor.start
+
+    monkeypatch.setattr(stream_reader, "new_checkpoint_start", at_the_floor)
+    shortest, invariant = find_shortest("new checkpoint started at the floor", PRUNING)
+    # One fault: the driver dies without its checkpoint after its first pruning; the next
+    # one starts at the floor, and its totals lack the pruned epochs' records.
+    assert invariant == "content"
+    assert [(e.kind, e.arg) for e in shortest.events] == [("crash", "lose")]
+
+
+# --- 17. a re-run reading a topic recreated since its epoch was planned ------------------------
 
 
 def test_recreated_topic_read_under_the_old_id_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
