@@ -116,13 +116,19 @@ def same_token_head(fake: FakeClient, etag: str) -> Callable[[dict[str, Any]], d
 # --- conditional writes: never retry a precondition ----------------------------------
 
 
+def a_record(kw: Any) -> dict[str, Any]:
+    """The head of a whole record written by another gtbarrier writer."""
+    return {"ETag": '"e-theirs"', "ContentLength": 7, "Metadata": {TOKEN_METADATA: "other"}}
+
+
 def test_precondition_failed_on_create_is_key_exists_without_retry() -> None:
-    fake = FakeClient(put_object=[client_error("PreconditionFailed", 412)])
+    # One head: is the key's object a record, or a write cut off after its head (empty)?
+    fake = FakeClient(put_object=[client_error("PreconditionFailed", 412)], head_object=[a_record])
     store, rec = make(fake)
     with pytest.raises(KeyExists) as info:
         store.create("k", b"x")
     assert "'k'" in str(info.value) and URI in str(info.value)
-    assert fake.ops() == ["put_object"] and rec.sleeps == []
+    assert fake.ops() == ["put_object", "head_object"] and rec.sleeps == []
     assert fake.calls[0][1]["IfNoneMatch"] == "*"
     assert fake.calls[0][1]["Key"] == "pre/fix/k"
 
@@ -274,12 +280,29 @@ def test_refused_connections_are_plain_store_unavailable() -> None:
     assert "EndpointConnectionError" in str(info.value)
 
 
-def test_refused_then_precondition_failed_is_a_plain_loss_without_head() -> None:
-    fake = FakeClient(put_object=[refused(), client_error("PreconditionFailed", 412)])
+def test_refused_then_precondition_failed_is_a_plain_loss() -> None:
+    # The refused attempt never reached the server: the 412 is another writer's record,
+    # not ours (no "superseded" note); the one head only tells a record from a cut-off write.
+    fake = FakeClient(
+        put_object=[refused(), client_error("PreconditionFailed", 412)], head_object=[a_record]
+    )
     store, _ = make(fake)
-    with pytest.raises(KeyExists):
+    with pytest.raises(KeyExists) as info:
         store.create("k", b"x")
-    assert "head_object" not in fake.ops()
+    assert not getattr(info.value, "__notes__", [])
+    assert fake.ops() == ["put_object", "put_object", "head_object"]
+
+
+def test_a_create_completes_an_empty_object_tagged_as_a_gtbarrier_write() -> None:
+    cut_off = {"ETag": '"e-empty"', "ContentLength": 0, "Metadata": {TOKEN_METADATA: "old"}}
+    fake = FakeClient(
+        put_object=[client_error("PreconditionFailed", 412), lambda kw: {"ETag": '"e-new"'}],
+        head_object=[lambda kw: cut_off],
+    )
+    store, _ = make(fake)
+    assert store.create("k", b"x") == '"e-new"'
+    assert fake.ops() == ["put_object", "head_object", "put_object"]
+    assert fake.calls[2][1]["IfMatch"] == '"e-empty"' and fake.calls[2][1]["Body"] == b"x"
 
 
 # --- configuration -------------------------------------------------------------------
