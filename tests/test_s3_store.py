@@ -293,6 +293,20 @@ def test_refused_then_precondition_failed_is_a_plain_loss() -> None:
     assert fake.ops() == ["put_object", "put_object", "head_object"]
 
 
+def test_a_create_that_may_not_read_the_key_back_leaves_it_taken() -> None:
+    # A role that may create but not read (HEAD answers a bare 403, with no code to name
+    # the permission): the key stays taken, as before the cut-off check, so that the
+    # caller's read of the record is what fails, naming s3:GetObject.
+    fake = FakeClient(
+        put_object=[client_error("PreconditionFailed", 412)],
+        head_object=[client_error("403", 403, "HeadObject")],
+    )
+    store, rec = make(fake)
+    with pytest.raises(KeyExists):
+        store.create("k", b"x")
+    assert fake.ops() == ["put_object", "head_object"] and rec.sleeps == []
+
+
 def test_a_create_completes_an_empty_object_tagged_as_a_gtbarrier_write() -> None:
     cut_off = {"ETag": '"e-empty"', "ContentLength": 0, "Metadata": {TOKEN_METADATA: "old"}}
     fake = FakeClient(
