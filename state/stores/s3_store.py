@@ -429,12 +429,23 @@ class S3Store(StateStore):
         writer itself would have done; the replay that creates the key again repairs it.
         Losing the swap to another writer leaves that writer's value, and the key taken.
         """
-        try:
-            head = self.client.head_object(Bucket=self.bucket, Key=name)
-        except Exception as err:
-            if error_code(err) in ("NoSuchKey", "404"):
-                return None
-            raise self.translate_error(err, key, "read back") from err
+
+        def read_head() -> dict[str, Any] | None:
+            try:
+                return dict(self.client.head_object(Bucket=self.bucket, Key=name))
+            except Exception as err:
+                if error_code(err) in ("NoSuchKey", "404"):
+                    return None
+                if http_status(err) == 403:
+                    # A writer that may create but not read cannot tell; the key stays
+                    # taken, as it was before this check, and a read of the record by
+                    # the caller fails naming the permission (a HEAD's 403 has no body).
+                    return None
+                raise self.translate_error(err, key, "read back") from err
+
+        head = self.retry(read_head)
+        if head is None:
+            return None
         if head.get("ContentLength") != 0 or TOKEN_METADATA not in head.get("Metadata", {}):
             return None
         try:
