@@ -250,16 +250,10 @@ class S3Store(StateStore):
 
         def attempt() -> str:
             try:
-                resp = self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=name,
-                    Body=data,
-                    ContentMD5=digest,
-                    Metadata={TOKEN_METADATA: token},
-                )
+                etag = self._put_object(name, data, digest, token)
             except Exception as err:
                 raise self.translate_error(err, key, "put") from err
-            return resp["ETag"]
+            return etag
 
         return self.retry(attempt)  # an unconditional put is safe to repeat
 
@@ -360,26 +354,11 @@ class S3Store(StateStore):
 
         def attempt() -> str:
             nonlocal ambiguous
-            meta = {TOKEN_METADATA: token}
             try:
                 if expected is None:
-                    resp = self.client.put_object(
-                        Bucket=self.bucket,
-                        Key=name,
-                        Body=data,
-                        ContentMD5=digest,
-                        Metadata=meta,
-                        IfNoneMatch="*",
-                    )
+                    etag = self._put_object(name, data, digest, token, IfNoneMatch="*")
                 else:
-                    resp = self.client.put_object(
-                        Bucket=self.bucket,
-                        Key=name,
-                        Body=data,
-                        ContentMD5=digest,
-                        Metadata=meta,
-                        IfMatch=expected,
-                    )
+                    etag = self._put_object(name, data, digest, token, IfMatch=expected)
             except Exception as err:
                 code = error_code(err)
                 if (
@@ -390,7 +369,7 @@ class S3Store(StateStore):
                     if ambiguous:
                         return resolve(err)
                     if expected is None and data:
-                        completed = self._complete_cut_off(name, key, data, digest, meta)
+                        completed = self._complete_cut_off(name, key, data, digest, token)
                         if completed is not None:
                             return completed
                     raise lost(None) from None
@@ -400,7 +379,7 @@ class S3Store(StateStore):
                 if translated.retriable and may_have_written(err):
                     ambiguous = True
                 raise translated from err
-            return resp["ETag"]
+            return etag
 
         try:
             return self.retry(attempt)
@@ -415,8 +394,22 @@ class S3Store(StateStore):
             )
             raise unknown from err
 
+    def _put_object(self, name: str, data: bytes, digest: str, token: str, **condition: str) -> str:
+        """One ``PutObject`` of ``data`` under ``condition`` (``IfNoneMatch`` / ``IfMatch``,
+        or none), naming its body's MD5 and tagged with the write's token; its ETag."""
+        client: Any = self.client  # the conditions are keyword arguments the stubs list apart
+        resp = client.put_object(
+            Bucket=self.bucket,
+            Key=name,
+            Body=data,
+            ContentMD5=digest,
+            Metadata={TOKEN_METADATA: token},
+            **condition,
+        )
+        return str(resp["ETag"])
+
     def _complete_cut_off(
-        self, name: str, key: str, data: bytes, digest: str, meta: dict[str, str]
+        self, name: str, key: str, data: bytes, digest: str, token: str
     ) -> str | None:
         """After a create found ``key`` taken: if the object there is empty and tagged as a
         gtbarrier write, replace it with ``data`` (conditioned on its ETag) and return the
@@ -449,20 +442,13 @@ class S3Store(StateStore):
         if head.get("ContentLength") != 0 or TOKEN_METADATA not in head.get("Metadata", {}):
             return None
         try:
-            resp = self.client.put_object(
-                Bucket=self.bucket,
-                Key=name,
-                Body=data,
-                ContentMD5=digest,
-                Metadata=meta,
-                IfMatch=head["ETag"],
-            )
+            etag = self._put_object(name, data, digest, token, IfMatch=head["ETag"])
         except Exception as err:
             code = error_code(err)
             if code in PRECONDITION or http_status(err) == 412 or code in ("NoSuchKey", "404"):
                 return None
             raise self.translate_error(err, key, "create") from err
-        return str(resp["ETag"])
+        return etag
 
     # --- helpers -------------------------------------------------------------------
 
