@@ -493,6 +493,30 @@ def test_a_restarted_driver_knows_the_topic_ids_of_its_frontier_from_the_epoch_l
     assert [p.topic_ids for p in lenient.tasks(restart, again)] == [(("t", new_id),)]
 
 
+def test_a_restarted_driver_knows_the_topic_ids_of_the_persisted_start(
+    broker: FakeBroker,
+) -> None:
+    """The driver that persisted the start dies before its first epoch; the topic is
+    recreated and refilled beyond the start. The next driver finds the start persisted,
+    and only the ids recorded with it tell that its offsets belong to the old topic."""
+    broker.produce("t", 0, 50)
+    h = Harness(broker, startingOffsets="latest")
+    start = h.reader.initialOffset()
+    old_id = str(broker.ids["t"])
+    stored, _ = h.store.get_json(h.layout.source_start)
+    assert stored["topic_ids"] == {"t": old_id}
+    broker.recreate("t", 2)
+    broker.produce("t", 0, 80)
+    restarted = h.new_reader()
+    assert restarted.initialOffset() == start
+    with pytest.raises(DataLossError) as info:
+        restarted.latestOffset(start, ReadAllAvailable())
+    text = str(info.value)
+    assert "topic 't' was deleted and created again on Kafka at fake:9092" in text
+    assert f"its topic id is {broker.ids['t']}, not {old_id}" in text
+    assert h.store.get_or_none(h.layout.epoch(0)) is None  # the failing epoch: not recorded
+
+
 def test_a_replay_of_recorded_epochs_after_a_recreation_reads_nothing_of_the_new_topic(
     broker: FakeBroker,
 ) -> None:
