@@ -172,7 +172,9 @@ class GlobalTimeKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailab
                 strategy=self.options.starting_by_timestamp_strategy,
                 fail_on_data_loss=self.options.fail_on_data_loss,
             )
-            persisted = self.epoch_log.create_start(SourceOffset(0, frontier))
+            topics = {t for t, _ in frontier}
+            ids = {t: i for t, i in self.offset_reader.topic_ids.items() if t in topics}
+            persisted = self.epoch_log.create_start(SourceOffset(0, frontier), ids)
             if dict(persisted.offsets) == frontier:
                 self._topic_ids = self.offset_reader.topic_ids
         else:

@@ -127,6 +127,7 @@ from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import SourceOffset
+from state.records.source_start import SourceStart
 from state.stores import StateStore
 
 
@@ -716,7 +717,7 @@ class Checker:
         input``): each starts where the one before ends, numbered in order."""
         w = self.world
         hit = w.inner.get_or_none(w.layout.source_start)
-        expected = None if hit is None else SourceOffset.from_json(json.loads(hit.data))
+        expected = None if hit is None else SourceStart.from_json(json.loads(hit.data)).offset
         for k in range(last + 1):
             start, end = self.epoch_bounds(k)
             if (

@@ -170,9 +170,14 @@ def test_topic_ids_are_recorded_with_the_end_they_were_computed_under(
     store.calls.clear()
     assert log.topic_ids_at(offset(1, 10)) == ids
     assert log.topic_ids_at(offset(2, 20)) is None
-    assert log.topic_ids_at(offset(0, 0)) is None  # the start: no epoch ends there
     assert log.topic_ids_at(offset(1, 11)) is None  # epoch 0 ends elsewhere
     assert store.calls == Counter()  # remembered
+    assert log.topic_ids_at(offset(0, 0)) is None  # the start: none persisted
+    log.create_start(offset(0, 0), ids)
+    assert log.topic_ids_at(offset(0, 0)) == ids  # the start's own
+    assert log.topic_ids_at(offset(0, 1)) is None  # not the start
+    assert EpochLog(store, PipelineLayout("p")).topic_ids_at(offset(0, 0)) == ids
+    store.calls.clear()
     fresh = EpochLog(store, PipelineLayout("p"))  # a driver that starts again
     assert fresh.topic_ids_at(offset(1, 10)) == ids
     assert fresh.topic_ids_at(offset(1, 10)) == ids

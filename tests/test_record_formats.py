@@ -49,6 +49,7 @@ from state.records.inflight_bundle import InflightBundle, StagedPart
 from state.records.manifest import MANIFEST_FORMAT, Manifest, ManifestEntry, PackRef
 from state.records.resume_point import RESUME_POINT_FORMAT, ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
+from state.records.source_start import SourceStart
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "records"
 
@@ -174,6 +175,12 @@ class Golden:
 GOLDEN: list[Golden] = [
     # the source's offsets: what Spark checkpoints, and source/start.json (no format field)
     Golden("source-offset-format1", START, SourceOffset.from_json),
+    Golden("source-start-format1", SourceStart(START), SourceStart.from_json),
+    Golden(
+        "source-start-format1-topic-ids",
+        SourceStart(START, {"orders": TOPIC_ID}),
+        SourceStart.from_json,
+    ),
     Golden("epoch-format1", EpochRecord(7, START, END), EpochRecord.from_json),
     Golden(
         "epoch-format1-topic-ids",

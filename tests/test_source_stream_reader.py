@@ -115,7 +115,7 @@ def test_initial_offset_is_resolved_once_and_persisted(broker: FakeBroker) -> No
     assert h.reader.initialOffset() == first
     assert h.new_reader().initialOffset() == first  # a restart, or a new checkpoint
     stored, _ = h.store.get_json(h.layout.source_start)
-    assert stored == first
+    assert stored == {**first, "topic_ids": {"t": str(broker.ids["t"])}}
 
 
 def test_initial_offset_json_and_timestamps(broker: FakeBroker) -> None:

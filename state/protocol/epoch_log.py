@@ -2,7 +2,8 @@
 
 * ``<pipeline>/source/start.json``: the initial offset, resolved once (``latest`` and
   timestamps become concrete offsets) and created once, so ``initialOffset()`` answers
-  the same after a restart or on a new checkpoint.
+  the same after a restart or on a new checkpoint; with the topic ids it was resolved
+  under (:class:`~state.records.source_start.SourceStart`, :meth:`EpochLog.topic_ids_at`).
 * ``<pipeline>/epochs/<k>.json``: the :class:`~state.records.epoch.EpochRecord` of epoch
   ``k``, created before ``latestOffset`` returns its ``end`` for ``start``; first writer
   wins. A replay of ``start`` gets the recorded end, whatever the read limit is now. The
@@ -57,6 +58,7 @@ from state.records.epoch import EpochRecord
 from state.records.epoch_segment import EpochSegment
 from state.records.floor import FloorRecord
 from state.records.source_offset import SourceOffset
+from state.records.source_start import SourceStart
 from state.stores import StateStore
 
 R = TypeVar("R")
@@ -71,7 +73,7 @@ class EpochLog:
 
     store: StateStore
     layout: PipelineLayout
-    _start: SourceOffset | None = field(default=None, init=False, repr=False)
+    _start: SourceStart | None = field(default=None, init=False, repr=False)
     _recorded: dict[int, EpochRecord] = field(default_factory=dict, init=False, repr=False)
     _absent: int | None = field(default=None, init=False, repr=False)
 
@@ -82,16 +84,24 @@ class EpochLog:
 
     def start(self) -> SourceOffset | None:
         """The persisted initial offset, if any."""
-        if self._start is None:
-            self._start = self._read(self.layout.source_start, SourceOffset.from_json)
-        return self._start
+        start = self._start_record()
+        return None if start is None else start.offset
 
-    def create_start(self, offset: SourceOffset) -> SourceOffset:
-        """Persist ``offset`` as the initial offset unless one exists; the one that won."""
+    def create_start(
+        self, offset: SourceOffset, topic_ids: Mapping[str, str] | None = None
+    ) -> SourceOffset:
+        """Persist ``offset`` as the initial offset, with the ``topic_ids`` it was resolved
+        under, unless one exists; the one that won."""
         key = self.layout.source_start
-        winner, _ = self._create_or_get(key, offset.to_json(), SourceOffset.from_json)
+        record = SourceStart(offset, dict(topic_ids or {}))
+        winner, _ = self._create_or_get(key, record.to_json(), SourceStart.from_json)
         self._start = winner
-        return winner
+        return winner.offset
+
+    def _start_record(self) -> SourceStart | None:
+        if self._start is None:
+            self._start = self._read(self.layout.source_start, SourceStart.from_json)
+        return self._start
 
     # --- epochs ------------------------------------------------------------------------
 
@@ -145,14 +155,18 @@ class EpochLog:
 
     def topic_ids_at(self, offset: SourceOffset) -> dict[str, str] | None:
         """The topic ids under which the frontier ``offset`` was computed: those recorded
-        with epoch ``offset.epoch - 1``, the one that ends at ``offset``.
+        with epoch ``offset.epoch - 1``, the one that ends at ``offset``, or with the start
+        if ``offset`` is the start (epoch 0).
 
-        ``None`` when there are none to compare with: ``offset`` is the start (epoch 0),
-        that epoch is not recorded or ends elsewhere, or it was recorded without ids (by a
-        gtbarrier before topic ids were recorded, or from a broker that gives none).
+        ``None`` when there are none to compare with: that epoch (or the start) is not
+        recorded or is another frontier, or it was recorded without ids (by a gtbarrier
+        before topic ids were recorded, or from a broker that gives none).
         """
         if offset.epoch == 0:
-            return None
+            start = self._start_record()
+            if start is None or not start.offset.same_as(offset) or not start.topic_ids:
+                return None
+            return dict(start.topic_ids)
         epoch = offset.epoch - 1
         record = self._recorded.get(epoch)
         if record is None:

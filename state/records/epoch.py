@@ -56,11 +56,13 @@ class EpochRecord:
             epoch=f.integer("epoch", minimum=0),
             start=SourceOffset.from_json(f.required("start", "a gtkafka offset")),
             end=SourceOffset.from_json(f.required("end", "a gtkafka offset")),
-            topic_ids=_topic_ids(f),
+            topic_ids=read_topic_ids(f),
         )
 
 
-def _topic_ids(f: Fields) -> dict[str, str]:
+def read_topic_ids(f: Fields) -> dict[str, str]:
+    """The ``topic_ids`` field of a record that has one (the epoch record, the source's
+    start): empty when it is absent."""
     value = f.value(TOPIC_IDS_FIELD)
     if value is None:
         return {}
