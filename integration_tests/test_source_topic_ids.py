@@ -305,6 +305,54 @@ def test_a_planned_epoch_re_run_after_its_topic_was_recreated_reads_nothing_of_t
     )
 
 
+def test_a_topic_recreated_before_the_first_epoch_is_data_loss_for_the_next_driver(
+    kafka: Any,
+) -> None:
+    """A driver resolves the start (``latest``: 50) and dies before planning epoch 0. The
+    topic is recreated and filled past 50, so the next driver's first answer looks like
+    growth from the persisted start. The topic id recorded with the start tells:
+    failOnDataLoss=true fails naming both ids; false reads the new topic from its log
+    start, each offset once."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce_values(topic, tagged("old", 0, 50), partition=0)
+    old_id = topic_id_of(kafka, topic)
+    shared = {
+        "pipeline.id": "p-" + uuid.uuid4().hex[:8],
+        "state.uri": f"memory://{uuid.uuid4().hex}",
+        "startingOffsets": "latest",
+    }
+    first = Driver(kafka.bootstrap, topic, **shared)
+    start = first.offset
+    first.close()
+    assert SourceOffset.from_json(start).offsets == {(topic, 0): 50}
+
+    recreate_after_reads(kafka, topic)
+    new_id = topic_id_of(kafka, topic)
+    assert new_id != old_id
+    kafka.produce_values(topic, tagged("new", 0, 80), partition=0)
+
+    failing = Driver(kafka.bootstrap, topic, **shared)
+    try:
+        assert failing.offset == start  # the persisted start
+        with pytest.raises(DataLossError) as info:
+            failing.step()
+    finally:
+        failing.close()
+    text = str(info.value)
+    assert f"topic '{topic}'" in text and old_id in text and new_id in text, text
+
+    lenient = Driver(kafka.bootstrap, topic, **{**shared, "failOnDataLoss": "false"})
+    try:
+        for _ in range(10):
+            if lenient.frontier().get((topic, 0)) == 80:
+                break
+            lenient.step()
+    finally:
+        lenient.close()
+    assert {k: n for k, n in lenient.read.items() if n > 1} == {}
+    assert lenient.values == tagged("new", 0, 80)
+
+
 @pytest.mark.timeout(600)
 def test_a_query_restarted_on_a_batch_planned_before_its_topic_was_recreated(
     spark: Any, kafka: Any, tmp_path: Path, read_client: str
