@@ -672,6 +672,43 @@ def test_a_partitioned_table_takes_the_rows_through_the_driver(tmp_path: Path) -
     assert sorted(table.partitions(), key=str) == [{"key": "a"}, {"key": "b"}]
 
 
+@pytest.mark.parametrize(
+    ("mode", "partition_by"), [("merge", None), ("append", ["key"])], ids=["merge", "partitioned"]
+)
+def test_rows_through_the_driver_into_a_table_with_a_column_the_input_lacks(
+    tmp_path: Path, mode: str, partition_by: list[str] | None
+) -> None:
+    """The driver's writes (a merge, a partitioned table's append) take the rows as the
+    table's schema: a nullable column the input lacks is written as nulls, as the staged
+    parts' commits leave it."""
+    (tmp_path / "table").mkdir()
+    uri = f"file://{tmp_path}/table"
+    DeltaTable.create(
+        uri,
+        pa.schema([("key", pa.string()), ("note", pa.string()), ("count", pa.int64())]),
+        partition_by=partition_by,
+    )
+    extra = {"consumer.delta.mode": mode}
+    if mode == "merge":
+        extra["consumer.delta.keyColumns"] = "key"
+    options = started(tmp_path, KEYED, **extra)
+    p = Pipeline(options)
+    consumer = open_consumer(options, p.store, FaultInjector())
+    p.consumer = consumer  # type: ignore[assignment]
+    p.staging = consumer.staging
+    p.record_batch(0, 1)
+    p.barrier().commit([p.write(0, [keyed(["a", "b"], [1, 2])], has_gt=False)], 0)
+    p.record_batch(1, 2)
+    p.barrier().commit([p.write(1, [keyed(["c"], [3])], has_gt=False)], 1)
+    rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda r: r["key"])
+    assert rows == [
+        {"key": "a", "note": None, "count": 1},
+        {"key": "b", "note": None, "count": 2},
+        {"key": "c", "note": None, "count": 3},
+    ]
+    assert DeltaTable(uri).transaction_version("p1") == 2
+
+
 def test_vacuum_keeps_the_staged_parts_and_removes_a_moved_file_no_version_references(
     tmp_path: Path,
 ) -> None:
