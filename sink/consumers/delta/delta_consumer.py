@@ -112,11 +112,27 @@ def write_append(
     )
 
 
+def with_table_columns(table: DeltaTable, rows: pa.Table) -> pa.Table:
+    """``rows`` with every column of ``table`` they lack, as nulls of its type: delta-rs
+    refuses a write with fewer columns than the table ("number of fields does not
+    match"), where the staged parts' commits read such a column as null. The start check
+    refused the tables with a NOT NULL column the input lacks."""
+    present = set(rows.column_names)
+    for f in pa.schema(table.schema().to_arrow()):
+        if f.name not in present:
+            rows = rows.append_column(
+                pa.field(f.name, f.type, nullable=True), pa.nulls(rows.num_rows, f.type)
+            )
+    return rows
+
+
 def write_rows(table: DeltaTable, rows: pa.Table, properties: CommitProperties) -> None:
     """Append ``rows`` to ``table`` in one commit (delta-rs writes the data files)."""
     from deltalake import write_deltalake
 
-    write_deltalake(table, rows, mode="append", commit_properties=properties)
+    write_deltalake(
+        table, with_table_columns(table, rows), mode="append", commit_properties=properties
+    )
 
 
 #: What delta-rs says when its check of the rows (NOT NULL fields, CHECK constraints,
