@@ -255,7 +255,7 @@ class FileDeadLetters(DeadLetters):
         path = os.path.join(self.directory, name)
         if not os.path.exists(path):
             raise KeyNotFound(self.uri, name)
-        return pq.read_table(path)
+        return _parquet_table(path)
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -291,7 +291,7 @@ class StoreDeadLetters(DeadLetters):
         return [key for key in self.store.list("") if "/" not in key]
 
     def _read(self, name: str) -> pa.Table:
-        return pq.read_table(pa.BufferReader(self.store.get(name).data))
+        return _parquet_table(pa.BufferReader(self.store.get(name).data))
 
     def _delete(self, name: str) -> None:
         self.store.delete(name)
@@ -324,6 +324,15 @@ def _file_bytes(
         CREATED_KEY: repr(created).encode(),
     }
     return table, _parquet_bytes(table.replace_schema_metadata(metadata))
+
+
+def _parquet_table(source: str | pa.BufferReader) -> pa.Table:
+    """A dead-letter file's table, read on the calling thread.
+
+    pyarrow's threaded reader leaves pool threads that can abort a short-lived process
+    (the CLI) at exit with ``std::terminate``; dead-letter files are small, so the
+    threads buy nothing."""
+    return pq.read_table(source, use_threads=False, pre_buffer=False)
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
