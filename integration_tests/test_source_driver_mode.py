@@ -31,7 +31,7 @@ def produce(kafka: Any, topic: str, first: int, n: int, partitions: int) -> None
     )
 
 
-def source(spark: Any, kafka: Any, topic: str, pipeline: str, state: str, mode: str) -> Any:
+def source(spark: Any, kafka: Any, topic: str, pipeline: str, state: str, *, mode: str) -> Any:
     return (
         spark.readStream.format("gtkafka")
         .options(
@@ -62,11 +62,13 @@ def failing_once(df: Any, flag: Path) -> Any:
         import os
 
         n = int(value)
-        if 100 <= n < 200 and os.path.exists(path):  # noqa: PLR2004 - epoch 1's values
+        if 100 <= n < 200 and os.path.exists(path):
             raise RuntimeError(f"injected failure of value {n}")
         return True
 
-    return df.where(sf.udf(keep, BooleanType())(sf.col("value"))).select("key", "value", "gt")
+    return df.where(sf.udf(keep, BooleanType(), useArrow=False)(sf.col("value"))).select(
+        "key", "value", "gt"
+    )
 
 
 def run(df: Any, out: Path, state: str, pipeline: str, checkpoint: Path | None) -> Any:
@@ -137,7 +139,7 @@ def test_driver_mode_is_exactly_once_across_a_rerun_batch_and_a_new_checkpoint(
     flag.write_text("fail epoch 1")
 
     # 1. epoch 0 is delivered, epoch 1's batch fails after Spark logged its offsets
-    df = failing_once(source(spark, kafka, topic, "drv", state, "driver"), flag)
+    df = failing_once(source(spark, kafka, topic, "drv", state, mode="driver"), flag)
     with pytest.raises(Exception, match="injected failure"):
         run(df, out, state, "drv", tmp_path / "cp1")
     assert bundle_sizes(out) == [PER_TRIGGER]
@@ -169,7 +171,9 @@ def test_driver_mode_is_exactly_once_across_a_rerun_batch_and_a_new_checkpoint(
     # 4. executor mode, on a pipeline of its own, delivers the same rows, in the same
     # epochs, with the same gt
     out_exec = tmp_path / "out-exec"
-    executors = source(spark, kafka, topic, "exe", f"file://{tmp_path}/state-exec", "executors")
+    executors = source(
+        spark, kafka, topic, "exe", f"file://{tmp_path}/state-exec", mode="executors"
+    )
     run(
         executors.select("key", "value", "gt"),
         out_exec,
@@ -190,7 +194,7 @@ def test_driver_mode_without_a_checkpoint_location_option_fails_before_delivery(
     produce(kafka, topic, 0, 10, 1)
     state = f"file://{tmp_path}/state"
     out = tmp_path / "out"
-    df = source(spark, kafka, topic, "nocp", state, "driver")
+    df = source(spark, kafka, topic, "nocp", state, mode="driver")
     conf = "spark.sql.streaming.checkpointLocation"
     spark.conf.set(conf, str(tmp_path / "cps"))
     try:

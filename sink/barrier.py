@@ -34,11 +34,13 @@ from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
+from sink.offset_log_epochs import epoch_from_offset_log
 from sink.options import SinkOptions
 from sink.staging import Staging
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
+    ConfigError,
     DeliveryFailed,
     FatalError,
     GtBarrierError,
@@ -352,8 +354,27 @@ class Barrier:
             return epoch, loading.result()
 
     def _epoch_of(self, batch: BatchCommit) -> int | None:
-        """The epoch the batch read (its batch record); None for a no-data batch."""
-        return epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
+        """The epoch the batch read (its batch record); None for a no-data batch.
+
+        A batch without a record (read on the driver, ``readMode=driver``) is looked up in
+        Spark's offset log (:mod:`sink.offset_log_epochs`), which records it. If the sink
+        cannot read that log, a batch with rows fails here, before anything is delivered,
+        with an error naming ``checkpointLocation``; one without rows is a no-data batch."""
+        epoch = epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
+        if epoch is not None:
+            return epoch
+        try:
+            return epoch_from_offset_log(
+                self.store,
+                self.layout,
+                self.options.checkpoint_location,
+                batch.query_id,
+                batch.batch_id,
+            )
+        except ConfigError:
+            if batch.rows:
+                raise
+            return None
 
     def _resolve_inflight(
         self, held: HeldState, batch: BatchCommit, epoch: int

@@ -105,7 +105,7 @@ def test_a_lone_offset_the_epoch_log_does_not_record_is_a_mismatch() -> None:
 
 def test_two_matching_offsets_of_different_epochs_are_ambiguous() -> None:
     a, b = off(3, 30, "a"), off(5, 50, "b")
-    with pytest.raises(OffsetLogMismatch, match="pipeline.id"):
+    with pytest.raises(OffsetLogMismatch, match=r"pipeline\.id"):
         decide_batch_epoch([a, b], None, {2: a, 4: b}, where="w")
 
 
