@@ -29,17 +29,19 @@ executor mode's marked task does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from datasource.consumer_pool import ConsumerSource
 from datasource.options import KafkaSourceOptions
 from datasource.partition_reader import KafkaInputPartition, read_partition
 from datasource.schema import arrow_schema
 from datasource.stream_reader import GlobalTimeKafkaStreamReader, from_checkpoint
+from datasource.topic_id_check import CurrentIds
 from state.profiling import span
 from state.spark_task import StreamingTask
 
@@ -47,18 +49,33 @@ from state.spark_task import StreamingTask
 class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
     """gtkafka's epochs, planned and read on the driver (``readMode=driver``)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only injectable planner and read clients
         self,
         options: KafkaSourceOptions,
         schema: StructType,
         *,
         planner: GlobalTimeKafkaStreamReader | None = None,
+        consumer_factory: Callable[..., Any] | None = None,
+        source: ConsumerSource | None = None,
+        current_ids: CurrentIds | None = None,
     ) -> None:
         """``planner`` replaces the executor mode's reader whose planning this one uses
-        (its clients, clock and sleep injectable as there)."""
+        (its clients, clock and sleep injectable as there); ``consumer_factory``,
+        ``source`` and ``current_ids`` replace the read's clients as in
+        :func:`~datasource.partition_reader.read_partition` (none survives pickling)."""
         self.options = options
         self.schema = schema
         self.planner = planner or GlobalTimeKafkaStreamReader(options, schema)
+        self._consumer_factory = consumer_factory
+        self._source = source
+        self._current_ids = current_ids
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer_factory"] = None
+        state["_source"] = None
+        state["_current_ids"] = None
+        return state
 
     def initialOffset(self) -> dict[str, Any]:
         """The persisted start (:meth:`GlobalTimeKafkaStreamReader.initialOffset`)."""
@@ -99,7 +116,15 @@ class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
             return
         for part in self.planner.partitions(start, end):
             assert isinstance(part, KafkaInputPartition)
-            yield from read_partition(self.options, part, schema, task=task)
+            yield from read_partition(
+                self.options,
+                part,
+                schema,
+                task=task,
+                consumer_factory=self._consumer_factory,
+                source=self._source,
+                current_ids=self._current_ids,
+            )
 
     def commit(self, end: dict[str, Any]) -> None:
         """As executor mode: ``commitOffsetsToGroup``, and the epoch log's pruning."""
