@@ -139,14 +139,18 @@ def test_the_lookup_writes_the_batch_record(tmp_path: Path) -> None:
     assert epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 0) == 0
 
 
-def test_a_no_data_batch_and_a_batch_not_logged_have_no_epoch(tmp_path: Path) -> None:
+def test_a_no_data_batch_has_no_epoch_and_a_batch_not_logged_is_refused(tmp_path: Path) -> None:
     p = Pipeline(tmp_path)
     p.epoch(0, 0, 10)
     p.logged(0, off(1, 10).to_json())
     p.logged(1, off(1, 10).to_json())  # a no-data batch repeats the offsets
     assert epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 1) is None
     assert read_batch_record(p.store, p.layout, "q", 1) is None
-    assert epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 9) is None
+    # Spark logs a batch before it runs: no entry means this process does not see the
+    # query's checkpoint there
+    with pytest.raises(ConfigError, match="offsets/9 is missing") as info:
+        epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 9)
+    assert "checkpointLocation" in str(info.value)
 
 
 def test_a_recorded_batch_of_another_epoch_conflicts(tmp_path: Path) -> None:
