@@ -13,11 +13,13 @@ read task had written it.
 
 from __future__ import annotations
 
+from state.errors import ConfigError
 from state.layout import PipelineLayout
 from state.protocol.batch_records import write_batch_record
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import SourceOffset
 from state.spark_offset_log import (
+    CHECKPOINT_OPTION,
     checkpoint_directory,
     decide_batch_epoch,
     offset_log_file,
@@ -38,13 +40,23 @@ def epoch_from_offset_log(
     epoch of this pipeline for it (a no-data batch).
 
     Raises :class:`~state.errors.ConfigError` (the option named) if ``checkpoint_location``
-    is missing or not a path this process can read, and
+    is missing, not a local path, or holds no entry for the batch here, and
     :class:`~state.errors.OffsetLogMismatch` if the log disagrees with the epoch log.
     """
     directory = checkpoint_directory(checkpoint_location)
     entry = read_offset_log(directory, batch_id)
     if entry is None:
-        return None
+        # Spark writes the entry before the batch runs: this process does not see the
+        # query's checkpoint there (a relative path, or another machine's disk).
+        raise ConfigError(
+            CHECKPOINT_OPTION,
+            checkpoint_location,
+            f"the query's checkpoint as this process sees it, which holds Spark's offset "
+            f"log entry of batch {batch_id} ({offset_log_file(directory, batch_id)} is "
+            "missing): an absolute path on the driver's disk, or read with "
+            "readMode=executors",
+            where="barrier",
+        )
     logged = entry.gtkafka_offsets()
     if not logged:
         return None
