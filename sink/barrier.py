@@ -61,6 +61,7 @@ from state.protocol.barrier_state import (
 from state.protocol.epoch_log import epoch_of_batch
 from state.records.barrier import BarrierState
 from state.retry import Retry, cas_loop, delivery
+from state.spark_offset_log import CheckpointOffsetLog, OffsetLog
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
 
@@ -127,6 +128,7 @@ class Barrier:
         races: Retry | None = None,
         overlap_reads: bool = True,
         start_generation: int | None = None,
+        offset_log: OffsetLog | None = None,
     ) -> None:
         """``dead_letters`` is where refused rows go (by default opened, when a bundle has
         any, from ``errors.deadLetter.path``); ``clock`` stamps owners, ``sleep`` waits
@@ -135,7 +137,10 @@ class Barrier:
         batch record and barrier state concurrently (two round trips in the time of one);
         without it, one after the other. ``start_generation`` is the generation the
         committing run started at (:func:`~state.protocol.barrier_state.start_generation`),
-        None if it is not known: the run is then fenced by its marker, as before claims."""
+        None if it is not known: the run is then fenced by its marker, as before claims.
+        ``offset_log`` is the query's offset log, read for a batch without a batch record
+        (by default the files under the sink's ``checkpointLocation``)."""
+        self.offset_log = offset_log
         self.options = options
         self.store = store
         self.consumer = consumer
@@ -364,12 +369,9 @@ class Barrier:
         if epoch is not None:
             return epoch
         try:
+            offset_log = self.offset_log or CheckpointOffsetLog(self.options.checkpoint_location)
             return epoch_from_offset_log(
-                self.store,
-                self.layout,
-                self.options.checkpoint_location,
-                batch.query_id,
-                batch.batch_id,
+                self.store, self.layout, offset_log, batch.query_id, batch.batch_id
             )
         except ConfigError:
             if batch.rows:

@@ -13,54 +13,37 @@ read task had written it.
 
 from __future__ import annotations
 
-from state.errors import ConfigError
 from state.layout import PipelineLayout
 from state.protocol.batch_records import write_batch_record
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import SourceOffset
-from state.spark_offset_log import (
-    CHECKPOINT_OPTION,
-    checkpoint_directory,
-    decide_batch_epoch,
-    offset_log_file,
-    read_offset_log,
-)
+from state.spark_offset_log import OffsetLog, decide_batch_epoch
 from state.stores import StateStore
 
 
 def epoch_from_offset_log(
     store: StateStore,
     layout: PipelineLayout,
-    checkpoint_location: str | None,
+    offset_log: OffsetLog,
     query_id: str,
     batch_id: int,
 ) -> int | None:
-    """The epoch batch ``batch_id`` read, as Spark's offset log at ``checkpoint_location``
-    and the epoch log say; its batch record written. None if the offset log names no
-    epoch of this pipeline for it (a no-data batch).
+    """The epoch batch ``batch_id`` read, as Spark's ``offset_log`` and the epoch log
+    say; its batch record written. None if the offset log names no epoch of this
+    pipeline for it (a no-data batch).
 
-    Raises :class:`~state.errors.ConfigError` (the option named) if ``checkpoint_location``
-    is missing, not a local path, or holds no entry for the batch here, and
-    :class:`~state.errors.OffsetLogMismatch` if the log disagrees with the epoch log.
+    Raises ``offset_log.missing`` if the log does not hold the batch (Spark logs a batch
+    before it runs: for the checkpoint's files, a :class:`~state.errors.ConfigError`
+    naming ``checkpointLocation``), and :class:`~state.errors.OffsetLogMismatch` if the
+    log disagrees with the epoch log.
     """
-    directory = checkpoint_directory(checkpoint_location)
-    entry = read_offset_log(directory, batch_id)
+    entry = offset_log.entry(batch_id)
     if entry is None:
-        # Spark writes the entry before the batch runs: this process does not see the
-        # query's checkpoint there (a relative path, or another machine's disk).
-        raise ConfigError(
-            CHECKPOINT_OPTION,
-            checkpoint_location,
-            f"the query's checkpoint as this process sees it, which holds Spark's offset "
-            f"log entry of batch {batch_id} ({offset_log_file(directory, batch_id)} is "
-            "missing): an absolute path on the driver's disk, or read with "
-            "readMode=executors",
-            where="barrier",
-        )
+        raise offset_log.missing(batch_id)
     logged = entry.gtkafka_offsets()
     if not logged:
         return None
-    before = read_offset_log(directory, batch_id - 1) if batch_id > 0 else None
+    before = offset_log.entry(batch_id - 1) if batch_id > 0 else None
     previous = None if before is None else before.gtkafka_offsets()
     epochs = EpochLog(store, layout)
     wanted = {o.epoch - 1 for o in logged if o.epoch > 0}
@@ -69,7 +52,7 @@ def epoch_from_offset_log(
         record = epochs.read_epoch(number)
         ends[number] = None if record is None else record.end
     epoch = decide_batch_epoch(
-        logged, previous, ends, where=f"barrier: {offset_log_file(directory, batch_id)}"
+        logged, previous, ends, where=f"barrier: {offset_log.where(batch_id)}"
     )
     if epoch is not None:
         write_batch_record(store, layout, query_id, batch_id, epoch)

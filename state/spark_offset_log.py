@@ -9,9 +9,11 @@ gtkafka line is a :class:`~state.records.source_offset.SourceOffset` whose epoch
 *after* the batch's (an epoch's end is ``SourceOffset(start.epoch + 1, ...)``).
 
 The parts here are pure (:func:`parse_offset_log`, :func:`decide_batch_epoch`,
-:func:`checkpoint_directory`) apart from :func:`read_offset_log`, which reads one local
-file. Identification needs no change of gtkafka's offset format (Spark compares offsets
-as JSON text, so a new field would change every offset already checkpointed): a line is
+:func:`checkpoint_directory`) apart from :func:`read_offset_log` and
+:class:`CheckpointOffsetLog`, which read local files.
+
+Identification needs no change of gtkafka's offset format (Spark compares offsets as JSON
+text, so a new field would change every offset already checkpointed): a line is
 this pipeline's when the pipeline's epoch log records exactly that offset as the end of
 the epoch before it; two such lines naming different epochs are refused as ambiguous.
 """
@@ -22,9 +24,16 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-from state.errors import ConfigError, MalformedOffset, MalformedRecord, OffsetLogMismatch
+from state.errors import (
+    ConfigError,
+    GtBarrierError,
+    MalformedOffset,
+    MalformedRecord,
+    OffsetLogMismatch,
+)
 from state.records.source_offset import SourceOffset
 
 #: The sink option Spark passes the query's ``checkpointLocation`` under (lower-cased).
@@ -107,6 +116,50 @@ def read_offset_log(directory: Path, batch_id: int) -> OffsetLogEntry | None:
     except FileNotFoundError:
         return None
     return parse_offset_log(text, batch_id, str(path))
+
+
+class OffsetLog(Protocol):
+    """A query's offset log as the barrier reads it (the checkpoint's files; the
+    protocol's simulator gives its simulated checkpoint)."""
+
+    def entry(self, batch_id: int) -> OffsetLogEntry | None:
+        """Batch ``batch_id``'s entry; None if the log has none."""
+        ...
+
+    def where(self, batch_id: int) -> str:
+        """Batch ``batch_id``'s entry, named in errors."""
+        ...
+
+    def missing(self, batch_id: int) -> GtBarrierError:
+        """The error for a batch being committed that the log does not hold."""
+        ...
+
+
+class CheckpointOffsetLog:
+    """The offset log under the sink's ``checkpointLocation`` (:func:`checkpoint_directory`:
+    a :class:`ConfigError` naming the option if it is missing or not local)."""
+
+    def __init__(self, location: str | None) -> None:
+        self.location = location
+        self.directory = checkpoint_directory(location)
+
+    def entry(self, batch_id: int) -> OffsetLogEntry | None:
+        return read_offset_log(self.directory, batch_id)
+
+    def where(self, batch_id: int) -> str:
+        return str(offset_log_file(self.directory, batch_id))
+
+    def missing(self, batch_id: int) -> GtBarrierError:
+        # Spark writes the entry before the batch runs: this process does not see the
+        # query's checkpoint there (a relative path, or another machine's disk).
+        return ConfigError(
+            CHECKPOINT_OPTION,
+            self.location,
+            f"the query's checkpoint as this process sees it, which holds Spark's offset "
+            f"log entry of batch {batch_id} ({self.where(batch_id)} is missing): an "
+            "absolute path on the driver's disk, or read with readMode=executors",
+            where="barrier",
+        )
 
 
 def decide_batch_epoch(

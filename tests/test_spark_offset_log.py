@@ -17,6 +17,7 @@ from state.protocol.batch_records import read_batch_record, write_batch_record
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import SourceOffset
 from state.spark_offset_log import (
+    CheckpointOffsetLog,
     checkpoint_directory,
     decide_batch_epoch,
     parse_offset_log,
@@ -123,6 +124,9 @@ class Pipeline:
     def epoch(self, k: int, start: int, end: int) -> None:
         self.log.record(off(k, start), off(k + 1, end), {})
 
+    def log_at(self, location: str | None) -> CheckpointOffsetLog:
+        return CheckpointOffsetLog(location)
+
     def logged(self, batch: int, *sources: object) -> None:
         (self.cp / "offsets" / str(batch)).write_text(entry_text(*sources))
 
@@ -133,10 +137,10 @@ def test_the_lookup_writes_the_batch_record(tmp_path: Path) -> None:
     p.epoch(1, 10, 25)
     p.logged(0, off(1, 10).to_json())
     p.logged(1, off(2, 25).to_json())
-    assert epoch_from_offset_log(p.store, p.layout, f"file://{p.cp}", "q", 1) == 1
+    assert epoch_from_offset_log(p.store, p.layout, p.log_at(f"file://{p.cp}"), "q", 1) == 1
     record = read_batch_record(p.store, p.layout, "q", 1)
     assert record is not None and record.epoch == 1
-    assert epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 0) == 0
+    assert epoch_from_offset_log(p.store, p.layout, p.log_at(str(p.cp)), "q", 0) == 0
 
 
 def test_a_no_data_batch_has_no_epoch_and_a_batch_not_logged_is_refused(tmp_path: Path) -> None:
@@ -144,12 +148,12 @@ def test_a_no_data_batch_has_no_epoch_and_a_batch_not_logged_is_refused(tmp_path
     p.epoch(0, 0, 10)
     p.logged(0, off(1, 10).to_json())
     p.logged(1, off(1, 10).to_json())  # a no-data batch repeats the offsets
-    assert epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 1) is None
+    assert epoch_from_offset_log(p.store, p.layout, p.log_at(str(p.cp)), "q", 1) is None
     assert read_batch_record(p.store, p.layout, "q", 1) is None
     # Spark logs a batch before it runs: no entry means this process does not see the
     # query's checkpoint there
     with pytest.raises(ConfigError, match="offsets/9 is missing") as info:
-        epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 9)
+        epoch_from_offset_log(p.store, p.layout, p.log_at(str(p.cp)), "q", 9)
     assert "checkpointLocation" in str(info.value)
 
 
@@ -159,10 +163,10 @@ def test_a_recorded_batch_of_another_epoch_conflicts(tmp_path: Path) -> None:
     p.logged(0, off(1, 10).to_json())
     write_batch_record(p.store, p.layout, "q", 0, 5)
     with pytest.raises(EpochLogConflict):
-        epoch_from_offset_log(p.store, p.layout, str(p.cp), "q", 0)
+        epoch_from_offset_log(p.store, p.layout, p.log_at(str(p.cp)), "q", 0)
 
 
 def test_without_a_readable_checkpoint_the_option_is_named(tmp_path: Path) -> None:
     p = Pipeline(tmp_path)
     with pytest.raises(ConfigError, match="checkpointLocation"):
-        epoch_from_offset_log(p.store, p.layout, None, "q", 0)
+        p.log_at(None)
