@@ -13,11 +13,12 @@ read task had written it.
 
 from __future__ import annotations
 
+from state import spark_offset_log
 from state.layout import PipelineLayout
 from state.protocol.batch_records import write_batch_record
 from state.protocol.epoch_log import EpochLog
 from state.records.source_offset import SourceOffset
-from state.spark_offset_log import OffsetLog, decide_batch_epoch
+from state.spark_offset_log import OffsetLog
 from state.stores import StateStore
 
 
@@ -51,7 +52,9 @@ def epoch_from_offset_log(
     for number in sorted(wanted):
         record = epochs.read_epoch(number)
         ends[number] = None if record is None else record.end
-    epoch = decide_batch_epoch(
+    # Looked up through its module when called, as every decision the protocol's
+    # simulator runs is, so that a test can replace it there.
+    epoch = spark_offset_log.decide_batch_epoch(
         logged, previous, ends, where=f"barrier: {offset_log.where(batch_id)}"
     )
     if epoch is not None:
