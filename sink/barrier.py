@@ -213,16 +213,7 @@ class Barrier:
                 epoch, held = self._epoch_and_state(batch)
         if epoch is None:
             if batch.rows:
-                raise FatalError(
-                    f"barrier: batch {batch.batch_id} of query {batch.query_id} produced "
-                    f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
-                    f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
-                    "no-data micro-batch, whose content is not replay-stable (set "
-                    "spark.sql.streaming.noDataMicroBatches.enabled=false; "
-                    "gtbarrier.register_all(spark) does), or the query does not read a "
-                    "gtkafka source with the same pipeline.id and state.uri as this sink "
-                    f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
-                )
+                raise FatalError(f"barrier: {self._no_record(batch)}")
             return batch.outcome("no-data", None)
 
         claim = self.states.claim_run(
@@ -373,10 +364,28 @@ class Barrier:
             return epoch_from_offset_log(
                 self.store, self.layout, offset_log, batch.query_id, batch.batch_id
             )
-        except ConfigError:
+        except ConfigError as err:
             if batch.rows:
-                raise
+                raise ConfigError(
+                    err.option,
+                    err.value,
+                    f"{err.expected}. Without it: {self._no_record(batch)}",
+                    where="barrier",
+                ) from None
             return None
+
+    def _no_record(self, batch: BatchCommit) -> str:
+        """Why a batch with rows and no batch record is refused, and the ways out."""
+        return (
+            f"batch {batch.batch_id} of query {batch.query_id} produced "
+            f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
+            f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
+            "no-data micro-batch, whose content is not replay-stable (set "
+            "spark.sql.streaming.noDataMicroBatches.enabled=false; "
+            "gtbarrier.register_all(spark) does), or the query does not read a "
+            "gtkafka source with the same pipeline.id and state.uri as this sink "
+            f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
+        )
 
     def _resolve_inflight(
         self, held: HeldState, batch: BatchCommit, epoch: int
