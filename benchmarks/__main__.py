@@ -8,7 +8,8 @@ also start a ZooKeeper unless ``--zk-hosts`` / ``GTB_ZK_HOSTS``):
 ==============================  ==========================================================  ========
 ``benchmarks.fixed_cost``       median triggerExecution of a 100-record batch, gtkafka (8   <= 2.0x
                                 partitions, S3 state) -> barrier vs rate-micro-batch -> noop
-                                and vs python_floor -> python_floor (<= 1.10x)
+                                and vs python_floor -> python_floor (<= 1.10x); with
+                                readMode=driver vs rate-micro-batch -> noop (<= 1.3x)
 ``benchmarks.scaling``          records/s, 64 partitions vs 1 (gtkafka -> noop, ~10          >= 0.85
                                 batches); also the curve against partitions and cores
 ``benchmarks.source_bench``     gtkafka -> noop (AvailableNow) vs plain kafka-python, wall   >= 0.9

@@ -13,7 +13,8 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
   python_floor``; and ``python_floor_driver -> noop``, the same source read on the driver
   (PySpark's ``SimpleDataSourceStreamReader``: no Python worker for the read);
 * gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
-  ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3).
+  ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3);
+  and the same with ``readMode=driver`` (read on the driver, no Python read task).
 
 ``--no-split`` leaves out the three runs that only split the floor (``python_floor ->
 noop``, ``rate-micro-batch -> python_floor`` and ``python_floor_driver -> noop``), for
@@ -25,7 +26,8 @@ they run, and Spark alone used to run first.
 
 Targets, on the median ``triggerExecution``: gtbarrier / Spark alone <= 2.0x; gtbarrier /
 ``python_floor -> python_floor`` <= 1.10x (what gtbarrier adds to Spark's own cost of a
-Python source and sink).
+Python source and sink); gtbarrier with ``readMode=driver`` / Spark alone <= 1.3x (issue
+38's target; its ratio to executor mode is printed too).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from benchmarks.sink_bench import percentile, s3_endpoint
 from benchmarks.source_bench import fill
 
 TARGET = "<= 2.0x"
+DRIVER_TARGET = "<= 1.3x"
 FLOOR_TARGET = "<= 1.10x"
 RECORDS = 100
 PARTITIONS = 8
@@ -65,6 +68,7 @@ FLOOR_SINK = "rate-micro-batch -> python_floor (a Python sink)"
 FLOOR = "python_floor -> python_floor (no I/O)"
 DRIVER_SOURCE = "python_floor_driver -> noop (a Python source read on the driver)"
 OURS = "gtkafka (8 partitions, S3 state) -> barrier (file)"
+OURS_DRIVER = "gtkafka readMode=driver (8 partitions, S3 state) -> barrier (file)"
 #: The runs without gtbarrier, in their order: (a Python source?, a Python sink?) -> name.
 SPARK_ONLY = {
     (False, False): ALONE,
@@ -73,7 +77,7 @@ SPARK_ONLY = {
     (True, True): FLOOR,
 }
 #: Every run's name, in their order, and its short name for the phases' columns.
-QUERIES = (*SPARK_ONLY.values(), DRIVER_SOURCE, OURS)
+QUERIES = (*SPARK_ONLY.values(), DRIVER_SOURCE, OURS, OURS_DRIVER)
 SHORT = (
     "rate -> noop",
     "floor -> noop",
@@ -81,6 +85,7 @@ SHORT = (
     "floor -> floor",
     "driver floor -> noop",
     "ours",
+    "ours on the driver",
 )
 #: The runs that only split the floor into a Python source's share and a Python sink's.
 SPLIT = {(True, False), (False, True)}
@@ -155,7 +160,14 @@ def spark_only(
 
 
 def gtbarrier(
-    spark: Any, workdir: Path, batches: int, *, bootstrap: str, topic: str, server: Any
+    spark: Any,
+    workdir: Path,
+    batches: int,
+    *,
+    bootstrap: str,
+    topic: str,
+    server: Any,
+    read_mode: str = "executors",
 ) -> Run:
     run = uuid.uuid4().hex[:8]
     bucket = f"fixed-cost-{run}"
@@ -168,6 +180,7 @@ def gtbarrier(
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(RECORDS))
+        .option("readMode", read_mode)
         .load()
     )
     query = (
@@ -180,7 +193,7 @@ def gtbarrier(
         .trigger(processingTime="0 seconds")
         .start()
     )
-    return measure(query, OURS, batches, 3600)
+    return measure(query, OURS if read_mode == "executors" else OURS_DRIVER, batches, 3600)
 
 
 def _p50(values: list[float] | None) -> float:
@@ -215,6 +228,7 @@ def report(runs: list[Run]) -> list[Ratio]:
     alone, floor, ours = by_name[ALONE], by_name[FLOOR], by_name[OURS]
     source, sink = by_name.get(FLOOR_SOURCE), by_name.get(FLOOR_SINK)
     on_driver = by_name.get(DRIVER_SOURCE)
+    ours_driver = by_name.get(OURS_DRIVER)
     phases = sorted({k for r in runs for k in r.phases})
     print_table(
         [
@@ -254,7 +268,29 @@ def report(runs: list[Run]) -> list[Ratio]:
             f"({on_driver.median / alone.median:.2f}x), read in a Python worker "
             f"{source.median - alone.median:,.0f} ms"
         )
+    if ours_driver is not None:
+        print(
+            f"gtkafka readMode=driver -> barrier: {ours_driver.median:,.0f} ms, "
+            f"{ours_driver.median / alone.median:.2f}x rate -> noop, "
+            f"{ours_driver.median / ours.median:.2f}x executor mode, "
+            f"{ours_driver.median / floor.median:.2f}x python_floor -> python_floor"
+        )
     print()
+    driver_ratios = (
+        []
+        if ours_driver is None
+        else [
+            target_ratio(
+                "fixed cost",
+                "fixed cost on the driver: median triggerExecution of a 100-record batch, "
+                "gtkafka readMode=driver -> barrier / rate-micro-batch -> noop",
+                ours_driver.median / alone.median,
+                DRIVER_TARGET,
+                f"{ours_driver.median:,.0f} ms vs {alone.median:,.0f} ms (executor mode "
+                f"{ours.median:,.0f} ms); load {ours_driver.load}",
+            )
+        ]
+    )
     return [
         target_ratio(
             "fixed cost",
@@ -272,6 +308,7 @@ def report(runs: list[Run]) -> list[Ratio]:
             FLOOR_TARGET,
             f"{ours.median:,.0f} ms vs {floor.median:,.0f} ms; load {ours.load}",
         ),
+        *driver_ratios,
     ]
 
 
@@ -320,16 +357,19 @@ def main(argv: list[str] | None = None) -> None:
             ]
             if not args.no_split:
                 variants.append(floor_run(True, False, on_driver=True))
-            variants.append(
-                lambda _turn: gtbarrier(
+
+            def ours_run(read_mode: str) -> Callable[[int], Run]:
+                return lambda _turn: gtbarrier(
                     spark,
                     Path(tmp),
                     args.batches,
                     bootstrap=bootstrap,
                     topic=topic,
                     server=server,
+                    read_mode=read_mode,
                 )
-            )
+
+            variants += [ours_run("executors"), ours_run("driver")]
             runs = best_in_turn(
                 variants,
                 args.repeat,

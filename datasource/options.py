@@ -47,6 +47,7 @@ from state.stores.state_store import AZURE_OPTIONS, GCS_OPTIONS, S3_OPTIONS, Sto
 
 TimestampStrategy = Literal["error", "latest"]
 ReadClient = Literal["kafka-python", "confluent"]
+ReadMode = Literal["executors", "driver"]
 
 # --- the option table ------------------------------------------------------------------
 
@@ -169,6 +170,16 @@ CLIENT = ChoiceOption[ReadClient](
     "refused with it; see docs/source.md for its limits. "
     "The driver reads offsets and commits to groups with kafka-python either way",
 )
+READ_MODE = ChoiceOption[ReadMode](
+    name="readMode",
+    choices=("executors", "driver"),
+    default="executors",
+    doc="where a streaming query reads Kafka: `executors` in Python read tasks; `driver` on "
+    "the driver through Spark's simple stream reader, below Spark's Python-worker floor for "
+    "small batches (every record passes through the driver; the read limits are the "
+    "reader's own; the sink needs writeStream option `checkpointLocation` on a local path; "
+    "see docs/source.md)",
+)
 POOL_ENABLED = BooleanOption(
     name="kafkaConsumer.pool.enabled",
     default=True,
@@ -276,6 +287,7 @@ SOURCE_OPTIONS = OptionTable(
         INCLUDE_HEADERS,
         POLL_TIMEOUT_MS,
         CLIENT,
+        READ_MODE,
         POOL_ENABLED,
         POOL_CAPACITY,
         POOL_IDLE_TIMEOUT,
@@ -319,6 +331,7 @@ class KafkaSourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
     client: ReadClient = "kafka-python"
+    read_mode: ReadMode = "executors"
     pool_enabled: bool = True
     pool_capacity: int = 64
     pool_idle_timeout_s: float = 300.0
@@ -390,6 +403,7 @@ class KafkaSourceOptions:
             include_headers=INCLUDE_HEADERS.read(opts),
             poll_timeout_ms=POLL_TIMEOUT_MS.read(opts),
             client=client,
+            read_mode=READ_MODE.read(opts),
             pool_enabled=POOL_ENABLED.read(opts),
             pool_capacity=POOL_CAPACITY.read(opts),
             pool_idle_timeout_s=POOL_IDLE_TIMEOUT.read(opts),

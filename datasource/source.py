@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    SimpleDataSourceStreamReader,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -46,10 +52,23 @@ class GlobalTimeKafkaSource(DataSource):
         check_user_schema(schema, self.schema())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Executor mode's reader; with ``readMode=driver`` PySpark's "not implemented",
+        on which Spark asks for :meth:`simpleStreamReader` instead."""
         from datasource.stream_reader import GlobalTimeKafkaStreamReader
 
         self._check_schema(schema)
+        if self.parsed.read_mode == "driver":
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
         return GlobalTimeKafkaStreamReader(self.parsed, schema)
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        """The driver's reader of ``readMode=driver`` (:mod:`datasource.driver_reader`)."""
+        from datasource.driver_reader import DriverKafkaStreamReader
+
+        self._check_schema(schema)
+        return DriverKafkaStreamReader(self.parsed, schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from datasource.batch_reader import GlobalTimeKafkaBatchReader

@@ -351,8 +351,15 @@ RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
 COORDINATED = replace(SimConfig(), epochs_retained=1)
 #: The pipelines whose source prunes (or would): without the coordinator, and with it.
 PRUNED = (PRUNING, SPARSE, LONG, COORDINATED)
+#: The default pipeline read with ``readMode=driver``: a batch planned by the running query
+#: run has no read task, so the barrier learns its epoch from the offset log and records
+#: it; a batch run again after a restart is read by a read task, which records it.
+DRIVER = replace(SimConfig(), read_mode="driver")
+#: The same with the epoch log pruned by the drivers (batch records deleted below the
+#: floor, and recorded again by a replay) and with sparse output.
+DRIVER_PRUNED = replace(SPARSE, read_mode="driver")
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
-WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH, *PRUNED)
+WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH, *PRUNED, DRIVER, DRIVER_PRUNED)
 
 
 def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> SimConfig:
@@ -383,6 +390,8 @@ class Plan:
         *(RECREATED, RECREATED_FATAL),  # not poison: a recreated topic, the same search
     )
     pruned: tuple[SimConfig, ...] = PRUNED
+    #: The pipelines read with ``readMode=driver``.
+    driver: tuple[SimConfig, ...] = (DRIVER, DRIVER_PRUNED)
     small_bound: int = 2
     bound: int = 1
     seconds: float = 570.0
@@ -460,9 +469,9 @@ class _Worker:
                 f"every schedule of up to {plan.bound} events, the default pipeline (then "
                 "with poison rows at errors.tolerance=all and at none, on it and on the small "
                 "one; then with the epoch log pruned, and with pruning deferred to the "
-                "coordinator)",
+                "coordinator; then read with readMode=driver)",
                 PHASE_SHARES[1],
-                every((plan.config, *plan.dead_letters, *plan.pruned), plan.bound),
+                every((plan.config, *plan.dead_letters, *plan.pruned, *plan.driver), plan.bound),
             ),
             (
                 f"random walks from seed {plan.seed}, over {len(WALK_CONFIGS)} pipelines in "

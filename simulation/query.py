@@ -365,6 +365,11 @@ class SimConfig:
     #: and the source's ``failOnDataLoss``.
     recreate: bool = False
     fail_on_data_loss: bool = True
+    #: The source's ``readMode``: with ``driver`` a batch planned in the running query
+    #: run is read on the driver (no read task writes its batch record: the barrier
+    #: learns its epoch from the checkpoint's offset log and records it); a batch that
+    #: a restart runs again from the checkpoint is read by a read task, which writes it.
+    read_mode: str = "executors"
 
     def input_log(self) -> InputLog:
         return InputLog(

@@ -84,6 +84,7 @@ from state.errors import (
     RetriableError,
     RowsRefused,
     SnapshotCorrupted,
+    StateError,
 )
 from state.layout import PipelineLayout
 from state.protocol import barrier_state, batch_records, fencing, resume_point
@@ -92,6 +93,7 @@ from state.records.checkpoint_marker import CheckpointMarker
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import SourceOffset
 from state.retry import Retry
+from state.spark_offset_log import OffsetLogEntry
 from state.spark_task import StreamingTask
 
 if TYPE_CHECKING:
@@ -179,6 +181,24 @@ class World(Protocol):
 class SparkQueryError(RetriableError):
     """Spark failed the query run (a task failed every attempt, two drivers wrote the same
     checkpoint log entry); the supervisor restarts it."""
+
+
+class SimOffsetLog:
+    """The simulated checkpoint's offset log as the barrier reads it
+    (:class:`~state.spark_offset_log.OffsetLog`): one gtkafka source, its end offset."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
+
+    def entry(self, batch_id: int) -> OffsetLogEntry | None:
+        logged = self.checkpoint.offsets.get(batch_id)
+        return None if logged is None else OffsetLogEntry(batch_id, (logged[1].to_json(),))
+
+    def where(self, batch_id: int) -> str:
+        return f"the simulated checkpoint's offsets/{batch_id}"
+
+    def missing(self, batch_id: int) -> GtBarrierError:
+        return StateError(f"{self.where(batch_id)} is missing")
 
 
 @dataclass
@@ -727,7 +747,14 @@ class DriverProc:
                 end = planned
                 self.log_entry(ck.offsets, b, (start, end), "offsets")
             self.run_batch(
-                ck, reader, batch_id=b, start=start, end=end, query_id=query_id, run_id=run_id
+                ck,
+                reader,
+                batch_id=b,
+                start=start,
+                end=end,
+                query_id=query_id,
+                run_id=run_id,
+                on_driver=self.world.config.read_mode == "driver" and replay is None,
             )
             self.log_entry(ck.commits, b, None, "commits")
             # Spark commits every source after every batch; the product decides whether
@@ -822,7 +849,10 @@ class DriverProc:
         end: SourceOffset,
         query_id: str,
         run_id: str,
+        on_driver: bool = False,
     ) -> None:
+        """``on_driver``: ``readMode=driver`` read the batch's rows when it planned it (no
+        read task, no batch record: the barrier's commit records it from the offset log)."""
         epoch = start.epoch
         exec_store = self.exec_store
 
@@ -832,7 +862,8 @@ class DriverProc:
             records, dropped = source.read_ranges(reader, self.world.broker, start, end)
             if dropped:
                 self.world.read_dropped(epoch)
-            batch_records.write_batch_record(exec_store, self.layout, query_id, batch_id, epoch)
+            if not on_driver:
+                batch_records.write_batch_record(exec_store, self.layout, query_id, batch_id, epoch)
             return records
 
         records = self.task(read_task)
@@ -928,6 +959,10 @@ class DriverProc:
             # At none the sink has no destination (errors.deadLetter.path is not set).
             dead_letters=StoreDeadLetters(self.dead_store) if self.tolerance == "all" else None,
             start_generation=self.run_start,
+            # Executor mode's sink as deployed: no checkpointLocation it could read.
+            offset_log=(
+                SimOffsetLog(self.checkpoint) if self.world.config.read_mode == "driver" else None
+            ),
         )
 
     def operator_resolve(self) -> None:

@@ -34,11 +34,13 @@ from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
+from sink.offset_log_epochs import epoch_from_offset_log
 from sink.options import SinkOptions
 from sink.staging import Staging
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
+    ConfigError,
     DeliveryFailed,
     FatalError,
     GtBarrierError,
@@ -59,6 +61,7 @@ from state.protocol.barrier_state import (
 from state.protocol.epoch_log import epoch_of_batch
 from state.records.barrier import BarrierState
 from state.retry import Retry, cas_loop, delivery
+from state.spark_offset_log import CheckpointOffsetLog, OffsetLog
 from state.stores import StateStore
 from state.worker_logging import ensure_worker_logging
 
@@ -125,6 +128,7 @@ class Barrier:
         races: Retry | None = None,
         overlap_reads: bool = True,
         start_generation: int | None = None,
+        offset_log: OffsetLog | None = None,
     ) -> None:
         """``dead_letters`` is where refused rows go (by default opened, when a bundle has
         any, from ``errors.deadLetter.path``); ``clock`` stamps owners, ``sleep`` waits
@@ -133,7 +137,10 @@ class Barrier:
         batch record and barrier state concurrently (two round trips in the time of one);
         without it, one after the other. ``start_generation`` is the generation the
         committing run started at (:func:`~state.protocol.barrier_state.start_generation`),
-        None if it is not known: the run is then fenced by its marker, as before claims."""
+        None if it is not known: the run is then fenced by its marker, as before claims.
+        ``offset_log`` is the query's offset log, read for a batch without a batch record
+        (by default the files under the sink's ``checkpointLocation``)."""
+        self.offset_log = offset_log
         self.options = options
         self.store = store
         self.consumer = consumer
@@ -206,16 +213,7 @@ class Barrier:
                 epoch, held = self._epoch_and_state(batch)
         if epoch is None:
             if batch.rows:
-                raise FatalError(
-                    f"barrier: batch {batch.batch_id} of query {batch.query_id} produced "
-                    f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
-                    f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
-                    "no-data micro-batch, whose content is not replay-stable (set "
-                    "spark.sql.streaming.noDataMicroBatches.enabled=false; "
-                    "gtbarrier.register_all(spark) does), or the query does not read a "
-                    "gtkafka source with the same pipeline.id and state.uri as this sink "
-                    f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
-                )
+                raise FatalError(f"barrier: {self._no_record(batch)}")
             return batch.outcome("no-data", None)
 
         claim = self.states.claim_run(
@@ -352,8 +350,42 @@ class Barrier:
             return epoch, loading.result()
 
     def _epoch_of(self, batch: BatchCommit) -> int | None:
-        """The epoch the batch read (its batch record); None for a no-data batch."""
-        return epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
+        """The epoch the batch read (its batch record); None for a no-data batch.
+
+        A batch without a record (read on the driver, ``readMode=driver``) is looked up in
+        Spark's offset log (:mod:`sink.offset_log_epochs`), which records it. If the sink
+        cannot read that log, a batch with rows fails here, before anything is delivered,
+        with an error naming ``checkpointLocation``; one without rows is a no-data batch."""
+        epoch = epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
+        if epoch is not None:
+            return epoch
+        try:
+            offset_log = self.offset_log or CheckpointOffsetLog(self.options.checkpoint_location)
+            return epoch_from_offset_log(
+                self.store, self.layout, offset_log, batch.query_id, batch.batch_id
+            )
+        except ConfigError as err:
+            if batch.rows:
+                raise ConfigError(
+                    err.option,
+                    err.value,
+                    f"{err.expected}. Without it: {self._no_record(batch)}",
+                    where="barrier",
+                ) from None
+            return None
+
+    def _no_record(self, batch: BatchCommit) -> str:
+        """Why a batch with rows and no batch record is refused, and the ways out."""
+        return (
+            f"batch {batch.batch_id} of query {batch.query_id} produced "
+            f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
+            f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
+            "no-data micro-batch, whose content is not replay-stable (set "
+            "spark.sql.streaming.noDataMicroBatches.enabled=false; "
+            "gtbarrier.register_all(spark) does), or the query does not read a "
+            "gtkafka source with the same pipeline.id and state.uri as this sink "
+            f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
+        )
 
     def _resolve_inflight(
         self, held: HeldState, batch: BatchCommit, epoch: int

@@ -210,6 +210,10 @@ class SinkOptions:
     bundles (0: only at a claim)."""
     errors: DeadLetterSettings = field(default_factory=DeadLetterSettings)
     """``errors.*``: what happens to rows the consumer's target refuses."""
+    checkpoint_location: str | None = None
+    """The query's ``checkpointLocation`` as Spark passes it to the sink (None if the query
+    named it through ``spark.sql.streaming.checkpointLocation`` instead): where the barrier
+    reads Spark's offset log for a batch that has no batch record (``readMode=driver``)."""
 
     def __post_init__(self) -> None:
         self.kind.settings(self)  # the settings are the consumer's kind's, or a TypeError
@@ -262,6 +266,7 @@ class SinkOptions:
             fencing_token=token,
             sweep_every=sweep_every,
             errors=errors,
+            checkpoint_location=opts.raw("checkpointLocation"),
         )
         _check_dead_letters_outside_the_output(options)
         return options

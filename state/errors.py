@@ -213,6 +213,11 @@ class EpochLogConflict(FatalError):
     """The epoch log disagrees with the offsets Spark asked about (a different input)."""
 
 
+class OffsetLogMismatch(StateError, FatalError):
+    """Spark's offset log names a gtkafka offset for a batch that the epoch log does not
+    record as that epoch's end (a checkpoint of another pipeline, or a reset state)."""
+
+
 class SegmentGone(StateError, RetriableError):
     """An epoch segment that the floor record named when it was read is gone: a
     compaction merged it, or a pruning deleted it, since. Reading the floor again names

@@ -13,12 +13,14 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from simulation.choosers import ALL_KINDS
 from simulation.explore import (
     DEAD_LETTERS,
+    DRIVER,
     FANOUT,
     PRUNING,
     RECREATED,
@@ -39,6 +41,7 @@ from simulation.scheduler import Event
 from simulation.spark import DriverProc, SparkQueryError
 from simulation.world import Schedule, StepRecord
 from sink import cleanup, write_task
+from state import spark_offset_log
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SimConfig()
@@ -244,8 +247,9 @@ def test_the_command_prints_its_counts_last() -> None:
 
 def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
     # --bound 0: the failure-free schedule of the default pipeline, of each poison one (4),
-    # of each whose topic may be recreated (2) and of each pruned one (4), every one run
-    # although the budget (0.01 s) is spent before the first ends.
+    # of each whose topic may be recreated (2), of each pruned one (4) and of each read
+    # with readMode=driver (2), every one run although the budget (0.01 s) is spent
+    # before the first ends.
     done = subprocess.run(
         [
             sys.executable,
@@ -267,8 +271,8 @@ def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "schedules: 11", lines
-    assert any(line.endswith(": 11 schedules, complete") for line in lines), lines
+    assert lines[-2] == "schedules: 13", lines
+    assert any(line.endswith(": 13 schedules, complete") for line in lines), lines
     states = re.search(
         r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
     )
@@ -309,3 +313,33 @@ def test_the_exhaustive_phases_take_their_pipelines_in_turn() -> None:
     # the pruned ones, too), each pipeline's in its own order.
     runs = [iter([1, 2, 3]), iter([]), iter([4]), iter([5, 6])]
     assert list(in_turn(runs)) == [1, 4, 5, 2, 6, 3]
+
+
+# --- readMode=driver ------------------------------------------------------------------------
+
+
+def test_driver_mode_records_batches_from_the_offset_log_and_delivers_every_epoch_once() -> None:
+    """With ``readMode=driver`` no read task records a batch planned in the running run:
+    the barrier records it from the simulated offset log (``make sim`` and the walks
+    above explore the mode's faults: DRIVER and DRIVER_PRUNED are walk pipelines)."""
+    outcome, _ = run_schedule(DRIVER, Schedule())
+    assert outcome.violation is None
+    assert outcome.delivered == [0, 1, 2]
+    assert outcome.healed
+
+
+def test_a_barrier_that_takes_the_wrong_epoch_from_the_offset_log_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The simulator's invariants see a commit that maps a batch read on the driver to
+    the epoch before the one its offsets name."""
+    right = spark_offset_log.decide_batch_epoch
+
+    def one_too_early(*args: Any, **kwargs: Any) -> int | None:
+        epoch = right(*args, **kwargs)
+        return None if epoch is None else max(epoch - 1, 0)
+
+    monkeypatch.setattr(spark_offset_log, "decide_batch_epoch", one_too_early)
+    outcome, _ = run_schedule(DRIVER, Schedule())
+    assert outcome.violation is not None
+    assert outcome.violation.invariant == "content"
