@@ -1,8 +1,9 @@
 """The chaos run's short version: three rounds drawn from a fixed seed, one per query,
 with nine faults of nine kinds, against real servers (``python -m integration_tests.chaos
---quick --seed 7280 --rounds 3 --poison-share 1``, docs/chaos.md). Every round must deliver
-exactly once: nothing lost, nothing duplicated, stateful results equal to the failure-free
-reference; in the poison round, the consumer's content and the dead letters together."""
+--quick --seed 7280 --rounds 3 --poison-share 1 --driver-read-share 0.38``, docs/chaos.md),
+one of them with its source read on the driver. Every round must deliver exactly once:
+nothing lost, nothing duplicated, stateful results equal to the failure-free reference; in
+the poison round, the consumer's content and the dead letters together."""
 
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ pytestmark = pytest.mark.slow
 #   driver; poison rows (every stateless round has some with --poison-share 1): the round
 #   starts at errors.tolerance=none, the query stops at the poison bundle, and the round
 #   restarts it on the same checkpoint with errors.tolerance=all;
-# * windowed -> http: ZooKeeper restarted, S3 slowed down, the checkpoint deleted.
+# * windowed -> http: ZooKeeper restarted, S3 slowed down, the checkpoint deleted; its
+#   source reads on the driver (readMode=driver: the round's own draw, 0.368, is below
+#   the share given below; the other two rounds' draws are above it).
 SEED = 7280
 ROUNDS = 3
 PLANNED_FAULTS = 9
+DRIVER_READ_SHARE = 0.38
 
 
 @pytest.mark.timeout(1500)
@@ -40,6 +44,7 @@ def test_quick_chaos_run_is_exactly_once(tmp_path: Path) -> None:
             sizing=QUICK_SIZING,
             cluster_share=0.0,
             poison_share=1.0,
+            driver_read_share=DRIVER_READ_SHARE,
         )
     )
     assert summary.rounds == ROUNDS, summary
@@ -50,5 +55,6 @@ def test_quick_chaos_run_is_exactly_once(tmp_path: Path) -> None:
     # The stateless round's poison rows: refused, in dead letters, never in the consumer.
     assert summary.poisoned == 1 and summary.switched == 1, summary
     assert summary.dead_letters >= 1, summary
+    assert summary.driver_reads == 1, summary
     assert (tmp_path / "chaos" / "chaos.json").is_file()
     assert (tmp_path / "chaos" / "chaos.png").is_file()

@@ -1,9 +1,10 @@
-"""The chaos run's two round variants (integration_tests/chaos/variants.py): a consumer
-setting that changes between driver starts, and sparse output; their draws, and how the
-verdict judges them."""
+"""The chaos run's round variants (integration_tests/chaos/variants.py): a consumer
+setting that changes between driver starts, sparse output, and the source read on the
+driver; their draws, and how the verdict judges them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from integration_tests.chaos.reference import assign_epochs
 from integration_tests.chaos.variants import (
     SettingChange,
     Sparse,
+    draw_read_mode,
     draw_setting,
     draw_sparse,
     setting_fault_position,
@@ -69,7 +71,15 @@ def test_the_setting_change_goes_after_the_armed_faults() -> None:
     assert positions == {2, 3, 4, 5}
 
 
-def plan(index: int, setting: float, sparse: float) -> Any:
+def test_reads_on_the_driver_are_drawn_for_any_round_and_reproducibly() -> None:
+    assert all(draw_read_mode(5, i, 0.0) == "executors" for i in range(50))
+    assert all(draw_read_mode(5, i, 1.0) == "driver" for i in range(50))
+    drawn = [draw_read_mode(5, i, 0.3) for i in range(300)]
+    assert drawn == [draw_read_mode(5, i, 0.3) for i in range(300)]
+    assert 50 < drawn.count("driver") < 130
+
+
+def plan(index: int, setting: float, sparse: float, driver_reads: float = 0.0) -> Any:
     return draw_plan(
         11,
         index,
@@ -80,16 +90,23 @@ def plan(index: int, setting: float, sparse: float) -> Any:
         poison_share=0.6,
         setting_share=setting,
         sparse_share=sparse,
+        driver_read_share=driver_reads,
     )
 
 
 def test_the_variants_leave_every_other_draw_of_a_round_as_it_was() -> None:
     same = ("query", "consumer", "partitions", "records", "cluster")
-    seen = {"setting": 0, "sparse": 0}
+    seen = {"setting": 0, "sparse": 0, "driver": 0}
     for i in range(120):
-        plain, varied = plan(i, 0.0, 0.0), plan(i, 1.0, 1.0)
+        plain, varied = plan(i, 0.0, 0.0), plan(i, 1.0, 1.0, 0.5)
         assert plain.setting is None and plain.sparse is None
+        assert plain.read_mode == "executors"
         assert [getattr(plain, f) for f in same] == [getattr(varied, f) for f in same]
+        seen["driver"] += varied.read_mode == "driver"
+        # reading on the driver changes nothing else of the round
+        driven = plan(i, 0.0, 0.0, 1.0)
+        assert driven.read_mode == "driver"
+        assert replace(driven, read_mode="executors") == plain
         if plain.poison is None:
             assert varied.poison is None
         else:
@@ -102,7 +119,7 @@ def test_the_variants_leave_every_other_draw_of_a_round_as_it_was() -> None:
         seen["sparse"] += varied.sparse is not None
         if varied.sparse is not None:
             assert varied.poison is None and varied.query == "stateless"
-    assert seen["setting"] > 0 and seen["sparse"] > 0
+    assert seen["setting"] > 0 and seen["sparse"] > 0 and seen["driver"] > 0
 
 
 def test_a_bundle_that_follows_two_settings_is_differing() -> None:

@@ -72,6 +72,7 @@ def run(options: ChaosOptions, say: Callable[[str], None] = _say) -> RunSummary:
                 poison_share=options.poison_share,
                 setting_share=options.setting_share,
                 sparse_share=options.sparse_share,
+                driver_read_share=options.driver_read_share,
             )
             starts.append(time.monotonic() - t0)
             result = RoundRunner(plan, servers, out, timeout=options.round_timeout, say=say).run()

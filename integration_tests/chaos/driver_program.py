@@ -67,6 +67,7 @@ def start_query(spark: Any, job: DriverJob, token: int) -> Any:
         .option("pipeline.id", job.pipeline)
         .option("state.uri", job.state_uri)
         .option("state.epochsRetained", str(job.epochs_retained))
+        .option("readMode", job.read_mode)
         .options(**job.s3_options)
         .load()
     )

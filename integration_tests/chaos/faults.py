@@ -40,6 +40,7 @@ from integration_tests.chaos.poison import draw_poison
 from integration_tests.chaos.queries import QUERIES
 from integration_tests.chaos.variants import (
     SETTING_FAULT,
+    draw_read_mode,
     draw_setting,
     draw_sparse,
     setting_fault_position,
@@ -595,12 +596,14 @@ def draw_plan(
     poison_share: float = 0.0,
     setting_share: float = 0.0,
     sparse_share: float = 0.0,
+    driver_read_share: float = 0.0,
 ) -> RoundPlan:
     """Round ``index`` of the run with ``seed`` (see the module docstring); a share
     ``poison_share`` of its stateless rounds has poison rows
     (:func:`~integration_tests.chaos.poison.draw_poison`, a draw of its own), a share
     ``setting_share`` of its ``stateless -> postgres`` rounds a setting change and a share
-    ``sparse_share`` of the other stateless rounds without poison sparse output
+    ``sparse_share`` of the other stateless rounds without poison sparse output, and a
+    share ``driver_read_share`` of all rounds read on the driver
     (:mod:`integration_tests.chaos.variants`, draws of their own: the main generator's
     draws are the same with or without them)."""
     pairs = [(q, c) for q in queries for c in consumers]
@@ -630,7 +633,11 @@ def draw_plan(
             and (fault_kinds is None or k.name in fault_kinds)
         ]
 
-    plan = replace(plan, poison=draw_poison(seed, index, plan.query, plan.records, poison_share))
+    plan = replace(
+        plan,
+        poison=draw_poison(seed, index, plan.query, plan.records, poison_share),
+        read_mode=draw_read_mode(seed, index, driver_read_share),
+    )
     setting = draw_setting(seed, index, plan.query, plan.consumer, setting_share)
     if setting is not None:
         # The labels are refused from the first bundle on: the round runs at

@@ -41,6 +41,8 @@ class DriverJob:
     keep_divisor: int = 0
     #: ``state.epochsRetained`` of the source and the coordinator's ``epochs_retained``.
     epochs_retained: int = 1000
+    #: gtkafka's ``readMode`` (``executors`` or ``driver``).
+    read_mode: str = "executors"
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))

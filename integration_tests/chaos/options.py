@@ -13,7 +13,11 @@ from integration_tests.chaos.faults import FAULTS
 from integration_tests.chaos.plan import Sizing
 from integration_tests.chaos.poison import DEFAULT_SHARE
 from integration_tests.chaos.queries import QUERIES
-from integration_tests.chaos.variants import DEFAULT_SETTING_SHARE, DEFAULT_SPARSE_SHARE
+from integration_tests.chaos.variants import (
+    DEFAULT_DRIVER_READ_SHARE,
+    DEFAULT_SETTING_SHARE,
+    DEFAULT_SPARSE_SHARE,
+)
 
 QUICK_FAULTS = 10
 QUICK_SIZING = Sizing(
@@ -37,6 +41,7 @@ class ChaosOptions:
     poison_share: float = DEFAULT_SHARE  # stateless rounds with poison rows
     setting_share: float = DEFAULT_SETTING_SHARE  # stateless -> postgres: a setting change
     sparse_share: float = DEFAULT_SPARSE_SHARE  # stateless rounds without poison: sparse
+    driver_read_share: float = DEFAULT_DRIVER_READ_SHARE  # rounds read with readMode=driver
 
     def enough(self, rounds: int, faults: int) -> bool:
         """Whether a run that did ``rounds`` rounds and injected ``faults`` faults is done."""
@@ -124,6 +129,13 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         f"(default {DEFAULT_SPARSE_SHARE})",
     )
     p.add_argument(
+        "--driver-read-share",
+        type=float,
+        default=DEFAULT_DRIVER_READ_SHARE,
+        help="share of rounds whose source reads on the driver (gtkafka readMode=driver; "
+        f"default {DEFAULT_DRIVER_READ_SHARE})",
+    )
+    p.add_argument(
         "--round-timeout",
         type=float,
         default=900.0,
@@ -153,4 +165,5 @@ def parse(argv: list[str] | None = None) -> ChaosOptions:
         poison_share=a.poison_share,
         setting_share=a.setting_share,
         sparse_share=a.sparse_share,
+        driver_read_share=a.driver_read_share,
     )

@@ -53,6 +53,8 @@ class RoundPlan:
     #: Sparse output: a filter that keeps few rows, many small epochs, a small
     #: ``state.epochsRetained`` (None: the query's full output).
     sparse: Sparse | None = None
+    #: gtkafka's ``readMode``: ``executors``, or ``driver`` (no read task for a new batch).
+    read_mode: str = "executors"
 
     @property
     def round_id(self) -> str:
@@ -63,6 +65,8 @@ class RoundPlan:
         extra = "".join(
             f", {v.describe()}" for v in (self.poison, self.setting, self.sparse) if v is not None
         )
+        if self.read_mode == "driver":
+            extra += ", read on the driver"
         return (
             f"{self.query} -> {self.consumer}, {self.records} records in {self.partitions} "
             f"partition(s), {self.max_offsets}/batch, {where}{extra}"

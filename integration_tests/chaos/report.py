@@ -35,6 +35,7 @@ class RunSummary:
     settings_changed: int = 0  # rounds whose consumer setting changed between driver starts
     sparse: int = 0  # rounds with sparse output
     stored_epochs_max: int = 0  # the most epochs a sparse round stored at its end
+    driver_reads: int = 0  # rounds whose source read on the driver (readMode=driver)
 
     @property
     def clean(self) -> bool:
@@ -84,6 +85,7 @@ def summarize(
         stored_epochs_max=max(
             (v.stored_epochs for v in verdicts if v.stored_epochs is not None), default=0
         ),
+        driver_reads=sum(1 for r in results if r.plan.read_mode == "driver"),
     )
 
 
@@ -104,9 +106,10 @@ def round_line(r: RoundResult) -> str:
     faults = ", ".join(
         _kind_label(f.kind, f.params) + ("" if f.fired else " (not injected)") for f in r.faults
     )
+    reads = " (read on the driver)" if r.plan.read_mode == "driver" else ""
     return (
         f"[{r.plan.round_id}] {r.status.upper():7} {r.seconds:6.1f}s {r.plan.query} -> "
-        f"{r.consumer}: {faults}; {counts}; {r.driver_starts} driver start(s)"
+        f"{r.consumer}{reads}: {faults}; {counts}; {r.driver_starts} driver start(s)"
     )
 
 
@@ -144,6 +147,7 @@ def table(s: RunSummary) -> str:
             "sparse rounds",
             f"{s.sparse} (at most {s.stored_epochs_max} epochs stored at a round's end)",
         ),
+        ("rounds read on the driver", f"{s.driver_reads} (gtkafka readMode=driver)"),
         ("lost", str(s.lost)),
         ("duplicated", str(s.duplicated)),
         ("differing", str(s.differing)),

@@ -587,6 +587,7 @@ class RoundRunner:
             label_modulus=setting.modulus if setting is not None else 0,
             keep_divisor=sparse.divisor if sparse is not None else 0,
             epochs_retained=sparse.retained if sparse is not None else 1000,
+            read_mode=self.plan.read_mode,
         )
         if cluster is not None:
             self._job = replace(

@@ -1,5 +1,6 @@
-"""Two kinds of stateless round beyond the plain one: a consumer setting that changes
-between driver starts, and sparse output.
+"""Two kinds of stateless round beyond the plain one, a consumer setting that changes
+between driver starts and sparse output, and, for any round, the source read on the
+driver.
 
 * **A setting change** (:class:`SettingChange`, ``stateless -> postgres`` rounds): the
   query adds a string column ``label`` of ``n % modulus`` characters to row ``n``, and the
@@ -16,6 +17,12 @@ between driver starts, and sparse output.
   batches are small (many epochs) and the epoch log is pruned ``retained`` epochs below
   the barrier's progress and compacted, under the round's faults. The verdict adds that
   state stays bounded: at the end at most :meth:`Sparse.bound` epochs are stored.
+
+* **Reads on the driver** (:func:`draw_read_mode`): gtkafka's ``readMode=driver``, where
+  the driver's planner process reads each new batch and no read task runs, so the barrier
+  learns the batch's epoch from Spark's offset log (a batch run again after a restart is
+  read by a read task, which writes its batch record). Every fault applies: a killed
+  Python worker may be the planner in the middle of a read.
 
 Each is drawn from a seeded generator of its own (``"<seed>:<round>:setting"``,
 ``"<seed>:<round>:sparse"``), so a round's query, consumer, sizes and faults' draws are
@@ -37,6 +44,8 @@ SPARSE_QUERY = "stateless"
 #: line says otherwise.
 DEFAULT_SETTING_SHARE = 0.5
 DEFAULT_SPARSE_SHARE = 0.3
+#: The share of rounds (of any query) whose source reads on the driver.
+DEFAULT_DRIVER_READ_SHARE = 0.25
 #: The fault kind that applies a setting change (:mod:`.faults`).
 SETTING_FAULT = "setting_change"
 
@@ -133,6 +142,14 @@ def draw_sparse(seed: int, index: int, query: str, share: float) -> Sparse | Non
         max_offsets=rng.choice((20, 25, 30)),
         retained=rng.choice((8, 12, 20, 40)),
     )
+
+
+def draw_read_mode(seed: int, index: int, share: float) -> str:
+    """Round ``index``'s gtkafka ``readMode``: ``driver`` with probability ``share``, else
+    ``executors``. Drawn from ``random.Random(f"{seed}:{index}:readmode")``."""
+    if share <= 0:
+        return "executors"
+    return "driver" if random.Random(f"{seed}:{index}:readmode").random() < share else "executors"
 
 
 def setting_fault_position(seed: int, index: int, armed: int, others: int) -> int:
