@@ -66,6 +66,13 @@ The read tasks, which run the product's topic-id check:
     comparison of the recorded topic ids with the broker's, ``topic_id_check.recreated``
     as ``partition_reader`` calls it, disabled), on the pipeline whose topic may be
     recreated, at ``failOnDataLoss=false``.
+
+The snapshot coordinator's own steps, which the simulator runs in the product's
+``SnapshotPipeline``:
+
+18. a snapshot accepted without waiting for the barrier to drain
+    (``SnapshotPipeline._await_drained`` returns at once: the snapshot is accepted while a
+    bundle at or below its epoch is in flight, which a restore from it never replays).
 """
 
 from __future__ import annotations
@@ -118,6 +125,7 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
+from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
 from state.layout import PipelineLayout
 from state.profiling import StepTimer
@@ -595,3 +603,20 @@ def test_recreated_topic_read_under_the_old_id_is_found(monkeypatch: pytest.Monk
     assert invariant == "read under the planned topic id"
     # The topic recreated between epoch 0's planning and its read task.
     assert [e.kind for e in shortest.events] == ["recreate"]
+
+
+# --- 18. a snapshot accepted without waiting for the barrier to drain -------------------------
+
+
+def test_snapshot_accepted_before_the_drain_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def drained_at_once(
+        self: SnapshotPipeline, epoch: int, timeout: float, closing: Closing
+    ) -> None:
+        # The barrier's in-flight bundle is not looked at: the snapshot is accepted while a
+        # bundle at or below its epoch may still be resolved by a replay of that epoch.
+        return None
+
+    monkeypatch.setattr(SnapshotPipeline, "_await_drained", drained_at_once)
+    shortest, invariant = find_shortest("snapshot accepted before the drain")
+    assert invariant == "no snapshot over a bundle in flight"
+    assert shortest.events
