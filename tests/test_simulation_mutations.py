@@ -70,9 +70,13 @@ The read tasks, which run the product's topic-id check:
 The snapshot coordinator's own steps, which the simulator runs in the product's
 ``SnapshotPipeline``:
 
-18. a snapshot accepted without waiting for the barrier to drain
-    (``SnapshotPipeline._await_drained`` returns at once: the snapshot is accepted while a
-    bundle at or below its epoch is in flight, which a restore from it never replays).
+18. a snapshot accepted over a newer resume point (``SnapshotPipeline``'s acceptance
+    writes its point with a plain compare-and-swap, without ``advance_resume_point``'s
+    forward-only check): a driver that restored an older snapshot moves the point back;
+19. a snapshot accepted into the generation of its acceptance rather than the one it
+    started in (``SnapshotPipeline._accept`` takes the driver's lineage as it is then: a
+    snapshot of the old query version still in progress when ``recover(mode="replay")``
+    begins a new generation joins the new one).
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
+from state.coordinator.snapshot import attempt as snapshot_attempt
 from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
 from state.layout import PipelineLayout
@@ -139,9 +144,10 @@ from state.protocol.barrier_state import (
 from state.records.barrier import BarrierState, Owner
 from state.records.floor import FloorRecord
 from state.records.gt import GT_COLUMN
+from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
-from state.retry import delivery
+from state.retry import Retry, cas_loop, delivery
 from state.spark_task import StreamingTask
 from state.stores import StateStore
 
@@ -605,18 +611,47 @@ def test_recreated_topic_read_under_the_old_id_is_found(monkeypatch: pytest.Monk
     assert [e.kind for e in shortest.events] == ["recreate"]
 
 
-# --- 18. a snapshot accepted without waiting for the barrier to drain -------------------------
+# --- 18. a snapshot accepted over a newer resume point ---------------------------------------
 
 
-def test_snapshot_accepted_before_the_drain_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    def drained_at_once(
-        self: SnapshotPipeline, epoch: int, timeout: float, closing: Closing
-    ) -> None:
-        # The barrier's in-flight bundle is not looked at: the snapshot is accepted while a
-        # bundle at or below its epoch may still be resolved by a replay of that epoch.
-        return None
+def test_snapshot_accepted_over_a_newer_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def written_anyway(
+        backend: resume_point.ResumePointBackend,
+        make: Callable[[ResumePoint | None], ResumePoint],
+        *,
+        retry: Retry | None = None,
+    ) -> ResumePoint | None:
+        # The snapshot's point replaces the current one whatever their order: a plain
+        # compare-and-swap, without the forward-only check.
+        def once() -> ResumePoint:
+            current, version = resume_point.read_resume_point(backend)
+            new = make(current)
+            backend.write(new.to_json(), version)
+            return new
 
-    monkeypatch.setattr(SnapshotPipeline, "_await_drained", drained_at_once)
-    shortest, invariant = find_shortest("snapshot accepted before the drain")
-    assert invariant == "no snapshot over a bundle in flight"
-    assert shortest.events
+        return (retry or cas_loop())(once)
+
+    monkeypatch.setattr(snapshot_attempt, "advance_resume_point", written_anyway)
+    _, invariant = find_shortest("snapshot accepted over a newer resume point")
+    assert invariant == "resume point never moves back"
+
+
+# --- 19. a snapshot accepted into the generation of its acceptance ----------------------------
+
+
+def test_snapshot_taking_the_generation_at_acceptance_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    accept = SnapshotPipeline._accept
+
+    def generation_at_acceptance(
+        self: SnapshotPipeline, manifest: Manifest, token: int, timeout: float, closing: Closing
+    ) -> ResumePoint:
+        # The generation is read when the snapshot is accepted, not when it started: the
+        # driver's own recover(mode="replay") has moved its lineage on meanwhile.
+        moved = replace(manifest, generation=self.lineage.generation)
+        return accept(self, moved, token, timeout, closing)
+
+    monkeypatch.setattr(SnapshotPipeline, "_accept", generation_at_acceptance)
+    shortest, _ = find_shortest("snapshot taking the generation at its acceptance")
+    assert any(e.kind == "upgrade" for e in shortest.events)
