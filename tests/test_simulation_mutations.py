@@ -77,6 +77,12 @@ The snapshot coordinator's own steps, which the simulator runs in the product's
     started in (``SnapshotPipeline._accept`` takes the driver's lineage as it is then: a
     snapshot of the old query version still in progress when ``recover(mode="replay")``
     begins a new generation joins the new one).
+
+``recover(mode="replay")``, which the simulator runs in the product's ``Recoverer``:
+
+20. a replay that begins the new generation but leaves the checkpoint as it is
+    (``recover_checkpoint`` not called for ``mode="replay"``): the new query version runs
+    on the old version's offsets and state.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -129,6 +136,8 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
+from state.coordinator import recovery_future
+from state.coordinator.checkpoint_recovery import RecoveryResult
 from state.coordinator.snapshot import attempt as snapshot_attempt
 from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
@@ -654,4 +663,30 @@ def test_snapshot_taking_the_generation_at_acceptance_is_found(
 
     monkeypatch.setattr(SnapshotPipeline, "_accept", generation_at_acceptance)
     shortest, _ = find_shortest("snapshot taking the generation at its acceptance")
+    assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 20. a replay that keeps the old checkpoint -------------------------------------------------
+
+
+def test_replay_keeping_the_old_checkpoint_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    prepare = recovery_future.recover_checkpoint
+
+    def kept_on_replay(
+        store: StateStore,
+        layout: PipelineLayout,
+        point: ResumePoint | None,
+        checkpoint: Path,
+        mode: str,
+        **seams: Any,
+    ) -> RecoveryResult:
+        # The new generation is written, but the old version's checkpoint stays in place
+        # (neither emptied nor marked with the new generation).
+        if mode == "replay":
+            return RecoveryResult("keep", "the checkpoint is kept")
+        return prepare(store, layout, point, checkpoint, mode, **seams)
+
+    monkeypatch.setattr(recovery_future, "recover_checkpoint", kept_on_replay)
+    shortest, invariant = find_shortest("replay keeping the old checkpoint")
+    assert invariant == "content"
     assert any(e.kind == "upgrade" for e in shortest.events)
