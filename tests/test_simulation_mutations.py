@@ -87,6 +87,7 @@ The snapshot coordinator's own steps, which the simulator runs in the product's
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -98,6 +99,7 @@ import pyarrow.compute as pc
 import pytest
 
 from datasource import log_pruner, offsets, partition_reader, stream_reader
+from simulation import mutants
 from simulation.explore import (
     COORDINATED,
     DEAD_LETTERS,
@@ -115,7 +117,7 @@ from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
 from sink import barrier as sink_barrier
-from sink import cleanup, write_task
+from sink import write_task
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack
 from sink.dead_letters import dead_letter_format, dead_letter_settlement
@@ -137,13 +139,13 @@ from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
 from state.coordinator import recovery_future
-from state.coordinator.checkpoint_recovery import RecoveryResult
+from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
 from state.coordinator.snapshot import attempt as snapshot_attempt
 from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
 from state.layout import PipelineLayout
 from state.profiling import StepTimer
-from state.protocol import barrier_state, epoch_floor, resume_point
+from state.protocol import barrier_state, epoch_floor, fencing, resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
     Claim,
@@ -235,31 +237,8 @@ def test_row_filter_by_gt_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_snapshot_accepted_into_another_generation_is_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def accepted_anywhere(
-        current: ResumePoint | None,
-        snapshot: SnapshotRef,
-        *,
-        generation: int,
-        token: int,
-        query_id: str | None,
-        frontier: Any,
-        retain: int,
-        created_at: float,
-    ) -> ResumePoint:
-        # No generation check: the snapshot joins whatever generation the point is in.
-        older = current.retained if current is not None else ()
-        return ResumePoint(
-            generation=current.generation if current is not None else generation,
-            token=token,
-            epoch=snapshot.epoch,
-            batch_id=snapshot.batch_id,
-            query_id=query_id,
-            frontier=frontier,
-            created_at=created_at,
-            retained=(snapshot, *older)[:retain],
-        )
-
-    monkeypatch.setattr(resume_point, "accepted_point", accepted_anywhere)
+    bug = mutants.SNAPSHOT_INTO_ANOTHER_GENERATION
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     shortest, _ = find_shortest("snapshot accepted into another generation")
     assert any(e.kind == "upgrade" for e in shortest.events)
 
@@ -269,17 +248,8 @@ def test_snapshot_accepted_into_another_generation_is_found(
 
 @pytest.mark.slow
 def test_cleanup_without_the_generation_rule_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    superseded: Callable[[cleanup.StagingCleanup, str, cleanup.Authority], bool] = (
-        cleanup.StagingCleanup._superseded
-    )
-
-    def any_claimed_run(self: cleanup.StagingCleanup, rid: str, auth: cleanup.Authority) -> bool:
-        # Every run that ever claimed counts as superseded, also one newer than the owner.
-        if auth.generation is None:
-            return superseded(self, rid, auth)
-        return superseded(self, rid, replace(auth, generation=1 << 62))
-
-    monkeypatch.setattr(cleanup.StagingCleanup, "_superseded", any_claimed_run)
+    bug = mutants.CLEANUP_WITHOUT_THE_GENERATION_RULE
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     _, invariant = find_shortest("cleanup without the generation rule")
     assert invariant == "in-flight parts kept"
 
@@ -323,25 +293,8 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
 
 
 def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    swap = BarrierStateStore.swap
-
-    def unconfirmed(
-        self: BarrierStateStore,
-        held: HeldState,
-        new: BarrierState,
-        me: Owner | None,
-        what: str,
-        *,
-        claiming: bool = False,
-    ) -> HeldState:
-        if held.remembered:
-            # The decision made on the remembered state is swapped in on whatever version
-            # the state has now: the compare-and-swap no longer confirms it.
-            now = self.load().version
-            held = HeldState(held.state, now or held.version)
-        return swap(self, held, new, me, what, claiming=claiming)
-
-    monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
+    bug = mutants.STALE_REMEMBERED_STATE
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     shortest, _ = find_shortest("stale remembered state")
     assert any(e.kind in ("zombie", "crash") for e in shortest.events)
 
@@ -651,18 +604,44 @@ def test_snapshot_accepted_over_a_newer_point_is_found(monkeypatch: pytest.Monke
 def test_snapshot_taking_the_generation_at_acceptance_is_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    accept = SnapshotPipeline._accept
-
     def generation_at_acceptance(
         self: SnapshotPipeline, manifest: Manifest, token: int, timeout: float, closing: Closing
     ) -> ResumePoint:
-        # The generation is read when the snapshot is accepted, not when it started: the
-        # driver's own recover(mode="replay") has moved its lineage on meanwhile.
-        moved = replace(manifest, generation=self.lineage.generation)
-        return accept(self, moved, token, timeout, closing)
+        # SnapshotPipeline._accept, but the generation is read when the snapshot is
+        # accepted, not taken from its manifest (when it started): the driver's own
+        # recover(mode="replay") has moved its lineage on meanwhile.
+        ref = SnapshotRef(
+            snapshot_id=manifest.snapshot_id,
+            manifest=self.writer.manifest_key(manifest.snapshot_id),
+            manifest_sha256=hashlib.sha256(manifest.to_bytes()).hexdigest(),
+            epoch=manifest.epoch,
+            batch_id=manifest.batch_id,
+        )
+
+        def make(current: ResumePoint | None) -> ResumePoint:
+            fencing.check_token(self.store, self.layout, token)
+            return resume_point.accepted_point(
+                current,
+                ref,
+                generation=self.lineage.generation,
+                token=token,
+                query_id=manifest.query_id,
+                frontier=manifest.frontier,
+                retain=self.config.retain,
+                created_at=time.time(),
+            )
+
+        written = resume_point.advance_resume_point(self.ownership.backend, make)
+        if written is None:
+            raise StateError("not accepted")
+        self.lineage.seen(written)
+        return written
 
     monkeypatch.setattr(SnapshotPipeline, "_accept", generation_at_acceptance)
-    shortest, _ = find_shortest("snapshot taking the generation at its acceptance")
+    shortest, invariant = find_shortest("snapshot taking the generation at its acceptance")
+    # The healthy driver's restore refuses the old version's snapshot in the new
+    # generation, and none other is retained.
+    assert invariant == "liveness"
     assert any(e.kind == "upgrade" for e in shortest.events)
 
 
@@ -670,7 +649,7 @@ def test_snapshot_taking_the_generation_at_acceptance_is_found(
 
 
 def test_replay_keeping_the_old_checkpoint_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    prepare = recovery_future.recover_checkpoint
+    prepare = recover_checkpoint
 
     def kept_on_replay(
         store: StateStore,
