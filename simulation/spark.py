@@ -6,13 +6,17 @@ resume point generation it works in) and the query it supervises. Its actors:
 * ``pN`` runs the coordinator's start (read the resume point and refuse a generation begun
   after the process started, the product's ``check_driver_generation``; take a fencing
   token, claim the barrier for the driver), then the supervised query: recover the
-  checkpoint, run query runs one after the other, restarting a failed run up to
-  :data:`MAX_RESETS` times;
+  checkpoint (the product's ``Recoverer``), run query runs one after the other,
+  restarting a failed run up to :data:`MAX_RESETS` times;
 * ``pNs`` is the snapshot worker: it snapshots each completed batch while later batches
-  run, waits until the barrier has nothing in flight at or below the batch's epoch, and
-  accepts the snapshot into the resume point;
+  run, with the product's ``SnapshotPipeline.run`` (it waits until the barrier has
+  nothing in flight at or below the batch's epoch, and accepts the snapshot into the
+  resume point) over the simulated files (:class:`SimManifestWriter`);
 * ``pNu`` replaces ``pN`` when the operator upgrades the query (a new version on a fresh
-  checkpoint, ``recover(mode="replay")``).
+  checkpoint: the product's ``Recoverer.recover(mode="replay")``).
+
+``recover()`` is the product's ``Recoverer`` and ``recover_checkpoint`` over the
+simulated checkpoint (:class:`SimCheckpointFiles`).
 
 A driver runs its sink at one ``errors.tolerance``, the one deployed when it started
 (``World.tolerance``): at ``none`` a write task with a poison row fails
