@@ -83,6 +83,13 @@ The snapshot coordinator's own steps, which the simulator runs in the product's
 20. a replay that begins the new generation but leaves the checkpoint as it is
     (``recover_checkpoint`` not called for ``mode="replay"``): the new query version runs
     on the old version's offsets and state.
+
+The coordinator's pruning after an accepted snapshot, due in the simulator on the pipeline
+whose coordinator keeps few epochs:
+
+21. the coordinator pruning past its oldest retained snapshot (``snapshot_floor_target``
+    as the snapshot pipeline calls it, without the snapshot's bound): a restore of that
+    snapshot would find its epochs pruned.
 """
 
 from __future__ import annotations
@@ -669,3 +676,22 @@ def test_replay_keeping_the_old_checkpoint_is_found(monkeypatch: pytest.MonkeyPa
     shortest, invariant = find_shortest("replay keeping the old checkpoint")
     assert invariant == "content"
     assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 21. the coordinator pruning past its oldest retained snapshot -------------------------------
+
+
+def test_coordinator_pruning_past_its_oldest_snapshot_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def past_the_snapshots(
+        progress: int, inflight_epoch: int | None, retained: int, oldest_snapshot_epoch: int
+    ) -> int:
+        # The epochs the oldest retained snapshot's restore starts at are not kept.
+        return epoch_floor.floor_target(progress, inflight_epoch, retained)
+
+    monkeypatch.setattr(snapshot_attempt, "snapshot_floor_target", past_the_snapshots)
+    shortest, invariant = find_shortest("coordinator pruning past its oldest snapshot", COORDINATED)
+    assert invariant == "the floor spares restores"
+    # The failure-free run: the coordinator's first pruning after a snapshot.
+    assert shortest.events == ()
