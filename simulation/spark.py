@@ -430,16 +430,20 @@ def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "non
     return replace(_parsed_options(token, tolerance), store=store.config)
 
 
-def _coordinator_config(store: SimStore) -> CoordinatorConfig:
+def _coordinator_config(store: SimStore, epochs_retained: int) -> CoordinatorConfig:
     """The coordinator's configuration of a driver (no ZooKeeper: the fencing token alone
     protects the pipeline; the checkpoint path is never opened), retaining
-    :data:`RETAIN` snapshots and waiting :data:`DRAIN_TIMEOUT` for the barrier to drain."""
+    :data:`RETAIN` snapshots and waiting :data:`DRAIN_TIMEOUT` for the barrier to drain;
+    its ``epochs_retained`` is the source's ``state.epochsRetained`` where the pipeline
+    sets one (``SimConfig.epochs_retained``), so that its pruning after a snapshot is due
+    within a small run, else the product's default."""
     return CoordinatorConfig(
         pipeline_id=PIPELINE,
         store=store.config,
         checkpoint=SIM_CHECKPOINT,
         retain=RETAIN,
         drain_timeout=DRAIN_TIMEOUT,
+        epochs_retained=epochs_retained or CoordinatorConfig.epochs_retained,
     )
 
 
@@ -612,7 +616,7 @@ class DriverProc:
         #: and the generation the process observed when it started (before it would wait
         #: for the driver lock) or the newest one it began itself, the only one it works in.
         self.ownership = DriverOwnership(
-            _coordinator_config(self.store),
+            _coordinator_config(self.store, world.config.epochs_retained),
             self.store,
             on_acquired=self.acquired,
             races=world.retry(),
