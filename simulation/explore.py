@@ -347,7 +347,8 @@ RECREATED = replace(SMALL, keys=4, recreate=True, fail_on_data_loss=False)
 RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
 #: The default pipeline whose source sets ``state.epochsRetained=1``: the drivers' pruner
 #: would be due after every batch, but the snapshot coordinator owns the pruning (its driver
-#: record says so), and the pruner defers to it (the coordinator's own pruning is not run).
+#: record says so), and the pruner defers to it; the coordinator keeps as few epochs, so
+#: its own pruning after an accepted snapshot runs.
 COORDINATED = replace(SimConfig(), epochs_retained=1)
 #: The pipelines whose source prunes (or would): without the coordinator, and with it.
 PRUNED = (PRUNING, SPARSE, LONG, COORDINATED)

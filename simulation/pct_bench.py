@@ -24,97 +24,35 @@ import argparse
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from simulation import mutants
 from simulation.explore import quiet, run_pct, run_seed, walk_config
 from simulation.query import SimConfig
 from simulation.world import Outcome, Schedule
-from sink import cleanup
-from state.protocol import resume_point
-from state.protocol.barrier_state import BarrierStateStore, HeldState
-from state.records.barrier import BarrierState, Owner
-from state.records.resume_point import ResumePoint, SnapshotRef
 
 Searcher = Callable[[SimConfig, int], tuple[Outcome, Schedule]]
 #: The two searchers compared: a seed's random walk, and its PCT run.
 SEARCHERS: dict[str, Searcher] = {"walks": run_seed, "PCT": run_pct}
 
 
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    original = owner.__dict__[name]
-    setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-def stale_remembered_state() -> contextlib.AbstractContextManager[None]:
-    """Mutation 5 of ``tests/test_simulation_mutations.py``: a swap decided on the
-    remembered barrier state is made on whatever version the state has now (the
-    compare-and-swap no longer confirms it). Shortest known schedule: a zombie, p2 run,
-    then p1 again."""
-    swap = BarrierStateStore.swap
-
-    def unconfirmed(
-        self: BarrierStateStore,
-        held: HeldState,
-        new: BarrierState,
-        me: Owner | None,
-        what: str,
-        *,
-        claiming: bool = False,
-    ) -> HeldState:
-        if held.remembered:
-            now = self.load().version
-            held = HeldState(held.state, now or held.version)
-        return swap(self, held, new, me, what, claiming=claiming)
-
-    return _patched(BarrierStateStore, "swap", unconfirmed)
-
-
-def cleanup_without_generation_rule() -> contextlib.AbstractContextManager[None]:
-    """Mutation 3 of ``tests/test_simulation_mutations.py``: a zombie's cleanup takes every
-    run that ever claimed for superseded, a newer one too, and deletes its parts. Shortest
-    known schedule: a zombie, p2 staging, p1's cleanup between p2's staging and commit."""
-    superseded = cleanup.StagingCleanup._superseded
-
-    def any_claimed_run(self: cleanup.StagingCleanup, rid: str, auth: cleanup.Authority) -> bool:
-        if auth.generation is None:
-            return superseded(self, rid, auth)
-        return superseded(self, rid, replace(auth, generation=1 << 62))
-
-    return _patched(cleanup.StagingCleanup, "_superseded", any_claimed_run)
-
-
-def snapshot_accepted_into_another_generation() -> contextlib.AbstractContextManager[None]:
-    """Mutation 2 of ``tests/test_simulation_mutations.py``: a snapshot is accepted into
-    whatever generation the resume point is in, not only its own. Shortest known
-    schedules: an upgrade and three or four preemptions and faults around it."""
-    accepted = resume_point.accepted_point
-
-    def accepted_anywhere(
-        current: ResumePoint | None, snapshot: SnapshotRef, **fields: Any
-    ) -> ResumePoint:
-        if current is not None:
-            fields["generation"] = current.generation
-        return accepted(current, snapshot, **fields)
-
-    return _patched(resume_point, "accepted_point", accepted_anywhere)
-
-
 #: name -> (the mutation, the invariant it violates).
+#: Bugs that need a second driver and the two drivers interleaved in one order at two
+#: points (shortest known schedules: a zombie, p2 run, then p1 again; a zombie, p2
+#: staging, p1's cleanup between p2's staging and commit; an upgrade and three or four
+#: preemptions and faults around it).
 MUTANTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[None]], str]] = {
-    "5 stale remembered state": (stale_remembered_state, "GT_last never moves back"),
+    "5 stale remembered state": (
+        mutants.STALE_REMEMBERED_STATE.applied,
+        "GT_last never moves back",
+    ),
     "3 cleanup without the generation rule": (
-        cleanup_without_generation_rule,
+        mutants.CLEANUP_WITHOUT_THE_GENERATION_RULE.applied,
         "in-flight parts kept",
     ),
     "2 snapshot accepted into another generation": (
-        snapshot_accepted_into_another_generation,
+        mutants.SNAPSHOT_INTO_ANOTHER_GENERATION.applied,
         "liveness",  # the healthy driver finds no usable snapshot
     ),
 }

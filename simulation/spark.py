@@ -6,13 +6,17 @@ resume point generation it works in) and the query it supervises. Its actors:
 * ``pN`` runs the coordinator's start (read the resume point and refuse a generation begun
   after the process started, the product's ``check_driver_generation``; take a fencing
   token, claim the barrier for the driver), then the supervised query: recover the
-  checkpoint, run query runs one after the other, restarting a failed run up to
-  :data:`MAX_RESETS` times;
+  checkpoint (the product's ``Recoverer``), run query runs one after the other,
+  restarting a failed run up to :data:`MAX_RESETS` times;
 * ``pNs`` is the snapshot worker: it snapshots each completed batch while later batches
-  run, waits until the barrier has nothing in flight at or below the batch's epoch, and
-  accepts the snapshot into the resume point;
+  run, with the product's ``SnapshotPipeline.run`` (it waits until the barrier has
+  nothing in flight at or below the batch's epoch, and accepts the snapshot into the
+  resume point) over the simulated files (:class:`SimManifestWriter`);
 * ``pNu`` replaces ``pN`` when the operator upgrades the query (a new version on a fresh
-  checkpoint, ``recover(mode="replay")``).
+  checkpoint: the product's ``Recoverer.recover(mode="replay")``).
+
+``recover()`` is the product's ``Recoverer`` and ``recover_checkpoint`` over the
+simulated checkpoint (:class:`SimCheckpointFiles`).
 
 A driver runs its sink at one ``errors.tolerance``, the one deployed when it started
 (``World.tolerance``): at ``none`` a write task with a poison row fails
@@ -37,8 +41,7 @@ starts from the source's persisted start or a snapshot's frontier.
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -70,13 +73,15 @@ from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.options import SinkOptions
 from state.coordinator import checkpoint_recovery
-from state.coordinator.checkpoint_recovery import LocalCheckpoint, decide
+from state.coordinator.batches import CompletedBatch
+from state.coordinator.checkpoint_recovery import LocalCheckpoint
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot import attempt as snapshot_attempt
+from state.coordinator.recovery_future import Recoverer
+from state.coordinator.snapshot.attempt import Lineage, SnapshotPipeline
+from state.coordinator.snapshot.restore import Materialised
 from state.coordinator.supervisor import Supervisor
 from state.errors import (
-    CoordinationError,
     EpochsPruned,
     GtBarrierError,
     KeyExists,
@@ -87,14 +92,15 @@ from state.errors import (
     StateError,
 )
 from state.layout import PipelineLayout
-from state.protocol import barrier_state, batch_records, fencing, resume_point
+from state.protocol import barrier_state, batch_records, fencing
 from state.protocol.barrier_state import read_barrier_state
 from state.records.checkpoint_marker import CheckpointMarker
-from state.records.resume_point import ResumePoint, SnapshotRef
+from state.records.manifest import Manifest
 from state.records.source_offset import SourceOffset
 from state.retry import Retry
 from state.spark_offset_log import OffsetLogEntry
 from state.spark_task import StreamingTask
+from state.stores import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -110,12 +116,16 @@ MAX_RESETS = 3
 #: What the commit's error says when the target refuses rows an earlier attempt's
 #: dead-letter file lacks (``DeadLetterSettlement`` in ``sink/dead_letters``).
 REFUSES_MORE = "the target refuses rows it accepted then"
+#: Where the checkpoint would be (never opened: :class:`SimCheckpointFiles`).
+SIM_CHECKPOINT = Path("/simulated/checkpoint")
 #: The pipeline's id (its keys in the store are under ``sim/``).
 PIPELINE = "sim"
 #: Snapshots the resume point retains.
 RETAIN = 2
-#: How often the snapshot worker looks for the barrier to drain before giving up.
-DRAIN_POLLS = 3
+#: The coordinator's ``drain_timeout``, in the simulation's seconds (a millisecond a
+#: step, every actor's): longer than a whole run, as 180 s is longer than the batches and
+#: recoveries it overlaps, so that no interleaving abandons a snapshot by its deadline.
+DRAIN_TIMEOUT = 2.0
 
 
 class World(Protocol):
@@ -134,9 +144,15 @@ class World(Protocol):
     #: The sink's errors.tolerance deployed now; write tasks that refused rows (at none).
     tolerance: Tolerance
     refusals: int
+    #: The checkpoint content each snapshot copied, by its manifest's key (the blobs).
+    snapshot_files: dict[str, dict[str, Any]]
 
     def view(self, name: str) -> SimStore:
         """A store view of its own (per-process memory is keyed by it)."""
+
+    def newest_snapshot(self) -> int | None:
+        """The id of the newest snapshot the resume point retains now (read by the fault
+        model, not by a driver: no scheduling point)."""
 
     def dead_view(self, name: str) -> SimStore:
         """A view of the dead-letter store of its own."""
@@ -219,7 +235,7 @@ class Checkpoint:
     def local(self) -> LocalCheckpoint:
         """What :func:`~state.coordinator.checkpoint_recovery.decide` sees of it."""
         return LocalCheckpoint(
-            path=Path("/simulated/checkpoint"),
+            path=SIM_CHECKPOINT,
             exists=True,
             empty=self.empty,
             query_id=self.query_id,
@@ -269,6 +285,11 @@ class Checkpoint:
         )
 
 
+def _never_closing() -> str | None:
+    """A snapshot's ``closing``: the simulated coordinator never closes."""
+    return None
+
+
 def _no_query() -> StreamingQuery:
     """``build_query``: never called (:meth:`SupervisedDriver.call_build_query` runs the
     simulated query instead)."""
@@ -314,15 +335,19 @@ class SupervisedDriver:
         return self.proc.accepted
 
     def recover(self, mode: str = "restore") -> object:
+        """The product's ``Recoverer.recover`` (take the pipeline, then ``mode="replay"``'s
+        new generation or the restore), over the simulated checkpoint; without the
+        coordinator, Spark's restart on the checkpoint as it is."""
         proc = self.proc
         try:
-            if proc.token is None and proc.world.config.coordinator:
-                proc.acquire()
-            proc.recover()
+            if proc.world.config.coordinator:
+                return proc.recoverer.recover(mode)
+            return checkpoint_recovery.recover_checkpoint(
+                proc.store, proc.layout, None, SIM_CHECKPOINT, mode, files=proc.files
+            )
         except GtBarrierError as err:
             proc.errors.append(f"{type(err).__name__}: {err}")
             raise
-        return None
 
     @property
     def stop_requested(self) -> bool:
@@ -348,22 +373,74 @@ class SupervisedDriver:
 
 
 @dataclass(frozen=True)
-class SimManifest:
-    """A snapshot's manifest: the generation it was taken in, the checkpoint's content."""
+class QueuedBatch:
+    """A batch whose commit-log entry is written, as the coordinator's listener hands it
+    over (the product's :class:`CompletedBatch`), with the checkpoint's content after it
+    (the files its snapshot copies)."""
 
-    generation: int
+    batch: CompletedBatch
     files: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class CompletedBatch:
-    """A batch whose commit-log entry is written: what its snapshot needs."""
+class SimManifestWriter:
+    """The snapshot's files, for the product's ``SnapshotPipeline`` (its ``writer=``
+    seam): the checkpoint's content after the batch is kept by the world (the blobs), and
+    the product's manifest record is created under the next free snapshot id."""
 
-    batch_id: int
-    epoch: int
-    end: SourceOffset
-    query_id: str
-    files: dict[str, Any]
+    def __init__(self, world: World, store: SimStore, layout: PipelineLayout) -> None:
+        self.world = world
+        self.store = store
+        self.layout = layout
+        self.manifests: dict[int, Manifest] = {}
+        #: The content of the checkpoint the next ``write`` copies.
+        self.pending: dict[str, Any] = {}
+
+    def files_ready(self, checkpoint: Path, batch_id: int) -> object:
+        return None  # the batch is queued once its commit-log entry is written
+
+    def write(
+        self,
+        checkpoint: Path,
+        *,
+        batch_id: int,
+        epoch: int,
+        frontier: Any,
+        generation: int,
+        token: int,
+        query_id: str | None,
+        clock: Callable[[], float],
+    ) -> Manifest:
+        prefix = self.layout.snapshots_prefix
+        heads = (k[len(prefix) :].split("/", 1)[0] for k in self.store.list(prefix))
+        sid = 1 + max((int(h) for h in heads if h.isdigit()), default=0)
+        while True:
+            manifest = Manifest(
+                pipeline_id=self.layout.pipeline_id,
+                snapshot_id=sid,
+                generation=generation,
+                token=token,
+                batch_id=batch_id,
+                epoch=epoch,
+                frontier=frontier,
+                query_id=query_id,
+                created_at=clock(),
+                files=(),
+            )
+            key = self.manifest_key(sid)
+            try:
+                self.store.create(key, manifest.to_bytes())
+            except KeyExists:
+                sid += 1
+                continue
+            self.world.snapshot_files[key] = self.pending
+            self.manifests[sid] = manifest
+            return manifest
+
+    def manifest_key(self, snapshot_id: int) -> str:
+        return f"{self.layout.snapshot(snapshot_id)}manifest.json"
+
+    def forget_blobs(self, names: Iterable[str]) -> None:
+        pass  # no blobs: the content is the world's
 
 
 def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "none") -> SinkOptions:
@@ -373,11 +450,20 @@ def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "non
     return replace(_parsed_options(token, tolerance), store=store.config)
 
 
-def _coordinator_config(store: SimStore) -> CoordinatorConfig:
+def _coordinator_config(store: SimStore, epochs_retained: int) -> CoordinatorConfig:
     """The coordinator's configuration of a driver (no ZooKeeper: the fencing token alone
-    protects the pipeline; the checkpoint path is never opened)."""
+    protects the pipeline; the checkpoint path is never opened), retaining
+    :data:`RETAIN` snapshots and waiting :data:`DRAIN_TIMEOUT` for the barrier to drain;
+    its ``epochs_retained`` is the source's ``state.epochsRetained`` where the pipeline
+    sets one (``SimConfig.epochs_retained``), so that its pruning after a snapshot is due
+    within a small run, else the product's default."""
     return CoordinatorConfig(
-        pipeline_id=PIPELINE, store=store.config, checkpoint=Path("/simulated/checkpoint")
+        pipeline_id=PIPELINE,
+        store=store.config,
+        checkpoint=SIM_CHECKPOINT,
+        retain=RETAIN,
+        drain_timeout=DRAIN_TIMEOUT,
+        epochs_retained=epochs_retained or CoordinatorConfig.epochs_retained,
     )
 
 
@@ -470,6 +556,45 @@ class WriteTask:
         )
 
 
+class SimCheckpointFiles:
+    """The driver's checkpoint as the product's ``recover_checkpoint`` changes it (its
+    ``files=`` seam): the simulated :class:`Checkpoint`, a snapshot's content from the
+    world's blobs."""
+
+    def __init__(self, proc: DriverProc) -> None:
+        self.proc = proc
+
+    def inspect(self) -> LocalCheckpoint:
+        return self.proc.checkpoint.local()
+
+    def remove(self) -> None:
+        self.proc.checkpoint = Checkpoint()
+
+    def mark(self, marker: CheckpointMarker) -> None:
+        self.proc.checkpoint.marker = marker.generation
+
+    def install(
+        self,
+        store: StateStore,
+        layout: PipelineLayout,
+        manifest: Manifest,
+        *,
+        cancelled: Callable[[], bool],
+    ) -> Materialised:
+        """The snapshot's checkpoint in place of the driver's; :class:`SnapshotCorrupted`
+        for the newest retained snapshot at a driver started with it unusable (the
+        ``older`` crash), or for one whose content is gone."""
+        proc = self.proc
+        if proc.newest_unusable and manifest.snapshot_id == proc.world.newest_snapshot():
+            raise SnapshotCorrupted(f"snapshot {manifest.snapshot_id}: its files are corrupted")
+        files = proc.world.snapshot_files.get(proc.writer.manifest_key(manifest.snapshot_id))
+        if files is None:
+            raise SnapshotCorrupted(f"snapshot {manifest.snapshot_id}: its files are gone")
+        proc.checkpoint = Checkpoint.from_snapshot(files, manifest.generation)
+        proc.newest_unusable = False
+        return Materialised(files=len(files), bytes=0, seconds=0.0)
+
+
 class DriverProc:
     """One driver program (module docstring)."""
 
@@ -511,7 +636,7 @@ class DriverProc:
         #: and the generation the process observed when it started (before it would wait
         #: for the driver lock) or the newest one it began itself, the only one it works in.
         self.ownership = DriverOwnership(
-            _coordinator_config(self.store),
+            _coordinator_config(self.store, world.config.epochs_retained),
             self.store,
             on_acquired=self.acquired,
             races=world.retry(),
@@ -519,10 +644,36 @@ class DriverProc:
             identifier=self.name,
         )
         self.ownership.started_generation = started
-        #: The resume point generation the coordinator snapshots in.
-        self.lineage = 0
+        #: The resume point generation the coordinator snapshots in (the product's).
+        self.lineage = Lineage()
+        #: The product's snapshot pipeline, over the simulated files and clock.
+        self.writer = SimManifestWriter(world, self.store, self.layout)
+        self.snapshots = SnapshotPipeline(
+            self.ownership.config,
+            self.store,
+            self.ownership,
+            self.lineage,
+            writer=self.writer,
+            clock=world.clock,
+            monotonic=world.clock,
+            sleep=world.sleep,
+        )
+        #: The product's recovery (``recover()``), over the simulated checkpoint and clock.
+        self.files = SimCheckpointFiles(self)
+        self.recoverer = Recoverer(
+            self.ownership.config,
+            self.store,
+            self.ownership,
+            self.lineage,
+            stop_snapshots=self.end_generation,
+            on_new_generation=self.generation_begun,
+            files=self.files,
+            clock=world.clock,
+            monotonic=world.clock,
+            sleep=world.sleep,
+        )
         #: Completed batches the snapshot worker has still to snapshot.
-        self.queue: list[CompletedBatch] = []
+        self.queue: list[QueuedBatch] = []
         #: running, finished (the input is consumed), fenced, gave-up, or dead (crashed).
         self.status = "running"
         self.main_done = False
@@ -543,87 +694,47 @@ class DriverProc:
     # --- the driver program -------------------------------------------------------------
 
     def main(self) -> None:
-        """``pN``: start the snapshot worker; then, for a query version whose generation is
-        not written yet, ``recover(mode="replay")``; then the supervised query."""
+        """``pN``: start the snapshot worker; then the supervised query, whose first
+        recovery is ``recover(mode="replay")`` for a query version whose generation is not
+        written yet."""
         if self.world.config.coordinator:
             self.world.spawn(f"{self.name}s", self.snapshot_loop, self)
-        if self.version in self.world.generations or self.new_generation():
-            self.supervise()
+        self.supervise("restore" if self.version in self.world.generations else "replay")
 
     def upgrade(self) -> None:
         """``pNu``: the operator stopped the query; the coordinator starts a new version
-        of it on a fresh checkpoint (a new resume point generation), then supervises it."""
-        self.queue.clear()  # the coordinator stops following the old query's batches
+        of it on a fresh checkpoint (``recover(mode="replay")``: a new resume point
+        generation), then supervises it."""
         self.version = self.world.version
-        if self.new_generation():
-            self.supervise()
+        self.supervise("replay")
 
-    def new_generation(self) -> bool:
-        """``recover(mode="replay")``: a new resume point generation, an empty checkpoint
-        marked with it. False if the driver stopped (fenced, or it gave up)."""
-        failures = 0
-        while True:
-            try:
-                if self.token is None:
-                    self.acquire()
-                written = self.write_new_generation()
-            except GtBarrierError as err:
-                if self.stop_on(err, recovering=True):
-                    return False
-                failures += 1
-                if failures > MAX_RESETS:
-                    self.end("gave-up")
-                    return False
-                self.world.sleep(1.0)
-                continue
-            self.lineage = written.generation
-            self.ownership.began_generation(written)
-            self.world.generations.setdefault(self.version, written.generation)
-            self.checkpoint = Checkpoint(marker=written.generation)
-            return True
+    def end_generation(self, timeout: float) -> bool:
+        """The Recoverer's ``stop_snapshots`` before a new generation: the coordinator
+        stops following the old query's batches. The snapshot in progress is not ended
+        (the product ends it at its next step): the acceptance's own generation check
+        keeps it out of the new generation."""
+        self.queue.clear()
+        return True
 
-    def write_new_generation(self) -> ResumePoint:
-        """The next resume point generation, written by this driver's token (the product's
-        ``new_generation`` rule, moved forward with ``advance_resume_point``)."""
-        token, store, layout = self.token, self.store, self.layout
-        assert token is not None
-
-        def make(current: ResumePoint | None) -> ResumePoint:
-            fencing.check_token(store, layout, token)
-            return resume_point.new_generation(current, token=token, created_at=self.world.clock())
-
-        written = resume_point.advance_resume_point(
-            resume_point.StoreResumePoints(store, layout), make, retry=self.world.retry()
-        )
-        if written is None:  # a higher generation always moves the point forward
-            raise CoordinationError("the new generation was not written")
-        return written
+    def generation_begun(self) -> None:
+        """The Recoverer's ``on_new_generation``: the query version deployed now runs in
+        the generation this driver began (drivers started later recover into it)."""
+        self.world.generations.setdefault(self.version, self.lineage.generation)
 
     def end(self, status: str) -> None:
         self.status = status
         self.main_done = True
 
-    def stop_on(self, err: GtBarrierError, *, recovering: bool) -> bool:
-        """Whether ``err`` stops the driver rather than a reset (the supervisor's rule: a
-        fenced driver stops; a recovery error that retrying cannot fix stops; a failed
-        query is reset)."""
-        self.errors.append(f"{type(err).__name__}: {err}")
-        if isinstance(err, PipelineFenced):
-            self.end("fenced")
-            return True
-        if recovering and not err.retriable:
-            self.end("gave-up")
-            return True
-        return False
-
-    def supervise(self) -> None:
-        """The product's ``Supervisor``: recover and run the query; reset it after a
-        failure, up to MAX_RESETS consecutive times without an accepted snapshot in
-        between; a fenced driver, or a recovery error retrying cannot fix, stops it."""
+    def supervise(self, mode: str) -> None:
+        """The product's ``Supervisor``: recover (first in ``mode``) and run the query;
+        reset it after a failure, up to MAX_RESETS consecutive times without an accepted
+        snapshot in between; a fenced driver, or a recovery error retrying cannot fix,
+        stops it."""
         supervisor = Supervisor(
             SupervisedDriver(self),
             _no_query,
             MAX_RESETS,
+            mode=mode,
             backoff=1.0,
             max_backoff=1.0,
             sleep=self.reset_pause,
@@ -662,55 +773,7 @@ class DriverProc:
         lineage."""
         point = self.ownership.read_resume_point()
         self.ownership.check_generation(point)
-        self.lineage = resume_point.generation_of(point)
-
-    def backend(self) -> resume_point.StoreResumePoints:
-        return resume_point.StoreResumePoints(self.store, self.layout)
-
-    def recover(self) -> None:
-        """``recover(mode="restore")``: keep the checkpoint, start fresh, or materialise a
-        snapshot (the decision is the product's; the materialisation mirrors
-        ``recover_checkpoint`` over the simulated checkpoint)."""
-        point, _ = resume_point.read_resume_point(self.backend())
-        try:
-            self.ownership.check_generation(point)
-        except PipelineFenced:
-            self.ownership.revoke()  # a newer driver began it and holds a newer token
-            raise
-        local = self.checkpoint.local()
-        decision = decide(point, local, "restore", pipeline_id=self.layout.pipeline_id)
-        generation = point.generation if point is not None else 0
-        if decision.action == "fresh":
-            self.checkpoint = Checkpoint(marker=generation)
-            return
-        if decision.action == "keep":
-            self.checkpoint.marker = generation
-            return
-        assert point is not None
-        newest = point.retained[0] if point.retained else None
-
-        def load(ref: SnapshotRef) -> SimManifest:
-            if ref is newest and self.newest_unusable:
-                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its files are corrupted")
-            hit = self.store.get_or_none(ref.manifest)
-            if hit is None:
-                raise SnapshotCorrupted(f"snapshot {ref.snapshot_id}: its manifest is gone")
-            raw = json.loads(hit.data)
-            return SimManifest(int(raw["generation"]), raw["files"])
-
-        def install(ref: SnapshotRef, manifest: SimManifest) -> Checkpoint:
-            return Checkpoint.from_snapshot(manifest.files, generation)
-
-        # The product's choice among the retained snapshots (recover_checkpoint's); only
-        # the files are the simulator's.
-        restored = checkpoint_recovery.restore_retained(
-            point, local, self.layout.pipeline_id, load, install
-        )
-        if restored.installed is None:
-            self.checkpoint.marker = generation
-        else:
-            self.checkpoint = restored.installed
-            self.newest_unusable = False
+        self.lineage.seen(point)
 
     # --- one query run --------------------------------------------------------------------
 
@@ -761,10 +824,30 @@ class DriverProc:
             # this driver prunes (not where the coordinator owns pruning).
             reader.commit(end.to_json())
             if self.world.config.coordinator:
-                self.queue.append(
-                    CompletedBatch(b, start.epoch, end, query_id, ck.snapshot_json(b))
-                )
+                self.queue.append(self.completed(b, start.epoch, end, query_id, run_id, ck))
             b, start, replay = b + 1, end, None
+
+    def completed(  # noqa: PLR0917 - the batch's fields, as the listener reads them
+        self,
+        batch_id: int,
+        epoch: int,
+        end: SourceOffset,
+        query_id: str,
+        run_id: str,
+        ck: Checkpoint,
+    ) -> QueuedBatch:
+        """The listener's event of a batch whose commit-log entry is written."""
+        batch = CompletedBatch(
+            query_id=query_id,
+            run_id=run_id,
+            batch_id=batch_id,
+            epoch=epoch,
+            frontier=end.to_json(),
+            num_input_rows=0,
+            duration_ms=0,
+            gtkafka=True,
+        )
+        return QueuedBatch(batch, ck.snapshot_json(batch_id))
 
     @property
     def max_rows(self) -> int:
@@ -1004,67 +1087,16 @@ class DriverProc:
             except PipelineFenced:
                 return
             except GtBarrierError as err:
-                self.errors.append(f"snapshot {batch.batch_id}: {type(err).__name__}: {err}")
+                self.errors.append(f"snapshot {batch.batch.batch_id}: {type(err).__name__}: {err}")
 
-    def snapshot(self, batch: CompletedBatch) -> None:
-        """Copy the batch's checkpoint files (one manifest), wait until the barrier has no
-        bundle in flight at or below its epoch, accept it into the resume point."""
-        generation, token = self.lineage, self.token
-        if token is None:
-            return
-        store, layout = self.store, self.layout
-        names = store.list(layout.snapshots_prefix)
-        sid = 1 + max((int(k.split("/")[-2]) for k in names), default=0)
-        manifest = {
-            "generation": generation,
-            "token": token,
-            "batch_id": batch.batch_id,
-            "epoch": batch.epoch,
-            "query_id": batch.query_id,
-            "files": batch.files,
-        }
-        for _ in range(3):
-            key = f"{layout.snapshot(sid)}manifest.json"
-            try:
-                store.create_json(key, manifest)
-                break
-            except KeyExists:
-                sid += 1
-        else:
-            return
-        for poll in range(DRAIN_POLLS):
-            if (
-                snapshot_attempt.blocking_bundle(read_barrier_state(store, layout), batch.epoch)
-                is None
-            ):
-                break
-            if poll + 1 == DRAIN_POLLS:
-                return  # drain_timeout: this snapshot is abandoned
-            self.world.sleep(0.5)
-        ref = SnapshotRef(
-            snapshot_id=sid,
-            manifest=key,
-            manifest_sha256="simulated",
-            epoch=batch.epoch,
-            batch_id=batch.batch_id,
-        )
-
-        def make(current: ResumePoint | None) -> ResumePoint:
-            fencing.check_token(store, layout, token)
-            return resume_point.accepted_point(
-                current,
-                ref,
-                generation=generation,
-                token=token,
-                query_id=batch.query_id,
-                frontier=batch.end.to_json(),
-                retain=RETAIN,
-                created_at=self.world.clock(),
-            )
-
-        written = resume_point.advance_resume_point(
-            resume_point.StoreResumePoints(store, layout), make, retry=self.world.retry()
-        )
-        if written is not None:
-            self.lineage = written.generation
-            self.accepted += 1
+    def snapshot(self, batch: QueuedBatch) -> None:
+        """The product's ``SnapshotPipeline.run`` on the batch: its files (one manifest,
+        :class:`SimManifestWriter`), the wait until the barrier has no bundle in flight at
+        or below its epoch, the acceptance into the resume point, the pruning of snapshots
+        and of the epoch log."""
+        self.writer.pending = batch.files
+        # Nothing ends it early: the coordinator's ``end_generation`` before a replay is not
+        # modelled, so the acceptance's own generation check is what keeps an old
+        # version's snapshot out of a new generation.
+        self.snapshots.run(batch.batch, closing=_never_closing)
+        self.accepted += 1

@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -154,6 +154,7 @@ class World:
         #: version without one begins it: ``recover(mode="replay")``.
         self.version = 1
         self.generations: dict[int, int] = {1: 0}
+        self.snapshot_files: dict[str, dict[str, Any]] = {}
         self.current: Actor | None = None
         self.main: Greenlet | None = None
         self.step = 0
@@ -224,6 +225,16 @@ class World:
 
     def view(self, name: str) -> SimStore:
         return SimStore(self, self.inner, f"w{self.number}-{name}")
+
+    def newest_snapshot(self) -> int | None:
+        """The id of the newest snapshot the resume point retains now (the fault model's
+        read: no scheduling point)."""
+        point, _ = resume_point.read_resume_point(
+            resume_point.StoreResumePoints(self.inner, self.layout)
+        )
+        if point is None or not point.retained:
+            return None
+        return point.retained[0].snapshot_id
 
     def dead_view(self, name: str) -> SimStore:
         return SimStore(self.dead_host, self.dead_inner, f"w{self.number}-{name}")

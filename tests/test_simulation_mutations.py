@@ -66,13 +66,39 @@ The read tasks, which run the product's topic-id check:
     comparison of the recorded topic ids with the broker's, ``topic_id_check.recreated``
     as ``partition_reader`` calls it, disabled), on the pipeline whose topic may be
     recreated, at ``failOnDataLoss=false``.
+
+The snapshot coordinator's own steps, which the simulator runs in the product's
+``SnapshotPipeline``:
+
+18. a snapshot accepted over a newer resume point (``SnapshotPipeline``'s acceptance
+    writes its point with a plain compare-and-swap, without ``advance_resume_point``'s
+    forward-only check): a driver that restored an older snapshot moves the point back;
+19. a snapshot accepted into the generation of its acceptance rather than the one it
+    started in (``SnapshotPipeline._accept`` takes the driver's lineage as it is then: a
+    snapshot of the old query version still in progress when ``recover(mode="replay")``
+    begins a new generation joins the new one).
+
+``recover(mode="replay")``, which the simulator runs in the product's ``Recoverer``:
+
+20. a replay that begins the new generation but leaves the checkpoint as it is
+    (``recover_checkpoint`` not called for ``mode="replay"``): the new query version runs
+    on the old version's offsets and state.
+
+The coordinator's pruning after an accepted snapshot, due in the simulator on the pipeline
+whose coordinator keeps few epochs:
+
+21. the coordinator pruning past its oldest retained snapshot (``snapshot_floor_target``
+    as the snapshot pipeline calls it, without the snapshot's bound): a restore of that
+    snapshot would find its epochs pruned.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -80,6 +106,7 @@ import pyarrow.compute as pc
 import pytest
 
 from datasource import log_pruner, offsets, partition_reader, stream_reader
+from simulation import mutants
 from simulation.explore import (
     COORDINATED,
     DEAD_LETTERS,
@@ -97,7 +124,7 @@ from simulation.query import SimConfig
 from simulation.staging import SimStaging
 from simulation.world import Schedule
 from sink import barrier as sink_barrier
-from sink import cleanup, write_task
+from sink import write_task
 from sink.bundle import BarrierCommitMessage, Bundle
 from sink.consumers.base import Ack
 from sink.dead_letters import dead_letter_format, dead_letter_settlement
@@ -118,10 +145,14 @@ from sink.dead_letters.dead_letter_format import (
 from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.lost_bundle import LostBundle
 from sink.staging import Staging, parquet_bytes
+from state.coordinator import recovery_future
+from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
+from state.coordinator.snapshot import attempt as snapshot_attempt
+from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
 from state.layout import PipelineLayout
 from state.profiling import StepTimer
-from state.protocol import barrier_state, epoch_floor, resume_point
+from state.protocol import barrier_state, epoch_floor, fencing, resume_point
 from state.protocol.barrier_state import (
     BarrierStateStore,
     Claim,
@@ -131,9 +162,10 @@ from state.protocol.barrier_state import (
 from state.records.barrier import BarrierState, Owner
 from state.records.floor import FloorRecord
 from state.records.gt import GT_COLUMN
+from state.records.manifest import Manifest
 from state.records.resume_point import ResumePoint, SnapshotRef
 from state.records.source_offset import Frontier, SourceOffset, TopicPartitionKey
-from state.retry import delivery
+from state.retry import Retry, cas_loop, delivery
 from state.spark_task import StreamingTask
 from state.stores import StateStore
 
@@ -212,31 +244,8 @@ def test_row_filter_by_gt_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_snapshot_accepted_into_another_generation_is_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def accepted_anywhere(
-        current: ResumePoint | None,
-        snapshot: SnapshotRef,
-        *,
-        generation: int,
-        token: int,
-        query_id: str | None,
-        frontier: Any,
-        retain: int,
-        created_at: float,
-    ) -> ResumePoint:
-        # No generation check: the snapshot joins whatever generation the point is in.
-        older = current.retained if current is not None else ()
-        return ResumePoint(
-            generation=current.generation if current is not None else generation,
-            token=token,
-            epoch=snapshot.epoch,
-            batch_id=snapshot.batch_id,
-            query_id=query_id,
-            frontier=frontier,
-            created_at=created_at,
-            retained=(snapshot, *older)[:retain],
-        )
-
-    monkeypatch.setattr(resume_point, "accepted_point", accepted_anywhere)
+    bug = mutants.SNAPSHOT_INTO_ANOTHER_GENERATION
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     shortest, _ = find_shortest("snapshot accepted into another generation")
     assert any(e.kind == "upgrade" for e in shortest.events)
 
@@ -246,17 +255,8 @@ def test_snapshot_accepted_into_another_generation_is_found(
 
 @pytest.mark.slow
 def test_cleanup_without_the_generation_rule_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    superseded: Callable[[cleanup.StagingCleanup, str, cleanup.Authority], bool] = (
-        cleanup.StagingCleanup._superseded
-    )
-
-    def any_claimed_run(self: cleanup.StagingCleanup, rid: str, auth: cleanup.Authority) -> bool:
-        # Every run that ever claimed counts as superseded, also one newer than the owner.
-        if auth.generation is None:
-            return superseded(self, rid, auth)
-        return superseded(self, rid, replace(auth, generation=1 << 62))
-
-    monkeypatch.setattr(cleanup.StagingCleanup, "_superseded", any_claimed_run)
+    bug = mutants.CLEANUP_WITHOUT_THE_GENERATION_RULE
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     _, invariant = find_shortest("cleanup without the generation rule")
     assert invariant == "in-flight parts kept"
 
@@ -300,25 +300,8 @@ def test_commit_without_the_claim_check_is_found(monkeypatch: pytest.MonkeyPatch
 
 
 def test_stale_remembered_state_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    swap = BarrierStateStore.swap
-
-    def unconfirmed(
-        self: BarrierStateStore,
-        held: HeldState,
-        new: BarrierState,
-        me: Owner | None,
-        what: str,
-        *,
-        claiming: bool = False,
-    ) -> HeldState:
-        if held.remembered:
-            # The decision made on the remembered state is swapped in on whatever version
-            # the state has now: the compare-and-swap no longer confirms it.
-            now = self.load().version
-            held = HeldState(held.state, now or held.version)
-        return swap(self, held, new, me, what, claiming=claiming)
-
-    monkeypatch.setattr(BarrierStateStore, "swap", unconfirmed)
+    bug = mutants.STALE_REMEMBERED_STATE
+    monkeypatch.setattr(bug.owner, bug.name, bug.replacement())
     shortest, _ = find_shortest("stale remembered state")
     assert any(e.kind in ("zombie", "crash") for e in shortest.events)
 
@@ -595,3 +578,120 @@ def test_recreated_topic_read_under_the_old_id_is_found(monkeypatch: pytest.Monk
     assert invariant == "read under the planned topic id"
     # The topic recreated between epoch 0's planning and its read task.
     assert [e.kind for e in shortest.events] == ["recreate"]
+
+
+# --- 18. a snapshot accepted over a newer resume point ---------------------------------------
+
+
+def test_snapshot_accepted_over_a_newer_point_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    def written_anyway(
+        backend: resume_point.ResumePointBackend,
+        make: Callable[[ResumePoint | None], ResumePoint],
+        *,
+        retry: Retry | None = None,
+    ) -> ResumePoint | None:
+        # The snapshot's point replaces the current one whatever their order: a plain
+        # compare-and-swap, without the forward-only check.
+        def once() -> ResumePoint:
+            current, version = resume_point.read_resume_point(backend)
+            new = make(current)
+            backend.write(new.to_json(), version)
+            return new
+
+        return (retry or cas_loop())(once)
+
+    monkeypatch.setattr(snapshot_attempt, "advance_resume_point", written_anyway)
+    _, invariant = find_shortest("snapshot accepted over a newer resume point")
+    assert invariant == "resume point never moves back"
+
+
+# --- 19. a snapshot accepted into the generation of its acceptance ----------------------------
+
+
+def test_snapshot_taking_the_generation_at_acceptance_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def generation_at_acceptance(
+        self: SnapshotPipeline, manifest: Manifest, token: int, timeout: float, closing: Closing
+    ) -> ResumePoint:
+        # SnapshotPipeline._accept, but the generation is read when the snapshot is
+        # accepted, not taken from its manifest (when it started): the driver's own
+        # recover(mode="replay") has moved its lineage on meanwhile.
+        ref = SnapshotRef(
+            snapshot_id=manifest.snapshot_id,
+            manifest=self.writer.manifest_key(manifest.snapshot_id),
+            manifest_sha256=hashlib.sha256(manifest.to_bytes()).hexdigest(),
+            epoch=manifest.epoch,
+            batch_id=manifest.batch_id,
+        )
+
+        def make(current: ResumePoint | None) -> ResumePoint:
+            fencing.check_token(self.store, self.layout, token)
+            return resume_point.accepted_point(
+                current,
+                ref,
+                generation=self.lineage.generation,
+                token=token,
+                query_id=manifest.query_id,
+                frontier=manifest.frontier,
+                retain=self.config.retain,
+                created_at=time.time(),
+            )
+
+        written = resume_point.advance_resume_point(self.ownership.backend, make)
+        if written is None:
+            raise StateError("not accepted")
+        self.lineage.seen(written)
+        return written
+
+    monkeypatch.setattr(SnapshotPipeline, "_accept", generation_at_acceptance)
+    shortest, invariant = find_shortest("snapshot taking the generation at its acceptance")
+    # The healthy driver's restore refuses the old version's snapshot in the new
+    # generation, and none other is retained.
+    assert invariant == "liveness"
+    assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 20. a replay that keeps the old checkpoint -------------------------------------------------
+
+
+def test_replay_keeping_the_old_checkpoint_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    prepare = recover_checkpoint
+
+    def kept_on_replay(
+        store: StateStore,
+        layout: PipelineLayout,
+        point: ResumePoint | None,
+        checkpoint: Path,
+        mode: str,
+        **seams: Any,
+    ) -> RecoveryResult:
+        # The new generation is written, but the old version's checkpoint stays in place
+        # (neither emptied nor marked with the new generation).
+        if mode == "replay":
+            return RecoveryResult("keep", "the checkpoint is kept")
+        return prepare(store, layout, point, checkpoint, mode, **seams)
+
+    monkeypatch.setattr(recovery_future, "recover_checkpoint", kept_on_replay)
+    shortest, invariant = find_shortest("replay keeping the old checkpoint")
+    assert invariant == "content"
+    assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 21. the coordinator pruning past its oldest retained snapshot -------------------------------
+
+
+def test_coordinator_pruning_past_its_oldest_snapshot_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def past_the_snapshots(
+        progress: int, inflight_epoch: int | None, retained: int, oldest_snapshot_epoch: int
+    ) -> int:
+        # The epochs the oldest retained snapshot's restore starts at are not kept.
+        return epoch_floor.floor_target(progress, inflight_epoch, retained)
+
+    monkeypatch.setattr(snapshot_attempt, "snapshot_floor_target", past_the_snapshots)
+    shortest, invariant = find_shortest("coordinator pruning past its oldest snapshot", COORDINATED)
+    assert invariant == "the floor spares restores"
+    # The failure-free run: the coordinator's first pruning after a snapshot.
+    assert shortest.events == ()

@@ -23,6 +23,10 @@ Whatever it does, :func:`recover_checkpoint` leaves the directory in place with 
 generation marker naming the resume point's generation, so that a later recovery can
 tell this generation's checkpoint from an older version's.
 
+The directory's files are reached through :class:`CheckpointFiles` (by default
+:class:`LocalDirectory`): a deterministic simulation runs :func:`recover_checkpoint` over
+a checkpoint of its own.
+
 After a restore Spark restarts at the batch after the snapshot's; the gtkafka source
 replays from the recorded epoch boundaries and the barrier drops what was delivered.
 """
@@ -269,6 +273,56 @@ def restore_retained(
     )
 
 
+class CheckpointFiles(Protocol):
+    """The checkpoint directory as :func:`recover_checkpoint` changes it."""
+
+    def inspect(self) -> LocalCheckpoint:
+        """What the directory holds now."""
+
+    def remove(self) -> None:
+        """Delete the directory and everything in it."""
+
+    def mark(self, marker: CheckpointMarker) -> None:
+        """Create the directory if needed and (re)write its generation marker."""
+
+    def install(
+        self,
+        store: StateStore,
+        layout: PipelineLayout,
+        manifest: Manifest,
+        *,
+        cancelled: Callable[[], bool],
+    ) -> Materialised:
+        """Replace the directory's content with the snapshot's files, verified
+        (:class:`SnapshotCorrupted` if they do not match the manifest)."""
+
+
+@dataclass(frozen=True)
+class LocalDirectory:
+    """A checkpoint directory on this host: :class:`CheckpointFiles` over the file system."""
+
+    path: Path
+
+    def inspect(self) -> LocalCheckpoint:
+        return LocalCheckpoint.inspect(self.path)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path)
+
+    def mark(self, marker: CheckpointMarker) -> None:
+        write_marker(self.path, marker)
+
+    def install(
+        self,
+        store: StateStore,
+        layout: PipelineLayout,
+        manifest: Manifest,
+        *,
+        cancelled: Callable[[], bool],
+    ) -> Materialised:
+        return materialise(store, layout, manifest, self.path, cancelled=cancelled)
+
+
 @dataclass(frozen=True)
 class RecoveryResult:
     """What :func:`recover` did; ``snapshot`` is the snapshot materialised, if any."""
@@ -292,26 +346,29 @@ def recover_checkpoint(  # noqa: PLR0913 - the decision's inputs plus a keyword-
     mode: str,
     *,
     cancelled: Callable[[], bool] = lambda: False,
+    files: CheckpointFiles | None = None,
 ) -> RecoveryResult:
     """Carry out :func:`decide` on ``checkpoint`` and mark it with the resume point's
     generation. See the module docstring.
 
     In ``mode="replay"`` ``point`` is the new generation's (already written), so that
-    the emptied directory is marked with it.
+    the emptied directory is marked with it. ``files`` reaches the directory (default:
+    :class:`LocalDirectory` of ``checkpoint``, which then only names it in log lines).
     """
     started = time.monotonic()
-    local = LocalCheckpoint.inspect(checkpoint)
+    directory = files if files is not None else LocalDirectory(checkpoint)
+    local = directory.inspect()
     decision = decide(point, local, mode, pipeline_id=layout.pipeline_id)
     log.info("recover %s: %s (%s)", checkpoint, decision.action, decision.reason)
     marker = CheckpointMarker(layout.pipeline_id, point.generation if point is not None else 0)
     if decision.action == "fresh":
         if local.exists:
             log.warning("removing the old checkpoint %s: %s", checkpoint, decision.reason)
-            shutil.rmtree(checkpoint)
-        write_marker(checkpoint, marker)
+            directory.remove()
+        directory.mark(marker)
         return RecoveryResult("fresh", decision.reason, seconds=time.monotonic() - started)
     if decision.action == "keep":
-        write_marker(checkpoint, marker)
+        directory.mark(marker)
         return RecoveryResult("keep", decision.reason, seconds=time.monotonic() - started)
     assert point is not None
 
@@ -319,11 +376,11 @@ def recover_checkpoint(  # noqa: PLR0913 - the decision's inputs plus a keyword-
         return load_manifest(store, ref.manifest, ref.manifest_sha256)
 
     def install(ref: SnapshotRef, manifest: Manifest) -> Materialised:
-        return materialise(store, layout, manifest, checkpoint, cancelled=cancelled)
+        return directory.install(store, layout, manifest, cancelled=cancelled)
 
     restored = restore_retained(point, local, layout.pipeline_id, load, install)
     ref, skipped = restored.ref, restored.skipped
-    write_marker(checkpoint, marker)
+    directory.mark(marker)
     done = restored.installed
     if done is None:
         reason = (

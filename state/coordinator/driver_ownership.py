@@ -307,7 +307,13 @@ class DriverOwnership:
         finally:
             session.stop()
 
-    def resume_point_writes(self, deadline: float) -> Retry:
+    def resume_point_writes(
+        self,
+        deadline: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Retry:
         """The compare-and-swap loop that moves the resume point, for ``deadline`` seconds.
 
         It retries lost races and, in ZooKeeper, an unreachable server (the session's calls
@@ -319,7 +325,14 @@ class DriverOwnership:
         def retriable(err: BaseException) -> bool:
             return lost_race(err) or (retry_zookeeper and isinstance(err, ZooKeeperUnavailable))
 
-        return Retry.until(deadline, base_delay=0.1, max_delay=1.0, is_retriable=retriable)
+        return Retry.until(
+            deadline,
+            base_delay=0.1,
+            max_delay=1.0,
+            is_retriable=retriable,
+            sleep=sleep,
+            clock=clock,
+        )
 
 
 __all__ = ["DriverOwnership"]

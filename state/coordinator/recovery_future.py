@@ -27,7 +27,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
+from state.coordinator.checkpoint_recovery import (
+    CheckpointFiles,
+    RecoveryResult,
+    recover_checkpoint,
+)
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot.attempt import Lineage
@@ -70,10 +74,17 @@ class Recoverer:
         *,
         stop_snapshots: Callable[[float], bool],
         on_new_generation: Callable[[], None],
+        files: CheckpointFiles | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``stop_snapshots(timeout)`` stops following the old query and ends the snapshot in
         progress before a new generation begins (False: one still runs after ``timeout``);
-        ``on_new_generation()`` runs once the new generation is written."""
+        ``on_new_generation()`` runs once the new generation is written. ``files`` reaches
+        the checkpoint directory (default: the configured one on this host), ``clock``
+        stamps the new generation, ``monotonic`` and ``sleep`` time its writes: seams for
+        a deterministic simulation, which calls :meth:`recover` in its own steps."""
         self.config = config
         self.store = store
         self.layout = config.layout
@@ -81,6 +92,10 @@ class Recoverer:
         self.lineage = lineage
         self._stop_snapshots = stop_snapshots
         self._on_new_generation = on_new_generation
+        self._files = files
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
         self.last: RecoveryResult | None = None
 
     def start(self, mode: str) -> RecoveryFuture:
@@ -97,7 +112,7 @@ class Recoverer:
             return
         started = time.monotonic()
         try:
-            result = self._recover(future, mode)
+            result = self.recover(mode, future)
         except BaseException as err:  # handed to whoever waits on the future
             future.set_exception(err)
             return
@@ -112,7 +127,11 @@ class Recoverer:
             )
         future.set_result(result)
 
-    def _recover(self, future: RecoveryFuture, mode: str) -> RecoveryResult:
+    def recover(self, mode: str, future: RecoveryFuture | None = None) -> RecoveryResult:
+        """One recovery in ``mode``, in the caller's thread (see the module docstring);
+        ``future`` (default: a new one) shows its step and asks it to stop."""
+        if future is None:
+            future = RecoveryFuture()
         future.step = self.ownership.describe_acquire()
         self.ownership.acquire()
         backend = self.ownership.backend
@@ -129,7 +148,7 @@ class Recoverer:
             generation = self._new_generation()
             future.step = f"removing the old checkpoint {self.config.checkpoint}"
             result = recover_checkpoint(
-                self.store, self.layout, generation, self.config.checkpoint, mode
+                self.store, self.layout, generation, self.config.checkpoint, mode, files=self._files
             )
             self._on_new_generation()
             return result
@@ -148,6 +167,7 @@ class Recoverer:
             self.config.checkpoint,
             mode,
             cancelled=future.cancel_requested.is_set,
+            files=self._files,
         )
 
     def _new_generation(self) -> ResumePoint:
@@ -159,12 +179,14 @@ class Recoverer:
 
         def make(current: ResumePoint | None) -> ResumePoint:
             check_token(self.store, self.layout, token)
-            return new_generation(current, token=token, created_at=time.time())
+            return new_generation(current, token=token, created_at=self._clock())
 
         written = advance_resume_point(
             self.ownership.backend,
             make,
-            retry=self.ownership.resume_point_writes(NEW_GENERATION_DEADLINE_S),
+            retry=self.ownership.resume_point_writes(
+                NEW_GENERATION_DEADLINE_S, sleep=self._sleep, clock=self._monotonic
+            ),
         )
         if written is None:  # cannot happen: a higher generation always moves the point on
             raise CoordinationError(

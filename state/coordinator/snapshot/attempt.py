@@ -13,6 +13,11 @@
 5. prune the snapshots beyond ``retain``, then the epoch log below the oldest retained
    snapshot and ``epochs_retained`` below the barrier (:mod:`state.protocol.epoch_floor`).
 
+The checkpoint files, their upload and the manifest are the writer's
+(:class:`ManifestWriter`, by default :class:`~state.coordinator.snapshot.write.SnapshotWriter`),
+and the clocks and the sleep of the waits are seams too: a deterministic simulation runs
+this same sequence over simulated checkpoint files, on its own clock.
+
 A snapshot belongs to the generation of the resume point when it starts (its manifest
 records it): a snapshot of the old query version still waiting when
 ``recover(mode="replay")`` begins a new generation is refused, never accepted into the
@@ -27,14 +32,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot.files import checkpoint_files
 from state.coordinator.snapshot.retention import prune
 from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import CoordinationError, GtBarrierError, RetriableError, SnapshotIncomplete
@@ -130,28 +135,73 @@ Closing = Callable[[], str | None]
 """Why the snapshot must end early (the coordinator closes, a new generation began), or None."""
 
 
+class ManifestWriter(Protocol):
+    """What the pipeline needs of the snapshot's files: :class:`SnapshotWriter`'s methods."""
+
+    @property
+    def manifests(self) -> Mapping[int, Manifest]:
+        """The manifests this writer wrote, by snapshot id (retention reads them)."""
+
+    def files_ready(self, checkpoint: Path, batch_id: int) -> object:
+        """Raises :class:`SnapshotIncomplete` until the files batch ``batch_id`` needs are
+        in ``checkpoint``."""
+
+    def write(  # noqa: PLR0913 - keyword-only fields of the manifest
+        self,
+        checkpoint: Path,
+        *,
+        batch_id: int,
+        epoch: int,
+        frontier: Any,
+        generation: int,
+        token: int,
+        query_id: str | None,
+        clock: Callable[[], float],
+    ) -> Manifest:
+        """Copy the batch's files and create its manifest (a new snapshot id)."""
+
+    def manifest_key(self, snapshot_id: int) -> str:
+        """Where snapshot ``snapshot_id``'s manifest is."""
+
+    def forget_blobs(self, names: Iterable[str]) -> None:
+        """The stored objects ``names`` were deleted by retention."""
+
+
 class SnapshotPipeline:
     """Snapshots one batch at a time for one pipeline (see the module docstring)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - its collaborators, and the simulation's seams
         self,
         config: CoordinatorConfig,
         store: StateStore,
         ownership: DriverOwnership,
         lineage: Lineage,
+        *,
+        writer: ManifestWriter | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``writer`` copies the checkpoint files and writes the manifest (default: a
+        :class:`SnapshotWriter` over ``store``); ``clock`` stamps the snapshot,
+        ``monotonic`` and ``sleep`` time its waits: seams for a deterministic simulation."""
         self.config = config
         self.store = store
         self.layout = config.layout
         self.ownership = ownership
         self.lineage = lineage
-        self.writer = SnapshotWriter(store, self.layout)
+        self.writer: ManifestWriter = (
+            writer if writer is not None else SnapshotWriter(store, self.layout)
+        )
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
 
     def run(self, batch: CompletedBatch, *, closing: Closing) -> tuple[SnapshotStats, ResumePoint]:
         """Snapshot ``batch`` and accept it; a reason from ``closing()`` ends it early."""
         generation = self.lineage.generation
-        started_at = time.time()
-        t0 = time.monotonic()
+        started_at = self._clock()
+        t0 = self._monotonic()
         deadline = t0 + self.config.drain_timeout
         token = self.ownership.token
         if token is None or not self.ownership.held:
@@ -160,14 +210,16 @@ class SnapshotPipeline:
             )
 
         def left() -> float:
-            return max(0.0, deadline - time.monotonic())
+            return max(0.0, deadline - self._monotonic())
 
         checkpoint = self.config.checkpoint
         poll_until(
             min(CHECKPOINT_WAIT_S, left()),
             max_delay=0.5,
             is_retriable=lambda e: isinstance(e, SnapshotIncomplete),
-        )(lambda: checkpoint_files(checkpoint, batch.batch_id))
+            sleep=self._sleep,
+            clock=self._monotonic,
+        )(lambda: self.writer.files_ready(checkpoint, batch.batch_id))
         manifest = self.writer.write(
             checkpoint,
             batch_id=batch.batch_id,
@@ -176,6 +228,7 @@ class SnapshotPipeline:
             generation=generation,
             token=token,
             query_id=batch.query_id,
+            clock=self._clock,
         )
         log.info(
             "snapshot %d of batch %d (epoch %d): %d files, %d bytes, %d uploaded in %.2fs",
@@ -202,8 +255,8 @@ class SnapshotPipeline:
             epoch=batch.epoch,
             batch_id=batch.batch_id,
             started_at=started_at,
-            accepted_at=time.time(),
-            duration_s=time.monotonic() - t0,
+            accepted_at=self._clock(),
+            duration_s=self._monotonic() - t0,
             copy_s=manifest.copy_seconds,
             files=len(manifest.files),
             bytes=manifest.total_bytes,
@@ -251,7 +304,12 @@ class SnapshotPipeline:
                 )
 
         # The store retries its own requests: only the condition itself is polled.
-        poll_until(timeout, is_retriable=lambda e: isinstance(e, _NotDrainedError))(check)
+        poll_until(
+            timeout,
+            is_retriable=lambda e: isinstance(e, _NotDrainedError),
+            sleep=self._sleep,
+            clock=self._monotonic,
+        )(check)
 
     def _accept(
         self, manifest: Manifest, token: int, timeout: float, closing: Closing
@@ -277,11 +335,15 @@ class SnapshotPipeline:
                 query_id=manifest.query_id,
                 frontier=manifest.frontier,
                 retain=self.config.retain,
-                created_at=time.time(),
+                created_at=self._clock(),
             )
 
         written = advance_resume_point(
-            self.ownership.backend, make, retry=self.ownership.resume_point_writes(timeout)
+            self.ownership.backend,
+            make,
+            retry=self.ownership.resume_point_writes(
+                timeout, sleep=self._sleep, clock=self._monotonic
+            ),
         )
         if written is None:
             raise CoordinationError(
@@ -298,4 +360,4 @@ def _check_not_closing(closing: Closing) -> None:
         raise CoordinationError(reason)
 
 
-__all__ = ["Lineage", "SnapshotPipeline", "SnapshotStats", "blocking_bundle"]
+__all__ = ["Lineage", "ManifestWriter", "SnapshotPipeline", "SnapshotStats", "blocking_bundle"]

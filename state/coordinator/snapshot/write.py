@@ -199,6 +199,11 @@ class SnapshotWriter:
         packs = tuple(sorted({where[sha][0] for sha in shas}, key=lambda p: p.sha256))
         return _Copied(entries, packs, where, uploaded_files, sum(n for _, n in uploads))
 
+    def files_ready(self, checkpoint: Path, batch_id: int) -> list[CheckpointFile]:
+        """The files batch ``batch_id`` needs; :class:`SnapshotIncomplete` until they are
+        all in ``checkpoint``."""
+        return checkpoint_files(checkpoint, batch_id)
+
     def write(  # noqa: PLR0913 - keyword-only fields of the manifest
         self,
         checkpoint: Path,
