@@ -110,6 +110,16 @@ def test_two_matching_offsets_of_different_epochs_are_ambiguous() -> None:
         decide_batch_epoch([a, b], None, {2: a, 4: b}, where="w")
 
 
+def test_two_gtkafka_offsets_reading_one_topic_partition_are_refused() -> None:
+    # Another pipeline on the same partition that lags behind this one reaches, in a
+    # batch where this one read nothing, an offset this pipeline recorded as an older
+    # epoch's end: the batch's rows are not that epoch's.
+    ours, theirs_before, theirs = off(5, 50), off(2, 20), off(3, 30)
+    ends = {2: off(3, 30), 4: ours}
+    with pytest.raises(OffsetLogMismatch, match=r"t\[0\].*readMode=executors"):
+        decide_batch_epoch([ours, theirs], [ours, theirs_before], ends, where="w")
+
+
 # --- the barrier's lookup (I/O around the decision) -----------------------------------
 
 
