@@ -162,6 +162,21 @@ class CheckpointOffsetLog:
         )
 
 
+def _refuse_shared_partitions(logged: Sequence[SourceOffset], where: str) -> None:
+    seen: set[tuple[str, int]] = set()
+    for offset in logged:
+        shared = seen & set(offset.offsets)
+        if shared:
+            topic, partition = min(shared)
+            raise OffsetLogMismatch(
+                f"{where}: two gtkafka sources of this query read {topic}[{partition}]: "
+                "with readMode=driver the barrier learns a batch's epoch from Spark's "
+                "offset log, which cannot tell their offsets apart; read them with "
+                "readMode=executors"
+            )
+        seen |= set(offset.offsets)
+
+
 def decide_batch_epoch(
     logged: Sequence[SourceOffset],
     previous: Sequence[SourceOffset] | None,
@@ -182,8 +197,13 @@ def decide_batch_epoch(
       except that when exactly one gtkafka offset advanced and it does not match,
       :class:`OffsetLogMismatch` (the checkpoint is another pipeline's, or the epoch log
       was reset);
-    * several match with different epochs: :class:`OffsetLogMismatch` (ambiguous).
+    * several match with different epochs: :class:`OffsetLogMismatch` (ambiguous);
+    * two offsets that name one topic-partition: :class:`OffsetLogMismatch`, whatever
+      they are. Offsets carry no pipeline, so two sources on one partition can pass
+      through the same offsets: a source that lags may log, while this pipeline reads
+      nothing, the end this pipeline recorded for an older epoch.
     """
+    _refuse_shared_partitions(logged, where)
     before = [] if previous is None else list(previous)
     advanced = [o for o in logged if o.epoch > 0 and not any(o.same_as(p) for p in before)]
     matching = {
