@@ -44,7 +44,10 @@ once (a second sighting is counted as a duplicate, a record never seen as missin
    exactly-once with a :class:`~gtbarrier.SnapshotCoordinator` (ZooKeeper) snapshotting
    every 5 s. Targets: exactly-once p99 <= 1.15x at-least-once p99; with snapshots p99
    <= 1.10x without; exactly-once p99 <= 2.2x the median micro-batch duration
-   (``batchDuration`` of the batches that read input) of the same runs.
+   (``batchDuration`` of the batches that read input) of the same runs. With
+   ``--driver-mode`` (``make bench``), two more variants: gtkafka ``readMode=driver``
+   exactly-once and at-least-once; targets: its exactly-once p99 <= 0.6x executor
+   mode's, and <= 1.15x its at-least-once p99.
 2. *Per consumer* (file, postgres, kafka; exactly-once): trigger 0 at the
    ``--fixed-rates`` (1,000 and 10,000/s), and a 1-second processing-time trigger going up
    the ``--search-rates`` until a step is not sustained: its p99 reaches 2x the trigger
@@ -106,6 +109,10 @@ from sink.consumers.kafka.kafka_rows import H_BUNDLE
 CONSUMERS = ("file", "postgres", "kafka")
 EO, ALO = "exactly-once", "at-least-once"
 EO_TARGET, SNAPSHOT_TARGET, BATCH_TARGET = "<= 1.15x", "<= 1.10x", "<= 2.2x"
+# readMode=driver (--driver-mode): its exactly-once p99 against executor mode's, and
+# against its own at-least-once.
+DRIVER_MODE_TARGET, DRIVER_MODE_EO_TARGET = "<= 0.6x", "<= 1.15x"
+DRIVER_EO, DRIVER_ALO = "file exactly-once, readMode=driver", "file at-least-once, readMode=driver"
 SNAPSHOT_PERIOD = "5s"
 PARTITIONS = 4
 SEARCH_TRIGGER_S = 1.0
@@ -441,6 +448,7 @@ class RunSpec:
     snapshots: bool = False
     search: bool = False  # stop at the first step that is not sustained
     source: str = "gtkafka"  # or kafka_driver (into spark-parquet only)
+    read_mode: str = "executors"  # gtkafka's readMode
 
 
 @dataclass
@@ -661,6 +669,7 @@ def run_query(ctx: Context, spec: RunSpec) -> RunResult:  # noqa: PLR0915 - one 
         if args.refresh_ms is not None
         else {}
     )
+    source["readMode"] = spec.read_mode
     book = Visibility()
     reader = make_reader(book)
     coord = None
@@ -821,6 +830,11 @@ def plan(args: argparse.Namespace) -> tuple[list[list[RunSpec]], list[RunSpec]]:
             snapshots=True,
         ),
     ]
+    if args.driver_mode:
+        variants += [
+            RunSpec(label, "file", delivery, 0.0, rate, args.comparison_seconds, read_mode="driver")
+            for label, delivery in ((DRIVER_EO, EO), (DRIVER_ALO, ALO))
+        ]
     turns = [variants if i % 2 == 0 else variants[::-1] for i in range(args.repeat)]
     per_consumer = []
     for consumer in args.consumers:
@@ -898,6 +912,7 @@ def targets(results: Sequence[RunResult], args: argparse.Namespace) -> list[Rati
                 f"{e['p99']:,.0f} vs {batch:,.0f} ms ({rate})",
             )
         )
+    ratios += driver_mode_targets(results, rate)
     bound = f"p99 < {SEARCH_BOUND * SEARCH_TRIGGER_S:g} s"
     for consumer in args.consumers:
         run = next((r for r in results if r.spec.search and r.spec.consumer == consumer), None)
@@ -927,6 +942,40 @@ def targets(results: Sequence[RunResult], args: argparse.Namespace) -> list[Rati
                 None,
                 unit="records/s",
                 note=note,
+            )
+        )
+    return ratios
+
+
+def driver_mode_targets(results: Sequence[RunResult], rate: str) -> list[Ratio]:
+    """``--driver-mode``'s two targets: readMode=driver's exactly-once p99 against
+    executor mode's, and against readMode=driver at-least-once; none without their runs."""
+    eo, _ = pooled(results, "file exactly-once")
+    driver_eo, _ = pooled(results, DRIVER_EO)
+    driver_alo, _ = pooled(results, DRIVER_ALO)
+    ratios: list[Ratio] = []
+    if driver_eo and eo:
+        d, e = quantiles(driver_eo), quantiles(eo)
+        ratios.append(
+            target_ratio(
+                "latency",
+                "latency: readMode=driver exactly-once p99 / executors exactly-once p99",
+                d["p99"] / e["p99"],
+                DRIVER_MODE_TARGET,
+                f"{d['p99']:,.0f} vs {e['p99']:,.0f} ms; p50 {d['p50']:,.0f} vs "
+                f"{e['p50']:,.0f} ms ({rate})",
+            )
+        )
+    if driver_eo and driver_alo:
+        d, a = quantiles(driver_eo), quantiles(driver_alo)
+        ratios.append(
+            target_ratio(
+                "latency",
+                "latency: readMode=driver exactly-once p99 / at-least-once p99",
+                d["p99"] / a["p99"],
+                DRIVER_MODE_EO_TARGET,
+                f"{d['p99']:,.0f} vs {a['p99']:,.0f} ms; p50 {d['p50']:,.0f} vs "
+                f"{a['p50']:,.0f} ms ({rate})",
             )
         )
     return ratios
@@ -983,6 +1032,7 @@ def to_json(results: Sequence[RunResult]) -> dict[str, Any]:
                 "source": r.spec.source,
                 "consumer": r.spec.consumer,
                 "delivery": r.spec.delivery,
+                "read_mode": r.spec.read_mode,
                 "snapshots": r.spec.snapshots,
                 "trigger_s": r.spec.trigger_s,
                 "produced": r.produced,
@@ -1131,6 +1181,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--driver",
         action="store_true",
         help="also gtkafka and kafka_driver (read on the driver) into Spark's parquet sink",
+    )
+    parser.add_argument(
+        "--driver-mode",
+        action="store_true",
+        help="the comparison also runs gtkafka with readMode=driver, exactly-once and "
+        "at-least-once, against executor mode",
     )
     parser.add_argument("--bootstrap", default=os.environ.get("GTB_KAFKA_BOOTSTRAP"))
     parser.add_argument("--zk-hosts", default=os.environ.get("GTB_ZK_HOSTS"))

@@ -66,6 +66,7 @@ def test_latency_benchmark_sees_every_record_once(
     }
     args = ["--comparison-rate", "200", "--comparison-seconds", "2", "--repeat", "1"]
     args += ["--fixed-rates", "100,400", "--search-rates", "100,400", "--step-seconds", "1.5"]
+    args += ["--driver-mode"]
     stdout, doc = run_latency(tmp_path, servers, args, timeout=840)
     runs = doc["data"]["runs"]
     labels = {r["label"] for r in runs}
@@ -73,6 +74,8 @@ def test_latency_benchmark_sees_every_record_once(
         "file exactly-once",
         "file at-least-once",
         "file exactly-once, snapshots",
+        "file exactly-once, readMode=driver",
+        "file at-least-once, readMode=driver",
         "file trigger 0",
         "file trigger 1 s",
         "postgres trigger 0",
@@ -94,11 +97,18 @@ def test_latency_benchmark_sees_every_record_once(
             assert len(step["cdf_ms"]) == 101
         assert {s["rate"] for s in run["steps"]} <= {100, 200, 400}
     assert any(r["snapshots"] for r in runs)
+    on_driver = {r["label"] for r in runs if r["read_mode"] == "driver"}
+    assert on_driver == {
+        "file exactly-once, readMode=driver",
+        "file at-least-once, readMode=driver",
+    }
 
     measures = {r["measure"] for r in doc["ratios"]}
     assert "latency: exactly-once p99 / at-least-once p99" in measures
     assert any(m.startswith("latency: p99 with snapshots") for m in measures)
     assert "latency: exactly-once p99 / median micro-batch duration" in measures
+    assert "latency: readMode=driver exactly-once p99 / executors exactly-once p99" in measures
+    assert "latency: readMode=driver exactly-once p99 / at-least-once p99" in measures
     for consumer in ("file", "postgres", "kafka"):
         assert any(m.startswith(f"latency: {consumer}: highest rate") for m in measures)
     assert all(r["benchmark"] == "latency" for r in doc["ratios"])
