@@ -61,7 +61,7 @@ __all__ = ["Outcome", "Ratio", "main"]
 SIZES: dict[str, dict[str, list[str]]] = {
     # size -> benchmark -> its arguments
     "default": {
-        "fixed_cost": ["--batches", "10", "--repeat", "2"],
+        "fixed_cost": ["--batches", "10", "--repeat", "2", "--crossover", "100,1000,10000"],
         "scaling": [
             "--records",
             "200000",
@@ -90,7 +90,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
         ],
     },
     "small": {
-        "fixed_cost": ["--batches", "5"],
+        "fixed_cost": ["--batches", "5", "--crossover", "100,2000"],
         "scaling": [
             "--records",
             "40000",

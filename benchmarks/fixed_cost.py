@@ -20,6 +20,11 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
 noop``, ``rate-micro-batch -> python_floor`` and ``python_floor_driver -> noop``), for
 quick runs; both targets are still measured.
 
+``--crossover 100,1000,10000`` also runs gtkafka -> barrier in both read modes at each of
+those batch sizes (``maxOffsetsPerTrigger``), in turn, and prints each size's medians and
+the crossover: the smallest size from which executor mode is as fast as, or faster than,
+``readMode=driver`` (docs/performance.md, "Choosing a read mode").
+
 ``--repeat N`` runs the six queries N times in turn and keeps each one's run with the
 lowest median (``make bench`` passes 2): a session's first queries are slower whatever
 they run, and Spark alone used to run first.
@@ -37,7 +42,7 @@ import os
 import statistics
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,7 +173,11 @@ def gtbarrier(
     topic: str,
     server: Any,
     read_mode: str = "executors",
+    records: int = RECORDS,
+    name: str | None = None,
 ) -> Run:
+    """``records`` per batch through gtkafka (``read_mode``) -> barrier (file), measured
+    as ``name`` (by default :data:`OURS` or :data:`OURS_DRIVER`)."""
     run = uuid.uuid4().hex[:8]
     bucket = f"fixed-cost-{run}"
     server.client().create_bucket(Bucket=bucket)
@@ -179,7 +188,7 @@ def gtbarrier(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(RECORDS))
+        .option("maxOffsetsPerTrigger", str(records))
         .option("readMode", read_mode)
         .load()
     )
@@ -193,7 +202,58 @@ def gtbarrier(
         .trigger(processingTime="0 seconds")
         .start()
     )
-    return measure(query, OURS if read_mode == "executors" else OURS_DRIVER, batches, 3600)
+    default = OURS if read_mode == "executors" else OURS_DRIVER
+    return measure(query, name or default, batches, 3600)
+
+
+def crossover_label(read_mode: str, records: int) -> str:
+    return f"gtkafka readMode={read_mode} -> barrier, {records:,} records per batch"
+
+
+def crossover_size(medians: Mapping[int, tuple[float, float]]) -> int | None:
+    """The smallest batch size (records) from which executor mode is at least as fast as
+    readMode=driver at every larger size measured, from each size's median
+    ``(executors, driver)`` triggerExecution; None if driver mode is faster at the
+    largest. Pure."""
+    found = None
+    for size in sorted(medians, reverse=True):
+        executors, driver = medians[size]
+        if executors > driver:
+            break
+        found = size
+    return found
+
+
+def crossover_report(runs: Sequence[Run], sizes: Sequence[int]) -> int | None:
+    """Prints each size's medians in both read modes and the crossover; returns it."""
+    by_name = {r.query: r for r in runs}
+    medians = {
+        size: (
+            by_name[crossover_label("executors", size)].median,
+            by_name[crossover_label("driver", size)].median,
+        )
+        for size in sizes
+    }
+    print_table(
+        ["records per batch", "executors p50 ms", "driver p50 ms", "driver / executors", "load"],
+        [
+            [
+                f"{size:,}",
+                f"{e:,.0f}",
+                f"{d:,.0f}",
+                f"{d / e:.2f}x",
+                by_name[crossover_label("driver", size)].load,
+            ]
+            for size, (e, d) in medians.items()
+        ],
+    )
+    found = crossover_size(medians)
+    if found is None:
+        print(f"crossover: readMode=driver is faster up to {max(sizes):,} records per batch")
+    else:
+        print(f"crossover: executor mode is as fast or faster from {found:,} records per batch")
+    print()
+    return found
 
 
 def _p50(values: list[float] | None) -> float:
@@ -327,8 +387,18 @@ def main(argv: list[str] | None = None) -> None:
         help="leave out python_floor -> noop, rate-micro-batch -> python_floor and "
         "python_floor_driver -> noop (quick runs)",
     )
+    parser.add_argument(
+        "--crossover",
+        type=lambda v: tuple(int(x) for x in v.split(",") if x.strip()),
+        default=(),
+        metavar="N,N,...",
+        help="also run gtkafka -> barrier in both read modes at these records per batch "
+        "and print where executor mode becomes faster",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if any(n <= 0 for n in args.crossover):
+        parser.error(f"--crossover {args.crossover}: expected record counts > 0")
     with (
         kafka_bootstrap(args.bootstrap) as bootstrap,
         s3_endpoint(args.s3_endpoint) as server,
@@ -336,6 +406,9 @@ def main(argv: list[str] | None = None) -> None:
     ):
         topic = f"fixed-cost-{uuid.uuid4().hex[:8]}"
         fill(bootstrap, topic, PARTITIONS, RECORDS * (args.batches + 3), 1)
+        sized = f"fixed-cost-sized-{uuid.uuid4().hex[:8]}"
+        if args.crossover:
+            fill(bootstrap, sized, PARTITIONS, max(args.crossover) * (args.batches + 3), 1)
         with local_spark(args.cores) as spark:
 
             def floor_run(
@@ -376,8 +449,32 @@ def main(argv: list[str] | None = None) -> None:
                 cost=lambda r: r.median,
                 describe=(lambda r: f"{r.query}: {r.median:,.0f} ms") if args.repeat > 1 else None,
             )
+
+            def sized_run(read_mode: str, records: int) -> Callable[[int], Run]:
+                return lambda _turn: gtbarrier(
+                    spark,
+                    Path(tmp),
+                    args.batches,
+                    bootstrap=bootstrap,
+                    topic=sized,
+                    server=server,
+                    read_mode=read_mode,
+                    records=records,
+                    name=crossover_label(read_mode, records),
+                )
+
+            sized_runs = best_in_turn(
+                [sized_run(mode, n) for n in args.crossover for mode in ("executors", "driver")],
+                args.repeat,
+                cost=lambda r: r.median,
+            )
     ratios = report(runs)
-    write_results(args.json, ratios, {"runs": [r.__dict__ for r in runs]})
+    crossover = crossover_report(sized_runs, args.crossover) if args.crossover else None
+    write_results(
+        args.json,
+        ratios,
+        {"runs": [r.__dict__ for r in runs + sized_runs], "crossover_records": crossover},
+    )
 
 
 if __name__ == "__main__":
