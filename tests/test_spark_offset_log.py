@@ -120,6 +120,13 @@ def test_two_gtkafka_offsets_reading_one_topic_partition_are_refused() -> None:
         decide_batch_epoch([ours, theirs], [ours, theirs_before], ends, where="w")
 
 
+def test_one_pipelines_source_read_several_times_logs_one_offset() -> None:
+    # a query that reads the source once per branch logs the same offset for each
+    ends = {4: off(5, 100)}
+    assert decide_batch_epoch([off(5, 100)] * 3, [off(4, 60)] * 3, ends, where="w") == 4
+    assert decide_batch_epoch([off(0, 0)] * 3, None, ends, where="w") is None
+
+
 # --- the barrier's lookup (I/O around the decision) -----------------------------------
 
 
