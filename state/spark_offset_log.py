@@ -163,8 +163,12 @@ class CheckpointOffsetLog:
 
 
 def _refuse_shared_partitions(logged: Sequence[SourceOffset], where: str) -> None:
-    seen: set[tuple[str, int]] = set()
+    distinct: list[SourceOffset] = []
     for offset in logged:
+        if not any(offset.same_as(d) for d in distinct):
+            distinct.append(offset)
+    seen: set[tuple[str, int]] = set()
+    for offset in distinct:
         shared = seen & set(offset.offsets)
         if shared:
             topic, partition = min(shared)
@@ -198,12 +202,13 @@ def decide_batch_epoch(
       :class:`OffsetLogMismatch` (the checkpoint is another pipeline's, or the epoch log
       was reset);
     * several match with different epochs: :class:`OffsetLogMismatch` (ambiguous);
-    * two offsets that name one topic-partition: :class:`OffsetLogMismatch`, whatever
-      they are. Offsets carry no pipeline, so two sources on one partition can pass
-      through the same offsets: a source that lags may log, while this pipeline reads
-      nothing, the end this pipeline recorded for an older epoch.
+    * an epoch found while two different offsets name one topic-partition:
+      :class:`OffsetLogMismatch`. Offsets carry no pipeline, so two sources on one
+      partition can pass through the same offsets: a source that lags may log, while
+      this pipeline reads nothing, the end this pipeline recorded for an older epoch.
+      (Identical offsets are one: a query that reads one pipeline's source several
+      times logs it once per read.)
     """
-    _refuse_shared_partitions(logged, where)
     before = [] if previous is None else list(previous)
     advanced = [o for o in logged if o.epoch > 0 and not any(o.same_as(p) for p in before)]
     matching = {
@@ -211,6 +216,8 @@ def decide_batch_epoch(
         for o in advanced
         if (end := recorded_ends.get(o.epoch - 1)) is not None and end.same_as(o)
     }
+    if matching:
+        _refuse_shared_partitions(logged, where)
     if len(matching) == 1:
         return matching.pop()
     if len(matching) > 1:
