@@ -44,6 +44,7 @@ from state.errors import (
     DeliveryFailed,
     FatalError,
     GtBarrierError,
+    OffsetLogMismatch,
     PipelineFenced,
     StaleState,
     StateError,
@@ -355,7 +356,9 @@ class Barrier:
         A batch without a record (read on the driver, ``readMode=driver``) is looked up in
         Spark's offset log (:mod:`sink.offset_log_epochs`), which records it. If the sink
         cannot read that log, a batch with rows fails here, before anything is delivered,
-        with an error naming ``checkpointLocation``; one without rows is a no-data batch."""
+        with an error naming ``checkpointLocation``; one without rows is a no-data batch.
+        If the log names no epoch of this pipeline (:class:`OffsetLogMismatch`), the error
+        of a batch with rows also names the sink's ``pipeline.id`` and ``state.uri``."""
         epoch = epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
         if epoch is not None:
             return epoch
@@ -373,6 +376,15 @@ class Barrier:
                     where="barrier",
                 ) from None
             return None
+        except OffsetLogMismatch as err:
+            if batch.rows:
+                # Most often the source's pipeline.id or state.uri is not the sink's: the
+                # batch record was written, but under the other pipeline.
+                raise OffsetLogMismatch(
+                    f"barrier: {self._no_record(batch)}; nor does Spark's offset log name an "
+                    f"epoch of this pipeline: {err}"
+                ) from None
+            raise
 
     def _no_record(self, batch: BatchCommit) -> str:
         """Why a batch with rows and no batch record is refused, and the ways out."""
