@@ -1,5 +1,5 @@
 """``python -m gtbarrier``: the operator's command line (:mod:`gtbarrier.cli`)."""
 
-from gtbarrier.cli import main
+from gtbarrier.cli import run
 
-raise SystemExit(main())
+run()

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gtbarrier._version import __version__
 from gtbarrier.cli import (
@@ -96,6 +98,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result is not None:
         print(render(result, as_json=args.json))
     return 0
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The console command: :func:`main`, then the process ends without the interpreter's
+    teardown.
+
+    A native thread pool left alive at teardown (pyarrow's, once a command read Parquet)
+    can abort a command that has finished and written its output, with ``std::terminate``
+    (exit -6). Every command closes its own clients, so the teardown has nothing left to
+    do but flush, which is done here. An exception that escapes :func:`main` takes the
+    normal path, with its traceback."""
+    code = main(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _fail(where: str, message: str, code: int) -> int:
