@@ -34,17 +34,15 @@ from sink.dead_letters.dead_letter_settlement import DeadLetterSettlement
 from sink.faults import FaultInjector
 from sink.known_state import KNOWN
 from sink.lost_bundle import LostBundle
-from sink.offset_log_epochs import epoch_from_offset_log
+from sink.offset_log_epochs import batch_epoch, no_record_reason
 from sink.options import SinkOptions
 from sink.staging import Staging
 from state.errors import (
     CommitFailed,
     CommitStateUnknown,
-    ConfigError,
     DeliveryFailed,
     FatalError,
     GtBarrierError,
-    OffsetLogMismatch,
     PipelineFenced,
     StaleState,
     StateError,
@@ -59,7 +57,6 @@ from state.protocol.barrier_state import (
     claimant,
     decide_commit,
 )
-from state.protocol.epoch_log import epoch_of_batch
 from state.records.barrier import BarrierState
 from state.retry import Retry, cas_loop, delivery
 from state.spark_offset_log import CheckpointOffsetLog, OffsetLog
@@ -351,52 +348,26 @@ class Barrier:
             return epoch, loading.result()
 
     def _epoch_of(self, batch: BatchCommit) -> int | None:
-        """The epoch the batch read (its batch record); None for a no-data batch.
-
-        A batch without a record (read on the driver, ``readMode=driver``) is looked up in
-        Spark's offset log (:mod:`sink.offset_log_epochs`), which records it. If the sink
-        cannot read that log, a batch with rows fails here, before anything is delivered,
-        with an error naming ``checkpointLocation``; one without rows is a no-data batch.
-        If the log names no epoch of this pipeline (:class:`OffsetLogMismatch`), the error
-        of a batch with rows also names the sink's ``pipeline.id`` and ``state.uri``."""
-        epoch = epoch_of_batch(self.store, self.layout, batch.query_id, batch.batch_id)
-        if epoch is not None:
-            return epoch
-        try:
-            offset_log = self.offset_log or CheckpointOffsetLog(self.options.checkpoint_location)
-            return epoch_from_offset_log(
-                self.store, self.layout, offset_log, batch.query_id, batch.batch_id
-            )
-        except ConfigError as err:
-            if batch.rows:
-                raise ConfigError(
-                    err.option,
-                    err.value,
-                    f"{err.expected}. Without it: {self._no_record(batch)}",
-                    where="barrier",
-                ) from None
-            return None
-        except OffsetLogMismatch as err:
-            if batch.rows:
-                # Most often the source's pipeline.id or state.uri is not the sink's: the
-                # batch record was written, but under the other pipeline.
-                raise OffsetLogMismatch(
-                    f"barrier: {self._no_record(batch)}; nor does Spark's offset log name an "
-                    f"epoch of this pipeline: {err}"
-                ) from None
-            raise
+        """The batch's epoch; None for a no-data batch (``offset_log_epochs.batch_epoch``)."""
+        return batch_epoch(
+            self.store,
+            self.layout,
+            lambda: self.offset_log or CheckpointOffsetLog(self.options.checkpoint_location),
+            self._no_record(batch),
+            query_id=batch.query_id,
+            batch_id=batch.batch_id,
+            rows=batch.rows,
+        )
 
     def _no_record(self, batch: BatchCommit) -> str:
         """Why a batch with rows and no batch record is refused, and the ways out."""
-        return (
-            f"batch {batch.batch_id} of query {batch.query_id} produced "
-            f"{batch.rows} row(s) but has no batch record {self.store.uri}/"
-            f"{self.layout.batch(batch.query_id, batch.batch_id)}: either it is a "
-            "no-data micro-batch, whose content is not replay-stable (set "
-            "spark.sql.streaming.noDataMicroBatches.enabled=false; "
-            "gtbarrier.register_all(spark) does), or the query does not read a "
-            "gtkafka source with the same pipeline.id and state.uri as this sink "
-            f"(pipeline.id={self.options.pipeline_id!r}, state.uri={self.store.uri!r})"
+        return no_record_reason(
+            self.store.uri,
+            self.layout,
+            pipeline_id=self.options.pipeline_id,
+            query_id=batch.query_id,
+            batch_id=batch.batch_id,
+            rows=batch.rows,
         )
 
     def _resolve_inflight(
