@@ -106,7 +106,7 @@ def test_sigterm_hands_the_pipeline_to_a_driver_started_at_once(
 # Above the sum of the test's own bounded waits (three drivers), which name what they waited
 # for when one runs out: a loaded machine starts each driver slower.
 @pytest.mark.timeout(600)
-def test_without_zookeeper_sigterm_stops_cleanly_and_a_second_one_stops_at_once(
+def test_without_zookeeper_sigterm_stops_cleanly_even_when_sent_twice(
     kafka: Any, driver: Any, tmp_path: Path
 ) -> None:
     topic = kafka.create_topic(partitions=2)
@@ -119,11 +119,15 @@ def test_without_zookeeper_sigterm_stops_cleanly_and_a_second_one_stops_at_once(
 
     b = _start(driver, kafka, topic, tmp_path)
     wait_until(lambda: len(_commits(b)) >= 2, timeout=120, what="driver B's first commits")
+    # Two signals 10 ms apart, as an impatient supervisor sends them. The driver may see
+    # one or two (a signal still pending when the next arrives is merged with it), so the
+    # promise here is a clean stop either way; the second signal's "at once" is proved
+    # with signals handled one at a time in tests/test_coordinator_readiness.py.
     os.kill(b.pid, signal.SIGTERM)
     time.sleep(0.01)
     os.kill(b.pid, signal.SIGTERM)
     _stopped_cleanly(b)
-    assert "second SIGTERM" in b.output(), b.output()[-3000:]
+    assert "SIGTERM: stopping the query at the next batch boundary" in b.output()
 
     c = _start(driver, kafka, topic, tmp_path)
     wait_until(lambda: _delivered(tmp_path / "out") == n, timeout=150, what="every record")

@@ -129,7 +129,7 @@ def test_the_wheel_holds_the_runtime_packages_and_nothing_else(wheel: Path) -> N
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "gtbarrier = gtbarrier.cli:main" in zf.read(entry_points).decode()
+        assert "gtbarrier = gtbarrier.cli:run" in zf.read(entry_points).decode()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == RUNTIME_PACKAGES | RUNTIME_MODULES, (
         f"the wheel's top-level entries {sorted(top)}: the runtime is "

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 import time
 
-from state.coordinator.graceful_stop import GracefulStop, Step, next_step
+import pytest
+
+from state.coordinator.graceful_stop import GracefulStop, Step, next_step, stopping_on
 from state.coordinator.readiness import QueryLiveness, readiness, ready_bound
 
 
@@ -88,3 +93,26 @@ def test_a_commit_before_the_request_is_no_boundary_for_it() -> None:
     stop.request()  # the second request: at once
     assert query.stopped.wait(5.0)
     stop.join(5.0)
+
+
+def test_a_signal_asks_for_a_boundary_and_a_second_one_stops_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Real signals to this process, handled one at a time: a process sent two in the
+    # same instant may see one (the kernel and Python coalesce a pending signal).
+    stop = GracefulStop("p1", grace=30.0)
+    query = _BusyQuery()
+    stop.watch(query)  # type: ignore[arg-type]
+    before = signal.getsignal(signal.SIGUSR1)
+    with caplog.at_level(logging.INFO), stopping_on([signal.SIGUSR1], stop):
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.requested
+        assert not query.stopped.wait(0.5), "the first signal stopped the query at once"
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert query.stopped.wait(5.0), "the second signal did not stop the query"
+    stop.join(5.0)
+    assert signal.getsignal(signal.SIGUSR1) is before
+    text = caplog.text
+    assert "SIGUSR1: stopping the query at the next batch boundary" in text
+    assert "second SIGUSR1: stopping the query now" in text
+    assert "stopping query q-busy at once" in text
