@@ -350,8 +350,15 @@ RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
 #: record says so), and the pruner defers to it; the coordinator keeps as few epochs, so
 #: its own pruning after an accepted snapshot runs.
 COORDINATED = replace(SimConfig(), epochs_retained=1)
+#: The pruning pipeline with a compaction unit of one epoch (``SimConfig.segment_epochs``):
+#: the drivers compact each committed epoch but the newest into a segment, merge 4
+#: segments of one size into one (of 4 epochs, then of 16), and delete the merged parts a
+#: compaction later, while queries on new checkpoints replay from the floor through them.
+#: Drivers take 1 and 2 records an epoch in turn: an epoch lost from the log and planned
+#: again by the next driver differs from the one recorded after it.
+COMPACTING = replace(PRUNING, segment_epochs=1, max_per_partition=(1, 2))
 #: The pipelines whose source prunes (or would): without the coordinator, and with it.
-PRUNED = (PRUNING, SPARSE, LONG, COORDINATED)
+PRUNED = (PRUNING, SPARSE, LONG, COORDINATED, COMPACTING)
 #: The default pipeline read with ``readMode=driver``: a batch planned by the running query
 #: run has no read task, so the barrier learns its epoch from the offset log and records
 #: it; a batch run again after a restart is read by a read task, which records it.

@@ -370,6 +370,11 @@ class SimConfig:
     #: learns its epoch from the checkpoint's offset log and records it); a batch that
     #: a restart runs again from the checkpoint is read by a read task, which writes it.
     read_mode: str = "executors"
+    #: The epoch log's compaction unit (``state.protocol.epoch_floor.SEGMENT_EPOCHS``, and
+    #: the barrier's step for recording empty bundles, ``COMMITTED_STEP``, which follows
+    #: it) for this pipeline's runs; 0: the product's 16, which these short pipelines
+    #: never reach. Everything else about compaction is the product's own code.
+    segment_epochs: int = 0
 
     def input_log(self) -> InputLog:
         return InputLog(

@@ -7,6 +7,7 @@ same exploration fails when the product is broken."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from simulation.choosers import ALL_KINDS
 from simulation.explore import (
+    COMPACTING,
     DEAD_LETTERS,
     DRIVER,
     FANOUT,
@@ -343,3 +345,29 @@ def test_a_barrier_that_takes_the_wrong_epoch_from_the_offset_log_is_found(
     outcome, _ = run_schedule(DRIVER, Schedule())
     assert outcome.violation is not None
     assert outcome.violation.invariant == "content"
+
+
+# --- compaction ---------------------------------------------------------------------------------
+
+
+def _compactions(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if " compacted (" in r.getMessage()]
+
+
+def test_the_compacting_pipeline_compacts_and_merges_without_a_violation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The product's compaction runs in the simulator (a unit of one epoch): a failure-free
+    run compacts epochs into segments, merges them and deletes the merged parts a
+    compaction later; so does a run whose first driver dies without its checkpoint, after
+    which a query on a new checkpoint replays the log from the persisted start."""
+    for schedule in (Schedule(), Schedule((Event("p1", 60, "crash", "lose"),))):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="state.protocol.epoch_floor"):
+            outcome, _ = run_schedule(COMPACTING, schedule)
+        assert outcome.violation is None and outcome.healed, (schedule, outcome.violation)
+        compactions = _compactions(caplog)
+        assert len(compactions) >= 4, compactions
+        merged = [c for c in compactions if re.search(r", [1-9]\d* leftover segment", c)]
+        assert merged, compactions
+

@@ -90,6 +90,12 @@ whose coordinator keeps few epochs:
 21. the coordinator pruning past its oldest retained snapshot (``snapshot_floor_target``
     as the snapshot pipeline calls it, without the snapshot's bound): a restore of that
     snapshot would find its epochs pruned.
+
+The compaction of the epoch log, reached on the pipeline whose compaction unit is one epoch:
+
+22. a compaction that deletes the epochs it copied before the swap of the floor record
+    that names their segments (``_swap_floor`` preceded by that deletion): a driver that
+    dies in between leaves the epochs in neither.
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ import pytest
 from datasource import log_pruner, offsets, partition_reader, stream_reader
 from simulation import mutants
 from simulation.explore import (
+    COMPACTING,
     COORDINATED,
     DEAD_LETTERS,
     FANOUT,
@@ -695,3 +702,26 @@ def test_coordinator_pruning_past_its_oldest_snapshot_is_found(
     assert invariant == "the floor spares restores"
     # The failure-free run: the coordinator's first pruning after a snapshot.
     assert shortest.events == ()
+
+
+# --- 22. a compaction deleting the epochs it copied before the floor names the copies -----------
+
+
+def test_compaction_deleting_before_its_floor_swap_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    swap_floor = epoch_floor._swap_floor
+
+    def deleting_first(
+        store: StateStore, layout: PipelineLayout, new: FloorRecord, version: str | None
+    ) -> bool:
+        # The copied epochs are deleted before the swap that names their segments: a
+        # driver that dies in between leaves epochs in neither.
+        old = epoch_floor.read_floor(store, layout)
+        begin = 0 if old is None else old.segments_end
+        store.delete_many([layout.epoch(k) for k in range(begin, new.segments_end)])
+        return bool(swap_floor(store, layout, new, version))
+
+    monkeypatch.setattr(epoch_floor, "_swap_floor", deleting_first)
+    shortest, invariant = find_shortest("compaction deleting before its floor swap", COMPACTING)
+    print(f"invariant {invariant!r}, events {[(e.kind, e.arg) for e in shortest.events]}")
