@@ -121,7 +121,6 @@ from sink.staging import Staging
 from sink.write_task import NULL_GT
 from state.layout import PipelineLayout
 from state.protocol import barrier_state
-from state.protocol.barrier_state import COMMITTED_STEP
 from state.protocol.epoch_floor import pruning_step, read_floor
 from state.records.barrier import NO_BUNDLE, BarrierState
 from state.records.epoch import EpochRecord
@@ -833,7 +832,7 @@ class Checker:
             return
         floor = read_floor(w.inner, w.layout)
         kept = last + 1 - (0 if floor is None else floor.epoch)
-        lag = min(COMMITTED_STEP - 1, last - delivering)
+        lag = min(barrier_state.COMMITTED_STEP - 1, last - delivering)
         # A fault may cut a pruning off (it is tried again after a later batch, and the
         # input ends): one more epoch each.
         faults = sum(1 for e in w.fired if e.kind not in ("switch", "sweep"))

@@ -19,12 +19,13 @@ import contextlib
 import itertools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
+from datasource import log_pruner
 from simulation.consumer import AFTER, BEFORE, DOWN, ConsumerLog, SimConsumer
 from simulation.dead_letters import DeadLetterStoreHost
 from simulation.invariants import Checker, Violation
@@ -37,7 +38,7 @@ from simulation.store import LOST_APPLIED, LOST_NOT_APPLIED, UNAVAILABLE, SimSto
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.known_state import KNOWN
 from state.layout import PipelineLayout
-from state.protocol import resume_point
+from state.protocol import barrier_state, epoch_floor, resume_point
 from state.protocol.epoch_floor import read_floor
 from state.records.barrier import BarrierState
 from state.records.resume_point import ResumePoint
@@ -106,6 +107,30 @@ class Outcome:
     heal_step: int | None = None
     #: The abstract state the faults left (:meth:`World.abstract_state`), at the heal.
     state: str | None = None
+
+
+@contextlib.contextmanager
+def compaction_unit(epochs: int) -> Iterator[None]:
+    """The product's compaction unit set to ``epochs`` for the block (0: left as it is):
+    ``SEGMENT_EPOCHS`` where the epoch log's compaction and the driver's pruner read it,
+    and the barrier's ``COMMITTED_STEP``, which the product keeps equal to it (the
+    recorded progress trails the committed epochs by less than a segment)."""
+    if not epochs:
+        yield
+        return
+    places = [
+        (epoch_floor, "SEGMENT_EPOCHS"),
+        (log_pruner, "SEGMENT_EPOCHS"),
+        (barrier_state, "COMMITTED_STEP"),
+    ]
+    saved = [getattr(module, name) for module, name in places]
+    for module, name in places:
+        setattr(module, name, epochs)
+    try:
+        yield
+    finally:
+        for (module, name), value in zip(places, saved, strict=True):
+            setattr(module, name, value)
 
 
 class World:
@@ -503,17 +528,18 @@ class World:
         """Run the schedule, then the liveness check; the first violation ends it."""
         KNOWN.clear()
         self.main = Greenlet.current()
-        try:
-            self.start_driver(Checkpoint())
-            self._loop(self.config.max_steps)
-            if self.violation is None:
-                if not self.healing:
-                    self.heal(self.heal_mode)
-                self._loop(self.step + self.config.heal_steps)
+        with compaction_unit(self.config.segment_epochs):
+            try:
+                self.start_driver(Checkpoint())
+                self._loop(self.config.max_steps)
                 if self.violation is None:
-                    self.checker.final()
-        finally:
-            self._teardown()
+                    if not self.healing:
+                        self.heal(self.heal_mode)
+                    self._loop(self.step + self.config.heal_steps)
+                    if self.violation is None:
+                        self.checker.final()
+            finally:
+                self._teardown()
         return Outcome(
             self.step,
             self.fired,
