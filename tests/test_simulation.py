@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +372,24 @@ def test_the_compacting_pipeline_compacts_and_merges_without_a_violation(
         merged = [c for c in compactions if re.search(r", [1-9]\d* leftover segment", c)]
         assert merged, compactions
 
+
+def test_a_compaction_rewriting_the_floor_is_not_the_runs_own_pruning() -> None:
+    """A compaction swaps the floor record with the epoch another run's pruning set; the
+    run that compacts did not raise the floor, so an epoch below it that the run then
+    asks for is the documented stop of a query far behind (``EpochsPruned``), not its own
+    pruner passing it (``the pruner spares its query``)."""
+    config = replace(COMPACTING, max_per_partition=(1,))
+    schedule = Schedule(
+        (
+            Event("p1", 24, "zombie", "lost"),
+            Event("p1", 29, "zombie", "lost"),
+            Event("p1", 34, "switch", "p3"),
+            Event("p3", 4, "zombie", "shared"),
+            Event("p3", 15, "switch", "p4"),
+            Event("p4", 2, "switch", "p2"),
+            Event("p2", 299, "heal", "keep"),
+        ),
+        "keep",
+    )
+    outcome, _ = run_schedule(config, schedule)
+    assert outcome.violation is None, outcome.violation
