@@ -199,6 +199,8 @@ class World:
         self.heal_state: str | None = None
         #: The highest floor each query run's own pruner wrote, by run id.
         self.floor_by: dict[str, int] = {}
+        #: The highest floor written so far (a compaction's write leaves it).
+        self.floor_epoch = 0
         #: Drivers that asked for an epoch another query's pruning had removed (the
         #: product's documented stop, ``EpochsPruned``: restore a snapshot, or start at the
         #: floor).
@@ -321,9 +323,12 @@ class World:
             floor = read_floor(self.inner, self.layout)
             proc = self._proc(self.current)
             run_id = None if proc is None else proc.run_id
-            if floor is not None and run_id is not None:
-                self.floor_by[run_id] = max(self.floor_by.get(run_id, 0), floor.epoch)
+            # Only a write that raised the floor is this run's pruning: a compaction
+            # rewrites the floor record with the epoch another run's pruning set.
             if floor is not None:
+                if run_id is not None and floor.epoch > self.floor_epoch:
+                    self.floor_by[run_id] = max(self.floor_by.get(run_id, 0), floor.epoch)
+                self.floor_epoch = max(self.floor_epoch, floor.epoch)
                 self.checker.floor_written(floor.epoch)
         elif key == self.layout.barrier_state:
             self.barrier_changed = True
