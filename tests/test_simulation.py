@@ -250,7 +250,7 @@ def test_the_command_prints_its_counts_last() -> None:
 
 def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
     # --bound 0: the failure-free schedule of the default pipeline, of each poison one (4),
-    # of each whose topic may be recreated (2), of each pruned one (4) and of each read
+    # of each whose topic may be recreated (2), of each pruned one (5) and of each read
     # with readMode=driver (2), every one run although the budget (0.01 s) is spent
     # before the first ends.
     done = subprocess.run(
@@ -274,8 +274,8 @@ def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "schedules: 13", lines
-    assert any(line.endswith(": 13 schedules, complete") for line in lines), lines
+    assert lines[-2] == "schedules: 14", lines
+    assert any(line.endswith(": 14 schedules, complete") for line in lines), lines
     states = re.search(
         r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
     )
