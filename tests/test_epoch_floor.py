@@ -17,10 +17,13 @@ from state.metrics.families import bundles_delivered, replays_dropped
 from state.metrics.reading import StateReader
 from state.protocol.batch_records import batch_record_keys, write_batch_record
 from state.protocol.epoch_floor import (
+    compact,
+    fence_generation,
     floor_target,
     prune_below,
     pruning_step,
     read_floor,
+    read_floor_versioned,
     snapshot_floor_target,
 )
 from state.protocol.epoch_log import EpochLog
@@ -159,6 +162,53 @@ def test_a_pruner_that_loses_the_floor_to_another_deletes_nothing(
     result = prune_below(store, LAYOUT, 6)
     assert (result.floor, result.raised) == (2, False)
     assert epoch_numbers(store) == list(range(2, 10))
+
+
+def test_a_new_generation_fences_a_raise_decided_from_an_earlier_read(
+    store: StateStore,
+) -> None:
+    """``recover(mode="replay")`` fences the floor before it writes the new generation: a
+    raise decided from a floor read before the fence loses its swap and deletes nothing."""
+    EpochLog(store, LAYOUT).create_start(offset(0))
+    record_epochs(store, range(10))
+    before = read_floor_versioned(store, LAYOUT)
+    assert (before.floor, before.epoch, before.generation) == (None, 0, 0)
+
+    assert fence_generation(store, LAYOUT, 1, lambda: EpochLog(store, LAYOUT).start())
+    fenced = read_floor(store, LAYOUT)
+    assert fenced is not None and (fenced.epoch, fenced.generation) == (0, 1)
+    assert not fenced.pruned and fenced.start == offset(0)
+
+    stale = prune_below(store, LAYOUT, 6, read=before)
+    assert (stale.floor, stale.raised) == (0, False)
+    assert epoch_numbers(store) == list(range(10))
+    assert read_floor(store, LAYOUT) == fenced
+
+    # Read after the fence, a raise takes effect and carries the generation over.
+    now = read_floor_versioned(store, LAYOUT)
+    assert now.generation == 1 and prune_below(store, LAYOUT, 6, read=now).raised
+    raised = read_floor(store, LAYOUT)
+    assert raised is not None and (raised.epoch, raised.generation) == (6, 1)
+    # A later generation fences the pruned floor too; the same one again writes nothing.
+    assert fence_generation(store, LAYOUT, 2, lambda: None)
+    assert not fence_generation(store, LAYOUT, 2, lambda: None)
+    again = read_floor(store, LAYOUT)
+    assert again is not None and (again.epoch, again.generation) == (6, 2)
+
+
+def test_without_a_persisted_start_there_is_nothing_to_fence(store: StateStore) -> None:
+    assert not fence_generation(store, LAYOUT, 1, lambda: None)
+    assert read_floor(store, LAYOUT) is None
+
+
+def test_compaction_keeps_the_floors_generation(store: StateStore) -> None:
+    EpochLog(store, LAYOUT).create_start(offset(0))
+    record_epochs(store, range(40))
+    fence_generation(store, LAYOUT, 3, lambda: EpochLog(store, LAYOUT).start())
+    assert compact(store, LAYOUT, 32).compacted
+    floor = read_floor(store, LAYOUT)
+    assert floor is not None and floor.segments and (floor.epoch, floor.generation) == (0, 3)
+    assert EpochLog(store, LAYOUT).read_epoch(5) is not None
 
 
 def test_the_floor_is_not_raised_to_an_epoch_that_is_not_recorded(store: StateStore) -> None:

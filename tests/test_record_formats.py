@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,8 @@ FLOOR_WITH_SEGMENTS = FloorRecord(
 FLOOR_NOTHING_PRUNED = FloorRecord(
     0, SourceOffset(0, {("orders", 0): 0}), segments=(SegmentRef(0, 16, "9f86d081884c7d65"),)
 )
+FLOOR_FENCED = FloorRecord(0, SourceOffset(0, {("orders", 0): 0}), generation=2)
+FLOOR_WITH_GENERATION = replace(FLOOR_WITH_SEGMENTS, generation=3)
 MANIFEST = Manifest(
     "orders",
     12,
@@ -257,6 +259,9 @@ GOLDEN: list[Golden] = [
     Golden("floor-format1", FloorRecord(7, START, 6, 2), FloorRecord.from_json),
     Golden("floor-format2", FLOOR_WITH_SEGMENTS, FloorRecord.from_json),
     Golden("floor-format2-nothing-pruned", FLOOR_NOTHING_PRUNED, FloorRecord.from_json),
+    # written once recover(mode="replay") began a generation: a release before refuses it
+    Golden("floor-format3", FLOOR_WITH_GENERATION, FloorRecord.from_json),
+    Golden("floor-format3-fenced-only", FLOOR_FENCED, FloorRecord.from_json),
     Golden("epoch-segment-format1", SEGMENT, EpochSegment.from_json),
 ]
 BY_NAME = {g.name: g for g in GOLDEN}
