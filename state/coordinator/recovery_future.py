@@ -36,9 +36,12 @@ from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot.attempt import Lineage
 from state.errors import CoordinationError, GenerationSuperseded
+from state.protocol.epoch_floor import fence_generation
+from state.protocol.epoch_log import EpochLog
 from state.protocol.fencing import check_token
 from state.protocol.resume_point import advance_resume_point, new_generation, read_resume_point
 from state.records.resume_point import ResumePoint
+from state.records.source_offset import SourceOffset
 from state.stores import StateStore
 
 log = logging.getLogger(__name__)
@@ -179,7 +182,14 @@ class Recoverer:
 
         def make(current: ResumePoint | None) -> ResumePoint:
             check_token(self.store, self.layout, token)
-            return new_generation(current, token=token, created_at=self._clock())
+            point = new_generation(current, token=token, created_at=self._clock())
+            # Before the point: a driver of the old generation that read the floor earlier
+            # loses its swap, and one that reads it later does not raise it.
+            fence_generation(self.store, self.layout, point.generation, log_start)
+            return point
+
+        def log_start() -> SourceOffset | None:
+            return EpochLog(self.store, self.layout).start()
 
         written = advance_resume_point(
             self.ownership.backend,

@@ -22,6 +22,12 @@ epochs, batch records and segments:
   :data:`MAX_SEGMENT_EPOCHS` (:func:`merge_plan`, pure). However long a pipeline runs,
   its log is a few dozen objects: at most :data:`SEGMENT_EPOCHS` plus the in-flight
   epochs one each, and a handful of segments per size.
+* **Generations.** ``recover(mode="replay")`` records the generation it begins in the
+  floor (:func:`fence_generation`) before it writes the new generation's resume point: the
+  snapshot coordinator raises the floor only from a floor it read (:class:`FloorRead`) in
+  its own generation, so a paused driver of the old generation, whose retained snapshots
+  allowed a higher floor, loses its swap instead of pruning the epochs the new
+  generation's replay reads from the persisted start.
 * **Order.** New objects (segments) are written first; then the floor record is
   replaced, by a create or a compare-and-swap on the version read; only then is anything
   deleted. A writer that loses the swap deletes nothing: the winner did the work, and a
@@ -44,8 +50,8 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from state.errors import ConcurrentModification, EpochsPruned, KeyExists
 from state.lag import Lag
@@ -188,6 +194,64 @@ def read_floor(store: StateStore, layout: PipelineLayout) -> FloorRecord | None:
     return floor
 
 
+@dataclass(frozen=True)
+class FloorRead:
+    """The floor as one read found it, with its version: a raise decided from it
+    (:func:`prune_below` with ``read=``) takes effect only if no one wrote the floor since."""
+
+    floor: FloorRecord | None
+    version: str | None
+
+    @property
+    def epoch(self) -> int:
+        return 0 if self.floor is None else self.floor.epoch
+
+    @property
+    def generation(self) -> int:
+        return 0 if self.floor is None else self.floor.generation
+
+
+def read_floor_versioned(store: StateStore, layout: PipelineLayout) -> FloorRead:
+    """The pipeline's floor and its version, for a raise decided on what else is read after."""
+    return FloorRead(*_load_floor(store, layout))
+
+
+def fence_generation(
+    store: StateStore,
+    layout: PipelineLayout,
+    generation: int,
+    start: Callable[[], SourceOffset | None],
+) -> bool:
+    """Record in the floor that resume point generation ``generation`` begins, before it is
+    written: every raise decided from an older read of the floor then loses its swap, and
+    the snapshot coordinator of an older generation raises it no more.
+
+    ``start`` gives the persisted start (read only if there is no floor yet: the new floor
+    is at epoch 0, nothing pruned); without one no epoch is recorded and nothing needs
+    fencing. Returns whether the floor was written. One attempt: a lost race raises
+    :class:`~state.errors.ConcurrentModification` or :class:`~state.errors.KeyExists`, for
+    the caller's read-modify-write loop to decide again.
+    """
+    floor, version = _load_floor(store, layout)
+    if floor is not None and floor.generation >= generation:
+        return False
+    if floor is None or version is None:
+        persisted = start()
+        if persisted is None:
+            return False
+        fenced = FloorRecord(0, persisted, generation=generation)
+        store.create_json(layout.source_floor, fenced.to_json())
+    else:
+        fenced = replace(floor, generation=generation)
+        store.compare_and_swap_json(layout.source_floor, fenced.to_json(), version)
+    log.info(
+        "pipeline %s: the epoch log's floor records generation %d",
+        layout.pipeline_id,
+        generation,
+    )
+    return True
+
+
 def _load_floor(store: StateStore, layout: PipelineLayout) -> tuple[FloorRecord | None, str | None]:
     key = layout.source_floor
     hit = store.get_or_none(key)
@@ -227,15 +291,18 @@ class PruneResult:
     segments_deleted: int = 0
 
 
-def prune_below(store: StateStore, layout: PipelineLayout, target: int) -> PruneResult:
+def prune_below(
+    store: StateStore, layout: PipelineLayout, target: int, *, read: FloorRead | None = None
+) -> PruneResult:
     """Raise the floor to ``target`` if it is below, then delete what lies below the floor.
 
     ``target`` must come from :func:`floor_target` (or lower): nothing at or above it is
     touched. The floor is not raised if epoch ``target`` is not recorded (its start is
-    the floor's), nor if another writer changed the floor meanwhile. A segment that holds
-    epochs on both sides of ``target`` is kept whole.
+    the floor's), nor if another writer changed the floor meanwhile: since ``read``, the
+    floor read before what decided ``target`` was read, if given, else since this call
+    reads it. A segment that holds epochs on both sides of ``target`` is kept whole.
     """
-    floor, version = _load_floor(store, layout)
+    floor, version = _load_floor(store, layout) if read is None else (read.floor, read.version)
     current = 0 if floor is None else floor.epoch
     if target <= current:
         return PruneResult(current, raised=False)
@@ -268,6 +335,7 @@ def prune_below(store: StateStore, layout: PipelineLayout, target: int) -> Prune
         replays_dropped=(0 if floor is None else floor.replays_dropped)
         + sum(n - 1 for n in reads.values()),
         segments=kept,
+        generation=0 if floor is None else floor.generation,
     )
     if not _swap_floor(store, layout, raised, version):
         return PruneResult(current, raised=False)
@@ -339,6 +407,7 @@ def compact(store: StateStore, layout: PipelineLayout, limit: int) -> CompactRes
         epochs_with_records=0 if floor is None else floor.epochs_with_records,
         replays_dropped=0 if floor is None else floor.replays_dropped,
         segments=tuple(refs),
+        generation=0 if floor is None else floor.generation,
     )
     if not _swap_floor(store, layout, compacted, version):
         return CompactResult()

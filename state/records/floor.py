@@ -8,7 +8,13 @@ segments (:mod:`state.records.epoch_segment`) that hold the epochs from the floo
 the last segment's end, and allows ``"epoch": 0`` (nothing pruned, some epochs compacted).
 A segment is named by its range and the digest of its bytes (:class:`SegmentRef`). A
 release before segments refuses format 2 rather than reading the compacted epochs as
-never planned (docs/PROTOCOL.md, "Pruning" and "Epoch segments").
+never planned (docs/PROTOCOL.md, "Pruning" and "Epoch segments"). Format 3 adds
+``"generation": G``, the newest generation of the resume point that
+``recover(mode="replay")`` began: the snapshot coordinator of an older generation does not
+raise the floor (its retained snapshots no longer say what a restore needs), and a floor
+at epoch 0 may then hold no segment (nothing pruned nor compacted, only the generation).
+A release before generations refuses format 3 rather than prune past a new generation's
+replay.
 
 Epochs below ``F`` and the batch records that read them may be deleted; ``start`` is where
 epoch ``F`` starts, which is where a query on a new checkpoint may begin once the epochs
@@ -27,12 +33,15 @@ from typing import Any
 from state.records.codec import FORMAT_FIELD, Fields
 from state.records.source_offset import SourceOffset
 
-FLOOR_RECORD_FORMAT = 2
+FLOOR_RECORD_FORMAT = 3
 
 #: The format written while the log has no segment: the bytes of a release before them.
 FLOOR_WITHOUT_SEGMENTS_FORMAT = 1
+#: The format written with segments and no generation: the bytes of a release before them.
+FLOOR_WITHOUT_GENERATION_FORMAT = 2
 
 SEGMENTS_FIELD = "segments"
+GENERATION_FIELD = "generation"
 
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
@@ -69,6 +78,8 @@ class FloorRecord:
 
     ``epochs_with_records``: pruned epochs that read at least one record.
     ``replays_dropped``: batches, beyond the first, that read a pruned epoch.
+    ``generation``: the newest resume point generation begun by ``recover(mode="replay")``
+    (0: none); every writer of the floor carries it over.
     """
 
     epoch: int
@@ -76,12 +87,17 @@ class FloorRecord:
     epochs_with_records: int = 0
     replays_dropped: int = 0
     segments: tuple[SegmentRef, ...] = ()
+    generation: int = 0
 
     def __post_init__(self) -> None:
         if self.start.epoch != self.epoch:
             raise ValueError(f"the floor {self.epoch} must start at its own epoch: {self.start}")
-        if self.epoch == 0 and not self.segments:
-            raise ValueError("a floor at epoch 0 (nothing pruned) must hold segments")
+        if self.generation < 0:
+            raise ValueError(f"a floor's generation is >= 0, not {self.generation}")
+        if self.epoch == 0 and not self.segments and self.generation == 0:
+            raise ValueError(
+                "a floor at epoch 0 (nothing pruned) must hold segments or a generation"
+            )
         for before, after in zip(self.segments, self.segments[1:], strict=False):
             if after.first != before.end:
                 raise ValueError(f"segments must follow each other: {before} then {after}")
@@ -106,15 +122,23 @@ class FloorRecord:
         return None
 
     def to_json(self) -> dict[str, Any]:
+        if self.generation:
+            fmt = FLOOR_RECORD_FORMAT
+        elif self.segments:
+            fmt = FLOOR_WITHOUT_GENERATION_FORMAT
+        else:
+            fmt = FLOOR_WITHOUT_SEGMENTS_FORMAT
         doc: dict[str, Any] = {
             "epoch": self.epoch,
             "epochs_with_records": self.epochs_with_records,
-            FORMAT_FIELD: FLOOR_RECORD_FORMAT if self.segments else FLOOR_WITHOUT_SEGMENTS_FORMAT,
+            FORMAT_FIELD: fmt,
             "replays_dropped": self.replays_dropped,
             "start": self.start.to_json(),
         }
         if self.segments:
             doc[SEGMENTS_FIELD] = [[s.first, s.end, s.digest] for s in self.segments]
+        if self.generation:
+            doc[GENERATION_FIELD] = self.generation
         return doc
 
     @classmethod
@@ -125,13 +149,17 @@ class FloorRecord:
         start = SourceOffset.from_json(f.required("start", "a gtkafka offset"))
         if start.epoch != epoch:
             raise f.invalid("start", f"the offset at which epoch {epoch} starts")
-        segments = _segments(f, epoch) if fmt >= 2 else ()
+        generation = f.integer(GENERATION_FIELD, minimum=1) if fmt >= 3 else 0
+        # A floor at epoch 0 without segments only carries a generation (format 3).
+        optional = fmt >= 3 and f.value(SEGMENTS_FIELD) is None
+        segments = _segments(f, epoch) if fmt >= 2 and not optional else ()
         return cls(
             epoch=epoch,
             start=start,
             epochs_with_records=f.integer("epochs_with_records", minimum=0),
             replays_dropped=f.integer("replays_dropped", minimum=0),
             segments=segments,
+            generation=generation,
         )
 
 

@@ -10,7 +10,9 @@
 4. accept: move the resume point forward (:mod:`state.protocol.resume_point`), only while
    this driver holds the pipeline, its fencing token is the newest, and the resume point is still in
    the generation the snapshot started in;
-5. prune the snapshots beyond ``retain``, then the epoch log below the oldest retained
+5. prune, from the resume point read again (a driver that paused since its acceptance must
+   not delete what a newer one retains, :mod:`state.coordinator.snapshot.retention`): the
+   snapshots below the oldest retained one, then the epoch log below the oldest retained
    snapshot and ``epochs_retained`` below the barrier (:mod:`state.protocol.epoch_floor`).
 
 The checkpoint files, their upload and the manifest are the writer's
@@ -40,18 +42,23 @@ from typing import Any, Protocol
 from state.coordinator.batches import CompletedBatch
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
-from state.coordinator.snapshot.retention import prune
+from state.coordinator.snapshot.retention import Pruned, decide_retention, prune
 from state.coordinator.snapshot.write import SnapshotWriter
 from state.errors import CoordinationError, GtBarrierError, RetriableError, SnapshotIncomplete
 from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_floor import (
+    FloorRead,
     prune_below,
     pruning_step,
-    read_floor,
+    read_floor_versioned,
     snapshot_floor_target,
 )
 from state.protocol.fencing import check_token
-from state.protocol.resume_point import accepted_point, advance_resume_point
+from state.protocol.resume_point import (
+    accepted_point,
+    advance_resume_point,
+    read_resume_point,
+)
 from state.records.barrier import BarrierState
 from state.records.inflight_bundle import InflightBundle
 from state.records.manifest import Manifest
@@ -246,10 +253,7 @@ class SnapshotPipeline:
             )
         self._await_drained(batch.epoch, left(), closing)
         point = self._accept(manifest, token, left(), closing)
-        kept = [r.snapshot_id for r in point.retained]
-        pruned, deleted = prune(self.store, self.layout, kept, self.writer.manifests)
-        self.writer.forget_blobs(deleted)
-        self._prune_epochs(min(r.epoch for r in point.retained))
+        pruned = self._prune(token, manifest.generation)
         stats = SnapshotStats(
             snapshot_id=manifest.snapshot_id,
             epoch=batch.epoch,
@@ -275,11 +279,38 @@ class SnapshotPipeline:
         )
         return stats, point
 
-    def _prune_epochs(self, oldest_snapshot_epoch: int) -> None:
-        """Raise the epoch log's floor (:mod:`state.protocol.epoch_floor`) to
-        ``epochs_retained`` below the barrier's progress, but never above the epoch of the
-        oldest retained snapshot, whose restore starts there. The snapshot is already
-        accepted: a pruning that fails on the store is logged and tried after the next."""
+    def _prune(self, token: int, generation: int) -> Pruned:
+        """After an acceptance: delete the snapshots the resume point no longer retains,
+        then raise the epoch log's floor (:meth:`_prune_epochs`), both decided from the
+        point read now (:func:`decide_retention`), not from the one this driver wrote: a
+        driver that paused since must not delete what a newer one retains. The floor is
+        read first, so that a new generation begun after it (which fences the floor,
+        :func:`~state.protocol.epoch_floor.fence_generation`) makes the raise lose."""
+        floor = read_floor_versioned(self.store, self.layout)
+        point, _ = read_resume_point(self.ownership.backend)
+        retention = decide_retention(point, token=token, generation=generation)
+        if retention.skipped is not None or point is None:
+            log.info("snapshot retention skipped: %s", retention.skipped)
+            return Pruned(0, 0)
+        check_token(self.store, self.layout, token)
+        pruned, deleted = prune(self.store, self.layout, retention.keep, self.writer.manifests)
+        self.writer.forget_blobs(deleted)
+        if floor.generation > generation:
+            log.info(
+                "the epoch log's floor is fenced by generation %d, this driver's is %d: not raised",
+                floor.generation,
+                generation,
+            )
+        else:
+            self._prune_epochs(floor, min(r.epoch for r in point.retained))
+        return pruned
+
+    def _prune_epochs(self, floor: FloorRead, oldest_snapshot_epoch: int) -> None:
+        """Raise the epoch log's floor (:mod:`state.protocol.epoch_floor`), as ``floor``
+        read it, to ``epochs_retained`` below the barrier's progress, but never above the
+        epoch of the oldest retained snapshot, whose restore starts there. The snapshot is
+        already accepted: a pruning that fails on the store is logged and tried after the
+        next."""
         retained = self.config.epochs_retained
         try:
             state = read_barrier_state(self.store, self.layout)
@@ -287,9 +318,8 @@ class SnapshotPipeline:
             target = snapshot_floor_target(
                 state.progress, inflight, retained, oldest_snapshot_epoch
             )
-            floor = read_floor(self.store, self.layout)
-            if target - (0 if floor is None else floor.epoch) >= pruning_step(retained):
-                prune_below(self.store, self.layout, target)
+            if target - floor.epoch >= pruning_step(retained):
+                prune_below(self.store, self.layout, target, read=floor)
         except GtBarrierError as err:
             log.warning("pruning the epoch log failed (tried after the next snapshot): %s", err)
 
