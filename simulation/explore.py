@@ -352,8 +352,9 @@ RECREATED_FATAL = replace(RECREATED, fail_on_data_loss=True)
 COORDINATED = replace(SimConfig(), epochs_retained=1)
 #: The pruning pipeline with a compaction unit of one epoch (``SimConfig.segment_epochs``):
 #: the drivers compact each committed epoch but the newest into a segment, merge 4
-#: segments of one size into one (of 4 epochs, then of 16), and delete the merged parts a
-#: compaction later, while queries on new checkpoints replay from the floor through them.
+#: segments of one size into one (of 4 epochs: the 12 epochs of a run never make the four
+#: 4-epoch segments a 16-epoch merge needs), and delete the merged parts a compaction
+#: later, while queries on new checkpoints replay from the floor through them.
 #: Drivers take 1 and 2 records an epoch in turn: an epoch lost from the log and planned
 #: again by the next driver differs from the one recorded after it.
 COMPACTING = replace(PRUNING, segment_epochs=1, max_per_partition=(1, 2))
