@@ -96,6 +96,13 @@ The compaction of the epoch log, reached on the pipeline whose compaction unit i
 22. a compaction that deletes the epochs it copied before the swap of the floor record
     that names their segments (``_swap_floor`` preceded by that deletion): a driver that
     dies in between leaves the epochs in neither.
+
+The floor against a paused coordinator, on the pipeline whose coordinator keeps few epochs:
+
+23. ``recover(mode="replay")`` writing its generation without fencing the floor first
+    (``fence_generation`` as the ``Recoverer`` calls it, a no-op): an old driver's snapshot
+    thread that read the floor and the resume point before the new generation raises the
+    floor the new generation's replay needs.
 """
 
 from __future__ import annotations
@@ -730,3 +737,25 @@ def test_compaction_deleting_before_its_floor_swap_is_found(
     # (EpochLogConflict) for good: it stops rather than read the log wrong.
     assert invariant == "liveness"
     assert [(e.kind, e.arg) for e in shortest.events] == [("crash", "lose")]
+
+
+# --- 23. a new generation that does not fence the floor ------------------------------------------
+
+
+def test_a_new_generation_without_its_floor_fence_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unfenced(
+        store: StateStore,
+        layout: PipelineLayout,
+        generation: int,
+        start: Callable[[], SourceOffset | None],
+    ) -> bool:
+        # The new generation is written with the floor as it was: a raise decided from
+        # the old generation's retained snapshots still wins its swap.
+        return False
+
+    monkeypatch.setattr(recovery_future, "fence_generation", unfenced)
+    shortest, invariant = find_shortest("a new generation without its floor fence", COORDINATED)
+    assert invariant == "the floor spares restores"
+    assert any(e.kind == "upgrade" for e in shortest.events)
