@@ -243,28 +243,36 @@ def minimise(
 
 
 def hunt(
-    config: SimConfig, *, bound: int, seeds: int, more: int = 0, keep: int = 5
+    config: SimConfig,
+    *,
+    bound: int,
+    seeds: int,
+    more: int = 0,
+    keep: int = 5,
+    pct: bool = False,
 ) -> tuple[list[Found], Tally]:
     """Search for violations: every schedule of up to ``bound`` events (depth first, the
-    empty schedule first), then the random walks of seeds ``0 .. seeds - 1``. Stops at the
-    first violation, or, with ``more``, after ``more`` further seeds (or ``keep``
-    violations of the first one's invariant), so that there are several schedules to
-    minimise. The violations found, first first, and what the search ran."""
+    empty schedule first), then the random walks of seeds ``0 .. seeds - 1`` (with
+    ``pct``, the PCT runs of those seeds instead). Stops at the first violation, or, with
+    ``more``, after ``more`` further seeds (or ``keep`` violations of the first one's
+    invariant), so that there are several schedules to minimise. The violations found,
+    first first, and what the search ran."""
     tally = Tally()
     found: list[Found] = []
     for outcome, schedule in exhaustive(config, bound):
         tally.add(outcome, schedule)
         if outcome.violation is not None:
             return [Found(outcome.violation, schedule)], tally
+    run = run_pct if pct else run_seed
     stop = seeds
     for seed in range(seeds):
         if seed >= stop:
             break
-        outcome, schedule = run_seed(config, seed)
+        outcome, schedule = run(config, seed)
         tally.add(outcome, schedule, seed)
         v = outcome.violation
         if v is not None and (not found or v.invariant == found[0].violation.invariant):
-            found.append(Found(v, schedule, seed))
+            found.append(Found(v, schedule, seed, pct=pct))
             if len(found) == 1:
                 stop = min(seeds, seed + 1 + more)
             if len(found) >= keep:

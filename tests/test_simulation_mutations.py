@@ -103,6 +103,16 @@ The floor against a paused coordinator, on the pipeline whose coordinator keeps 
     (``fence_generation`` as the ``Recoverer`` calls it, a no-op): an old driver's snapshot
     thread that read the floor and the resume point before the new generation raises the
     floor the new generation's replay needs.
+
+Snapshot retention after an acceptance, found by PCT runs (the search's walks miss both):
+
+24. retention deleting every snapshot the resume point does not retain, not only those
+    below the oldest one it retains (``retention.doomed``): a paused driver deletes the
+    snapshot a newer driver is about to accept;
+25. retention decided from the resume point the driver wrote rather than the one it reads
+    after its acceptance (``read_resume_point`` as the snapshot pipeline calls it answers
+    with the driver's own last write, and everything it does not retain is doomed): the
+    bug ``make sim`` found, a paused driver deleting the newer driver's snapshots.
 """
 
 from __future__ import annotations
@@ -162,6 +172,7 @@ from sink.staging import Staging, parquet_bytes
 from state.coordinator import recovery_future
 from state.coordinator.checkpoint_recovery import RecoveryResult, recover_checkpoint
 from state.coordinator.snapshot import attempt as snapshot_attempt
+from state.coordinator.snapshot import retention as snapshot_retention
 from state.coordinator.snapshot.attempt import Closing, SnapshotPipeline
 from state.errors import PipelineFenced, StateError
 from state.layout import PipelineLayout
@@ -191,11 +202,14 @@ SEEDS = 8000
 MORE = 100
 
 
-def find_shortest(name: str, config: SimConfig = CONFIG) -> tuple[Schedule, str]:
-    """Hunt for the mutation's violation on ``config``; minimise, check and print the
-    shortest schedule."""
+def find_shortest(
+    name: str, config: SimConfig = CONFIG, *, pct: bool = False
+) -> tuple[Schedule, str]:
+    """Hunt for the mutation's violation on ``config`` (after the one-event schedules, the
+    random walks, or with ``pct`` the PCT runs); minimise, check and print the shortest
+    schedule."""
     started = time.monotonic()
-    found, tally = hunt(config, bound=1, seeds=SEEDS, more=MORE)
+    found, tally = hunt(config, bound=1, seeds=SEEDS, more=MORE, pct=pct)
     searched = time.monotonic() - started
     assert found, (
         f"{name}: the simulator found no violation in {tally.schedules} schedules "
@@ -208,6 +222,7 @@ def find_shortest(name: str, config: SimConfig = CONFIG) -> tuple[Schedule, str]
         fewer = replace(small, events=small.events[:i] + small.events[i + 1 :])
         assert not _fails(fewer, invariant, config), f"{name}: {small} is not 1-minimal"
     first = "the empty schedule" if found[0].seed is None else f"seed {found[0].seed}"
+    first += " (PCT)" if found[0].pct else ""
     print(
         f"\n{name}: first violation at {first}; searched {tally.schedules} schedules "
         f"({tally.steps} steps) in {searched:.1f} s; {len(found)} violation(s) minimised, "
@@ -759,3 +774,60 @@ def test_a_new_generation_without_its_floor_fence_is_found(
     shortest, invariant = find_shortest("a new generation without its floor fence", COORDINATED)
     assert invariant == "the floor spares restores"
     assert any(e.kind == "upgrade" for e in shortest.events)
+
+
+# --- 24. retention deleting every snapshot the point does not retain ----------------------------
+
+
+def _not_retained(stored: Iterable[int], keep: Sequence[int]) -> list[int]:
+    # Every snapshot the point does not name, one a newer driver is accepting included.
+    return sorted(set(stored) - set(keep)) if keep else []
+
+
+def test_retention_deleting_above_the_oldest_retained_snapshot_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshot_retention, "doomed", _not_retained)
+    shortest, invariant = find_shortest(
+        "retention above the oldest retained snapshot", CONFIG, pct=True
+    )
+    # The next restore finds the retained snapshots deleted: SnapshotCorrupted, for good.
+    assert invariant == "liveness"
+    assert any(e.kind == "zombie" for e in shortest.events)
+
+
+# --- 25. retention from the point the driver wrote ------------------------------------------------
+
+
+def test_retention_from_the_point_the_driver_wrote_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrote: dict[int, ResumePoint] = {}
+    advance = resume_point.advance_resume_point
+    read = resume_point.read_resume_point
+
+    def remembered(
+        backend: resume_point.ResumePointBackend,
+        make: Callable[[ResumePoint | None], ResumePoint],
+        *,
+        retry: Retry | None = None,
+    ) -> ResumePoint | None:
+        written = advance(backend, make, retry=retry)
+        if written is not None:
+            wrote[id(backend)] = written
+        return written
+
+    def as_written(
+        backend: resume_point.ResumePointBackend,
+    ) -> tuple[ResumePoint | None, str | None]:
+        # The point this driver wrote, whatever the backend holds now.
+        if id(backend) in wrote:
+            return wrote[id(backend)], None
+        return read(backend)
+
+    monkeypatch.setattr(snapshot_attempt, "advance_resume_point", remembered)
+    monkeypatch.setattr(snapshot_attempt, "read_resume_point", as_written)
+    monkeypatch.setattr(snapshot_retention, "doomed", _not_retained)
+    shortest, invariant = find_shortest("retention from the point it wrote", CONFIG, pct=True)
+    assert invariant == "liveness"
+    assert any(e.kind in {"zombie", "upgrade"} for e in shortest.events)
