@@ -29,7 +29,12 @@ from simulation.scheduler import Op
 from sink.bundle import Bundle
 from sink.consumers.base import Ack, Consumer, LastBundle
 from sink.consumers.consumer_kind import ConsumerKind, ConsumerSettings, RowRejection, SinkView
-from sink.dead_letters.dead_letter_format import BUNDLE_COLUMN, COLUMN_COLUMN, REASON_COLUMN
+from sink.dead_letters.dead_letter_format import (
+    BUNDLE_COLUMN,
+    COLUMN_COLUMN,
+    CREATED_KEY,
+    REASON_COLUMN,
+)
 from sink.dead_letters.dead_letter_settings import Tolerance
 from sink.faults import FaultInjector
 from sink.staging import Staging
@@ -130,3 +135,11 @@ def file_rows(data: bytes) -> tuple[list[Row], list[tuple[int, str, str | None]]
         )
     )
     return table_rows(table), context
+
+
+def written_at(data: bytes) -> float:
+    """When a dead-letter file says it was written (its footer's ``gtbarrier.created``:
+    the writer's clock, the simulation's here), the time ``errors.deadLetter.retention``
+    counts from."""
+    metadata = pq.read_metadata(pa.BufferReader(data)).metadata or {}
+    return float(metadata[CREATED_KEY].decode())

@@ -311,6 +311,10 @@ SMALL = SimConfig(partitions=1, per_partition=2)
 #: value the consumer kind refuses, and (1, 2), whose gt is null. Every epoch has rows to
 #: deliver, whichever driver plans it.
 DEAD_LETTERS = SimConfig(poison=((0, 1),), no_gt=((1, 2),), tolerance="all")
+#: Poison rows at errors.tolerance=all with ``errors.deadLetter.retention`` of 20 ms (20
+#: steps) and the owner's sweep after every commit: dead-letter files of committed bundles
+#: are deleted within the run, and one a paused commit creates again must hold the same rows.
+DEAD_LETTER_RETENTION = replace(DEAD_LETTERS, dead_letter_retention=0.02)
 #: The same at errors.tolerance=none: the query stops at the first poison bundle until the
 #: operator switches to all (the ``tolerate`` event, or the healthy driver's operator).
 SWITCH = replace(DEAD_LETTERS, tolerance="none")
@@ -376,7 +380,15 @@ DRIVER = replace(SimConfig(), read_mode="driver")
 #: floor, and recorded again by a replay) and with sparse output.
 DRIVER_PRUNED = replace(SPARSE, read_mode="driver")
 #: The random walks' pipelines, taken in turn by seed (:func:`walk_config`).
-WALK_CONFIGS = (SimConfig(), DEAD_LETTERS, SWITCH, *PRUNED, DRIVER, DRIVER_PRUNED)
+WALK_CONFIGS = (
+    SimConfig(),
+    DEAD_LETTERS,
+    SWITCH,
+    *PRUNED,
+    DRIVER,
+    DRIVER_PRUNED,
+    DEAD_LETTER_RETENTION,
+)
 
 
 def walk_config(seed: int, configs: tuple[SimConfig, ...] = WALK_CONFIGS) -> SimConfig:
@@ -404,6 +416,7 @@ class Plan:
         SWITCH,
         SMALL_DEAD_LETTERS,
         SMALL_SWITCH,
+        DEAD_LETTER_RETENTION,
         *(RECREATED, RECREATED_FATAL),  # not poison: a recreated topic, the same search
     )
     pruned: tuple[SimConfig, ...] = PRUNED

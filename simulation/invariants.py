@@ -33,7 +33,11 @@ reads only records the broker has, exactly as many as ``maxOffsetsPerTrigger`` a
 Dead letters (poison rows, :mod:`simulation.query`), after every step too:
 
 * ``dead letters created once``: every write to the dead-letter store creates a file that
-  did not exist; a file is never written again, replaced or deleted;
+  did not exist; a file is never written again, replaced or deleted, except by
+  ``errors.deadLetter.retention`` (``SimConfig.dead_letter_retention``): a file older than
+  it, of a bundle at or below ``GT_last``, may be deleted (:meth:`Checker.expired`), and
+  then created once more with the same rows by a commit that recorded its bundle in flight
+  before it was resolved (the window the option's documentation states);
 * ``exactly once with dead letters``: a dead-letter file holds exactly the refused rows of
   its bundle (of the query version that computed them), none of which the consumer holds,
   and the consumer none of the refused ones; when ``GT_last`` passes a bundle, its
@@ -100,7 +104,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from simulation.consumer import ConsumerLog, Delivery
-from simulation.dead_letters import BAD_REASON, file_rows
+from simulation.dead_letters import BAD_REASON, file_rows, written_at
 from simulation.query import (
     NO_GT,
     InputLog,
@@ -127,7 +131,7 @@ from state.records.epoch import EpochRecord
 from state.records.resume_point import ResumePoint
 from state.records.source_offset import SourceOffset
 from state.records.source_start import SourceStart
-from state.stores import StateStore
+from state.stores import StateStore, Versioned
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,9 @@ class CheckedWorld(Protocol):
     def current_run(self) -> str | None:
         """The run id of the running actor's query (None outside a query)."""
 
+    def clock(self) -> float:
+        """The simulation's clock (seconds; a millisecond a step)."""
+
     def current_tolerance(self) -> str | None:
         """The errors.tolerance of the running actor's driver (None: not a driver's)."""
 
@@ -200,6 +207,12 @@ class Checker:
         self.delivered_records: dict[tuple[int, int, int], int] = {}
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
+        #: When each dead-letter file says it was written (its footer's time).
+        self.dead_written_at: dict[int, float] = {}
+        #: The bundles whose dead-letter files retention deleted (their rows stay in ``dead``).
+        self.expired: set[int] = set()
+        #: Dead-letter files created once more after their expiry.
+        self.recreated: set[int] = set()
         #: The resume point as last written (None: not yet).
         self.point: ResumePoint | None = None
         #: Every run that ever owned the barrier (claimed it).
@@ -529,17 +542,13 @@ class Checker:
         if bundle_id is None:
             self.fail("dead letters created once", f"{key} written by {actor}: not a bundle's file")
             return
-        if bundle_id in self.dead or hit is None:
-            what = "deleted" if hit is None else "written again"
-            self.fail(
-                "dead letters created once",
-                f"the dead-letter file of bundle {bundle_id} ({key}) was {what} by {actor}",
-            )
-            return
         barrier = w.inner.get_or_none(w.layout.barrier_state)
-        inflight = (
-            None if barrier is None else BarrierState.from_json(json.loads(barrier.data)).inflight
-        )
+        state = BarrierState()
+        if barrier is not None:
+            state = BarrierState.from_json(json.loads(barrier.data))
+        if self._retention_write(bundle_id, hit, state.gt_last, actor) or hit is None:
+            return
+        inflight = state.inflight
         if inflight is None or inflight.bundle_id != bundle_id or not inflight.dead_letters:
             self.fail(
                 "dead letters fenced",
@@ -549,6 +558,7 @@ class Checker:
             return
         rows, context = file_rows(hit.data)
         self.dead[bundle_id] = rows
+        self.dead_written_at[bundle_id] = written_at(hit.data)
         versions = {r[3] for r in rows}
         if len(versions) != 1:
             self.fail(
@@ -579,6 +589,60 @@ class Checker:
                 )
                 return
         self._disjoint(bundle_id)
+
+    def _retention_write(
+        self, bundle_id: int, hit: Versioned | None, gt_last: int, actor: str
+    ) -> bool:
+        """Whether the write to bundle ``bundle_id``'s dead-letter file (``hit``: what it
+        holds now, None if deleted) is done with: a deletion by retention (checked,
+        :meth:`expired_because`), its creation once more after its expiry with the same
+        rows (by a commit that recorded the bundle in flight before another run resolved
+        it: no longer in flight, so not ``dead letters fenced``'s), or a write that breaks
+        ``dead letters created once``. False: the file's first creation, checked next."""
+        if hit is None and bundle_id in self.dead and bundle_id not in self.expired:
+            why = self.expired_because(bundle_id, gt_last)
+            if why is None:
+                self.expired.add(bundle_id)
+            else:
+                self.fail(
+                    "dead letters created once",
+                    f"the dead-letter file of bundle {bundle_id} was deleted by {actor}, but {why}",
+                )
+            return True
+        if hit is None:
+            return True  # a delete of a file already deleted (two sweeps): nothing changed
+        if bundle_id in self.dead and bundle_id not in self.expired:
+            self.fail(
+                "dead letters created once",
+                f"the dead-letter file of bundle {bundle_id} was written again by {actor}",
+            )
+            return True
+        if bundle_id not in self.expired:
+            return False  # its first creation
+        self.expired.discard(bundle_id)
+        self.recreated.add(bundle_id)
+        rows, _ = file_rows(hit.data)
+        if not same_rows(rows, self.dead[bundle_id]):
+            self.fail(
+                "dead letters created once",
+                f"the dead-letter file of bundle {bundle_id} was created again by {actor} "
+                "after its expiry with other rows",
+            )
+        return True
+
+    def expired_because(self, bundle_id: int, gt_last: int) -> str | None:
+        """Why the deletion of bundle ``bundle_id``'s dead-letter file now is not
+        ``errors.deadLetter.retention``'s (None: it is: the option is set, the bundle is at
+        or below ``gt_last``, and the file is older than the retention)."""
+        retention = self.world.config.dead_letter_retention
+        if not retention:
+            return "errors.deadLetter.retention is not set"
+        if bundle_id > gt_last:
+            return f"its bundle is above GT_last {gt_last}"
+        age = self.world.clock() - self.dead_written_at[bundle_id]
+        if age <= retention:
+            return f"it is {age:.3f}s old, not older than the retention {retention}s"
+        return None
 
     def _disjoint(self, bundle_id: int) -> None:
         """No row of bundle ``bundle_id`` both in the consumer and in its dead letters, and

@@ -375,6 +375,11 @@ class SimConfig:
     #: it) for this pipeline's runs; 0: the product's 16, which these short pipelines
     #: never reach. Everything else about compaction is the product's own code.
     segment_epochs: int = 0
+    #: ``errors.deadLetter.retention`` in the simulation's seconds (a millisecond a step),
+    #: at ``errors.tolerance=all``, with the owner's sweep after every commit
+    #: (``staging.sweepEvery=1``): the files older than it, of bundles at or below
+    #: ``GT_last``, are deleted within a run; 0: unset, every file is kept.
+    dead_letter_retention: float = 0.0
 
     def input_log(self) -> InputLog:
         return InputLog(

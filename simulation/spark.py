@@ -443,11 +443,13 @@ class SimManifestWriter:
         pass  # no blobs: the content is the world's
 
 
-def sink_options(store: SimStore, token: int | None, tolerance: Tolerance = "none") -> SinkOptions:
+def sink_options(
+    store: SimStore, token: int | None, tolerance: Tolerance = "none", retention: float = 0.0
+) -> SinkOptions:
     """The sink's options as a driver passes them (parsed by the product; the consumer
     and the dead-letter path they name are never opened: the simulated ones are handed to
-    the barrier)."""
-    return replace(_parsed_options(token, tolerance), store=store.config)
+    the barrier). ``retention``: ``errors.deadLetter.retention`` in seconds (0: unset)."""
+    return replace(_parsed_options(token, tolerance, retention), store=store.config)
 
 
 def _coordinator_config(store: SimStore, epochs_retained: int) -> CoordinatorConfig:
@@ -468,9 +470,11 @@ def _coordinator_config(store: SimStore, epochs_retained: int) -> CoordinatorCon
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed_options(token: int | None, tolerance: Tolerance) -> SinkOptions:
+def _parsed_options(token: int | None, tolerance: Tolerance, retention: float) -> SinkOptions:
     """The product's parse of the options (remembered: a commit parses them every time,
-    and they differ only in these two values)."""
+    and they differ only in these three values). With a dead-letter ``retention``, the
+    owner sweeps after every commit (``staging.sweepEvery=1``), so that expiry runs within
+    a short run."""
     raw = {
         "pipeline.id": PIPELINE,
         "state.uri": "memory://simulation",
@@ -484,6 +488,9 @@ def _parsed_options(token: int | None, tolerance: Tolerance) -> SinkOptions:
     if tolerance == "all":
         raw["errors.tolerance"] = "all"
         raw["errors.deadLetter.path"] = DEAD_LETTER_PATH
+        if retention:
+            raw["errors.deadLetter.retention"] = f"{round(retention * 1000)}ms"
+            raw["staging.sweepEvery"] = "1"
     return SinkOptions.parse(raw)
 
 
@@ -1020,7 +1027,9 @@ class DriverProc:
             raise
 
     def options(self) -> SinkOptions:
-        return sink_options(self.store, self.token, self.tolerance)
+        return sink_options(
+            self.store, self.token, self.tolerance, self.world.config.dead_letter_retention
+        )
 
     def barrier(self) -> sink_barrier.Barrier:
         if self.run_start is None:
@@ -1040,7 +1049,11 @@ class DriverProc:
             races=self.world.retry(),
             overlap_reads=False,
             # At none the sink has no destination (errors.deadLetter.path is not set).
-            dead_letters=StoreDeadLetters(self.dead_store) if self.tolerance == "all" else None,
+            dead_letters=(
+                StoreDeadLetters(self.dead_store, clock=self.world.clock)
+                if self.tolerance == "all"
+                else None
+            ),
             start_generation=self.run_start,
             # Executor mode's sink as deployed: no checkpointLocation it could read.
             offset_log=(

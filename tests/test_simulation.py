@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from simulation.choosers import ALL_KINDS
+from simulation.choosers import ALL_KINDS, ReplayChooser
 from simulation.explore import (
     COMPACTING,
+    DEAD_LETTER_RETENTION,
     DEAD_LETTERS,
     DRIVER,
     FANOUT,
@@ -42,7 +43,7 @@ from simulation.explore import (
 from simulation.query import SimConfig
 from simulation.scheduler import Event
 from simulation.spark import DriverProc, SparkQueryError
-from simulation.world import Schedule, StepRecord
+from simulation.world import Schedule, StepRecord, World
 from sink import cleanup, write_task
 from state import spark_offset_log
 
@@ -249,7 +250,7 @@ def test_the_command_prints_its_counts_last() -> None:
 
 
 def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> None:
-    # --bound 0: the failure-free schedule of the default pipeline, of each poison one (4),
+    # --bound 0: the failure-free schedule of the default pipeline, of each poison one (5),
     # of each whose topic may be recreated (2), of each pruned one (5) and of each read
     # with readMode=driver (2), every one run although the budget (0.01 s) is spent
     # before the first ends.
@@ -274,8 +275,8 @@ def test_the_quick_mode_finishes_its_schedules_whatever_the_time_budget() -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "schedules: 14", lines
-    assert any(line.endswith(": 14 schedules, complete") for line in lines), lines
+    assert lines[-2] == "schedules: 15", lines
+    assert any(line.endswith(": 15 schedules, complete") for line in lines), lines
     states = re.search(
         r"liveness steps \(the healthy driver alone\): ([\d,]+); .* left: (\d+)", done.stdout
     )
@@ -393,3 +394,16 @@ def test_a_compaction_rewriting_the_floor_is_not_the_runs_own_pruning() -> None:
     )
     outcome, _ = run_schedule(config, schedule)
     assert outcome.violation is None, outcome.violation
+
+
+def test_dead_letter_retention_deletes_committed_bundles_files_and_every_row_stays_once() -> None:
+    """At ``errors.deadLetter.retention`` of 20 ms, the product's owner sweep deletes the
+    files of committed bundles within the run; the checker accepts each deletion only for
+    a bundle at or below ``GT_last`` and a file older than the retention, and the output is
+    still every row once, in the consumer or in a dead-letter file written once."""
+    world = World(DEAD_LETTER_RETENTION, ReplayChooser(()), heal="keep")
+    outcome = world.run()
+    assert outcome.violation is None, outcome.violation
+    # Bundle 2's file is younger than the retention when the last sweep runs: kept.
+    assert world.checker.expired == {1}, world.checker.expired
+    assert outcome.dead_letters == {1: 1, 2: 1}
