@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from gtbarrier import SnapshotCoordinator
 from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot.attempt import Lineage, SnapshotPipeline
-from state.errors import ConfigError, CoordinationError, PipelineFenced
+from state.errors import ConfigError, CoordinationError, PipelineFenced, StoreUnavailable
 from state.layout import PipelineLayout
 from state.protocol.resume_point import advance_resume_point, read_resume_point
 from state.records.barrier import BarrierState
@@ -377,3 +378,40 @@ def test_the_pipeline_refuses_to_accept_into_another_generation(
         f"a generation-0 snapshot was accepted into generation 1: {point}"
     )
     assert isinstance(outcome[0], CoordinationError) and "generation" in str(outcome[0])
+
+
+def test_a_store_failure_while_pruning_leaves_the_snapshot_accepted_and_prunes_after_the_next(
+    memory_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The snapshot is accepted before its retention runs: a store that fails the retention
+    does not turn the accepted snapshot into a failed one; the next snapshot prunes."""
+    cp = write_checkpoint(tmp_path / "cp", 3)
+    config = CoordinatorConfig.from_arguments("p1", memory_uri, cp, drain_timeout="10s", retain=1)
+    store = open_store(config.store)
+    ownership = DriverOwnership(config, store)
+    ownership.acquire()
+    pipeline = SnapshotPipeline(config, store, ownership, Lineage())
+    store.put_json(PipelineLayout("p1").barrier_state, BarrierState(gt_last=20).to_json())
+    pipeline.run(batch(3), closing=lambda: None)
+    listing = store.list
+
+    def unavailable(prefix: str = "") -> list[str]:
+        if prefix.startswith("p1/snapshots/"):
+            raise StoreUnavailable(store.uri, prefix, "injected: no answer")
+        return listing(prefix)
+
+    monkeypatch.setattr(store, "list", unavailable)
+    add_batch(cp, 4)
+    with caplog.at_level(logging.WARNING):
+        stats, point = pipeline.run(batch(4), closing=lambda: None)
+    assert point.snapshot is not None and point.snapshot.snapshot_id == stats.snapshot_id == 2
+    assert "tried after the next snapshot" in caplog.text
+    assert {k.split("/")[2] for k in listing("p1/snapshots/")} == {f"{i:012d}" for i in (1, 2)}
+
+    monkeypatch.setattr(store, "list", listing)
+    add_batch(cp, 5)
+    stats, _ = pipeline.run(batch(5), closing=lambda: None)
+    assert {k.split("/")[2] for k in store.list("p1/snapshots/")} == {f"{stats.snapshot_id:012d}"}
