@@ -44,7 +44,13 @@ from state.coordinator.config import CoordinatorConfig
 from state.coordinator.driver_ownership import DriverOwnership
 from state.coordinator.snapshot.retention import Pruned, decide_retention, prune
 from state.coordinator.snapshot.write import SnapshotWriter
-from state.errors import CoordinationError, GtBarrierError, RetriableError, SnapshotIncomplete
+from state.errors import (
+    CoordinationError,
+    GtBarrierError,
+    PipelineFenced,
+    RetriableError,
+    SnapshotIncomplete,
+)
 from state.protocol.barrier_state import read_barrier_state
 from state.protocol.epoch_floor import (
     FloorRead,
@@ -285,15 +291,25 @@ class SnapshotPipeline:
         point read now (:func:`decide_retention`), not from the one this driver wrote: a
         driver that paused since must not delete what a newer one retains. The floor is
         read first, so that a new generation begun after it (which fences the floor,
-        :func:`~state.protocol.epoch_floor.fence_generation`) makes the raise lose."""
-        floor = read_floor_versioned(self.store, self.layout)
-        point, _ = read_resume_point(self.ownership.backend)
-        retention = decide_retention(point, token=token, generation=generation)
-        if retention.skipped is not None or point is None:
-            log.info("snapshot retention skipped: %s", retention.skipped)
+        :func:`~state.protocol.epoch_floor.fence_generation`) makes the raise lose.
+
+        The snapshot is accepted already: a store that fails the pruning is logged and
+        the pruning is tried after the next snapshot; a newer driver's fencing token
+        (:class:`~state.errors.PipelineFenced`) still stops this one."""
+        try:
+            floor = read_floor_versioned(self.store, self.layout)
+            point, _ = read_resume_point(self.ownership.backend)
+            retention = decide_retention(point, token=token, generation=generation)
+            if retention.skipped is not None or point is None:
+                log.info("snapshot retention skipped: %s", retention.skipped)
+                return Pruned(0, 0)
+            check_token(self.store, self.layout, token)
+            pruned, deleted = prune(self.store, self.layout, retention.keep, self.writer.manifests)
+        except PipelineFenced:
+            raise
+        except GtBarrierError as err:
+            log.warning("pruning the snapshots failed (tried after the next snapshot): %s", err)
             return Pruned(0, 0)
-        check_token(self.store, self.layout, token)
-        pruned, deleted = prune(self.store, self.layout, retention.keep, self.writer.manifests)
         self.writer.forget_blobs(deleted)
         if floor.generation > generation:
             log.info(
