@@ -407,3 +407,32 @@ def test_dead_letter_retention_deletes_committed_bundles_files_and_every_row_sta
     # Bundle 2's file is younger than the retention when the last sweep runs: kept.
     assert world.checker.expired == {1}, world.checker.expired
     assert outcome.dead_letters == {1: 1, 2: 1}
+
+
+#: Found by ``make sim`` (PCT seed 8008 on ``COMPACTING``), and on ``a5052aa`` too: p4, a
+#: driver that fell behind, creates epoch 3's object after p3's compaction moved epoch 3
+#: into a segment and deleted the object. Its create succeeds, so p4 runs batch 3 with its
+#: own end (1 record) while the log's epoch 3, in the segment, has p3's (2 records); the
+#: healthy driver continuing p4's checkpoint then meets epoch 4 (p3's) starting elsewhere
+#: (``EpochLogConflict``) and stops for good.
+BEHIND_A_COMPACTION = (
+    '{"events": [["p1", 15, "zombie", "lost"], ["p1", 16, "switch", "p2"], '
+    '["p2", 2, "zombie", "shared"], ["p2", 18, "switch", "p1"], ["p1", 19, "zombie", "lost"], '
+    '["p1", 20, "switch", "p4"], ["p4", 75, "switch", "p1"]], "heal": "keep", "config": '
+    '{"partitions": 1, "per_partition": 12, "max_upgrades": 0, "coordinator": false, '
+    '"epochs_retained": 8, "segment_epochs": 1}}'
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug: EpochLog.record's create succeeds for an epoch a segment already holds "
+    "(compaction deleted its object); the planner must adopt the segment's record",
+)
+def test_a_driver_behind_a_compaction_adopts_the_compacted_epoch() -> None:
+    raw = json.loads(BEHIND_A_COMPACTION)
+    config = SimConfig.from_json(raw["config"])
+    assert config == COMPACTING
+    schedule = Schedule(tuple(Event.from_json(e) for e in raw["events"]), raw["heal"])
+    outcome, _ = run_schedule(config, schedule)
+    assert outcome.violation is None, f"{schedule}: {outcome.violation}"
