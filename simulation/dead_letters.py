@@ -137,9 +137,10 @@ def file_rows(data: bytes) -> tuple[list[Row], list[tuple[int, str, str | None]]
     return table_rows(table), context
 
 
-def written_at(data: bytes) -> float:
+def written_at(data: bytes) -> float | None:
     """When a dead-letter file says it was written (its footer's ``gtbarrier.created``:
     the writer's clock, the simulation's here), the time ``errors.deadLetter.retention``
-    counts from."""
+    counts from; None if it does not say (retention keeps such a file)."""
     metadata = pq.read_metadata(pa.BufferReader(data)).metadata or {}
-    return float(metadata[CREATED_KEY].decode())
+    created = metadata.get(CREATED_KEY)
+    return None if created is None else float(created.decode())

@@ -207,8 +207,9 @@ class Checker:
         self.delivered_records: dict[tuple[int, int, int], int] = {}
         #: The dead-letter files created: bundle id -> their rows.
         self.dead: dict[int, list[Row]] = {}
-        #: When each dead-letter file says it was written (its footer's time).
-        self.dead_written_at: dict[int, float] = {}
+        #: When each dead-letter file says it was written (its footer's time; None: it
+        #: does not say).
+        self.dead_written_at: dict[int, float | None] = {}
         #: The bundles whose dead-letter files retention deleted (their rows stay in ``dead``).
         self.expired: set[int] = set()
         #: Dead-letter files created once more after their expiry.
@@ -639,7 +640,10 @@ class Checker:
             return "errors.deadLetter.retention is not set"
         if bundle_id > gt_last:
             return f"its bundle is above GT_last {gt_last}"
-        age = self.world.clock() - self.dead_written_at[bundle_id]
+        written = self.dead_written_at[bundle_id]
+        if written is None:
+            return "the file does not say when it was written (retention keeps such a file)"
+        age = self.world.clock() - written
         if age <= retention:
             return f"it is {age:.3f}s old, not older than the retention {retention}s"
         return None
