@@ -158,6 +158,23 @@ def test_an_object_written_after_its_epoch_was_compacted_does_not_shadow_the_seg
     assert epoch_of_batch(store, LAYOUT, "q1", 10) == 10
 
 
+def test_a_planner_whose_create_lands_after_a_compaction_adopts_the_compacted_epoch(
+    store: StateStore,
+) -> None:
+    """A driver that had fallen behind looked for epoch 10 before a compaction moved it into
+    a segment and deleted its object, and records it afterwards with other bounds: its
+    create succeeds, but the epoch is the segment's, and so is the end it must plan."""
+    run_pipeline(store, range(40))
+    behind = EpochLog(store, LAYOUT)
+    compact(store, LAYOUT, compaction_limit(39, None))
+    assert not store.get_or_none(LAYOUT.epoch(10))
+
+    other = SourceOffset(11, {("t", 0): 999})
+    assert behind.record(offset(10), other) == end_of(10)
+    # and what it remembers is the segment's record too
+    assert behind.recorded_end(offset(10)) == end_of(10)
+
+
 def test_a_reader_whose_floor_was_read_before_a_merge_finds_the_merged_segment(
     store: StateStore,
 ) -> None:
