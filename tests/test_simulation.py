@@ -413,8 +413,9 @@ def test_dead_letter_retention_deletes_committed_bundles_files_and_every_row_sta
 #: driver that fell behind, creates epoch 3's object after p3's compaction moved epoch 3
 #: into a segment and deleted the object. Its create succeeds, so p4 runs batch 3 with its
 #: own end (1 record) while the log's epoch 3, in the segment, has p3's (2 records); the
-#: healthy driver continuing p4's checkpoint then meets epoch 4 (p3's) starting elsewhere
-#: (``EpochLogConflict``) and stops for good.
+#: healthy driver continuing p4's checkpoint then met epoch 4 (p3's) starting elsewhere
+#: (``EpochLogConflict``) and stopped for good. ``EpochLog.record`` now adopts the
+#: segment's record after a create that succeeds for an epoch a segment holds.
 BEHIND_A_COMPACTION = (
     '{"events": [["p1", 15, "zombie", "lost"], ["p1", 16, "switch", "p2"], '
     '["p2", 2, "zombie", "shared"], ["p2", 18, "switch", "p1"], ["p1", 19, "zombie", "lost"], '
@@ -424,11 +425,6 @@ BEHIND_A_COMPACTION = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug: EpochLog.record's create succeeds for an epoch a segment already holds "
-    "(compaction deleted its object); the planner must adopt the segment's record",
-)
 def test_a_driver_behind_a_compaction_adopts_the_compacted_epoch() -> None:
     raw = json.loads(BEHIND_A_COMPACTION)
     config = SimConfig.from_json(raw["config"])

@@ -137,7 +137,13 @@ class EpochLog:
     ) -> SourceOffset:
         """Create epoch ``start.epoch = (start, end)``, with the ``topic_ids`` under which
         ``end`` was computed; if the epoch exists, the recorded end (and its ids count,
-        see :meth:`topic_ids_at`)."""
+        see :meth:`topic_ids_at`).
+
+        A create that succeeds is checked against the floor read after it: a compaction may
+        have moved the epoch into a segment, and deleted its object, since this planner
+        found it absent (a driver that had fallen behind). The segment's record is then
+        the epoch's, as every reader sees it (:meth:`read_epoch`), and its end is the one
+        returned; the object just written is a leftover that no reader takes."""
         if end.epoch != start.epoch + 1:
             raise ValueError(f"epoch {start.epoch} must end at epoch {start.epoch + 1}, not {end}")
         key = self.layout.epoch(start.epoch)
@@ -148,6 +154,10 @@ class EpochLog:
             EpochRecord(start.epoch, start, end, dict(topic_ids or {})).to_json(),
             lambda raw: self._epoch_record(key, raw),
         )
+        if created:
+            compacted, _ = self._in_segment(start.epoch, self.floor())
+            if compacted is not None:
+                winner, created = compacted, False
         self._remember(start.epoch, winner)
         if created:
             self._absent = end.epoch
@@ -222,16 +232,10 @@ class EpochLog:
         it again would give it other bounds than the ones its first batch read."""
         key = self.layout.epoch(epoch)
         loose = self._read(key, lambda raw: self._epoch_record(key, raw))
-        floor = self.floor()  # after the object: a compaction names its segment first
-        ref = None if floor is None else floor.segment_of(epoch)
-        if ref is not None:
-            try:
-                return read_segment(self.store, self.layout, ref).epoch(epoch)
-            except SegmentGone:
-                floor = self.floor()  # merged or pruned since: the floor says where
-                ref = None if floor is None else floor.segment_of(epoch)
-                if ref is not None:
-                    return read_segment(self.store, self.layout, ref).epoch(epoch)
+        # After the object: a compaction names its segment first.
+        compacted, floor = self._in_segment(epoch, self.floor())
+        if compacted is not None:
+            return compacted
         if loose is None and pruned_is_error and floor is not None and epoch < floor.epoch:
             raise EpochsPruned(
                 f"{self.store.uri}/{key}: epoch {epoch} was pruned: the epoch log of "
@@ -242,6 +246,24 @@ class EpochLog:
                 "state.startAtFloor=true"
             )
         return loose
+
+    def _in_segment(
+        self, epoch: int, floor: FloorRecord | None
+    ) -> tuple[EpochRecord | None, FloorRecord | None]:
+        """Epoch ``epoch``'s record in the segment ``floor`` names for it, if one does, and
+        the floor it was found by: ``floor``, or the floor read again if that segment is
+        gone (merged or pruned since: the floor says where, or that it is pruned)."""
+        ref = None if floor is None else floor.segment_of(epoch)
+        if ref is None:
+            return None, floor
+        try:
+            return read_segment(self.store, self.layout, ref).epoch(epoch), floor
+        except SegmentGone:
+            floor = self.floor()
+            ref = None if floor is None else floor.segment_of(epoch)
+            if ref is None:
+                return None, floor
+            return read_segment(self.store, self.layout, ref).epoch(epoch), floor
 
     def read_epochs(self, numbers: Iterable[int]) -> dict[int, EpochRecord]:
         """The records of the epochs ``numbers`` that are recorded, for a view of the log
