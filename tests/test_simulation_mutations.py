@@ -113,6 +113,12 @@ Snapshot retention after an acceptance, found by PCT runs (the search's walks mi
     after its acceptance (``read_resume_point`` as the snapshot pipeline calls it answers
     with the driver's own last write, and everything it does not retain is doomed): the
     bug ``make sim`` found, a paused driver deleting the newer driver's snapshots.
+
+The planner behind a compaction, found by PCT runs on the compacting pipeline:
+
+26. ``EpochLog.record`` keeping its own end after a create that succeeds for an epoch a
+    compaction already moved into a segment (``_unless_compacted`` answering "created"):
+    the driver's checkpoint and the log then disagree on that epoch.
 """
 
 from __future__ import annotations
@@ -184,7 +190,9 @@ from state.protocol.barrier_state import (
     HeldState,
     read_barrier_state,
 )
+from state.protocol.epoch_log import EpochLog
 from state.records.barrier import BarrierState, Owner
+from state.records.epoch import EpochRecord
 from state.records.floor import FloorRecord
 from state.records.gt import GT_COLUMN
 from state.records.manifest import Manifest
@@ -831,3 +839,23 @@ def test_retention_from_the_point_the_driver_wrote_is_found(
     shortest, invariant = find_shortest("retention from the point it wrote", CONFIG, pct=True)
     assert invariant == "liveness"
     assert any(e.kind in {"zombie", "upgrade"} for e in shortest.events)
+
+
+# --- 26. a planner keeping its own end for an epoch a compaction moved -------------------------
+
+
+def test_planner_keeping_its_end_for_a_compacted_epoch_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def as_created(log: EpochLog, epoch: int, created: EpochRecord) -> tuple[EpochRecord, bool]:
+        return created, True
+
+    monkeypatch.setattr(EpochLog, "_unless_compacted", as_created)
+    shortest, invariant = find_shortest(
+        "a planner keeping its end for a compacted epoch", COMPACTING, pct=True
+    )
+    # The healthy driver continuing the stray planner's checkpoint meets the next epoch
+    # starting elsewhere (EpochLogConflict), for good.
+    assert invariant == "liveness"
+    # Only a driver that fell behind (a zombie) creates an epoch a compaction moved.
+    assert any(e.kind == "zombie" for e in shortest.events)

@@ -155,9 +155,7 @@ class EpochLog:
             lambda raw: self._epoch_record(key, raw),
         )
         if created:
-            compacted, _ = self._in_segment(start.epoch, self.floor())
-            if compacted is not None:
-                winner, created = compacted, False
+            winner, created = self._unless_compacted(start.epoch, winner)
         self._remember(start.epoch, winner)
         if created:
             self._absent = end.epoch
@@ -246,6 +244,17 @@ class EpochLog:
                 "state.startAtFloor=true"
             )
         return loose
+
+    def _unless_compacted(self, epoch: int, created: EpochRecord) -> tuple[EpochRecord, bool]:
+        """After this log created epoch ``epoch``'s object as ``created``: the epoch's record
+        and whether it is ``created``. A compaction may have moved the epoch into a segment
+        and deleted its object before the create (this planner had found it absent, then
+        fell behind); the floor, read after the create, names that segment, and its record
+        is the epoch's as every reader sees it."""
+        compacted, _ = self._in_segment(epoch, self.floor())
+        if compacted is None:
+            return created, True
+        return compacted, False
 
     def _in_segment(
         self, epoch: int, floor: FloorRecord | None
