@@ -335,6 +335,14 @@ def report(runs: list[Run]) -> list[Ratio]:
             f"{ours_driver.median / ours.median:.2f}x executor mode, "
             f"{ours_driver.median / floor.median:.2f}x python_floor -> python_floor"
         )
+        if sink is not None:
+            # The barrier is a Python data source's writer: a Python worker runs every
+            # write task, so Spark's cost of a Python sink bounds driver mode from below.
+            print(
+                f"  and {ours_driver.median / sink.median:.2f}x rate -> python_floor, the "
+                f"floor of any query that writes through a Python sink ("
+                f"{sink.median / alone.median:.2f}x rate -> noop)"
+            )
     print()
     driver_ratios = (
         []
