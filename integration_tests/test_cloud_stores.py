@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from state.errors import ConcurrentModification, KeyExists, StateError, StoreCon
 from state.layout import PipelineLayout
 from state.retry import Retry
 from state.stores import StateStore, StoreConfig, open_store
-from state.stores.azure_store import AzureStore
+from state.stores.azure_store import BATCH_DELETES, AzureStore
 from state.stores.gcs_store import GcsStore
 from tests.coordinator_fakes import write_checkpoint, write_snapshot
 from tests.store_contract import StoreContract
@@ -246,6 +248,47 @@ def test_azure_wrong_account_key_is_refused_naming_the_option(azure: AzureContai
     text = str(info.value)
     assert "azure.accountKey" in text and "put of key 'k'" in text
     assert wrong not in text and azure.server.account_key not in text
+
+
+def _container_sas(azure: AzureContainer, permission: str) -> str:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    return generate_container_sas(
+        azure.server.account_name,
+        azure.container,
+        account_key=azure.server.account_key,
+        permission=ContainerSasPermissions.from_string(permission),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+
+
+def test_azure_deletes_many_keys_in_batches_with_a_sas_token(azure: AzureContainer) -> None:
+    """More keys than one Blob Batch takes, some absent, deleted under a container SAS."""
+    store = azure.store("batch", account_key=None, sas_token=_container_sas(azure, "racwdl"))
+    keys = [f"parts/{i:04d}" for i in range(BATCH_DELETES + 44)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda k: store.put(k, b"x"), keys[::2]))
+    store.put("kept", b"y")
+    store.delete_many(keys)  # every other key was never written
+    assert store.list() == ["kept"]
+
+
+def test_azure_batch_delete_without_the_permission_is_fatal_naming_it(
+    azure: AzureContainer,
+) -> None:
+    """A SAS token that may write but not delete: the batch is refused, at once (not
+    retried), with the permission named and the token nowhere in the message."""
+    token = _container_sas(azure, "racwl")
+    store = azure.store("nodelete", account_key=None, sas_token=token)
+    for k in ("a", "b", "c"):
+        store.put(k, b"x")
+    with pytest.raises(StateError) as info:
+        store.delete_many(["a", "b", "c"])
+    assert not info.value.retriable
+    text = str(info.value)
+    assert "permission 'd'" in text and "delete" in text
+    assert token not in text
+    assert store.list() == ["a", "b", "c"]
 
 
 def test_open_store_shares_cloud_stores_per_configuration(

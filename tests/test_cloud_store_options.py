@@ -207,3 +207,25 @@ def test_a_missing_sdk_names_the_extra(
         store.get("k")
     assert info.value.option == "state.uri"
     assert f"pip install 'gtbarrier[{extra}]'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "retriable", "expected"),
+    [
+        ([503, 403], True, "delete of 2 of 256 key(s) failed, e.g. 'k0' with HTTP 503"),
+        ([429], True, "HTTP 429"),
+        ([403], False, "permission 'd'"),
+        ([409], False, "HTTP 409"),
+    ],
+)
+def test_a_refused_batch_delete_is_retriable_only_if_throttled_or_a_server_error(
+    statuses: list[int], retriable: bool, expected: str
+) -> None:
+    store = AzureStore(
+        StoreConfig(
+            "az://state-container/p", azure=AzureSettings(account_name="acct", account_key=KEY)
+        )
+    )
+    err = store._batch_failed([(f"k{i}", s) for i, s in enumerate(statuses)], 256)
+    assert err.retriable is retriable
+    assert expected in str(err) and "az://state-container/p" in str(err)

@@ -20,6 +20,8 @@ blob's ETag. The account is ``azure.accountName``, reached at ``azure.endpoint``
   ``azure.accountKey`` / ``azure.sasToken``; a refused permission names the operation, the
   key and the data action it needs; a container that does not exist is a
   :class:`StoreConfigError` naming ``state.uri``.
+* ``delete_many`` (staging cleanup, pruning) sends one Blob Batch request per 256 keys,
+  not one Delete Blob per key.
 * Credentials: ``azure.accountKey`` (shared key) or ``azure.sasToken``, exactly one, each
   best given as a secret reference, resolved where the client is made and hidden from
   this process's log records (:mod:`state.secrets`).
@@ -34,6 +36,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -66,6 +69,11 @@ TOKEN_METADATA = "gtbwrite"
 _CONTAINER = re.compile(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]")
 _ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
 _DATA_ACTION = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
+#: Deletes per Blob Batch request: the service's limit.
+BATCH_DELETES = 256
+#: A batch's sub-answers that mean the blob is gone: 202 deleted, 404 absent already.
+_DELETED = frozenset({202, 404})
+
 _PERMISSION = {
     "get": (f"{_DATA_ACTION}/read", "r"),
     "read back": (f"{_DATA_ACTION}/read", "r"),
@@ -257,6 +265,53 @@ class AzureStore(StateStore):
                 raise self.translate_error(err, key, "delete") from err
 
         self.retry(attempt)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove ``keys`` with one Blob Batch request per :data:`BATCH_DELETES` keys;
+        absent keys are not an error. A batch whose answers refuse some deletes raises as
+        one delete would (a 429 or 5xx among them: retriable, and the whole batch is sent
+        again, deleting being idempotent)."""
+        wanted = list(keys)
+        for start in range(0, len(wanted), BATCH_DELETES):
+            batch = wanted[start : start + BATCH_DELETES]
+            if len(batch) == 1:
+                self.delete(batch[0])
+                continue
+
+            def attempt(batch: list[str] = batch) -> None:
+                names = [self._object(k) for k in batch]
+                try:
+                    answers = list(self.client.delete_blobs(*names, raise_on_any_failure=False))
+                except Exception as err:
+                    raise self.translate_error(err, batch[0], "delete") from err
+                failed = [
+                    (key, answer.status_code)
+                    for key, answer in zip(batch, answers, strict=True)
+                    if answer.status_code not in _DELETED
+                ]
+                if failed:
+                    raise self._batch_failed(failed, len(batch))
+
+            self.retry(attempt)
+
+    def _batch_failed(self, failed: Sequence[tuple[str, int]], asked: int) -> GtBarrierError:
+        """The error of a batch of ``asked`` deletes whose answers refused ``failed``
+        (key, HTTP status): retriable if any was throttled or a server error."""
+        key, status = failed[0]
+        cause = (
+            f"delete of {len(failed)} of {asked} key(s) failed, e.g. '{key}' with HTTP "
+            f"{status} from {self.account_url}"
+        )
+        if any(s in (408, 429) or s >= 500 for _, s in failed):
+            return StoreUnavailable(self.uri, key, cause)
+        if status == 403:
+            action, sas = _PERMISSION["delete"]
+            return StateError(
+                f"{self.uri}: {cause}. These credentials likely lack {action} on container "
+                f"'{self.container}' (a SAS token: permission '{sas}'); see "
+                "docs/state-stores.md"
+            )
+        return StateError(f"{self.uri}: {cause}")
 
     # --- conditional writes --------------------------------------------------------
 
