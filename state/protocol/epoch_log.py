@@ -31,6 +31,11 @@ learnt, to spare the store a request per micro-batch (and one per poll while idl
   as if the read had been made at the moment the epoch was seen absent: another driver
   that records it meanwhile wins the create, and its record is the one returned, as
   after any lost race.
+
+A create that succeeds is followed by a read of the floor (:meth:`EpochLog.record`): the
+object may have been absent only because a compaction had already moved the epoch into
+a segment, while this planner paused or fell behind, and then the segment's record is
+the epoch's. So a micro-batch's planning costs one create and one read of the floor.
 """
 
 from __future__ import annotations
