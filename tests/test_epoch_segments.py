@@ -174,6 +174,12 @@ def test_a_planner_whose_create_lands_after_a_compaction_adopts_the_compacted_ep
     # and what it remembers is the segment's record too
     assert behind.recorded_end(offset(10)) == end_of(10)
 
+    # Its own object is a leftover: no reader takes it, and pruning past it deletes it.
+    assert store.get_or_none(LAYOUT.epoch(10)) is not None
+    assert EpochLog(store, LAYOUT).read_epoch(10) == EpochRecord(10, offset(10), end_of(10))
+    assert prune_below(store, LAYOUT, 12).raised
+    assert store.get_or_none(LAYOUT.epoch(10)) is None
+
 
 def test_a_reader_whose_floor_was_read_before_a_merge_finds_the_merged_segment(
     store: StateStore,
