@@ -13,6 +13,8 @@ when it is accepted:
 * ``BLACKHOLE``: accept and read, never answer (the client runs into its read timeout).
 * ``HTTP_503``: read the request (head and ``Content-Length`` body), answer
   ``503 Slow Down`` with S3's error body and close. Nothing reaches the server.
+* ``HTTP_400``: the same, answering ``400 Bad Request`` with a storage error body (the
+  refusal of a request the service does not support). Nothing reaches the server.
 * ``HEAD_ONLY``: forward the request's head alone, then close both sides, the server's
   with an orderly FIN: what a server sees from a writer killed after its request head
   (a client waiting for ``100 Continue``, say). The server must store nothing.
@@ -43,6 +45,14 @@ from harness.ports import LOOPBACK
 _CHUNK = 65536
 _TICK = 0.05
 _HEAD = 16  # bytes enough for an HTTP method and the space after it
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate (fault proxy).</Message></Error>"
+)
+_NOT_SUPPORTED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>FeatureNotSupported</Code>'
+    b"<Message>This request is not supported here (fault proxy).</Message></Error>"
+)
 
 
 class Fault(enum.Enum):
@@ -52,7 +62,15 @@ class Fault(enum.Enum):
     DELAY = "delay"
     BLACKHOLE = "blackhole"
     HTTP_503 = "http-503"
+    HTTP_400 = "http-400"
     HEAD_ONLY = "head-only"
+
+
+#: The faults that answer in the server's place: status line, XML error body.
+_ANSWERS = {
+    Fault.HTTP_503: (b"503 Slow Down", _SLOW_DOWN),
+    Fault.HTTP_400: (b"400 Bad Request", _NOT_SUPPORTED),
+}
 
 
 @dataclass(frozen=True)
@@ -219,8 +237,9 @@ class FaultProxy:
                 self._read_some(client)
                 _reset(client)
                 return
-            if armed.kind is Fault.HTTP_503:
-                self._answer_503(client)
+            answer = _ANSWERS.get(armed.kind)
+            if answer is not None:
+                self._answer(client, *answer)
                 return
             if armed.kind is Fault.HEAD_ONLY:
                 upstream = socket.create_connection(self.target, timeout=5)
@@ -261,8 +280,9 @@ class FaultProxy:
                 pass
         _reset(client)
 
-    def _answer_503(self, client: socket.socket) -> None:
-        """Read one HTTP request (unless the client waits for ``100 Continue``), answer 503."""
+    def _answer(self, client: socket.socket, status: bytes, payload: bytes) -> None:
+        """Read one HTTP request (unless the client waits for ``100 Continue``), answer
+        ``status`` with the XML error ``payload``."""
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = self._read_some(client)
@@ -281,12 +301,8 @@ class FaultProxy:
                 if chunk is None:
                     return
                 body += chunk
-        payload = (
-            b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-            b"<Message>Please reduce your request rate (fault proxy).</Message></Error>"
-        )
         client.sendall(
-            b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+            b"HTTP/1.1 " + status + b"\r\nContent-Type: application/xml\r\n"
             b"Content-Length: "
             + str(len(payload)).encode()
             + b"\r\nConnection: close\r\n\r\n"

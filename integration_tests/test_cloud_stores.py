@@ -291,6 +291,36 @@ def test_azure_batch_delete_without_the_permission_is_fatal_naming_it(
     assert store.list() == ["a", "b", "c"]
 
 
+def test_azure_deletes_one_by_one_where_the_account_takes_no_batch(
+    azure: AzureContainer,
+) -> None:
+    """An account that refuses Blob Batch requests (one with a hierarchical namespace, which
+    ``abfs://`` users often have): the keys are deleted one by one, and the store sends no
+    more batches."""
+    with _proxy_for(azure.server.endpoint) as proxy:
+        store = _faulty(azure, proxy)
+        keys = [f"parts/{i}" for i in range(6)]
+        for k in keys:
+            store.put(k, b"x")
+        proxy.inject(Fault.HTTP_400, count=2, method="POST")  # a batch is a POST
+        store.delete_many(keys[:3])
+        store.delete_many(keys[3:])
+        assert store.list() == ["warm-up"]
+        assert proxy.stats().by_kind == {"http-400": 1}
+
+
+def test_azure_retries_a_batch_the_service_could_not_take_then(azure: AzureContainer) -> None:
+    with _proxy_for(azure.server.endpoint) as proxy:
+        store = _faulty(azure, proxy)
+        keys = [f"parts/{i}" for i in range(4)]
+        for k in keys:
+            store.put(k, b"x")
+        proxy.inject(Fault.HTTP_503, method="POST")
+        store.delete_many(keys)
+        assert store.list() == ["warm-up"]
+        assert proxy.stats().by_kind == {"http-503": 1}
+
+
 def test_open_store_shares_cloud_stores_per_configuration(
     gcs: GcsBucket, azure: AzureContainer
 ) -> None:
