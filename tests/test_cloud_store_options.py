@@ -24,7 +24,7 @@ from state.stores import (
     new_store,
     open_store,
 )
-from state.stores.azure_store import AzureStore
+from state.stores.azure_store import AzureStore, SettledBatch, settle_batch
 from state.stores.gcs_store import GcsStore
 
 KEY = "c2VjcmV0LWFjY291bnQta2V5LW9mLWF6dXJl"
@@ -209,13 +209,20 @@ def test_a_missing_sdk_names_the_extra(
     assert f"pip install 'gtbarrier[{extra}]'" in str(info.value)
 
 
+def test_a_batch_of_deletes_is_settled_by_its_answers() -> None:
+    settled = settle_batch(
+        [("a", 202), ("b", 404), ("c", 409), ("d", 400), ("e", 202), ("f", 503), ("g", 403)]
+    )
+    assert settled == SettledBatch(failed=[("f", 503), ("g", 403)], alone=["c", "d"])
+    assert settle_batch([("a", 202), ("b", 404)]) == SettledBatch(failed=[], alone=[])
+
+
 @pytest.mark.parametrize(
     ("statuses", "retriable", "expected"),
     [
         ([503, 403], True, "delete of 2 of 256 key(s) failed, e.g. 'k0' with HTTP 503"),
         ([429], True, "HTTP 429"),
         ([403], False, "permission 'd'"),
-        ([409], False, "HTTP 409"),
     ],
 )
 def test_a_refused_batch_delete_is_retriable_only_if_throttled_or_a_server_error(

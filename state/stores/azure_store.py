@@ -21,7 +21,8 @@ blob's ETag. The account is ``azure.accountName``, reached at ``azure.endpoint``
   key and the data action it needs; a container that does not exist is a
   :class:`StoreConfigError` naming ``state.uri``.
 * ``delete_many`` (staging cleanup, pruning) sends one Blob Batch request per 256 keys,
-  not one Delete Blob per key.
+  not one Delete Blob per key, unless the account refuses batches (a hierarchical
+  namespace): then one per key.
 * Credentials: ``azure.accountKey`` (shared key) or ``azure.sasToken``, exactly one, each
   best given as a secret reference, resolved where the client is made and hidden from
   this process's log records (:mod:`state.secrets`).
@@ -32,11 +33,13 @@ when the store is pickled.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -68,6 +71,8 @@ TOKEN_METADATA = "gtbwrite"
 
 _CONTAINER = re.compile(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]")
 _ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
+log = logging.getLogger(__name__)
+
 _DATA_ACTION = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
 #: Deletes per Blob Batch request: the service's limit.
 BATCH_DELETES = 256
@@ -138,6 +143,8 @@ class AzureStore(StateStore):
         self._lock = threading.Lock()
         self._client: ContainerClient | None = None
         self._pid = os.getpid()
+        #: Whether the account takes Blob Batch requests (learnt from its first refusal).
+        self._batches = True
         self.retry = self._custom_retry or Retry(
             max_attempts=DEFAULT_MAX_ATTEMPTS,
             base_delay=0.1,
@@ -147,7 +154,7 @@ class AzureStore(StateStore):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_client", "_pid", "retry", "_custom_retry", "shared"):
+        for name in ("_lock", "_client", "_pid", "_batches", "retry", "_custom_retry", "shared"):
             state.pop(name, None)
         return state
 
@@ -268,31 +275,48 @@ class AzureStore(StateStore):
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Remove ``keys`` with one Blob Batch request per :data:`BATCH_DELETES` keys;
-        absent keys are not an error. A batch whose answers refuse some deletes raises as
-        one delete would (a 429 or 5xx among them: retriable, and the whole batch is sent
-        again, deleting being idempotent)."""
+        absent keys are not an error.
+
+        A batch's answers are settled by :func:`settle_batch`: a throttled or failed one
+        sends the whole batch again (deleting is idempotent), a refused permission is fatal
+        as for one delete, and a key answered otherwise is deleted on its own (whose error,
+        if any, says what is wrong). An account that refuses Blob Batch requests altogether
+        (one with a hierarchical namespace) gets one delete per key, from then on."""
         wanted = list(keys)
         for start in range(0, len(wanted), BATCH_DELETES):
             batch = wanted[start : start + BATCH_DELETES]
-            if len(batch) == 1:
-                self.delete(batch[0])
-                continue
+            alone = batch if len(batch) == 1 or not self._batches else self._delete_batch(batch)
+            for key in alone:
+                self.delete(key)
 
-            def attempt(batch: list[str] = batch) -> None:
-                names = [self._object(k) for k in batch]
-                try:
-                    answers = list(self.client.delete_blobs(*names, raise_on_any_failure=False))
-                except Exception as err:
-                    raise self.translate_error(err, batch[0], "delete") from err
-                failed = [
-                    (key, answer.status_code)
-                    for key, answer in zip(batch, answers, strict=True)
-                    if answer.status_code not in _DELETED
-                ]
-                if failed:
-                    raise self._batch_failed(failed, len(batch))
+    def _delete_batch(self, batch: Sequence[str]) -> Sequence[str]:
+        """Send ``batch`` as one Blob Batch request (retried as a whole); the keys still to
+        delete one by one."""
 
-            self.retry(attempt)
+        def attempt() -> Sequence[str]:
+            names = [self._object(k) for k in batch]
+            try:
+                answers = list(self.client.delete_blobs(*names, raise_on_any_failure=False))
+            except Exception as err:
+                error = self.translate_error(err, batch[0], "delete")
+                if error.retriable or not _batch_refused(err):
+                    raise error from err
+                self._batches = False
+                log.warning(
+                    "%s: the account refuses Blob Batch requests (%s); deleting one key per "
+                    "request from now on",
+                    self.uri,
+                    error,
+                )
+                return batch
+            settled = settle_batch(
+                [(k, a.status_code) for k, a in zip(batch, answers, strict=True)]
+            )
+            if settled.failed:
+                raise self._batch_failed(settled.failed, len(batch))
+            return settled.alone
+
+        return self.retry(attempt)
 
     def _batch_failed(self, failed: Sequence[tuple[str, int]], asked: int) -> GtBarrierError:
         """The error of a batch of ``asked`` deletes whose answers refused ``failed``
@@ -302,16 +326,13 @@ class AzureStore(StateStore):
             f"delete of {len(failed)} of {asked} key(s) failed, e.g. '{key}' with HTTP "
             f"{status} from {self.account_url}"
         )
-        if any(s in (408, 429) or s >= 500 for _, s in failed):
+        if any(_retriable(s) for _, s in failed):
             return StoreUnavailable(self.uri, key, cause)
-        if status == 403:
-            action, sas = _PERMISSION["delete"]
-            return StateError(
-                f"{self.uri}: {cause}. These credentials likely lack {action} on container "
-                f"'{self.container}' (a SAS token: permission '{sas}'); see "
-                "docs/state-stores.md"
-            )
-        return StateError(f"{self.uri}: {cause}")
+        action, sas = _PERMISSION["delete"]
+        return StateError(
+            f"{self.uri}: {cause}. These credentials likely lack {action} on container "
+            f"'{self.container}' (a SAS token: permission '{sas}'); see docs/state-stores.md"
+        )
 
     # --- conditional writes --------------------------------------------------------
 
@@ -423,6 +444,40 @@ class AzureStore(StateStore):
         if status is not None and (status in (408, 429) or status >= 500):
             return StoreUnavailable(self.uri, key, cause)
         return StateError(f"{self.uri}: {operation} of key '{key}': {cause}")
+
+
+@dataclass(frozen=True)
+class SettledBatch:
+    """What a Blob Batch's answers leave to do: ``failed`` (key, status) to raise for, a
+    429 or 5xx among them making it retriable; ``alone``, keys to delete one by one."""
+
+    failed: list[tuple[str, int]]
+    alone: list[str]
+
+
+def settle_batch(answers: Sequence[tuple[str, int]]) -> SettledBatch:
+    """Sort a batch's (key, HTTP status) answers: 202 (deleted) and 404 (absent already)
+    are done; a 403, or a throttled or failed delete (408, 429, 5xx), fails the batch;
+    any other answer leaves its key to a delete of its own."""
+    failed = [(k, s) for k, s in answers if s == 403 or _retriable(s)]
+    alone = [k for k, s in answers if s not in _DELETED and s != 403 and not _retriable(s)]
+    return SettledBatch(failed, alone)
+
+
+def _retriable(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def _batch_refused(err: Exception) -> bool:
+    """Whether a Blob Batch request was refused as a request (the account does not take
+    batches), not for its credentials, its permissions or a missing container."""
+    status = _status(err)
+    return (
+        status is not None
+        and 400 <= status < 500
+        and status not in (401, 403)
+        and _code(err) not in ("ContainerNotFound", "AuthenticationFailed", "AuthorizationFailure")
+    )
 
 
 def _code(err: Exception) -> str | None:
