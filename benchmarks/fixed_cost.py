@@ -12,20 +12,23 @@ In one SparkSession (``local[<cores>]``), one after the other, each with
   share and a Python sink's, ``python_floor -> noop`` and ``rate-micro-batch ->
   python_floor``; and ``python_floor_driver -> noop``, the same source read on the driver
   (PySpark's ``SimpleDataSourceStreamReader``: no Python worker for the read);
+* a sink on the driver: ``rate-micro-batch -> foreachBatch``, each batch's rows collected
+  to the driver as Arrow (what a barrier written on the driver would start from: no
+  Python worker per write task, against ``rate-micro-batch -> python_floor``'s);
 * gtbarrier: ``gtkafka`` (8 partitions, ``maxOffsetsPerTrigger=100``, state on S3) ->
   ``key, value, gt`` -> ``barrier`` (``consumer=file``, exactly-once, state on S3);
   and the same with ``readMode=driver`` (read on the driver, no Python read task).
 
-``--no-split`` leaves out the three runs that only split the floor (``python_floor ->
-noop``, ``rate-micro-batch -> python_floor`` and ``python_floor_driver -> noop``), for
-quick runs; both targets are still measured.
+``--no-split`` leaves out the four runs that only split the floor (``python_floor ->
+noop``, ``rate-micro-batch -> python_floor``, ``python_floor_driver -> noop`` and the
+``foreachBatch`` sink), for quick runs; the targets are still measured.
 
 ``--crossover 100,1000,10000`` also runs gtkafka -> barrier in both read modes at each of
 those batch sizes (``maxOffsetsPerTrigger``), in turn, and prints each size's medians and
 the crossover: the smallest size from which executor mode is as fast as, or faster than,
 ``readMode=driver`` (docs/performance.md, "Choosing a read mode").
 
-``--repeat N`` runs the six queries N times in turn and keeps each one's run with the
+``--repeat N`` runs the queries N times in turn and keeps each one's run with the
 lowest median (``make bench`` passes 2): a session's first queries are slower whatever
 they run, and Spark alone used to run first.
 
@@ -72,6 +75,7 @@ FLOOR_SOURCE = "python_floor -> noop (a Python source)"
 FLOOR_SINK = "rate-micro-batch -> python_floor (a Python sink)"
 FLOOR = "python_floor -> python_floor (no I/O)"
 DRIVER_SOURCE = "python_floor_driver -> noop (a Python source read on the driver)"
+DRIVER_SINK = "rate-micro-batch -> foreachBatch (the rows to the driver as Arrow)"
 OURS = "gtkafka (8 partitions, S3 state) -> barrier (file)"
 OURS_DRIVER = "gtkafka readMode=driver (8 partitions, S3 state) -> barrier (file)"
 #: The runs without gtbarrier, in their order: (a Python source?, a Python sink?) -> name.
@@ -82,13 +86,14 @@ SPARK_ONLY = {
     (True, True): FLOOR,
 }
 #: Every run's name, in their order, and its short name for the phases' columns.
-QUERIES = (*SPARK_ONLY.values(), DRIVER_SOURCE, OURS, OURS_DRIVER)
+QUERIES = (*SPARK_ONLY.values(), DRIVER_SOURCE, DRIVER_SINK, OURS, OURS_DRIVER)
 SHORT = (
     "rate -> noop",
     "floor -> noop",
     "rate -> floor",
     "floor -> floor",
     "driver floor -> noop",
+    "rate -> foreachBatch",
     "ours",
     "ours on the driver",
 )
@@ -162,6 +167,28 @@ def spark_only(
     )
     name = DRIVER_SOURCE if on_driver else SPARK_ONLY[(python_source, python_sink)]
     return measure(query, name, batches, 600)
+
+
+def driver_sink(spark: Any, workdir: Path, batches: int) -> Run:
+    """100 records per batch from ``rate-micro-batch`` into ``foreachBatch``, whose function
+    collects the batch's rows to the driver as Arrow: Spark's cost of a sink that runs on
+    the driver, with no Python worker per write task."""
+    rows: list[int] = []
+
+    def collect(batch: Any, _batch_id: int) -> None:
+        rows.append(batch.toArrow().num_rows)
+
+    df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", RECORDS).load()
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(workdir / f"cp-{uuid.uuid4().hex[:8]}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    run = measure(query, DRIVER_SINK, batches, 600)
+    if RECORDS not in rows:
+        raise RuntimeError(f"{DRIVER_SINK}: no batch of {RECORDS} rows reached the driver: {rows}")
+    return run
 
 
 def gtbarrier(
@@ -288,6 +315,7 @@ def report(runs: list[Run]) -> list[Ratio]:
     alone, floor, ours = by_name[ALONE], by_name[FLOOR], by_name[OURS]
     source, sink = by_name.get(FLOOR_SOURCE), by_name.get(FLOOR_SINK)
     on_driver = by_name.get(DRIVER_SOURCE)
+    sink_on_driver = by_name.get(DRIVER_SINK)
     ours_driver = by_name.get(OURS_DRIVER)
     phases = sorted({k for r in runs for k in r.phases})
     print_table(
@@ -327,6 +355,13 @@ def report(runs: list[Run]) -> list[Ratio]:
             f"{on_driver.median - alone.median:,.0f} ms over rate -> noop "
             f"({on_driver.median / alone.median:.2f}x), read in a Python worker "
             f"{source.median - alone.median:,.0f} ms"
+        )
+    if sink is not None and sink_on_driver is not None:
+        print(
+            f"a sink on the driver (rate -> foreachBatch, the rows to the driver as Arrow) "
+            f"adds {sink_on_driver.median - alone.median:,.0f} ms over rate -> noop "
+            f"({sink_on_driver.median / alone.median:.2f}x), a Python sink "
+            f"{sink.median - alone.median:,.0f} ms ({sink.median / alone.median:.2f}x)"
         )
     if ours_driver is not None:
         print(
@@ -438,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
             ]
             if not args.no_split:
                 variants.append(floor_run(True, False, on_driver=True))
+                variants.append(lambda _turn: driver_sink(spark, Path(tmp), args.batches))
 
             def ours_run(read_mode: str) -> Callable[[int], Run]:
                 return lambda _turn: gtbarrier(
