@@ -441,7 +441,7 @@ class AzureStore(StateStore):
             )
         if isinstance(err, ServiceRequestError | ServiceResponseError):
             return StoreUnavailable(self.uri, key, f"{type(err).__name__}: {cause}")
-        if status is not None and (status in (408, 429) or status >= 500):
+        if status is not None and _retriable(status):
             return StoreUnavailable(self.uri, key, cause)
         return StateError(f"{self.uri}: {operation} of key '{key}': {cause}")
 
@@ -465,6 +465,7 @@ def settle_batch(answers: Sequence[tuple[str, int]]) -> SettledBatch:
 
 
 def _retriable(status: int) -> bool:
+    """Whether an HTTP status is throttling or a service failure: worth sending again."""
     return status in (408, 429) or status >= 500
 
 
